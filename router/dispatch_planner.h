@@ -1,0 +1,81 @@
+// Dispatch planning: turns routes into a plan under a capacity policy.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "router/causal_state.h"
+#include "router/dispatch_plan.h"
+#include "router/dispatch_policy.h"
+#include "router/token_meta.h"
+#include "router/token_routes.h"
+
+namespace moe {
+
+// Plans batches for a fixed (num_experts, top_k, policy). The rules are those of docs/routing.md:
+// choice-major claiming in priority order within each capacity pool, then (kReroute) each overflowing pair
+// in the same order tries the token's next-ranked experts it does not already use. Under kCausal every
+// request is decided in (position, j) order and rerouting happens per token, so that decisions see only the
+// request's prefix.
+//
+// Invariance: with scope kRequest, kCausal or kNone the plan restricted to one request's tokens (expert,
+// weight, status) depends only on that request's tokens (and its causal state), not on other rows or the
+// row order. Slot numbers may depend on the rest of the batch.
+//
+// Not thread-safe (it owns a workspace). After reserve(max_tokens), plan() allocates nothing for batches of
+// up to max_tokens (except CausalRoutingState growth for new requests).
+class DispatchPlanner {
+ public:
+  // Throws std::invalid_argument for an invalid policy or shape.
+  DispatchPlanner(int num_experts, int top_k, DispatchPolicy policy);
+
+  const DispatchPolicy& policy() const { return policy_; }
+  int num_experts() const { return num_experts_; }
+  int top_k() const { return top_k_; }
+  // Ranks per token that plan() reads: top_k, plus reroute_depth when rerouting (capped at num_experts).
+  int num_ranked_needed() const;
+
+  void reserve(int max_tokens);
+
+  // routes: num_tokens tokens of this planner's (num_experts, top_k) with at least num_ranked_needed() ranks.
+  // meta: one entry per token. state: used and advanced under kCausal (nullptr = every request starts
+  // fresh, so each must start at position 0); ignored otherwise.
+  // Throws std::invalid_argument for mismatched shapes, duplicate (request_id, position) where the policy
+  // depends on it, or (kCausal) a request whose positions are not contiguous from the state's next position.
+  // All checks run before anything is written: on a throw, `state` is unchanged (`out` is unspecified).
+  void plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, CausalRoutingState* state,
+            DispatchPlan& out);
+
+ private:
+  struct OrderKey {
+    uint64_t major;
+    uint64_t minor;
+    int32_t token;
+  };
+
+  void order_tokens(const TokenRoutes& routes, std::span<const TokenMeta> meta);
+  void split_groups(std::span<const TokenMeta> meta);
+  void check_distinct(std::span<const TokenMeta> meta) const;
+  void plan_pooled_group(const TokenRoutes& routes, int32_t begin, int32_t end, int64_t capacity,
+                         DispatchPlan& out);
+  void plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
+                         int32_t end, CausalRoutingState::Request& request, DispatchPlan& out);
+  bool try_reroute(const TokenRoutes& routes, int64_t pair, int64_t capacity, DispatchPlan& out);
+  void place(int64_t pair, int32_t expert, float weight, PairStatus status, DispatchPlan& out);
+  void finish(const TokenRoutes& routes, DispatchPlan& out);
+
+  int num_experts_;
+  int top_k_;
+  DispatchPolicy policy_;
+
+  // Workspace, sized by reserve().
+  std::vector<OrderKey> keys_;
+  std::vector<int32_t> order_;         // tokens in claiming order (grouped by pool for request/causal)
+  std::vector<int32_t> group_begin_;   // group g is order_[group_begin_[g] .. group_begin_[g+1])
+  std::vector<int32_t> pool_count_;    // [num_experts] slots taken in the current pool
+  std::vector<int64_t> overflow_;      // pairs waiting to reroute, in claiming order
+  std::vector<int32_t> scratch_held_;  // [num_experts] causal counts of the request being planned
+};
+
+}  // namespace moe

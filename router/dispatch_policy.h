@@ -1,0 +1,64 @@
+// Who gets an expert's slots: capacity scope, priority and overflow handling.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moe {
+
+// Where capacity is counted (docs/routing.md):
+//   kBatch   one pool per expert for the whole batch: C = max(min_capacity, round(cf * T * k / E))
+//   kRequest one pool per (request, expert): C_r = max(1, min_capacity, round(cf * T_r * k / E))
+//   kCausal  a token at position p may take a slot at e while its request's earlier tokens hold fewer than
+//            max(1, min_capacity, round(cf * (p + 1) * k / E)) slots at e; counts carry across calls
+//   kNone    dropless
+enum class CapacityScope { kBatch, kRequest, kCausal, kNone };
+enum class CapacityRounding { kCeil, kFloor };
+// Order in which pairs claim slots inside one pool (after choice-major ordering):
+//   kArrival row order; kRequest ascending (request_id, position); kScore highest top-1 selection score
+//   first, ties by arrival; kRandom a permutation of the rows seeded by `seed`.
+enum class Priority { kArrival, kRequest, kScore, kRandom };
+enum class Overflow { kDrop, kReroute };
+
+struct DispatchPolicy {
+  double capacity_factor = 1.25;
+  CapacityRounding rounding = CapacityRounding::kCeil;
+  int min_capacity = 0;
+  CapacityScope scope = CapacityScope::kBatch;
+  Priority priority = Priority::kArrival;
+  Overflow overflow = Overflow::kDrop;
+  int reroute_depth = 1;  // ranks beyond top_k an overflowing pair may try (kReroute only)
+  uint64_t seed = 0;      // kRandom only
+  // When on, a token that lost pairs has its surviving weights scaled so they sum to the weight of all
+  // its k choices (off by default: survivors keep their weights).
+  bool renormalize_survivors = false;
+
+  // Throws std::invalid_argument naming the bad field, e.g. "capacity_factor must be > 0 (got -1)".
+  void validate() const;
+
+  // Named modes: "greedy" (batch, arrival, drop), "stable" (request, request, drop), "rank-only"
+  // (batch, request, drop). Other fields keep their defaults. Throws for an unknown name.
+  static DispatchPolicy mode(std::string_view name);
+  static const std::vector<std::string>& mode_names();
+};
+
+std::string_view to_string(CapacityScope v);
+std::string_view to_string(CapacityRounding v);
+std::string_view to_string(Priority v);
+std::string_view to_string(Overflow v);
+// Parsers accept the to_string spellings; they throw std::invalid_argument naming the value and the
+// accepted ones.
+CapacityScope parse_capacity_scope(std::string_view s);
+CapacityRounding parse_capacity_rounding(std::string_view s);
+Priority parse_priority(std::string_view s);
+Overflow parse_overflow(std::string_view s);
+
+// round(cf * num_tokens * top_k / num_experts) in double. NOTES: a product that is an integer in exact
+// arithmetic but lands a hair above it in binary (1.1 * 100 = 110.00000000000001) is taken as that
+// integer, so ceil does not add a phantom slot: values within 1e-9 (relative) of an integer snap to it.
+int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
+                         CapacityRounding rounding);
+
+}  // namespace moe
