@@ -1,0 +1,231 @@
+// Property tests over thousands of random batches: which policies make a request's plan independent of the
+// strangers sharing its batch and of the row order, and that the others do not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "router/dispatch_planner.h"
+#include "router/topk_router.h"
+
+namespace moe {
+namespace {
+
+constexpr int kExperts = 8;
+constexpr int kTopK = 2;
+constexpr int kRanked = 4;  // top_k + reroute depth 2
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Logits of a token depend only on (request id, position): a skewed popularity so capacity binds.
+void TokenLogits(uint64_t request, uint32_t position, float* out) {
+  for (int e = 0; e < kExperts; ++e) {
+    const uint64_t h = Mix(Mix(request * 1315423911ull + position) ^ static_cast<uint64_t>(e));
+    const float noise = static_cast<float>(h >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
+    out[e] = 2.0f * noise - 0.4f * static_cast<float>(e);                              // low ids are popular
+  }
+}
+
+struct Request {
+  uint64_t id;
+  uint32_t first_position;
+  int length;
+};
+
+struct Batch {
+  std::vector<TokenMeta> meta;
+  std::vector<float> logits;
+};
+
+Batch MakeBatch(const std::vector<Request>& requests, std::mt19937_64* shuffle) {
+  Batch b;
+  for (const Request& r : requests) {
+    for (int i = 0; i < r.length; ++i) b.meta.push_back({r.id, r.first_position + static_cast<uint32_t>(i)});
+  }
+  if (shuffle) std::shuffle(b.meta.begin(), b.meta.end(), *shuffle);
+  b.logits.resize(b.meta.size() * kExperts);
+  for (size_t t = 0; t < b.meta.size(); ++t) {
+    TokenLogits(b.meta[t].request_id, b.meta[t].position, &b.logits[t * kExperts]);
+  }
+  return b;
+}
+
+// One pair's outcome: expert, weight bits and status.
+struct Outcome {
+  int32_t expert;
+  uint32_t weight_bits;
+  PairStatus status;
+  bool operator==(const Outcome&) const = default;
+};
+
+// The probe's outcomes in (position, j) order.
+std::vector<Outcome> ProbeOutcomes(const Batch& b, const DispatchPlan& plan, uint64_t probe) {
+  std::vector<std::pair<uint32_t, int>> rows;
+  for (size_t t = 0; t < b.meta.size(); ++t) {
+    if (b.meta[t].request_id == probe) rows.push_back({b.meta[t].position, static_cast<int>(t)});
+  }
+  std::sort(rows.begin(), rows.end());
+  std::vector<Outcome> out;
+  for (auto [position, t] : rows) {
+    for (int j = 0; j < kTopK; ++j) {
+      const int64_t p = static_cast<int64_t>(t) * kTopK + j;
+      out.push_back({plan.pair_expert[p], std::bit_cast<uint32_t>(plan.pair_weight[p]), plan.pair_status[p]});
+    }
+  }
+  return out;
+}
+
+RouterConfig Config() {
+  RouterConfig c = RouterConfig::preset("mixtral");
+  c.num_experts = kExperts;
+  c.top_k = kTopK;
+  return c;
+}
+
+DispatchPlan PlanBatch(const Batch& b, const DispatchPolicy& policy, CausalRoutingState* state = nullptr) {
+  TopKRouter router(Config(), kRanked);
+  TokenRoutes routes;
+  router.route(b.logits.data(), static_cast<int>(b.meta.size()), routes);
+  DispatchPlanner planner(kExperts, kTopK, policy);
+  DispatchPlan plan;
+  planner.plan(routes, b.meta, state, plan);
+  return plan;
+}
+
+struct Search {
+  int trials = 0;
+  int displaced = 0;  // trials where the probe's plan differed from the probe alone
+  int64_t probe_drops_alone = 0;
+};
+
+// Routes a probe request alone, then with `trials` random stranger mixes in shuffled row order.
+Search SearchForDisplacement(const DispatchPolicy& policy, int trials, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Search s;
+  for (int trial = 0; trial < trials; ++trial) {
+    const Request probe{1000 + rng() % 50, 0, 1 + static_cast<int>(rng() % 24)};
+    const Batch alone = MakeBatch({probe}, nullptr);
+    const std::vector<Outcome> reference = ProbeOutcomes(alone, PlanBatch(alone, policy), probe.id);
+    for (const Outcome& o : reference) s.probe_drops_alone += o.status != PairStatus::kKept;
+
+    std::vector<Request> requests = {probe};
+    const int strangers = static_cast<int>(rng() % 12);
+    for (int i = 0; i < strangers; ++i) {
+      uint64_t id;
+      do id = rng() % 2000;
+      while (id == probe.id);
+      bool duplicate = false;
+      for (const Request& r : requests) duplicate |= r.id == id;
+      if (duplicate) continue;
+      requests.push_back({id, 0, 1 + static_cast<int>(rng() % 40)});
+    }
+    const Batch mixed = MakeBatch(requests, &rng);
+    ++s.trials;
+    if (ProbeOutcomes(mixed, PlanBatch(mixed, policy), probe.id) != reference) ++s.displaced;
+  }
+  return s;
+}
+
+DispatchPolicy WithOverflow(DispatchPolicy p, Overflow overflow, double cf) {
+  p.overflow = overflow;
+  p.reroute_depth = 2;
+  p.capacity_factor = cf;
+  return p;
+}
+
+class InvariantPolicies : public ::testing::TestWithParam<std::tuple<CapacityScope, Priority, Overflow>> {};
+
+TEST_P(InvariantPolicies, ProbePlanIgnoresStrangersAndRowOrder) {
+  const auto [scope, priority, overflow] = GetParam();
+  DispatchPolicy p;
+  p.scope = scope;
+  p.priority = priority;
+  const Search s = SearchForDisplacement(WithOverflow(p, overflow, 1.0), 1500, 11);
+  EXPECT_EQ(s.trials, 1500);
+  EXPECT_EQ(s.displaced, 0);
+  if (scope != CapacityScope::kNone) {
+    EXPECT_GT(s.probe_drops_alone, 0) << "capacity must bind for the property to mean anything";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Router, InvariantPolicies,
+                         ::testing::Combine(::testing::Values(CapacityScope::kRequest, CapacityScope::kCausal,
+                                                              CapacityScope::kNone),
+                                            ::testing::Values(Priority::kRequest),
+                                            ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
+
+// Causal and dropless scopes decide by position whatever the priority says.
+INSTANTIATE_TEST_SUITE_P(RouterAnyPriority, InvariantPolicies,
+                         ::testing::Combine(::testing::Values(CapacityScope::kCausal),
+                                            ::testing::Values(Priority::kArrival, Priority::kScore,
+                                                              Priority::kRandom),
+                                            ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
+
+TEST(Invariance, StableModeIsInvariant) {
+  const Search s = SearchForDisplacement(DispatchPolicy::mode("stable"), 2000, 5);
+  EXPECT_EQ(s.displaced, 0);
+}
+
+TEST(Invariance, GreedyModeDisplacesTheProbe) {
+  const Search s =
+      SearchForDisplacement(WithOverflow(DispatchPolicy::mode("greedy"), Overflow::kDrop, 1.0), 500, 5);
+  EXPECT_GT(s.displaced, 25) << "greedy dispatch should let strangers take the probe's slots";
+}
+
+TEST(Invariance, GreedyWithRerouteDisplacesTheProbe) {
+  const Search s =
+      SearchForDisplacement(WithOverflow(DispatchPolicy::mode("greedy"), Overflow::kReroute, 1.0), 500, 6);
+  EXPECT_GT(s.displaced, 25);
+}
+
+TEST(Invariance, RankOnlyStillDisplacesTheProbe) {
+  // Ranking by request alone does not protect a request from strangers with smaller ids.
+  const Search s =
+      SearchForDisplacement(WithOverflow(DispatchPolicy::mode("rank-only"), Overflow::kDrop, 1.0), 500, 7);
+  EXPECT_GT(s.displaced, 25);
+}
+
+TEST(Invariance, CausalPlanIgnoresChunkingAndStrangers) {
+  // One request prefilled in random chunks, each chunk co-batched with random strangers (whose own causal
+  // state advances too), equals the request planned whole and alone.
+  DispatchPolicy p = WithOverflow(DispatchPolicy{}, Overflow::kReroute, 1.0);
+  p.scope = CapacityScope::kCausal;
+  p.priority = Priority::kArrival;
+  std::mt19937_64 rng(99);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int length = 1 + static_cast<int>(rng() % 60);
+    const Request probe{7, 0, length};
+    const Batch whole = MakeBatch({probe}, nullptr);
+    const std::vector<Outcome> reference = ProbeOutcomes(whole, PlanBatch(whole, p), probe.id);
+
+    CausalRoutingState state(kExperts);
+    std::vector<Outcome> chunked;
+    std::vector<uint32_t> stranger_next(5, 0);
+    for (int begin = 0; begin < length;) {
+      const int size = std::min(length - begin, 1 + static_cast<int>(rng() % 17));
+      std::vector<Request> requests = {{probe.id, static_cast<uint32_t>(begin), size}};
+      for (int s = 0; s < 5; ++s) {
+        if (rng() % 2) continue;
+        const int n = 1 + static_cast<int>(rng() % 9);
+        requests.push_back({100 + static_cast<uint64_t>(s), stranger_next[s], n});
+        stranger_next[s] += n;
+      }
+      const Batch b = MakeBatch(requests, &rng);
+      const std::vector<Outcome> part = ProbeOutcomes(b, PlanBatch(b, p, &state), probe.id);
+      chunked.insert(chunked.end(), part.begin(), part.end());
+      begin += size;
+    }
+    ASSERT_EQ(chunked, reference) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,357 @@
+// Dispatch planning rules, each on a hand-computed batch.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "router/dispatch_planner.h"
+#include "tests/support/allocation_counter.h"
+
+namespace moe {
+namespace {
+
+// Routes built by hand: rows of ranked experts, every weight 1/top_k unless given.
+TokenRoutes MakeRoutes(int experts, int k, const std::vector<std::vector<int32_t>>& ranked,
+                       const std::vector<std::vector<float>>& weights = {}) {
+  TokenRoutes r;
+  const int R = static_cast<int>(ranked.at(0).size());
+  r.resize(static_cast<int>(ranked.size()), experts, k, R);
+  for (size_t t = 0; t < ranked.size(); ++t) {
+    for (int j = 0; j < R; ++j) {
+      r.experts[t * R + j] = ranked[t][j];
+      r.weights[t * R + j] = weights.empty() ? 1.0f / k : weights[t][j];
+    }
+    r.top1_score[t] = r.weights[t * R];
+  }
+  return r;
+}
+
+std::vector<TokenMeta> OneRequest(int n, uint64_t id = 1) {
+  std::vector<TokenMeta> m(n);
+  for (int i = 0; i < n; ++i) m[i] = {id, static_cast<uint32_t>(i)};
+  return m;
+}
+
+DispatchPolicy Policy(CapacityScope scope, Priority priority, double cf) {
+  DispatchPolicy p;
+  p.scope = scope;
+  p.priority = priority;
+  p.capacity_factor = cf;
+  return p;
+}
+
+DispatchPlan Plan(const DispatchPolicy& policy, const TokenRoutes& routes, const std::vector<TokenMeta>& meta,
+                  CausalRoutingState* state = nullptr) {
+  DispatchPlanner planner(routes.num_experts, routes.top_k, policy);
+  DispatchPlan plan;
+  planner.plan(routes, meta, state, plan);
+  return plan;
+}
+
+template <typename Fn>
+void ExpectInvalid(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+constexpr auto kKept = PairStatus::kKept;
+constexpr auto kRerouted = PairStatus::kRerouted;
+constexpr auto kDropped = PairStatus::kDropped;
+
+TEST(Planner, SeedWorkedExampleOverflowsBy88) {
+  // 8 experts, top-1, cf 1.25, floor; 2000 tokens of which 400 want expert 0: C = 312, 88 overflow.
+  std::vector<std::vector<int32_t>> ranked;
+  for (int t = 0; t < 2000; ++t) ranked.push_back({t < 400 ? 0 : 1 + t % 7});
+  DispatchPolicy p = DispatchPolicy::mode("greedy");
+  p.capacity_factor = 1.25;
+  p.rounding = CapacityRounding::kFloor;
+  const DispatchPlan plan = Plan(p, MakeRoutes(8, 1, ranked), OneRequest(2000));
+  EXPECT_EQ(plan.batch_capacity, 312);
+  EXPECT_EQ(plan.expert_load[0], 312);
+  EXPECT_EQ(plan.num_dropped, 88);
+  EXPECT_EQ(plan.num_tokens_fully_dropped, 88);
+  // Arrival priority: the first 312 arrivals keep their slot.
+  for (int t = 0; t < 400; ++t) EXPECT_EQ(plan.pair_status[t], t < 312 ? kKept : kDropped) << t;
+  // The 800-token batch of the same example gets 125 slots.
+  ranked.resize(800);
+  EXPECT_EQ(Plan(p, MakeRoutes(8, 1, ranked), OneRequest(800)).batch_capacity, 125);
+}
+
+TEST(Planner, BatchScopeClaimsChoiceMajorInArrivalOrder) {
+  // E=4, k=2, T=4, cf=0.5: C = 0.5*4*2/4 = 1 slot per expert.
+  const TokenRoutes routes = MakeRoutes(4, 2, {{0, 1}, {0, 1}, {1, 0}, {2, 3}});
+  const DispatchPlan plan =
+      Plan(Policy(CapacityScope::kBatch, Priority::kArrival, 0.5), routes, OneRequest(4));
+  ASSERT_EQ(plan.batch_capacity, 1);
+  // First choices: t0->0 kept, t1->0 full, t2->1 kept, t3->2 kept. Second choices: t0->1 full (t2's first
+  // choice came first), t1->1 full, t2->0 full, t3->3 kept.
+  const std::vector<PairStatus> want = {kKept, kDropped, kDropped, kDropped, kKept, kDropped, kKept, kKept};
+  EXPECT_EQ(plan.pair_status, want);
+  EXPECT_EQ((std::vector<int32_t>{0, -1, -1, -1, 1, -1, 2, 3}), plan.pair_expert);
+  EXPECT_EQ(plan.num_kept, 4);
+  EXPECT_EQ(plan.num_dropped, 4);
+  EXPECT_EQ(plan.num_tokens_fully_dropped, 1);
+  EXPECT_EQ((std::vector<int32_t>{1, 1, 1, 1}), plan.expert_load);
+  EXPECT_EQ((std::vector<int32_t>{0, 1, 2, 3, 4}), plan.expert_offsets);
+  EXPECT_EQ((std::vector<int32_t>{0, 4, 6, 7}), plan.slot_pairs);
+  EXPECT_EQ(plan.pair_weight[1], 0.0f);  // dropped pairs carry no weight
+  EXPECT_EQ(plan.pair_weight[0], 0.5f);
+}
+
+TEST(Planner, RequestPriorityRanksByRequestThenPosition) {
+  const TokenRoutes routes = MakeRoutes(2, 1, {{0}, {0}, {0}, {0}});
+  // Rows arrive as (9,0) (3,1) (3,0) (5,0): request order is rows 2, 1, 3, 0.
+  const std::vector<TokenMeta> meta = {{9, 0}, {3, 1}, {3, 0}, {5, 0}};
+  // cf 1: C = 1*4*1/2 = 2 -> rows 2 and 1 win.
+  const DispatchPlan plan = Plan(Policy(CapacityScope::kBatch, Priority::kRequest, 1.0), routes, meta);
+  EXPECT_EQ((std::vector<PairStatus>{kDropped, kKept, kKept, kDropped}), plan.pair_status);
+  EXPECT_EQ(plan.pair_slot[2], 0);
+  EXPECT_EQ(plan.pair_slot[1], 1);
+  // Arrival priority keeps rows 0 and 1 instead.
+  const DispatchPlan greedy = Plan(Policy(CapacityScope::kBatch, Priority::kArrival, 1.0), routes, meta);
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kKept, kDropped, kDropped}), greedy.pair_status);
+}
+
+TEST(Planner, ScorePriorityServesTheMostConfidentFirstTiesByArrival) {
+  const TokenRoutes routes = MakeRoutes(2, 1, {{0}, {0}, {0}, {0}}, {{0.2f}, {0.9f}, {0.5f}, {0.9f}});
+  const DispatchPlan plan = Plan(Policy(CapacityScope::kBatch, Priority::kScore, 1.0), routes, OneRequest(4));
+  // C = 2: rows 1 and 3 (0.9, tie broken by arrival: 1 before 3).
+  EXPECT_EQ((std::vector<PairStatus>{kDropped, kKept, kDropped, kKept}), plan.pair_status);
+  EXPECT_EQ(plan.pair_slot[1], 0);
+  EXPECT_EQ(plan.pair_slot[3], 1);
+}
+
+TEST(Planner, RandomPriorityIsASeededPermutation) {
+  std::vector<std::vector<int32_t>> ranked(64, std::vector<int32_t>{0});
+  const TokenRoutes routes = MakeRoutes(8, 1, ranked);
+  DispatchPolicy p = Policy(CapacityScope::kBatch, Priority::kRandom, 1.0);  // C = 8 of 64 wanting expert 0
+  p.seed = 7;
+  const DispatchPlan a = Plan(p, routes, OneRequest(64));
+  const DispatchPlan b = Plan(p, routes, OneRequest(64));
+  EXPECT_EQ(a.pair_status, b.pair_status);
+  EXPECT_EQ(a.slot_pairs, b.slot_pairs);
+  EXPECT_EQ(a.num_kept, 8);
+  bool arrival_order = true;
+  for (int s = 0; s < 8; ++s) arrival_order &= a.slot_pairs[s] == s;
+  EXPECT_FALSE(arrival_order) << "seeded permutation should not be the identity";
+  p.seed = 8;
+  EXPECT_NE(Plan(p, routes, OneRequest(64)).slot_pairs, a.slot_pairs);
+}
+
+TEST(Planner, RerouteTriesNextRanksAfterAllPairsArePlaced) {
+  // E=4, k=1, depth 2, C = 1: rows 0,1,2 all want expert 0; row 1 ranks 1 then 2, row 2 ranks 1 then 3.
+  // Row 3 wants expert 1 first. Rerouting happens after all first choices: row 3 keeps expert 1, so row 1
+  // falls through to expert 2 and row 2 to expert 3.
+  const TokenRoutes routes =
+      MakeRoutes(4, 1, {{0, 1, 2}, {0, 1, 2}, {0, 1, 3}, {1, 2, 3}},
+                 {{0.5f, 0.3f, 0.2f}, {0.6f, 0.3f, 0.1f}, {0.7f, 0.2f, 0.1f}, {0.8f, 0.1f, 0.1f}});
+  DispatchPolicy p = Policy(CapacityScope::kBatch, Priority::kArrival, 1.0);
+  p.overflow = Overflow::kReroute;
+  p.reroute_depth = 2;
+  const DispatchPlan plan = Plan(p, routes, OneRequest(4));
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kRerouted, kRerouted, kKept}), plan.pair_status);
+  EXPECT_EQ((std::vector<int32_t>{0, 2, 3, 1}), plan.pair_expert);
+  // A rerouted pair's weight is that expert's weight under the token's normalisation.
+  EXPECT_EQ(plan.pair_weight[1], 0.1f);
+  EXPECT_EQ(plan.pair_weight[2], 0.1f);
+  EXPECT_EQ(plan.num_rerouted, 2);
+  // Depth 1: row 1 tries only expert 1 (full) and is dropped; so is row 2.
+  p.reroute_depth = 1;
+  const DispatchPlan shallow = Plan(p, routes, OneRequest(4));
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kDropped, kDropped, kKept}), shallow.pair_status);
+}
+
+TEST(Planner, RerouteSkipsExpertsTheTokenAlreadyUses) {
+  // k=2, depth 2, C=1. Row 0 takes experts 0 and 1. Row 1 wants 0 and 1 too; both overflow. Its pair j=0
+  // takes rank 2 (expert 2); pair j=1 skips expert 2 (already its own) and takes expert 3.
+  const TokenRoutes routes = MakeRoutes(4, 2, {{0, 1, 2, 3}, {0, 1, 2, 3}});
+  DispatchPolicy p = Policy(CapacityScope::kBatch, Priority::kArrival, 1.0);  // C = 1*2*2/4 = 1
+  p.overflow = Overflow::kReroute;
+  p.reroute_depth = 2;
+  const DispatchPlan plan = Plan(p, routes, OneRequest(2));
+  EXPECT_EQ((std::vector<int32_t>{0, 1, 2, 3}), plan.pair_expert);
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kKept, kRerouted, kRerouted}), plan.pair_status);
+}
+
+TEST(Planner, RequestScopeGivesEachRequestItsOwnBudget) {
+  // E=2, k=1. Request 1 has 4 tokens all wanting expert 0, request 2 has 2. Strangers cannot take each
+  // other's slots.
+  const TokenRoutes routes = MakeRoutes(2, 1, {{0}, {0}, {0}, {0}, {0}, {0}});
+  const std::vector<TokenMeta> meta = {{2, 0}, {1, 0}, {1, 1}, {2, 1}, {1, 2}, {1, 3}};
+  // Mode stable has cf 1.25: C_1 = ceil(2.5) = 3 (rows 1, 2, 4), C_2 = ceil(1.25) = 2 (rows 0, 3).
+  const DispatchPlan plan = Plan(DispatchPolicy::mode("stable"), routes, meta);
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kKept, kKept, kKept, kKept, kDropped}), plan.pair_status);
+  EXPECT_EQ(plan.expert_capacity[0], 3 + 2);
+  // cf 1: C_1 = 2 (rows 1, 2), C_2 = 1 (row 0).
+  DispatchPolicy p = DispatchPolicy::mode("stable");
+  p.capacity_factor = 1.0;
+  const DispatchPlan tight = Plan(p, routes, meta);
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kKept, kKept, kDropped, kDropped, kDropped}), tight.pair_status);
+  // min_capacity lifts every pool.
+  p.min_capacity = 3;
+  EXPECT_EQ(Plan(p, routes, meta).num_dropped, 1);  // request 1: 3 of 4; request 2: both
+}
+
+TEST(Planner, CausalBudgetGrowsWithPosition) {
+  // E=2, k=1, cf 1: budget at position p is max(1, ceil((p+1)/2)): 1,1,2,2,3,3,...
+  // All tokens want expert 0: positions 0 (kept, held 1), 1 (budget 1: dropped), 2 (budget 2: kept),
+  // 3 (budget 2, held 2: dropped), 4 (budget 3: kept).
+  const TokenRoutes routes = MakeRoutes(2, 1, {{0}, {0}, {0}, {0}, {0}});
+  DispatchPolicy p = Policy(CapacityScope::kCausal, Priority::kArrival, 1.0);
+  const DispatchPlan plan = Plan(p, routes, OneRequest(5));
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kDropped, kKept, kDropped, kKept}), plan.pair_status);
+}
+
+TEST(Planner, CausalPlanDoesNotDependOnChunking) {
+  // 12 tokens of one request with skewed choices, planned whole and in chunks 5 + 1 + 6 with carried state.
+  std::vector<std::vector<int32_t>> ranked;
+  for (int t = 0; t < 12; ++t) ranked.push_back({t % 3 == 0 ? 1 : 0, t % 3 == 0 ? 0 : 2, 3});
+  const TokenRoutes all = MakeRoutes(4, 2, ranked);
+  DispatchPolicy p = Policy(CapacityScope::kCausal, Priority::kRequest, 1.0);
+  p.overflow = Overflow::kReroute;
+  p.reroute_depth = 1;
+  CausalRoutingState whole_state(4);
+  const DispatchPlan whole = Plan(p, all, OneRequest(12, 42), &whole_state);
+  ASSERT_GT(whole.num_dropped + whole.num_rerouted, 0) << "the case must exercise the budget";
+
+  CausalRoutingState state(4);
+  DispatchPlanner planner(4, 2, p);
+  int begin = 0;
+  for (int size : {5, 1, 6}) {
+    std::vector<std::vector<int32_t>> part(ranked.begin() + begin, ranked.begin() + begin + size);
+    std::vector<TokenMeta> meta;
+    for (int i = 0; i < size; ++i) meta.push_back({42, static_cast<uint32_t>(begin + i)});
+    DispatchPlan plan;
+    planner.plan(MakeRoutes(4, 2, part), meta, &state, plan);
+    for (int i = 0; i < size * 2; ++i) {
+      EXPECT_EQ(plan.pair_expert[i], whole.pair_expert[begin * 2 + i]);
+      EXPECT_EQ(plan.pair_status[i], whole.pair_status[begin * 2 + i]);
+      EXPECT_EQ(plan.pair_weight[i], whole.pair_weight[begin * 2 + i]);
+    }
+    begin += size;
+  }
+  EXPECT_EQ(state.find(42)->slots_held, whole_state.find(42)->slots_held);
+  EXPECT_EQ(state.find(42)->next_position, 12u);
+}
+
+TEST(Planner, CausalRejectsGapsAndMisplacedChunks) {
+  const TokenRoutes routes = MakeRoutes(2, 1, {{0}, {0}});
+  const DispatchPolicy p = Policy(CapacityScope::kCausal, Priority::kRequest, 1.0);
+  ExpectInvalid(
+      [&] {
+        Plan(p, routes, {{1, 0}, {1, 2}});
+      },
+      "request 1: causal scope needs contiguous positions");
+  ExpectInvalid([&] { Plan(p, routes, {{1, 3}, {1, 4}}); }, "position 0, but position 0 is followed by 3");
+  CausalRoutingState state(2);
+  Plan(p, routes, {{1, 0}, {1, 1}}, &state);
+  const std::vector<int32_t> held = state.find(1)->slots_held;
+  ExpectInvalid([&] { Plan(p, routes, {{1, 5}, {1, 6}}, &state); }, "routing state's next position 2");
+  EXPECT_EQ(state.find(1)->slots_held, held) << "a rejected batch must not touch the state";
+  EXPECT_EQ(state.find(1)->next_position, 2u);
+  state.release(1);
+  EXPECT_EQ(state.find(1), nullptr);
+}
+
+TEST(Planner, DroplessKeepsEveryPair) {
+  std::vector<std::vector<int32_t>> ranked(100, std::vector<int32_t>{3, 1});
+  const DispatchPlan plan =
+      Plan(Policy(CapacityScope::kNone, Priority::kArrival, 0.01), MakeRoutes(4, 2, ranked), OneRequest(100));
+  EXPECT_EQ(plan.num_kept, 200);
+  EXPECT_EQ(plan.num_dropped, 0);
+  EXPECT_EQ(plan.expert_load[3], 100);
+  EXPECT_EQ(plan.expert_capacity[3], -1);
+}
+
+TEST(Planner, MinCapacityLiftsBatchCapacity) {
+  DispatchPolicy p = Policy(CapacityScope::kBatch, Priority::kArrival, 0.1);
+  p.min_capacity = 4;
+  const DispatchPlan plan =
+      Plan(p, MakeRoutes(8, 1, std::vector<std::vector<int32_t>>(10, {0})), OneRequest(10));
+  EXPECT_EQ(plan.batch_capacity, 4);
+  EXPECT_EQ(plan.num_kept, 4);
+}
+
+TEST(Planner, UnavailableRanksAreDropped) {
+  const DispatchPlan plan = Plan(Policy(CapacityScope::kNone, Priority::kArrival, 1.0),
+                                 MakeRoutes(4, 2, {{2, -1}, {1, 0}}), OneRequest(2));
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kDropped, kKept, kKept}), plan.pair_status);
+  EXPECT_EQ(plan.pair_expert[1], -1);
+}
+
+TEST(Planner, SurvivorRenormalisationIsOptIn) {
+  // E=2, k=2, C=1. j=0: row 0 -> expert 0 kept, row 1 -> expert 1 kept; j=1: both experts are full, so each
+  // row keeps one pair of two.
+  const TokenRoutes routes = MakeRoutes(2, 2, {{0, 1}, {1, 0}}, {{0.75f, 0.25f}, {0.6f, 0.4f}});
+  DispatchPolicy p = Policy(CapacityScope::kBatch, Priority::kArrival, 0.5);
+  const DispatchPlan plain = Plan(p, routes, OneRequest(2));
+  EXPECT_EQ((std::vector<PairStatus>{kKept, kDropped, kKept, kDropped}), plain.pair_status);
+  EXPECT_EQ(plain.pair_weight[0], 0.75f);
+  EXPECT_EQ(plain.pair_weight[2], 0.6f);
+  p.renormalize_survivors = true;
+  const DispatchPlan renorm = Plan(p, routes, OneRequest(2));
+  EXPECT_FLOAT_EQ(renorm.pair_weight[0], 1.0f);
+  EXPECT_FLOAT_EQ(renorm.pair_weight[2], 1.0f);
+  EXPECT_EQ(renorm.pair_weight[1], 0.0f);
+}
+
+TEST(Planner, RejectsMismatchedInputs) {
+  const TokenRoutes routes = MakeRoutes(4, 2, {{0, 1}, {1, 2}});
+  ExpectInvalid([&] { Plan(DispatchPolicy::mode("greedy"), routes, OneRequest(3)); },
+                "token metadata has 3 rows but the routes have 2");
+  ExpectInvalid(
+      [&] {
+        Plan(DispatchPolicy::mode("stable"), routes, {{1, 0}, {1, 0}});
+      },
+      "both claim request 1 position 0");
+  DispatchPolicy reroute = DispatchPolicy::mode("greedy");
+  reroute.overflow = Overflow::kReroute;
+  ExpectInvalid([&] { Plan(reroute, routes, OneRequest(2)); },
+                "routes rank 2 experts per token but the policy needs 3");
+  DispatchPlanner planner(8, 2, DispatchPolicy::mode("greedy"));
+  DispatchPlan plan;
+  ExpectInvalid([&] { planner.plan(routes, OneRequest(2), nullptr, plan); }, "routes are for 4 experts");
+  ExpectInvalid([] { DispatchPlanner(4, 5, DispatchPolicy{}); }, "top_k (5) must be in [1, num_experts=4]");
+}
+
+TEST(Planner, EmptyBatch) {
+  TokenRoutes routes;
+  routes.resize(0, 4, 2, 2);
+  const DispatchPlan plan = Plan(DispatchPolicy::mode("stable"), routes, {});
+  EXPECT_EQ(plan.num_pairs(), 0);
+  EXPECT_EQ((std::vector<int32_t>{0, 0, 0, 0, 0}), plan.expert_offsets);
+}
+
+TEST(Planner, PlanningAllocatesNothingAfterWarmUp) {
+  const int E = 16, k = 2, T = 512;
+  std::vector<std::vector<int32_t>> ranked;
+  std::vector<TokenMeta> meta;
+  for (int t = 0; t < T; ++t) {
+    ranked.push_back({t % 5, 5 + t % 11, (t * 7) % 16 == t % 5 ? 15 : (t * 7) % 16});
+    meta.push_back({static_cast<uint64_t>(1000 - t / 16), static_cast<uint32_t>(t % 16)});
+  }
+  const TokenRoutes routes = MakeRoutes(E, k, ranked);
+  for (const char* mode : {"greedy", "stable", "rank-only"}) {
+    for (Overflow overflow : {Overflow::kDrop, Overflow::kReroute}) {
+      DispatchPolicy p = DispatchPolicy::mode(mode);
+      p.overflow = overflow;
+      p.capacity_factor = 0.5;
+      DispatchPlanner planner(E, k, p);
+      planner.reserve(T);
+      DispatchPlan plan;
+      plan.reserve(T, k, E);
+      planner.plan(routes, meta, nullptr, plan);  // warm-up
+      const long before = moe::testing::allocation_count();
+      for (int i = 0; i < 3; ++i) planner.plan(routes, meta, nullptr, plan);
+      EXPECT_EQ(moe::testing::allocation_count() - before, 0) << mode;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe

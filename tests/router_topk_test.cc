@@ -1,0 +1,160 @@
+// Top-k routing rules, each checked on hand-computed rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "router/topk_router.h"
+
+namespace moe {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+TokenRoutes Route(const RouterConfig& config, const std::vector<float>& logits, int num_ranked = 0) {
+  TopKRouter router(config, num_ranked);
+  TokenRoutes routes;
+  router.route(logits.data(), static_cast<int>(logits.size()) / config.num_experts, routes);
+  return routes;
+}
+
+RouterConfig Softmax(int experts, int k, bool renormalize) {
+  RouterConfig c;
+  c.num_experts = experts;
+  c.top_k = k;
+  c.scoring = Scoring::kSoftmax;
+  c.renormalize = renormalize;
+  return c;
+}
+
+TEST(TopKRouter, SoftmaxRanksAndRenormalises) {
+  const TokenRoutes r = Route(Softmax(4, 2, true), {1, 2, 3, 0});
+  EXPECT_EQ(r.expert(0, 0), 2);
+  EXPECT_EQ(r.expert(0, 1), 1);
+  const double e3 = std::exp(3.0), e2 = std::exp(2.0);
+  EXPECT_NEAR(r.weight(0, 0), e3 / (e3 + e2), 1e-6);
+  EXPECT_NEAR(r.weight(0, 1), e2 / (e3 + e2), 1e-6);
+}
+
+TEST(TopKRouter, SoftmaxWithoutRenormalisationKeepsProbabilities) {
+  const TokenRoutes r = Route(Softmax(4, 2, false), {1, 2, 3, 0});
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + 1.0;
+  EXPECT_NEAR(r.weight(0, 0), std::exp(3.0) / z, 1e-6);
+  EXPECT_NEAR(r.weight(0, 1), std::exp(2.0) / z, 1e-6);
+}
+
+TEST(TopKRouter, ExactTiesGoToTheLowerExpertId) {
+  const TokenRoutes r = Route(Softmax(4, 3, true), {0.5f, 0.7f, 0.7f, 0.7f});
+  EXPECT_EQ(r.expert(0, 0), 1);
+  EXPECT_EQ(r.expert(0, 1), 2);
+  EXPECT_EQ(r.expert(0, 2), 3);
+  EXPECT_EQ(r.weight(0, 0), r.weight(0, 1));
+}
+
+TEST(TopKRouter, NonFiniteLogitsRankLastAndGetNoWeight) {
+  // Expert 0 and 3 are NaN / +inf: only 1 and 2 are available; the third rank is unavailable.
+  const TokenRoutes r = Route(Softmax(4, 3, true), {kNaN, 1.0f, 0.5f, kInf});
+  EXPECT_EQ(r.expert(0, 0), 1);
+  EXPECT_EQ(r.expert(0, 1), 2);
+  EXPECT_EQ(r.expert(0, 2), -1);
+  EXPECT_EQ(r.weight(0, 2), 0.0f);
+  const double a = std::exp(1.0), b = std::exp(0.5);
+  EXPECT_NEAR(r.weight(0, 0), a / (a + b), 1e-6);
+  EXPECT_NEAR(r.weight(0, 1) + r.weight(0, 0), 1.0, 1e-6);
+}
+
+TEST(TopKRouter, RowWithoutFiniteLogitIsAnError) {
+  RouterConfig c = Softmax(3, 1, true);
+  TopKRouter router(c);
+  TokenRoutes routes;
+  const std::vector<float> logits = {0, 1, 2, kNaN, -kInf, kNaN};
+  try {
+    router.route(logits.data(), 2, routes);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("token row 1 has no finite logit"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TopKRouter, SigmoidSelectionBiasChoosesButDoesNotWeigh) {
+  RouterConfig c;
+  c.num_experts = 4;
+  c.top_k = 2;
+  c.scoring = Scoring::kSigmoid;
+  c.renormalize = true;
+  c.scaling_factor = 2.0f;
+  c.selection_bias = {0.0f, 0.1f, 0.0f, 0.2f};
+  // Logits 0.3 > 0 would win without the bias; with it, experts 3 and 1 are chosen.
+  const TokenRoutes r = Route(c, {0.3f, 0.0f, 0.0f, 0.0f});
+  EXPECT_EQ(r.expert(0, 0), 3);
+  EXPECT_EQ(r.expert(0, 1), 1);
+  // Weights come from the unbiased sigmoid scores (0.5 each), renormalised, times 2.
+  EXPECT_FLOAT_EQ(r.weight(0, 0), 1.0f);
+  EXPECT_FLOAT_EQ(r.weight(0, 1), 1.0f);
+  EXPECT_FLOAT_EQ(r.top1_score[0], 0.5f + 0.2f);
+}
+
+TEST(TopKRouter, GroupLimitKeepsTheBestGroupsBySumOfTwo) {
+  RouterConfig c;
+  c.num_experts = 8;
+  c.top_k = 2;
+  c.scoring = Scoring::kSigmoid;
+  c.renormalize = true;
+  c.num_groups = 4;  // groups {0,1} {2,3} {4,5} {6,7}
+  c.topk_groups = 2;
+  auto logit = [](double p) { return static_cast<float>(std::log(p / (1 - p))); };
+  // Group 0 has the best single expert (0.9) but a poor partner: 0.9 + 0.01 < 0.6 + 0.6 and < 0.55 + 0.55.
+  const std::vector<float> logits = {logit(0.9),  logit(0.01), logit(0.6), logit(0.6),
+                                     logit(0.55), logit(0.55), logit(0.1), logit(0.1)};
+  const TokenRoutes r = Route(c, logits, 8);
+  EXPECT_EQ(r.expert(0, 0), 2);
+  EXPECT_EQ(r.expert(0, 1), 3);
+  EXPECT_EQ(r.expert(0, 2), 4);
+  EXPECT_EQ(r.expert(0, 3), 5);
+  // Experts outside the kept groups are unavailable, even as reroute candidates.
+  for (int rank = 4; rank < 8; ++rank) EXPECT_EQ(r.expert(0, rank), -1) << rank;
+  // Without the group limit expert 0 wins.
+  c.num_groups = 1;
+  c.topk_groups = 1;
+  EXPECT_EQ(Route(c, logits).expert(0, 0), 0);
+}
+
+TEST(TopKRouter, RanksBeyondTopKAreRerouteCandidatesWithTheSameNormalisation) {
+  const TokenRoutes r = Route(Softmax(4, 2, true), {1, 2, 3, 0}, 3);
+  ASSERT_EQ(r.num_ranked, 3);
+  EXPECT_EQ(r.expert(0, 2), 0);
+  const double e3 = std::exp(3.0), e2 = std::exp(2.0), e1 = std::exp(1.0);
+  EXPECT_NEAR(r.weight(0, 2), e1 / (e3 + e2), 1e-6);
+}
+
+TEST(TopKRouter, PresetsRouteDeepSeekShapes) {
+  RouterConfig c = RouterConfig::preset("deepseek-v3");
+  std::vector<float> logits(2 * 256);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * static_cast<float>(i));
+  const TokenRoutes r = Route(c, logits);
+  for (int t = 0; t < 2; ++t) {
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_GE(r.expert(t, j), 0);
+      sum += r.weight(t, j);
+    }
+    EXPECT_NEAR(sum, 2.5f, 1e-5);  // renormalised, times the scaling factor
+  }
+}
+
+TEST(TopKRouter, RejectsBadArguments) {
+  EXPECT_THROW(TopKRouter(Softmax(4, 2, true), 1), std::invalid_argument);  // num_ranked < top_k
+  RouterConfig bad = Softmax(4, 5, true);
+  EXPECT_THROW(TopKRouter{bad}, std::invalid_argument);
+  TopKRouter router(Softmax(4, 2, true));
+  TokenRoutes routes;
+  EXPECT_THROW(router.route(nullptr, 3, routes), std::invalid_argument);
+  EXPECT_NO_THROW(router.route(nullptr, 0, routes));
+  EXPECT_EQ(routes.num_tokens, 0);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,10 @@
+// Counts heap allocations made through operator new, so tests can assert that a hot path allocates nothing.
+// Linking support/allocation_counter.cc replaces the global operator new/delete of the test program.
+#pragma once
+
+namespace moe::testing {
+
+// Number of operator new calls since the program started (all threads).
+long allocation_count();
+
+}  // namespace moe::testing
