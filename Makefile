@@ -1,0 +1,48 @@
+# The two commands: `make demo` and `make test`. Both install what is missing (apt, as root), configure and
+# build into build/ (executables in build/bin/). `make bench` runs the benchmarks.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
+SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
+                  -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
+
+.PHONY: all deps configure build demo test bench asan tsan format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) > /dev/null
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	bash scripts/demo.sh $(BUILD)
+
+# Every test: unit, invariance, mpi (under mpirun with 1, 2 and 4 ranks), python, and gpu (skips without a GPU).
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	bash scripts/bench.sh $(BUILD)
+
+# Unit and invariance tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan: deps
+	@cmake -S . -B build-asan $(SANITIZER_FLAGS) -DMOE_SANITIZE=address,undefined > /dev/null
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu"
+
+# Threaded code (thread pool, kernels, layer) under ThreadSanitizer.
+tsan: deps
+	@cmake -S . -B build-tsan $(SANITIZER_FLAGS) -DMOE_SANITIZE=thread > /dev/null
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L threaded
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan
