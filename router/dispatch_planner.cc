@@ -71,7 +71,22 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
   const int T = routes.num_tokens;
   order_.resize(T);
   const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
-  if (policy_.priority == Priority::kArrival && !by_request) {
+  // Engines form batches request by request, so rows are usually in (request_id, position) order already:
+  // a linear check then replaces the sort.
+  auto rows_in_request_order = [&] {
+    for (int t = 1; t < T; ++t) {
+      const TokenMeta& a = meta[t - 1];
+      const TokenMeta& b = meta[t];
+      if (a.request_id > b.request_id || (a.request_id == b.request_id && a.position >= b.position))
+        return false;
+    }
+    return true;
+  };
+  rows_distinct_ = false;
+  if (by_request && rows_in_request_order()) {
+    rows_distinct_ = true;  // strictly ascending (request_id, position)
+    for (int t = 0; t < T; ++t) order_[t] = t;
+  } else if (policy_.priority == Priority::kArrival && !by_request) {
     for (int t = 0; t < T; ++t) order_[t] = t;
   } else {
     keys_.resize(T);
@@ -235,7 +250,8 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
 
   // Claiming order and pools; every check before anything is written.
   order_tokens(routes, meta);
-  if (policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal) check_distinct(meta);
+  const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
+  if (by_request && !rows_distinct_) check_distinct(meta);
   split_groups(meta);
   const int num_groups = static_cast<int>(group_begin_.size()) - 1;
   if (policy_.scope == CapacityScope::kCausal) {

@@ -76,6 +76,7 @@ class DispatchPlanner {
   std::vector<int32_t> pool_count_;    // [num_experts] slots taken in the current pool
   std::vector<int64_t> overflow_;      // pairs waiting to reroute, in claiming order
   std::vector<int32_t> scratch_held_;  // [num_experts] causal counts of the request being planned
+  bool rows_distinct_ = false;         // order_tokens() found the rows in strict (request, position) order
 };
 
 }  // namespace moe
