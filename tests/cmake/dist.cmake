@@ -1,0 +1,54 @@
+# Communicator tests (moe/dist). Labels: unit (single process), mpi (under mpirun), gpu (NCCL).
+
+moe_add_test(NAME dist_single_process_test
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/dist_single_process_test.cc
+  LIBS moe_dist moe_dist_factory
+  LABELS unit
+  TIMEOUT 60)
+
+if(TARGET moe_dist_mpi)
+  set(moe_dist_mpirun ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
+
+  # Functional tests: one gtest binary with its own main (MPI_Init/Finalize), at 1, 2 and 4 ranks.
+  add_executable(dist_mpi_test ${PROJECT_SOURCE_DIR}/tests/dist_mpi_test.cc)
+  target_link_libraries(dist_mpi_test PRIVATE moe_dist_mpi GTest::gtest moe_flags)
+  set_target_properties(dist_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  foreach(np 1 2 4)
+    add_test(NAME dist_mpi_test_np${np} COMMAND ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_mpi_test>)
+    set_tests_properties(dist_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 120)
+  endforeach()
+
+  # Fault tests: the wrapper asserts a non-zero exit, a bounded time and the expected messages.
+  add_executable(dist_mpi_fault ${PROJECT_SOURCE_DIR}/tests/dist_mpi_fault.cc)
+  target_link_libraries(dist_mpi_fault PRIVATE moe_dist_mpi moe_flags)
+  set_target_properties(dist_mpi_fault PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  set(moe_dist_fault_check ${PROJECT_SOURCE_DIR}/tests/dist_mpi_fault_test.sh)
+  foreach(np 2 4)
+    math(EXPR victim "${np} - 1")
+    add_test(NAME dist_mpi_fault_abort_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 20
+        --expect "moe::dist abort \\(mpi, rank ${victim} of ${np}\\): rank ${victim} failed to load its experts \\(injected fault\\)"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_mpi_fault> abort)
+    add_test(NAME dist_mpi_fault_exit_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 30
+        --expect "rank ${victim} exits without MPI_Finalize \\(injected fault\\)"
+        --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_mpi_fault> exit)
+    # The stuck rank is alive, so only the communicator's 5 s timeout can end the job.
+    add_test(NAME dist_mpi_fault_stuck_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 20
+        --expect "rank ${victim} is stuck outside the collective \\(injected fault\\)"
+        --expect "moe::dist abort \\(mpi, rank [0-9]+ of ${np}\\): mpi all_to_all_v: rank [0-9]+ of ${np} waited 5000 ms; a peer is dead or stuck"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_mpi_fault> stuck)
+    set_tests_properties(dist_mpi_fault_abort_np${np} dist_mpi_fault_exit_np${np} dist_mpi_fault_stuck_np${np}
+      PROPERTIES LABELS mpi TIMEOUT 90)
+  endforeach()
+endif()
+
+if(TARGET moe_dist_nccl)
+  moe_add_test(NAME dist_nccl_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/dist_nccl_test.cc
+    LIBS moe_dist_nccl
+    LABELS gpu
+    TIMEOUT 120)
+endif()
