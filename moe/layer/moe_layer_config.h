@@ -1,0 +1,50 @@
+// Configuration of an MoE layer: router, dispatch policy, kernels and threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/linear.h"
+#include "moe/io/layer_weights.h"
+#include "router/dispatch_policy.h"
+#include "router/router_config.h"
+
+namespace moe {
+
+// Everything that decides what a layer computes, apart from the weights.
+//
+// Presets (MoELayerConfig::preset):
+//   "deterministic"  stable dispatch (request scope, request priority) + invariant kernels: a request's output
+//                    is bitwise independent of the rest of the batch and of the thread count.
+//   "greedy"         greedy dispatch (batch scope, arrival priority) + fast (Eigen) kernels: what production
+//                    engines do.
+// Any mix can be built by setting the fields.
+struct MoELayerConfig {
+  RouterConfig router;                                  // num_experts/top_k must match the weights
+  DispatchPolicy policy = DispatchPolicy::mode("stable");
+  kernels::KernelKind expert_kernel = kernels::KernelKind::kInvariant;  // routed and shared experts
+  kernels::KernelKind gate_kernel = kernels::KernelKind::kInvariant;    // router gate x @ W_gate^T
+  kernels::Activation activation = kernels::Activation::kSwiGLU;
+  int num_threads = 1;
+  int max_tokens = 256;  // the workspace is sized for batches up to this many rows at construction
+
+  // Throws std::invalid_argument naming the bad field (router and policy included).
+  void validate() const;
+
+  // The router of an architecture's checkpoints (mixtral, qwen2-moe, deepseek-v3, olmoe) with `preset_name`'s
+  // dispatch and kernels ("deterministic" or "greedy"). Throws std::invalid_argument for unknown names.
+  static MoELayerConfig preset(std::string_view preset_name, io::Architecture arch);
+  // The router preset an architecture uses (OLMoE: softmax top-8 of 64, no renormalisation).
+  static RouterConfig router_for(io::Architecture arch);
+  static const std::vector<std::string>& preset_names();
+
+  // A canonical one-line description of every field, the input of config_hash().
+  std::string describe() const;
+  // XXH3-64 of describe(): equal configs give equal hashes on every machine.
+  uint64_t config_hash() const;
+};
+
+}  // namespace moe
