@@ -138,6 +138,8 @@ TEST(MpiCommunicator, AllGatherSizesAndBroadcast) {
   }
 }
 
+// Rank 0 arrives 200 ms late; no rank may leave before it arrives. (The bound is loose because
+// ranks leave the first barrier at slightly different times on an oversubscribed machine.)
 TEST(MpiCommunicator, BarrierWaitsForTheSlowestRank) {
   MpiCommunicator comm(MPI_COMM_WORLD, test_options());
   comm.barrier();
@@ -145,7 +147,7 @@ TEST(MpiCommunicator, BarrierWaitsForTheSlowestRank) {
   if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   comm.barrier();
   const auto waited = std::chrono::steady_clock::now() - start;
-  EXPECT_GE(waited, std::chrono::milliseconds(190)) << "rank " << comm.rank() << " left the barrier early";
+  EXPECT_GE(waited, std::chrono::milliseconds(100)) << "rank " << comm.rank() << " left the barrier early";
 }
 
 TEST(MpiCommunicator, CheckConsistentPassesWithEqualHashes) {

@@ -62,14 +62,16 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   if (initialized) return;
   int provided = 0;
   const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-  if (rc != MPI_SUCCESS)
+  if (rc != MPI_SUCCESS) {
     throw std::runtime_error("MpiSession: MPI_Init_thread failed: " + mpi_error_string(rc));
-  owns_ = true;
+  }
   if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
     throw std::runtime_error("MpiSession: MPI provides thread level " + std::to_string(provided) +
                              ", MPI_THREAD_FUNNELED (" + std::to_string(MPI_THREAD_FUNNELED) +
                              ") is required");
   }
+  owns_ = true;
 }
 
 MpiSession::~MpiSession() {

@@ -15,7 +15,7 @@ if(TARGET moe_dist_mpi)
   set_target_properties(dist_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
   foreach(np 1 2 4)
     add_test(NAME dist_mpi_test_np${np} COMMAND ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_mpi_test>)
-    set_tests_properties(dist_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 120)
+    set_tests_properties(dist_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np})
   endforeach()
 
   # Fault tests: the wrapper asserts a non-zero exit, a bounded time and the expected messages.
@@ -41,7 +41,7 @@ if(TARGET moe_dist_mpi)
         --expect "moe::dist abort \\(mpi, rank [0-9]+ of ${np}\\): mpi all_to_all_v: rank [0-9]+ of ${np} waited 5000 ms; a peer is dead or stuck"
         -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_mpi_fault> stuck)
     set_tests_properties(dist_mpi_fault_abort_np${np} dist_mpi_fault_exit_np${np} dist_mpi_fault_stuck_np${np}
-      PROPERTIES LABELS mpi TIMEOUT 90)
+      PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np})
   endforeach()
 endif()
 
