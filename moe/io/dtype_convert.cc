@@ -1,0 +1,93 @@
+#include "moe/io/dtype_convert.h"
+
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+
+namespace moe::io::internal {
+
+float bf16_to_f32(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+uint16_t f32_to_bf16(float value) {
+  const uint32_t u = std::bit_cast<uint32_t>(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: quiet
+  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
+
+float f16_to_f32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  uint32_t out;
+  if (exponent == 0x1f) {
+    out = sign | 0x7f800000u | (mantissa << 13);  // Inf or NaN
+  } else if (exponent != 0) {
+    out = sign | ((exponent + 112u) << 23) | (mantissa << 13);  // normal: rebias 15 -> 127
+  } else if (mantissa == 0) {
+    out = sign;  // +-0
+  } else {
+    // Subnormal: value = mantissa * 2^-24; normalise.
+    uint32_t e = 113;  // exponent field of 2^-14
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    out = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(out);
+}
+
+namespace {
+
+float load_as_f32(const std::byte* p, kernels::DType from) {
+  switch (from) {
+    case kernels::DType::kF32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case kernels::DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return bf16_to_f32(b);
+    }
+    case kernels::DType::kF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return f16_to_f32(b);
+    }
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+void convert(const std::byte* src, kernels::DType from, std::byte* dst, kernels::DType to, size_t count) {
+  if (from == to) {
+    std::memcpy(dst, src, count * kernels::dtype_size(from));
+    return;
+  }
+  const size_t in = kernels::dtype_size(from);
+  switch (to) {
+    case kernels::DType::kF32:
+      for (size_t i = 0; i < count; ++i) {
+        const float v = load_as_f32(src + i * in, from);
+        std::memcpy(dst + i * 4, &v, 4);
+      }
+      return;
+    case kernels::DType::kBF16:
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t v = f32_to_bf16(load_as_f32(src + i * in, from));
+        std::memcpy(dst + i * 2, &v, 2);
+      }
+      return;
+    case kernels::DType::kF16:
+      break;
+  }
+  throw std::invalid_argument("moe::io: conversion to f16 storage is not supported (use f32 or bf16)");
+}
+
+}  // namespace moe::io::internal
