@@ -1,0 +1,123 @@
+#include "kernels/cpu/expert_ffn.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/bf16.h"
+
+namespace moe::kernels {
+namespace {
+
+std::string shape(const MatrixView& m) {
+  return "[" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + "]";
+}
+
+double weight_at(const MatrixView& m, int64_t r, int64_t c) {
+  if (m.dtype == DType::kF32) return static_cast<const float*>(m.data)[r * m.row_stride + c];
+  return bf16_to_f32(static_cast<const uint16_t*>(m.data)[r * m.row_stride + c]);
+}
+
+}  // namespace
+
+void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff) {
+  validate_weights(w.w1, "ffn: w1");
+  validate_weights(w.w2, "ffn: w2");
+  if (act == Activation::kSwiGLU) {
+    validate_weights(w.w3, "ffn: w3");
+    if (w.w3.rows != w.w1.rows || w.w3.cols != w.w1.cols) {
+      throw std::invalid_argument("ffn: w3 shape " + shape(w.w3) + " differs from w1 shape " + shape(w.w1) +
+                                  " (both must be [ff, d])");
+    }
+  }
+  if (w.w2.rows != w.w1.cols || w.w2.cols != w.w1.rows) {
+    throw std::invalid_argument("ffn: w2 shape " + shape(w.w2) + " does not match w1 shape " + shape(w.w1) +
+                                " (w1 is [ff, d], w2 must be [d, ff])");
+  }
+  *d = w.w1.cols;
+  *ff = w.w1.rows;
+}
+
+size_t ffn_scratch_floats(int64_t rows, int64_t ff) {
+  if (rows < 0 || ff < 0) {
+    throw std::invalid_argument("ffn_scratch_floats: negative size (rows " + std::to_string(rows) + ", ff " +
+                                std::to_string(ff) + ")");
+  }
+  return 2 * static_cast<size_t>(rows) * static_cast<size_t>(ff);
+}
+
+void ffn_forward(KernelKind kind, Activation act, const float* x, int64_t rows, int64_t x_stride,
+                 const FfnWeights& w, float* y, int64_t y_stride, float* scratch, ThreadPool& pool) {
+  int64_t d = 0, ff = 0;
+  validate_ffn_weights(act, w, &d, &ff);
+  if (rows < 0) throw std::invalid_argument("ffn_forward: rows (" + std::to_string(rows) + ") is negative");
+  if (x_stride < d) {
+    throw std::invalid_argument("ffn_forward: x_stride (" + std::to_string(x_stride) + ") is less than d (" +
+                                std::to_string(d) + ")");
+  }
+  if (y_stride < d) {
+    throw std::invalid_argument("ffn_forward: y_stride (" + std::to_string(y_stride) + ") is less than d (" +
+                                std::to_string(d) + ")");
+  }
+  if (x == nullptr && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_forward: x is null with rows " + std::to_string(rows));
+  }
+  if (y == nullptr && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_forward: y is null with rows " + std::to_string(rows));
+  }
+  if (scratch == nullptr && rows > 0 && ff > 0) {
+    throw std::invalid_argument("ffn_forward: scratch is null, need " +
+                                std::to_string(ffn_scratch_floats(rows, ff)) + " floats");
+  }
+  if (rows == 0) return;
+  float* h1 = scratch;
+  float* h3 = scratch + rows * ff;
+  linear(kind, x, rows, x_stride, w.w1, h1, ff, pool);
+  if (act == Activation::kSwiGLU) linear(kind, x, rows, x_stride, w.w3, h3, ff, pool);
+  // Elementwise activation: each thread takes a contiguous block of rows.
+  const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
+  pool.parallel_for(num_tasks, [&](int64_t task, int) {
+    int64_t r0 = 0, r1 = 0;
+    ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
+    const int64_t n = (r1 - r0) * ff;
+    if (act == Activation::kSwiGLU) {
+      swiglu(h1 + r0 * ff, h3 + r0 * ff, h1 + r0 * ff, n);
+    } else {
+      gelu(h1 + r0 * ff, h1 + r0 * ff, n);
+    }
+  });
+  linear(kind, h1, rows, ff, w.w2, y, y_stride, pool);
+}
+
+void ffn_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y) {
+  int64_t d = 0, ff = 0;
+  validate_ffn_weights(act, w, &d, &ff);
+  if (rows < 0)
+    throw std::invalid_argument("ffn_reference_f64: rows (" + std::to_string(rows) + ") is negative");
+  if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_reference_f64: x or y is null with rows " + std::to_string(rows));
+  }
+  std::vector<double> h(static_cast<size_t>(ff));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    for (int64_t j = 0; j < ff; ++j) {
+      double gate = 0.0, up = 0.0;
+      for (int64_t i = 0; i < d; ++i) gate += static_cast<double>(xr[i]) * weight_at(w.w1, j, i);
+      if (act == Activation::kSwiGLU) {
+        for (int64_t i = 0; i < d; ++i) up += static_cast<double>(xr[i]) * weight_at(w.w3, j, i);
+        h[static_cast<size_t>(j)] = silu_f64(gate) * up;
+      } else {
+        h[static_cast<size_t>(j)] = gelu_f64(gate);
+      }
+    }
+    for (int64_t o = 0; o < d; ++o) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < ff; ++j) sum += h[static_cast<size_t>(j)] * weight_at(w.w2, o, j);
+      y[r * d + o] = sum;
+    }
+  }
+}
+
+}  // namespace moe::kernels

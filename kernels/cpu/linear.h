@@ -1,0 +1,70 @@
+// Linear layer y = x @ W^T on the CPU, in two kinds, plus the float64 oracle.
+//
+//   y[r][o] = sum_i x[r][i] * w[o][i]      r < rows, o < w.rows (out), i < w.cols (in)
+//
+// W is a MatrixView in the nn.Linear layout [out, in], fp32 or bf16. bf16 weights are widened exactly
+// to fp32; products and sums are fp32 (the kernels never round x or W to a narrower type).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moe::kernels {
+
+enum class KernelKind : uint8_t {
+  // The library path (Eigen), multithreaded by splitting output columns. Its reduction order may change
+  // with the number of rows (Eigen picks GEMV for one row and a blocked GEMM otherwise), so a row's bits
+  // may depend on the rest of the batch.
+  kFast,
+  // The batch-invariant path. Each y[r][o] is computed with one fixed reduction order:
+  //   16 fp32 lane accumulators, acc[l] = fma(x[r][i], w[o][i], acc[l]) for i = 16c + l in ascending c;
+  //   the last partial chunk reads zeros beyond `in`; then the fixed pairwise tree
+  //   ((a0+a8)+(a4+a12)) + ((a2+a10)+(a6+a14)) + ... (halves: +8, then +4, +2, +1).
+  // Hence the bits of y[r][o] depend only on x's row r and on W: not on rows, on where the row sits in
+  // the buffer, on x_stride/y_stride, on alignment, or on the pool's thread count. Threads split output
+  // columns (never the reduction), and every register tile shape uses the same order.
+  kInvariant,
+};
+
+inline constexpr std::string_view to_string(KernelKind k) {
+  return k == KernelKind::kFast ? "fast" : "invariant";
+}
+
+// Computes y = x @ W^T.
+//   x: rows x w.cols fp32, row r at x + r * x_stride (x_stride >= w.cols); any alignment.
+//   w: [out, in] fp32 or bf16 (kF16 is rejected: convert it when loading).
+//   y: rows x w.rows fp32, row r at y + r * y_stride (y_stride >= w.rows); overwritten. y must not
+//      overlap x or w.
+//   rows may be 0 (nothing is written). in == 0 gives y = 0.
+// Threading: runs on `pool` (the calling thread participates); the call itself is not reentrant on the
+// same pool from two threads at once (the pool serialises such calls).
+// Memory: kInvariant allocates nothing. kFast with bf16 weights converts blocks of W into a
+// thread-local fp32 buffer that grows to the largest block seen and is then reused; Eigen's GEMM may
+// still allocate its own packing buffers for large shapes.
+// Errors: std::invalid_argument for null pointers with nonzero sizes, negative sizes, strides smaller
+// than the row length, or an unsupported dtype.
+void linear(KernelKind kind, const float* x, int64_t rows, int64_t x_stride, const MatrixView& w, float* y,
+            int64_t y_stride, ThreadPool& pool);
+
+// The oracle: plain loops in double (products and sums in double, i ascending). x is contiguous
+// [rows, w.cols], y is contiguous [rows, w.rows]. Same validation as linear().
+void linear_reference_f64(const float* x, int64_t rows, const MatrixView& w, double* y);
+
+// --- Implementation paths, exposed so that tests can compare them ------------------------------------
+
+// True when linear(kInvariant, ...) uses the AVX-512 kernel (the build targets AVX-512F/BW/VL).
+bool linear_invariant_uses_avx512();
+
+// The portable scalar form of the kInvariant contract, single-threaded. It emulates the same 16 lanes,
+// zero-filled tail and reduction tree with std::fma, so it returns the same bits as the AVX-512 kernel.
+// It is what linear(kInvariant, ...) runs on builds without AVX-512. Same arguments and errors as linear.
+void linear_invariant_portable(const float* x, int64_t rows, int64_t x_stride, const MatrixView& w, float* y,
+                               int64_t y_stride);
+
+// Throws std::invalid_argument naming `what` if `w` is not a valid fp32/bf16 matrix view.
+void validate_weights(const MatrixView& w, const char* what);
+
+}  // namespace moe::kernels

@@ -1,0 +1,14 @@
+# kernels/cpu tests. Accuracy tests (label unit) compare with float64 references; the determinism test
+# (label invariance) compares bits and lives in its own executable.
+moe_add_test(NAME kernels_cpu_bf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_thread_pool_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_thread_pool_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_activations_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_activations_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_linear_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_linear_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_expert_ffn_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_expert_ffn_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_invariance_test.cc
+             LIBS moe_kernels_cpu LABELS invariance)

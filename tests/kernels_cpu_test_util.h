@@ -1,0 +1,69 @@
+// Shared helpers for the kernels/cpu tests: random data, weight matrices in fp32 and bf16, and the
+// relative error measure used by the accuracy tests.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/dtype.h"
+
+namespace moe::kernels::test_util {
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v) e = dist(rng);
+  return v;
+}
+
+// A [rows, cols] weight matrix with a padded row stride, held as fp32 values and as their bf16
+// rounding. `f32_of_bf16` is the exact fp32 value of each bf16 weight.
+struct TestWeights {
+  int64_t rows = 0, cols = 0, stride = 0;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<float> f32_of_bf16;
+
+  TestWeights(int64_t r, int64_t c, int64_t pad, uint32_t seed) : rows(r), cols(c), stride(c + pad) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c > 0 ? c : 1));
+    f32 = random_floats(static_cast<size_t>(rows * stride), seed, -scale, scale);
+    bf16.resize(f32.size());
+    f32_of_bf16.resize(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) {
+      bf16[i] = f32_to_bf16(f32[i]);
+      f32_of_bf16[i] = bf16_to_f32(bf16[i]);
+    }
+  }
+  MatrixView view(DType t) const {
+    return MatrixView{
+        t == DType::kF32 ? static_cast<const void*>(f32.data()) : static_cast<const void*>(bf16.data()), t,
+        rows, cols, stride};
+  }
+  // fp32 view of the exact bf16 values.
+  MatrixView view_rounded() const { return MatrixView{f32_of_bf16.data(), DType::kF32, rows, cols, stride}; }
+};
+
+inline double weight_value(const MatrixView& w, int64_t r, int64_t c) {
+  if (w.dtype == DType::kF32) return static_cast<const float*>(w.data)[r * w.row_stride + c];
+  return bf16_to_f32(static_cast<const uint16_t*>(w.data)[r * w.row_stride + c]);
+}
+
+// Condition scale of y[r][o] = sum_i x[r][i] w[o][i]: sum_i |x[r][i] w[o][i]| (x contiguous [rows, in]).
+// The relative error |y - ref| / scale is what fp32 summation bounds (about in * 2^-24 at worst).
+inline std::vector<double> abs_dot_scale(const float* x, int64_t rows, const MatrixView& w) {
+  std::vector<double> s(static_cast<size_t>(rows * w.rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < w.rows; ++o) {
+      double a = 0.0;
+      for (int64_t i = 0; i < w.cols; ++i) a += std::fabs(x[r * w.cols + i] * weight_value(w, o, i));
+      s[static_cast<size_t>(r * w.rows + o)] = a;
+    }
+  }
+  return s;
+}
+
+}  // namespace moe::kernels::test_util
