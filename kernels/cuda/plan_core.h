@@ -1,0 +1,727 @@
+// Internal to kernels/cuda: the dispatch planner's algorithm, written once against Thrust and compiled for
+// two execution policies: thrust::cuda::par_nosync(arena).on(stream) in plan_dispatch.cu, and
+// thrust::omp::par in plan_omp.cc (so that the algorithm is tested on every machine).
+//
+// It reproduces router/dispatch_planner.cc exactly. How the sequential CPU rules become data-parallel:
+//
+//  1. Claiming order. The CPU sorts tokens by (major, minor, token). Here: start from the identity and apply
+//     stable sorts, least significant key first (position or score key or random key, then request_id),
+//     which gives the same order because the identity breaks every remaining tie by token.
+//  2. Pools (groups): contiguous runs of the order with one request_id (request/causal scope), else one.
+//  3. Kept pairs (pooled scopes). Within a pool the CPU visits pairs choice-major in claiming order and keeps
+//     a pair while its expert's count is below the capacity; the count only grows, so a pair is kept iff
+//     fewer than `capacity` earlier pairs of its pool wanted the same expert. Sorting the pairs by the claim
+//     key [group | expert | j | i] and ranking each inside its (group, expert) run decides every pair at
+//     once; the rank is also its slot within the pool.
+//  4. Reroute. Inherently sequential (each reroute sees the counts left by the previous one): one thread per
+//     pool walks that pool's overflowing pairs in claiming order (compacted by a scan), exactly as the CPU.
+//     Batch scope therefore reroutes on one thread.
+//  5. Causal scope. Decisions depend on the request's own running counts: one thread per request walks its
+//     tokens in position order (kept pairs, then that token's reroutes), reading and advancing its row of
+//     the routing-state table.
+//  6. Slots. Batch/none: the slot within the (only) pool is the slot. Request/causal: slots count across
+//     pools in pool order, so the placed pairs are sorted by [expert | group | slot within group] and each
+//     one's rank within its expert's run is its slot; the sorted pairs are slot_pairs.
+//  7. Totals and survivor renormalisation per token, in j order with the CPU's float operations.
+//
+// NOTES: every step is a Thrust call on `exec` (no host synchronisation, no allocation beyond the
+// execution policy's allocator), so on CUDA the whole plan can be captured in a graph. Errors are found on
+// the device and written to PlanOutputs::error; the causal state table is only written when there is none.
+#pragma once
+
+#include <thrust/for_each.h>
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/scan.h>
+#include <thrust/sort.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/plan_bits.h"
+#include "kernels/cuda/plan_types.h"
+
+namespace moe::cuda::detail {
+
+constexpr uint64_t kNoKey = ~uint64_t{0};
+constexpr uint8_t kStatusKept = 0;      // moe::PairStatus::kKept
+constexpr uint8_t kStatusRerouted = 1;  // moe::PairStatus::kRerouted
+constexpr uint8_t kStatusDropped = 2;   // moe::PairStatus::kDropped
+constexpr int64_t kUnlimited = INT64_MAX;
+
+// splitmix64's finaliser, as router/dispatch_planner.cc.
+MOE_HD inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+MOE_HD inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+// router/dispatch_planner.cc's descending_key, bit for bit.
+MOE_HD inline uint64_t descending_key(float f) {
+  if (f == 0.0f) f = 0.0f;
+  const uint32_t bits = float_bits(f);
+  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return ~ascending & 0xffffffffu;
+}
+
+// moe::rounded_capacity with the same double operations in the same order (IEEE on host and device).
+MOE_HD inline int64_t rounded_capacity_hd(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
+                                          bool ceil_rounding) {
+  const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
+  const double nearest = ::round(exact);
+  const double magnitude = ::fabs(exact) > 1.0 ? ::fabs(exact) : 1.0;
+  if (::fabs(exact - nearest) <= 1e-9 * magnitude) return static_cast<int64_t>(nearest);
+  return static_cast<int64_t>(ceil_rounding ? ::ceil(exact) : ::floor(exact));
+}
+
+MOE_HD inline int64_t max3(int64_t a, int64_t b, int64_t c) {
+  const int64_t m = a > b ? a : b;
+  return m > c ? m : c;
+}
+
+struct TokenStats {
+  int64_t kept, rerouted, dropped, fully_dropped;
+};
+struct StatsSum {
+  MOE_HD TokenStats operator()(const TokenStats& a, const TokenStats& b) const {
+    return TokenStats{a.kept + b.kept, a.rerouted + b.rerouted, a.dropped + b.dropped,
+                      a.fully_dropped + b.fully_dropped};
+  }
+};
+
+// Everything the steps read or write: shape, policy, inputs, outputs and workspace, as plain values.
+struct Ctx {
+  int T, E, k, R, P;
+  CapacityScope scope;
+  Priority priority;
+  bool reroute, renormalize, ceil_rounding;
+  int depth;
+  uint64_t seed;
+  double capacity_factor;
+  int64_t min_capacity, batch_capacity;
+  PlanKeyBits bits;
+
+  const int32_t* experts;
+  const float* weights;
+  const float* top1;
+  const TokenMeta* meta;
+  const int32_t* state_row;
+  int32_t* held;
+  uint32_t* next_position;
+
+  int32_t* pair_expert;
+  int32_t* pair_slot;
+  float* pair_weight;
+  uint8_t* pair_status;
+  int32_t* load;
+  int64_t* capacity;
+  int32_t* offsets;
+  int32_t* slot_pairs;
+  int64_t* counts;
+  PlanError* error;
+
+  uint64_t* token_key;
+  int32_t* order;
+  int32_t* inv_order;
+  int32_t* group_of;
+  int32_t* group_begin;
+  int64_t* group_cap;
+  int64_t* group_cap_sum;
+  TokenStats* stats;
+  uint64_t* pair_key;
+  int32_t* pair_val;
+  int32_t* pair_aux;
+  int32_t* overflow;
+  int32_t* group_counts;
+
+  MOE_HD bool grouped() const { return scope == CapacityScope::kRequest || scope == CapacityScope::kCausal; }
+  MOE_HD int num_groups() const { return group_of[T - 1] + 1; }
+  // Causal budget of a token at `position`.
+  MOE_HD int64_t budget(uint32_t position) const {
+    return max3(1, min_capacity,
+                rounded_capacity_hd(capacity_factor, int64_t{position} + 1, k, E, ceil_rounding));
+  }
+  // Capacity of pool g (pooled scopes).
+  MOE_HD int64_t pool_capacity(int g) const {
+    if (scope == CapacityScope::kBatch) return batch_capacity;
+    if (scope == CapacityScope::kNone) return kUnlimited;
+    return group_cap[g];
+  }
+  MOE_HD void place(int64_t pair, int32_t e, int32_t slot, float w, uint8_t status) const {
+    pair_expert[pair] = e;
+    pair_slot[pair] = slot;
+    pair_weight[pair] = w;
+    pair_status[pair] = status;
+  }
+  // The CPU's try_reroute: the token's ranks [k, k + depth) it does not already use, first with room.
+  // `count` is the pool's per-expert count; `base` (or null) what the pool held before this batch.
+  MOE_HD bool try_reroute(int64_t pair, int64_t cap, int32_t* count, const int32_t* base) const {
+    const int64_t t = pair / k;
+    const int32_t* used = pair_expert + t * k;
+    const int last_rank = R < k + depth ? R : k + depth;
+    for (int r = k; r < last_rank; ++r) {
+      const int32_t e = experts[t * R + r];
+      if (e < 0) return false;
+      bool in_use = false;
+      for (int j = 0; j < k; ++j) in_use = in_use || used[j] == e;
+      if (in_use) continue;
+      if (count[e] < cap) {
+        const int32_t slot = count[e] - (base ? base[e] : 0);
+        ++count[e];
+        place(pair, e, slot, weights[t * R + r], kStatusRerouted);
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+// ---- Initialisation -------------------------------------------------------------------------------------
+struct InitPairs {
+  Ctx c;
+  MOE_HD void operator()(int p) const {
+    c.place(p, -1, -1, 0.0f, kStatusDropped);
+    c.slot_pairs[p] = -1;
+  }
+};
+struct InitExperts {
+  Ctx c;
+  MOE_HD void operator()(int e) const {
+    if (e < c.E) c.load[e] = 0;
+    c.offsets[e] = 0;
+  }
+};
+struct InitScalars {
+  Ctx c;
+  MOE_HD void operator()(int) const {
+    *c.error = PlanError{};
+    for (int i = 0; i < 4; ++i) c.counts[i] = 0;
+  }
+};
+struct Iota {
+  int32_t* p;
+  MOE_HD void operator()(int i) const { p[i] = i; }
+};
+struct FillInt {
+  int32_t* p;
+  int32_t v;
+  MOE_HD void operator()(int i) const { p[i] = v; }
+};
+
+// ---- Claiming order ---------------------------------------------------------------------------------------
+enum class TokenKey { kPosition, kRequest, kScore, kRandom };
+struct MakeTokenKey {
+  Ctx c;
+  TokenKey kind;
+  MOE_HD void operator()(int i) const {
+    const int t = c.order[i];
+    uint64_t key = 0;
+    switch (kind) {
+      case TokenKey::kPosition:
+        key = c.meta[t].position;
+        break;
+      case TokenKey::kRequest:
+        key = c.meta[t].request_id;
+        break;
+      case TokenKey::kScore:
+        key = descending_key(c.top1[t]);
+        break;
+      case TokenKey::kRandom:
+        key = mix64(c.seed ^ mix64(static_cast<uint64_t>(t)));
+        break;
+    }
+    c.token_key[i] = key;
+  }
+};
+
+// Group heads into pair_aux (as 0/1) and the inverse order.
+struct GroupHeads {
+  Ctx c;
+  MOE_HD void operator()(int i) const {
+    c.inv_order[c.order[i]] = i;
+    const bool head = i == 0 || (c.grouped() && c.meta[c.order[i]].request_id != c.meta[c.order[i - 1]].request_id);
+    c.pair_aux[i] = head ? 1 : 0;
+  }
+};
+// group_of holds the inclusive scan of the heads; make it 0-based and record where groups begin.
+struct GroupBegins {
+  Ctx c;
+  MOE_HD void operator()(int i) const {
+    const int g = c.group_of[i] - 1;
+    c.group_of[i] = g;
+    if (c.pair_aux[i]) c.group_begin[g] = i;
+    if (i == c.T - 1) c.group_begin[g + 1] = c.T;
+  }
+};
+
+// ---- Validation -------------------------------------------------------------------------------------------
+// token_key[i] = (error kind << 32 | i), or kNoKey; the minimum is the error the CPU reports first (every
+// duplicate check runs before the causal position checks there).
+struct ValidateTokens {
+  Ctx c;
+  bool check_distinct;
+  MOE_HD void operator()(int i) const {
+    uint64_t v = kNoKey;
+    const int t = c.order[i];
+    if (check_distinct && i > 0) {
+      const TokenMeta& a = c.meta[c.order[i - 1]];
+      const TokenMeta& b = c.meta[t];
+      if (a.request_id == b.request_id && a.position == b.position) v = static_cast<uint64_t>(i);
+    }
+    if (v == kNoKey && c.scope == CapacityScope::kCausal) {
+      const int g = c.group_of[i];
+      const int b = c.group_begin[g];
+      const int row = c.state_row ? c.state_row[c.order[b]] : -1;
+      const uint32_t expected = (row >= 0 ? c.next_position[row] : 0u) + static_cast<uint32_t>(i - b);
+      if (c.meta[t].position != expected) {
+        v = (uint64_t{1} << 32) | static_cast<uint64_t>(i);
+      } else if (c.state_row && c.state_row[t] != row) {
+        v = (uint64_t{2} << 32) | static_cast<uint64_t>(i);
+      }
+    }
+    c.token_key[i] = v;
+  }
+};
+struct WriteError {
+  Ctx c;
+  MOE_HD void operator()(int) const {
+    const uint64_t v = c.token_key[c.T - 1];
+    if (v == kNoKey) return;
+    const int kind = static_cast<int>(v >> 32);
+    const int i = static_cast<int>(v & 0xffffffffu);
+    const int t = c.order[i];
+    PlanError err;
+    err.request_id = c.meta[t].request_id;
+    err.position = c.meta[t].position;
+    if (kind == 0) {
+      err.code = kPlanDuplicateToken;
+      err.row_a = c.order[i - 1];
+      err.row_b = t;
+    } else {
+      const int g = c.group_of[i];
+      const int b = c.group_begin[g];
+      const int row = c.state_row ? c.state_row[c.order[b]] : -1;
+      err.code = kind == 1 ? kPlanNonContiguousPosition : kPlanStateRowMismatch;
+      err.row_a = c.order[b];
+      err.row_b = t;
+      err.expected = (row >= 0 ? c.next_position[row] : 0u) + static_cast<uint32_t>(i - b);
+    }
+    *c.error = err;
+  }
+};
+
+// ---- Capacities -------------------------------------------------------------------------------------------
+struct GroupCapacity {  // request scope: each pool's budget from its own token count
+  Ctx c;
+  MOE_HD void operator()(int g) const {
+    if (g >= c.num_groups()) {
+      c.group_cap[g] = 0;
+      return;
+    }
+    const int64_t size = c.group_begin[g + 1] - c.group_begin[g];
+    c.group_cap[g] = max3(1, c.min_capacity, rounded_capacity_hd(c.capacity_factor, size, c.k, c.E, c.ceil_rounding));
+  }
+};
+struct ExpertCapacity {
+  Ctx c;
+  MOE_HD void operator()(int e) const {
+    switch (c.scope) {
+      case CapacityScope::kBatch:
+        c.capacity[e] = c.batch_capacity;
+        break;
+      case CapacityScope::kNone:
+        c.capacity[e] = -1;
+        break;
+      case CapacityScope::kRequest:
+        c.capacity[e] = c.T > 0 ? c.group_cap_sum[c.T - 1] : 0;
+        break;
+      case CapacityScope::kCausal: {
+        // Sum over requests of (budget at the last position - slots held before this batch), at least 0.
+        int64_t sum = 0;
+        if (c.T > 0) {
+          const int groups = c.num_groups();
+          for (int g = 0; g < groups; ++g) {
+            const int b = c.group_begin[g], bn = c.group_begin[g + 1];
+            const int row = c.state_row ? c.state_row[c.order[b]] : -1;
+            const int64_t held = row >= 0 ? c.held[static_cast<int64_t>(row) * c.E + e] : 0;
+            const int64_t room = c.budget(c.meta[c.order[bn - 1]].position) - held;
+            sum += room > 0 ? room : 0;
+          }
+        }
+        c.capacity[e] = sum;
+        break;
+      }
+    }
+  }
+};
+
+// ---- Pooled scopes: kept pairs by rank ---------------------------------------------------------------------
+struct ClaimKeys {
+  Ctx c;
+  MOE_HD void operator()(int p) const {
+    const int t = p / c.k, j = p % c.k;
+    const int32_t e = c.experts[static_cast<int64_t>(t) * c.R + j];
+    uint64_t key = kNoKey;
+    if (e >= 0) {
+      const int i = c.inv_order[t];
+      const uint64_t g = static_cast<uint64_t>(c.group_of[i]);
+      const PlanKeyBits& b = c.bits;
+      key = (g << (b.expert + b.choice + b.index)) | (static_cast<uint64_t>(e) << (b.choice + b.index)) |
+            (static_cast<uint64_t>(j) << b.index) | static_cast<uint64_t>(i);
+    }
+    c.pair_key[p] = key;
+    c.pair_val[p] = p;
+  }
+};
+// pair_aux[p] = p at the first element of each run of keys with equal key >> shift, else 0 (then max-scan).
+struct RunHeads {
+  const uint64_t* key;
+  int32_t* aux;
+  int shift;
+  MOE_HD void operator()(int p) const {
+    aux[p] = (p == 0 || (key[p] >> shift) != (key[p - 1] >> shift)) ? p : 0;
+  }
+};
+struct DecidePooled {
+  Ctx c;
+  bool keep_counts;
+  MOE_HD void operator()(int p) const {
+    const uint64_t key = c.pair_key[p];
+    if (key == kNoKey) return;
+    const PlanKeyBits& b = c.bits;
+    const int shift = b.choice + b.index;
+    const int pair = c.pair_val[p];
+    const int t = pair / c.k, j = pair % c.k;
+    const int32_t e = static_cast<int32_t>((key >> shift) & ((uint64_t{1} << b.expert) - 1));
+    const int g = static_cast<int>(key >> (b.expert + shift));
+    const int64_t rank = p - c.pair_aux[p];
+    const int64_t cap = c.pool_capacity(g);
+    if (rank < cap) {
+      c.place(pair, e, static_cast<int32_t>(rank), c.weights[static_cast<int64_t>(t) * c.R + j], kStatusKept);
+    } else if (c.reroute) {
+      // Position of this pair in its pool's claiming order (choice-major): the overflow queue's order.
+      const int i = static_cast<int>(key & ((uint64_t{1} << b.index) - 1));
+      const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
+      const int64_t claim = int64_t{c.k} * gb + int64_t{j} * (ge - gb) + (i - gb);
+      c.overflow[claim] = pair;
+    }
+    if (keep_counts && (p == c.P - 1 || (c.pair_key[p + 1] >> shift) != (key >> shift))) {
+      const int64_t demand = rank + 1;
+      c.group_counts[static_cast<int64_t>(g) * c.E + e] = static_cast<int32_t>(demand < cap ? demand : cap);
+    }
+  }
+};
+struct OverflowFlags {
+  Ctx c;
+  MOE_HD void operator()(int q) const { c.pair_aux[q] = (q < c.P && c.overflow[q] >= 0) ? 1 : 0; }
+};
+struct CompactOverflow {
+  Ctx c;
+  MOE_HD void operator()(int q) const {
+    if (c.overflow[q] >= 0) c.pair_val[c.pair_aux[q]] = c.overflow[q];
+  }
+};
+// One thread per pool: its overflowing pairs in claiming order, as the CPU's overflow_ loop.
+struct ReroutePooled {
+  Ctx c;
+  MOE_HD void operator()(int g) const {
+    if (g >= c.num_groups()) return;
+    const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
+    const int from = c.pair_aux[int64_t{c.k} * gb], to = c.pair_aux[int64_t{c.k} * ge];
+    const int64_t cap = c.pool_capacity(g);
+    int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
+    for (int q = from; q < to; ++q) c.try_reroute(c.pair_val[q], cap, count, nullptr);
+  }
+};
+
+// ---- Causal scope: one thread per request --------------------------------------------------------------------
+struct DecideCausal {
+  Ctx c;
+  MOE_HD void operator()(int g) const {
+    if (c.error->code != kPlanOk || g >= c.num_groups()) return;
+    const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
+    const int row = c.state_row ? c.state_row[c.order[gb]] : -1;
+    const int32_t* base = row >= 0 ? c.held + static_cast<int64_t>(row) * c.E : nullptr;
+    int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
+    for (int e = 0; e < c.E; ++e) count[e] = base ? base[e] : 0;
+    for (int i = gb; i < ge; ++i) {
+      const int t = c.order[i];
+      const int64_t cap = c.budget(c.meta[t].position);
+      for (int j = 0; j < c.k; ++j) {
+        const int32_t e = c.experts[static_cast<int64_t>(t) * c.R + j];
+        if (e < 0) continue;
+        if (count[e] < cap) {
+          const int32_t slot = count[e] - (base ? base[e] : 0);
+          ++count[e];
+          c.place(int64_t{t} * c.k + j, e, slot, c.weights[static_cast<int64_t>(t) * c.R + j], kStatusKept);
+        }
+      }
+      if (!c.reroute) continue;
+      // A pair with an available expert that is still dropped overflowed: reroute in j order.
+      for (int j = 0; j < c.k; ++j) {
+        const int64_t pair = int64_t{t} * c.k + j;
+        if (c.experts[static_cast<int64_t>(t) * c.R + j] >= 0 && c.pair_status[pair] == kStatusDropped) {
+          c.try_reroute(pair, cap, count, base);
+        }
+      }
+    }
+    if (row >= 0) {
+      int32_t* held = c.held + static_cast<int64_t>(row) * c.E;
+      for (int e = 0; e < c.E; ++e) held[e] = count[e];
+      c.next_position[row] = c.meta[c.order[ge - 1]].position + 1;
+    }
+  }
+};
+
+// ---- Slots ----------------------------------------------------------------------------------------------------
+struct LoadFromCounts {  // batch/none: the single pool's counts are the loads
+  Ctx c;
+  MOE_HD void operator()(int e) const { c.load[e] = c.group_counts[e]; }
+};
+struct ScatterSlots {
+  Ctx c;
+  MOE_HD void operator()(int p) const {
+    if (c.pair_status[p] == kStatusDropped) return;
+    c.slot_pairs[c.offsets[c.pair_expert[p]] + c.pair_slot[p]] = p;
+  }
+};
+struct SlotKeys {  // request/causal: [expert | group | slot within group]
+  Ctx c;
+  MOE_HD void operator()(int p) const {
+    uint64_t key = kNoKey;
+    if (c.pair_status[p] != kStatusDropped) {
+      const PlanKeyBits& b = c.bits;
+      const uint64_t g = static_cast<uint64_t>(c.group_of[c.inv_order[p / c.k]]);
+      key = (static_cast<uint64_t>(c.pair_expert[p]) << (b.group + b.local)) | (g << b.local) |
+            static_cast<uint64_t>(c.pair_slot[p]);
+    }
+    c.pair_key[p] = key;
+    c.pair_val[p] = p;
+  }
+};
+struct AssignSlots {
+  Ctx c;
+  MOE_HD void operator()(int p) const {
+    const uint64_t key = c.pair_key[p];
+    if (key == kNoKey) return;
+    const int shift = c.bits.group + c.bits.local;
+    const int pair = c.pair_val[p];
+    const int32_t slot = p - c.pair_aux[p];
+    c.pair_slot[pair] = slot;
+    c.slot_pairs[p] = pair;
+    if (p == c.P - 1 || (c.pair_key[p + 1] >> shift) != (key >> shift)) {
+      c.load[static_cast<int>(key >> shift)] = slot + 1;
+    }
+  }
+};
+
+// ---- Totals ----------------------------------------------------------------------------------------------------
+struct FinishTokens {
+  Ctx c;
+  MOE_HD void operator()(int t) const {
+    TokenStats s{0, 0, 0, 0};
+    float survivors = 0.0f;
+    for (int j = 0; j < c.k; ++j) {
+      const int64_t pair = int64_t{t} * c.k + j;
+      const uint8_t status = c.pair_status[pair];
+      if (status == kStatusDropped) {
+        ++s.dropped;
+        continue;
+      }
+      if (status == kStatusKept) {
+        ++s.kept;
+      } else {
+        ++s.rerouted;
+      }
+      survivors += c.pair_weight[pair];
+    }
+    if (s.dropped == c.k) s.fully_dropped = 1;
+    if (c.renormalize && s.dropped > 0 && s.dropped < c.k && survivors > 0.0f) {
+      float chosen = 0.0f;
+      for (int j = 0; j < c.k; ++j) chosen += c.weights[static_cast<int64_t>(t) * c.R + j];
+      const float scale = chosen / survivors;
+      for (int j = 0; j < c.k; ++j) c.pair_weight[int64_t{t} * c.k + j] *= scale;
+    }
+    c.stats[t] = s;
+  }
+};
+struct WriteCounts {
+  Ctx c;
+  MOE_HD void operator()(int) const {
+    const TokenStats s = c.stats[c.T - 1];
+    c.counts[0] = s.kept;
+    c.counts[1] = s.rerouted;
+    c.counts[2] = s.dropped;
+    c.counts[3] = s.fully_dropped;
+  }
+};
+
+template <class Exec, class F>
+void for_n(const Exec& exec, int64_t n, F f) {
+  if (n > 0) thrust::for_each_n(exec, thrust::counting_iterator<int>(0), n, f);
+}
+
+template <class T>
+T* at(void* base, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+// Plans one batch. `shape` is validated by the caller; `workspace` holds PlanWorkspaceLayout(shape).bytes.
+template <class Exec>
+void run_plan(const Exec& exec, const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out,
+              void* workspace) {
+  const DispatchPolicy& policy = shape.policy;
+  const PlanWorkspaceLayout layout(shape);
+  Ctx c{};
+  c.T = in.num_tokens;
+  c.E = shape.num_experts;
+  c.k = shape.top_k;
+  c.R = shape.num_ranked;
+  c.P = c.T * c.k;
+  c.scope = policy.scope;
+  c.priority = policy.priority;
+  c.reroute = policy.overflow == Overflow::kReroute;
+  c.renormalize = policy.renormalize_survivors;
+  c.ceil_rounding = policy.rounding == CapacityRounding::kCeil;
+  c.depth = policy.reroute_depth;
+  c.seed = policy.seed;
+  c.capacity_factor = policy.capacity_factor;
+  c.min_capacity = policy.min_capacity;
+  c.batch_capacity = plan_batch_capacity(shape, c.T);
+  c.bits = PlanKeyBits(c.T, c.E, c.k, c.scope);
+  c.experts = in.route_experts;
+  c.weights = in.route_weights;
+  c.top1 = in.top1_score;
+  c.meta = in.meta;
+  c.state_row = in.token_state_row;
+  c.held = in.state_slots_held;
+  c.next_position = in.state_next_position;
+  c.pair_expert = out.pair_expert;
+  c.pair_slot = out.pair_slot;
+  c.pair_weight = out.pair_weight;
+  c.pair_status = out.pair_status;
+  c.load = out.expert_load;
+  c.capacity = out.expert_capacity;
+  c.offsets = out.expert_offsets;
+  c.slot_pairs = out.slot_pairs;
+  c.counts = out.counts;
+  c.error = out.error;
+  c.token_key = at<uint64_t>(workspace, layout.token_key);
+  c.order = at<int32_t>(workspace, layout.order);
+  c.inv_order = at<int32_t>(workspace, layout.inv_order);
+  c.group_of = at<int32_t>(workspace, layout.group_of);
+  c.group_begin = at<int32_t>(workspace, layout.group_begin);
+  c.group_cap = at<int64_t>(workspace, layout.group_cap);
+  c.group_cap_sum = at<int64_t>(workspace, layout.group_cap_sum);
+  c.stats = at<TokenStats>(workspace, layout.token_stats);
+  c.pair_key = at<uint64_t>(workspace, layout.pair_key);
+  c.pair_val = at<int32_t>(workspace, layout.pair_val);
+  c.pair_aux = at<int32_t>(workspace, layout.pair_aux);
+  c.overflow = at<int32_t>(workspace, layout.overflow);
+  c.group_counts = at<int32_t>(workspace, layout.group_counts);
+
+  const int T = c.T, P = c.P, E = c.E;
+  for_n(exec, 1, InitScalars{c});
+  for_n(exec, P, InitPairs{c});
+  for_n(exec, E + 1, InitExperts{c});
+  if (T == 0) {
+    for_n(exec, E, ExpertCapacity{c});
+    return;
+  }
+
+  // 1. Claiming order: stable sorts, least significant key first.
+  const bool by_request = c.priority == Priority::kRequest || c.scope == CapacityScope::kCausal;
+  for_n(exec, T, Iota{c.order});
+  auto sort_tokens = [&](TokenKey kind) {
+    for_n(exec, T, MakeTokenKey{c, kind});
+    thrust::stable_sort_by_key(exec, c.token_key, c.token_key + T, c.order);
+  };
+  if (by_request) {
+    sort_tokens(TokenKey::kPosition);
+    sort_tokens(TokenKey::kRequest);
+  } else if (c.priority == Priority::kScore) {
+    sort_tokens(TokenKey::kScore);
+  } else if (c.priority == Priority::kRandom) {
+    sort_tokens(TokenKey::kRandom);
+  }
+  if (c.scope == CapacityScope::kRequest && !by_request) sort_tokens(TokenKey::kRequest);
+
+  // 2. Pools.
+  for_n(exec, T, GroupHeads{c});
+  thrust::inclusive_scan(exec, c.pair_aux, c.pair_aux + T, c.group_of);
+  for_n(exec, T, GroupBegins{c});
+
+  // Checks (before anything is written to the causal state).
+  const bool check_distinct = by_request;
+  if (check_distinct || c.scope == CapacityScope::kCausal) {
+    for_n(exec, T, ValidateTokens{c, check_distinct});
+    thrust::inclusive_scan(exec, c.token_key, c.token_key + T, c.token_key, thrust::minimum<uint64_t>());
+    for_n(exec, 1, WriteError{c});
+  }
+
+  // Capacities.
+  if (c.scope == CapacityScope::kRequest) {
+    for_n(exec, T, GroupCapacity{c});
+    thrust::inclusive_scan(exec, c.group_cap, c.group_cap + T, c.group_cap_sum);
+  }
+  for_n(exec, E, ExpertCapacity{c});
+
+  if (c.scope == CapacityScope::kCausal) {
+    // 5. Causal decisions, one thread per request.
+    for_n(exec, T, DecideCausal{c});
+  } else {
+    // 3. Kept pairs by rank within (pool, expert) runs.
+    const bool single_pool = c.scope != CapacityScope::kRequest;
+    const bool keep_counts = single_pool || c.reroute;
+    const int count_rows = single_pool ? 1 : T;
+    if (keep_counts) for_n(exec, int64_t{count_rows} * E, FillInt{c.group_counts, 0});
+    if (c.reroute) for_n(exec, P, FillInt{c.overflow, -1});
+    for_n(exec, P, ClaimKeys{c});
+    thrust::stable_sort_by_key(exec, c.pair_key, c.pair_key + P, c.pair_val);
+    for_n(exec, P, RunHeads{c.pair_key, c.pair_aux, c.bits.choice + c.bits.index});
+    thrust::inclusive_scan(exec, c.pair_aux, c.pair_aux + P, c.pair_aux, thrust::maximum<int32_t>());
+    for_n(exec, P, DecidePooled{c, keep_counts});
+    // 4. Reroute: compact the overflow queue in claiming order, then one thread per pool.
+    if (c.reroute) {
+      for_n(exec, P + 1, OverflowFlags{c});
+      thrust::exclusive_scan(exec, c.pair_aux, c.pair_aux + P + 1, c.pair_aux);
+      for_n(exec, P, CompactOverflow{c});
+      for_n(exec, count_rows, ReroutePooled{c});
+    }
+    if (single_pool) {
+      // 6. Slots are the pool's slots.
+      for_n(exec, E, LoadFromCounts{c});
+      thrust::inclusive_scan(exec, c.load, c.load + E, c.offsets + 1);
+      for_n(exec, P, ScatterSlots{c});
+    }
+  }
+  if (c.scope == CapacityScope::kRequest || c.scope == CapacityScope::kCausal) {
+    // 6. Slots across pools: sort placed pairs by [expert | group | slot in group].
+    for_n(exec, P, SlotKeys{c});
+    thrust::stable_sort_by_key(exec, c.pair_key, c.pair_key + P, c.pair_val);
+    const int shift = c.bits.group + c.bits.local;
+    for_n(exec, P, RunHeads{c.pair_key, c.pair_aux, shift});
+    thrust::inclusive_scan(exec, c.pair_aux, c.pair_aux + P, c.pair_aux, thrust::maximum<int32_t>());
+    for_n(exec, P, AssignSlots{c});
+    thrust::inclusive_scan(exec, c.load, c.load + E, c.offsets + 1);
+  }
+
+  // 7. Totals and renormalisation.
+  for_n(exec, T, FinishTokens{c});
+  thrust::inclusive_scan(exec, c.stats, c.stats + T, c.stats, StatsSum{});
+  for_n(exec, 1, WriteCounts{c});
+}
+
+}  // namespace moe::cuda::detail

@@ -1,0 +1,152 @@
+#include "kernels/cuda/plan_host.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/plan_omp.h"
+
+namespace moe::cuda {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw std::invalid_argument("gpu planner: " + msg);
+}
+
+}  // namespace
+
+ArrayPlanRunner omp_plan_runner() {
+  return [](const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out) {
+    std::vector<std::byte> workspace(plan_workspace_bytes_omp(shape));
+    plan_dispatch_omp(shape, in, out, workspace.data(), workspace.size());
+  };
+}
+
+ArrayPlanner::ArrayPlanner(int num_experts, int top_k, DispatchPolicy policy, ArrayPlanRunner runner)
+    : num_experts_(num_experts), top_k_(top_k), policy_(policy), runner_(std::move(runner)) {
+  PlanShape shape{0, num_experts, top_k, 0, policy};
+  shape.num_ranked = shape.num_ranked_needed();
+  shape.validate();
+}
+
+int ArrayPlanner::num_ranked_needed() const {
+  PlanShape shape{0, num_experts_, top_k_, 0, policy_};
+  return shape.num_ranked_needed();
+}
+
+void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, CausalRoutingState* state,
+                        DispatchPlan& out) const {
+  if (routes.num_experts != num_experts_ || routes.top_k != top_k_) {
+    fail("routes are for " + std::to_string(routes.num_experts) + " experts, top_k " +
+         std::to_string(routes.top_k) + " but the planner for " + std::to_string(num_experts_) + " experts, top_k " +
+         std::to_string(top_k_));
+  }
+  const int T = routes.num_tokens;
+  if (static_cast<int64_t>(meta.size()) != T) {
+    fail("token metadata has " + std::to_string(meta.size()) + " rows but the routes have " + std::to_string(T));
+  }
+  if (state != nullptr && state->num_experts() != num_experts_) {
+    fail("causal routing state is for " + std::to_string(state->num_experts()) + " experts, not " +
+         std::to_string(num_experts_));
+  }
+  PlanShape shape{T, num_experts_, top_k_, routes.num_ranked, policy_};
+  shape.validate();  // also checks num_ranked against the policy
+  const int E = num_experts_;
+  const size_t P = static_cast<size_t>(T) * top_k_;
+
+  // Routing-state table: one row per request of this batch that `state` tracks (or will track).
+  const bool causal = policy_.scope == CapacityScope::kCausal;
+  std::vector<uint64_t> row_ids;
+  std::vector<int32_t> token_row;
+  std::vector<int32_t> held;
+  std::vector<uint32_t> next;
+  if (causal && state != nullptr) {
+    std::unordered_map<uint64_t, int32_t> rows;
+    token_row.resize(T);
+    for (int t = 0; t < T; ++t) {
+      auto [it, inserted] = rows.try_emplace(meta[t].request_id, static_cast<int32_t>(row_ids.size()));
+      if (inserted) row_ids.push_back(meta[t].request_id);
+      token_row[t] = it->second;
+    }
+    held.assign(row_ids.size() * E, 0);
+    next.assign(row_ids.size(), 0);
+    for (size_t r = 0; r < row_ids.size(); ++r) {
+      if (const CausalRoutingState::Request* known = state->find(row_ids[r])) {
+        std::copy(known->slots_held.begin(), known->slots_held.end(), held.begin() + r * E);
+        next[r] = known->next_position;
+      }
+    }
+  }
+
+  PlanInputs in;
+  in.num_tokens = T;
+  in.route_experts = routes.experts.data();
+  in.route_weights = routes.weights.data();
+  in.top1_score = routes.top1_score.data();
+  in.meta = meta.data();
+  in.token_state_row = token_row.empty() ? nullptr : token_row.data();
+  in.num_state_rows = static_cast<int>(row_ids.size());
+  in.state_slots_held = held.empty() ? nullptr : held.data();
+  in.state_next_position = next.empty() ? nullptr : next.data();
+
+  out.num_tokens = T;
+  out.top_k = top_k_;
+  out.num_experts = E;
+  out.batch_capacity = plan_batch_capacity(shape, T);
+  out.pair_expert.resize(P);
+  out.pair_slot.resize(P);
+  out.pair_weight.resize(P);
+  out.pair_status.resize(P);
+  out.expert_load.resize(E);
+  out.expert_capacity.resize(E);
+  out.expert_offsets.resize(E + 1);
+  out.slot_pairs.resize(P);
+  int64_t counts[4] = {0, 0, 0, 0};
+  PlanError error;
+  PlanOutputs o;
+  o.pair_expert = out.pair_expert.data();
+  o.pair_slot = out.pair_slot.data();
+  o.pair_weight = out.pair_weight.data();
+  o.pair_status = reinterpret_cast<uint8_t*>(out.pair_status.data());
+  o.expert_load = out.expert_load.data();
+  o.expert_capacity = out.expert_capacity.data();
+  o.expert_offsets = out.expert_offsets.data();
+  o.slot_pairs = out.slot_pairs.data();
+  o.counts = counts;
+  o.error = &error;
+  runner_(shape, in, o);
+
+  switch (error.code) {
+    case kPlanOk:
+      break;
+    case kPlanDuplicateToken:
+      fail("rows " + std::to_string(error.row_a) + " and " + std::to_string(error.row_b) + " both claim request " +
+           std::to_string(error.request_id) + " position " + std::to_string(error.position));
+    case kPlanNonContiguousPosition:
+      fail("request " + std::to_string(error.request_id) + ": causal scope needs contiguous positions, but row " +
+           std::to_string(error.row_b) + " has position " + std::to_string(error.position) + " where " +
+           std::to_string(error.expected) + " was expected");
+    case kPlanStateRowMismatch:
+      fail("request " + std::to_string(error.request_id) + ": rows " + std::to_string(error.row_a) + " and " +
+           std::to_string(error.row_b) + " name different routing-state rows");
+    default:
+      fail("unknown error code " + std::to_string(error.code));
+  }
+
+  out.slot_pairs.resize(out.expert_offsets[E]);
+  out.num_kept = counts[0];
+  out.num_rerouted = counts[1];
+  out.num_dropped = counts[2];
+  out.num_tokens_fully_dropped = counts[3];
+  if (causal && state != nullptr) {
+    for (size_t r = 0; r < row_ids.size(); ++r) {
+      CausalRoutingState::Request& request = state->get_or_create(row_ids[r]);
+      std::copy(held.begin() + r * E, held.begin() + (r + 1) * E, request.slots_held.begin());
+      request.next_position = next[r];
+    }
+  }
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,32 @@
+// Compiled with THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP (see kernels/cuda/CMakeLists.txt).
+#include "kernels/cuda/plan_omp.h"
+
+#include <thrust/system/omp/execution_policy.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/plan_core.h"
+
+namespace moe::cuda {
+
+size_t plan_workspace_bytes_omp(const PlanShape& shape) {
+  shape.validate();
+  return PlanWorkspaceLayout(shape).bytes;
+}
+
+void plan_dispatch_omp(const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out, void* workspace,
+                       size_t workspace_bytes) {
+  shape.validate();
+  if (in.num_tokens < 0 || in.num_tokens > shape.max_tokens) {
+    throw std::invalid_argument("gpu planner: num_tokens (" + std::to_string(in.num_tokens) +
+                                ") must be in [0, max_tokens=" + std::to_string(shape.max_tokens) + "]");
+  }
+  if (workspace_bytes < PlanWorkspaceLayout(shape).bytes) {
+    throw std::invalid_argument("gpu planner: workspace of " + std::to_string(workspace_bytes) +
+                                " bytes is below plan_workspace_bytes_omp()");
+  }
+  detail::run_plan(thrust::omp::par, shape, in, out, workspace);
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,87 @@
+#include "kernels/cuda/plan_types.h"
+
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/plan_bits.h"
+
+namespace moe::cuda {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw std::invalid_argument("gpu planner: " + msg);
+}
+
+size_t align_up(size_t n) {
+  return (n + 255) & ~size_t{255};
+}
+
+}  // namespace
+
+int PlanShape::num_ranked_needed() const {
+  if (policy.overflow != Overflow::kReroute) return top_k;
+  return std::min(num_experts, top_k + policy.reroute_depth);
+}
+
+void PlanShape::validate() const {
+  if (num_experts < 1) fail("num_experts must be >= 1 (got " + std::to_string(num_experts) + ")");
+  if (top_k < 1 || top_k > num_experts) {
+    fail("top_k (" + std::to_string(top_k) + ") must be in [1, num_experts=" + std::to_string(num_experts) + "]");
+  }
+  if (max_tokens < 0) fail("max_tokens must be >= 0 (got " + std::to_string(max_tokens) + ")");
+  policy.validate();
+  if (num_ranked < num_ranked_needed()) {
+    fail("num_ranked (" + std::to_string(num_ranked) + ") is below what the policy reads (" +
+         std::to_string(num_ranked_needed()) + " = top_k + reroute_depth)");
+  }
+  const int64_t pairs = int64_t{max_tokens} * top_k;
+  if (pairs > (int64_t{1} << 30)) fail("max_tokens * top_k must be <= 2^30 (got " + std::to_string(pairs) + ")");
+  const PlanKeyBits bits(max_tokens, num_experts, top_k, policy.scope);
+  if (bits.claim_total() > 63 || bits.slot_total() > 63) {
+    fail("shape too large for 63-bit sort keys (max_tokens " + std::to_string(max_tokens) + ", num_experts " +
+         std::to_string(num_experts) + ", top_k " + std::to_string(top_k) + ")");
+  }
+}
+
+int64_t plan_batch_capacity(const PlanShape& shape, int num_tokens) {
+  if (shape.policy.scope != CapacityScope::kBatch) return -1;
+  return std::max<int64_t>(shape.policy.min_capacity,
+                           rounded_capacity(shape.policy.capacity_factor, num_tokens, shape.top_k,
+                                            shape.num_experts, shape.policy.rounding));
+}
+
+PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
+  const size_t T = static_cast<size_t>(std::max(shape.max_tokens, 1));
+  const size_t P = T * static_cast<size_t>(shape.top_k);
+  const size_t E = static_cast<size_t>(shape.num_experts);
+  size_t count_rows = 1;
+  const CapacityScope scope = shape.policy.scope;
+  if (scope == CapacityScope::kCausal ||
+      (scope == CapacityScope::kRequest && shape.policy.overflow == Overflow::kReroute)) {
+    count_rows = T;
+  }
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at += align_up(bytes);
+    return here;
+  };
+  token_key = take(T * 8);
+  order = take(T * 4);
+  inv_order = take(T * 4);
+  group_of = take(T * 4);
+  group_begin = take((T + 1) * 4);
+  group_cap = take(T * 8);
+  group_cap_sum = take(T * 8);
+  token_stats = take(T * 32);
+  pair_key = take(P * 8);
+  pair_val = take(P * 4);
+  pair_aux = take((P + 1) * 4);
+  overflow = take(P * 4);
+  group_counts = take(count_rows * E * 4);
+  bytes = at;
+}
+
+}  // namespace moe::cuda

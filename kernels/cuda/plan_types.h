@@ -1,0 +1,105 @@
+// Array interface of the data-parallel dispatch planner (GPU, and CPU through Thrust's OpenMP backend).
+//
+// The planner reproduces router/dispatch_planner.cc exactly: same kept/rerouted/dropped decisions, same
+// weights (bitwise), same slot numbers, same capacities and counts. This header holds the plain-pointer
+// structs both backends share; no CUDA or Thrust types appear here, so host code can include it freely.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "router/dispatch_policy.h"
+#include "router/token_meta.h"
+
+namespace moe::cuda {
+
+// What a planner instance is sized for. Validates at construction of the workspace (validate()).
+struct PlanShape {
+  int max_tokens = 0;   // largest batch the workspace must hold
+  int num_experts = 0;  // E
+  int top_k = 0;        // k
+  int num_ranked = 0;   // ranks per token in the routes (>= top_k; top_k + reroute_depth when rerouting)
+  DispatchPolicy policy;
+
+  // Throws std::invalid_argument naming the bad field, e.g. "top_k (9) exceeds num_experts (8)", or
+  // when the shape does not fit the planner's 63-bit sort keys (max_tokens around 2^20 with E = 4096).
+  void validate() const;
+  // Ranks per token the policy reads: top_k, plus reroute_depth when rerouting (capped at num_experts).
+  int num_ranked_needed() const;
+};
+
+// Inputs, all in the backend's memory (device memory for CUDA, host memory for OpenMP).
+struct PlanInputs {
+  int num_tokens = 0;                    // T <= shape.max_tokens
+  const int32_t* route_experts = nullptr;  // [T * num_ranked], -1 = unavailable rank (TokenRoutes::experts)
+  const float* route_weights = nullptr;    // [T * num_ranked]
+  const float* top1_score = nullptr;       // [T]; read only under Priority::kScore
+  const TokenMeta* meta = nullptr;         // [T]
+  // Causal scope only. token_state_row[t] is the row of the caller's routing-state table that holds the
+  // request of token t, or -1 for a request that starts fresh at position 0 (and whose counts are not kept).
+  // Every token of one request must name the same row and distinct requests distinct rows (the caller's
+  // request -> row map, like a KV-cache slot table). nullptr = every request fresh.
+  // The table rows are read and, when the plan succeeds, advanced in place:
+  //   state_slots_held[row * E + e]  slots the request's earlier tokens hold at expert e
+  //   state_next_position[row]       the position the request's next token must have
+  const int32_t* token_state_row = nullptr;
+  int num_state_rows = 0;
+  int32_t* state_slots_held = nullptr;
+  uint32_t* state_next_position = nullptr;
+};
+
+// Why a plan failed; written to PlanOutputs::error (code 0 = success). Detected on the device: the host
+// learns of it only when it reads the struct back (the one documented synchronisation point).
+enum PlanErrorCode : int32_t {
+  kPlanOk = 0,
+  kPlanDuplicateToken = 1,         // two rows with the same (request_id, position) where the policy ranks by it
+  kPlanNonContiguousPosition = 2,  // causal: positions not contiguous from the request's next position
+  kPlanStateRowMismatch = 3,       // causal: tokens of one request name different state rows
+};
+struct PlanError {
+  int32_t code = kPlanOk;
+  int32_t row_a = -1;     // duplicate: the earlier row; otherwise the offending row
+  int32_t row_b = -1;     // duplicate: the later row
+  uint32_t position = 0;  // the offending row's position
+  uint32_t expected = 0;  // causal: the position that was expected
+  uint64_t request_id = 0;
+};
+
+// Outputs, in the backend's memory. Pair p = t * top_k + j. Field meanings are those of moe::DispatchPlan.
+struct PlanOutputs {
+  int32_t* pair_expert = nullptr;      // [T * k]
+  int32_t* pair_slot = nullptr;        // [T * k]
+  float* pair_weight = nullptr;        // [T * k]
+  uint8_t* pair_status = nullptr;      // [T * k], moe::PairStatus values
+  int32_t* expert_load = nullptr;      // [E]
+  int64_t* expert_capacity = nullptr;  // [E]
+  int32_t* expert_offsets = nullptr;   // [E + 1]
+  int32_t* slot_pairs = nullptr;       // [T * k]; the first expert_offsets[E] entries are the slots
+  int64_t* counts = nullptr;           // [4]: kept, rerouted, dropped, tokens fully dropped
+  PlanError* error = nullptr;          // [1]
+};
+
+// Batch scope's C for a batch of num_tokens (host arithmetic, identical to the CPU planner); -1 otherwise.
+int64_t plan_batch_capacity(const PlanShape& shape, int num_tokens);
+
+// Byte offsets of the planner's scratch arrays inside one workspace (shared by both backends).
+struct PlanWorkspaceLayout {
+  size_t token_key = 0;     // uint64 [max_tokens]
+  size_t order = 0;         // int32  [max_tokens]
+  size_t inv_order = 0;     // int32  [max_tokens]
+  size_t group_of = 0;      // int32  [max_tokens]
+  size_t group_begin = 0;   // int32  [max_tokens + 1]
+  size_t group_cap = 0;     // int64  [max_tokens]
+  size_t group_cap_sum = 0; // int64  [max_tokens]
+  size_t token_stats = 0;   // 4 x int64 [max_tokens]
+  size_t pair_key = 0;      // uint64 [max_pairs]
+  size_t pair_val = 0;      // int32  [max_pairs]
+  size_t pair_aux = 0;      // int32  [max_pairs + 1]
+  size_t overflow = 0;      // int32  [max_pairs]
+  size_t group_counts = 0;  // int32  [count_rows * E]
+  size_t bytes = 0;         // total
+
+  explicit PlanWorkspaceLayout(const PlanShape& shape);
+};
+
+}  // namespace moe::cuda

@@ -1,0 +1,321 @@
+// The GPU planner's algorithm (kernels/cuda/plan_core.h), run on Thrust's OpenMP backend, against the CPU
+// DispatchPlanner: every field of the plan must be equal (weights bitwise) for random batches over every
+// scope x priority x overflow, skewed routing that forces overflow, shuffled rows and unavailable ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/plan_host.h"
+#include "kernels/cuda/plan_omp.h"
+#include "router/dispatch_planner.h"
+
+namespace moe::cuda {
+namespace {
+
+struct Batch {
+  TokenRoutes routes;
+  std::vector<TokenMeta> meta;
+};
+
+// Routes with a hot expert (skew) so capacities overflow; ranks are distinct experts, with unavailable
+// ranks (-1) as a suffix on some rows; top-1 scores drawn from few values so score ties occur.
+TokenRoutes RandomRoutes(std::mt19937_64& rng, int T, int E, int k, int R, double skew, double unavailable) {
+  TokenRoutes routes;
+  routes.resize(T, E, k, R);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int> experts(E);
+  for (int t = 0; t < T; ++t) {
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    // Skew: move low ids (hot experts) towards the front with probability `skew`.
+    for (int r = 0; r < E; ++r) {
+      if (u(rng) < skew) {
+        auto it = std::min_element(experts.begin() + r, experts.end());
+        std::iter_swap(experts.begin() + r, it);
+      }
+    }
+    int available = R;
+    if (u(rng) < unavailable) available = static_cast<int>(rng() % (R + 1));
+    if (available == 0 && u(rng) < 0.5) available = 1;
+    for (int r = 0; r < R; ++r) {
+      const bool ok = r < available;
+      routes.experts[t * R + r] = ok ? experts[r] : -1;
+      routes.weights[t * R + r] = ok ? static_cast<float>(u(rng)) / static_cast<float>(r + 1) : 0.0f;
+    }
+    const int level = static_cast<int>(rng() % 7);
+    const float scores[7] = {0.5f, 0.25f, 0.0f, -0.0f, 0.125f, -0.5f, 1.0f};
+    routes.top1_score[t] = u(rng) < 0.5 ? scores[level] : static_cast<float>(u(rng));
+  }
+  return routes;
+}
+
+// Distinct (request_id, position) with contiguous positions from `start[r]`, rows shuffled.
+std::vector<TokenMeta> RandomMeta(std::mt19937_64& rng, int T, int num_requests, std::vector<uint64_t>* ids_out,
+                                  const std::vector<uint32_t>* start = nullptr) {
+  std::vector<uint64_t> ids;
+  while (static_cast<int>(ids.size()) < num_requests) {
+    const uint64_t id = (rng() % 4 == 0) ? rng() : rng() % 1000;  // some huge, some small ids
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  if (ids_out) {
+    if (ids_out->empty()) {
+      *ids_out = ids;
+    } else {
+      ids = *ids_out;
+    }
+  }
+  std::vector<uint32_t> next(num_requests, 0);
+  if (start) next = *start;
+  std::vector<TokenMeta> meta(T);
+  for (int t = 0; t < T; ++t) {
+    const int r = static_cast<int>(rng() % num_requests);
+    meta[t] = TokenMeta{ids[r], next[r]++};
+  }
+  std::shuffle(meta.begin(), meta.end(), rng);
+  // Shuffling breaks causal order within a request only in row order, which every scope allows.
+  return meta;
+}
+
+void ExpectSamePlan(const DispatchPlan& cpu, const DispatchPlan& gpu, const std::string& what) {
+  ASSERT_EQ(cpu.num_tokens, gpu.num_tokens) << what;
+  ASSERT_EQ(cpu.top_k, gpu.top_k) << what;
+  ASSERT_EQ(cpu.num_experts, gpu.num_experts) << what;
+  EXPECT_EQ(cpu.batch_capacity, gpu.batch_capacity) << what;
+  EXPECT_EQ(cpu.pair_expert, gpu.pair_expert) << what;
+  EXPECT_EQ(cpu.pair_slot, gpu.pair_slot) << what;
+  ASSERT_EQ(cpu.pair_weight.size(), gpu.pair_weight.size()) << what;
+  EXPECT_EQ(0, std::memcmp(cpu.pair_weight.data(), gpu.pair_weight.data(), cpu.pair_weight.size() * sizeof(float)))
+      << what << ": weights differ bitwise";
+  EXPECT_EQ(cpu.pair_status, gpu.pair_status) << what;
+  EXPECT_EQ(cpu.expert_load, gpu.expert_load) << what;
+  EXPECT_EQ(cpu.expert_capacity, gpu.expert_capacity) << what;
+  EXPECT_EQ(cpu.expert_offsets, gpu.expert_offsets) << what;
+  EXPECT_EQ(cpu.slot_pairs, gpu.slot_pairs) << what;
+  EXPECT_EQ(cpu.num_kept, gpu.num_kept) << what;
+  EXPECT_EQ(cpu.num_rerouted, gpu.num_rerouted) << what;
+  EXPECT_EQ(cpu.num_dropped, gpu.num_dropped) << what;
+  EXPECT_EQ(cpu.num_tokens_fully_dropped, gpu.num_tokens_fully_dropped) << what;
+}
+
+std::string Describe(const DispatchPolicy& p, int E, int k, int T, int seed) {
+  return std::string(to_string(p.scope)) + "/" + std::string(to_string(p.priority)) + "/" +
+         std::string(to_string(p.overflow)) + " depth " + std::to_string(p.reroute_depth) + " cf " +
+         std::to_string(p.capacity_factor) + " " + std::string(to_string(p.rounding)) + " min " +
+         std::to_string(p.min_capacity) + (p.renormalize_survivors ? " renorm" : "") + " E " + std::to_string(E) +
+         " k " + std::to_string(k) + " T " + std::to_string(T) + " case " + std::to_string(seed);
+}
+
+struct ShapeCase {
+  int E, k;
+};
+
+TEST(CudaPlanOmp, EqualsCpuPlannerOnRandomBatches) {
+  const CapacityScope scopes[] = {CapacityScope::kBatch, CapacityScope::kRequest, CapacityScope::kCausal,
+                                  CapacityScope::kNone};
+  const Priority priorities[] = {Priority::kArrival, Priority::kRequest, Priority::kScore, Priority::kRandom};
+  const Overflow overflows[] = {Overflow::kDrop, Overflow::kReroute};
+  const ShapeCase shapes[] = {{1, 1}, {4, 2}, {8, 2}, {16, 4}, {64, 6}, {256, 8}};
+  const int token_counts[] = {0, 1, 2, 7, 33, 130, 400};
+  std::mt19937_64 rng(20261129);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int batches = 0;
+  int64_t rerouted = 0, dropped = 0;
+  for (CapacityScope scope : scopes) {
+    for (Priority priority : priorities) {
+      for (Overflow overflow : overflows) {
+        for (const ShapeCase& shape : shapes) {
+          for (int T : token_counts) {
+            for (int rep = 0; rep < 3; ++rep) {
+              DispatchPolicy policy;
+              policy.scope = scope;
+              policy.priority = priority;
+              policy.overflow = overflow;
+              const double cfs[] = {0.5, 1.0, 1.1, 1.25, 2.0};
+              policy.capacity_factor = cfs[rng() % 5];
+              policy.rounding = rng() % 2 ? CapacityRounding::kCeil : CapacityRounding::kFloor;
+              policy.min_capacity = rng() % 4 == 0 ? static_cast<int>(rng() % 3) : 0;
+              policy.reroute_depth = 1 + static_cast<int>(rng() % 3);
+              policy.seed = rng();
+              policy.renormalize_survivors = rng() % 2 == 0;
+              const int E = shape.E, k = shape.k;
+              DispatchPlanner cpu(E, k, policy);
+              ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+              const int R = cpu.num_ranked_needed() + static_cast<int>(rng() % 2 && cpu.num_ranked_needed() < E);
+              const double skew = rep == 0 ? 0.0 : (rep == 1 ? 0.6 : 0.95);
+              Batch b;
+              b.routes = RandomRoutes(rng, T, E, k, R, skew, 0.15);
+              const int num_requests = 1 + static_cast<int>(rng() % std::max(1, T / 2 + 1));
+              b.meta = RandomMeta(rng, T, num_requests, nullptr);
+              const std::string what = Describe(policy, E, k, T, batches);
+              DispatchPlan want, got;
+              cpu.plan(b.routes, b.meta, nullptr, want);
+              gpu.plan(b.routes, b.meta, nullptr, got);
+              ExpectSamePlan(want, got, what);
+              if (::testing::Test::HasFailure()) return;
+              ++batches;
+              rerouted += want.num_rerouted;
+              dropped += want.num_dropped;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(batches, 3000);
+  EXPECT_GT(rerouted, 1000);  // the cases exercise overflow, not just the easy path
+  EXPECT_GT(dropped, 1000);
+}
+
+// Many more small batches with heavy overflow, where rerouting and pool boundaries matter most.
+TEST(CudaPlanOmp, EqualsCpuPlannerUnderHeavyOverflow) {
+  std::mt19937_64 rng(7);
+  for (int n = 0; n < 1500; ++n) {
+    DispatchPolicy policy;
+    policy.scope = static_cast<CapacityScope>(rng() % 4);
+    policy.priority = static_cast<Priority>(rng() % 4);
+    policy.overflow = rng() % 3 ? Overflow::kReroute : Overflow::kDrop;
+    policy.capacity_factor = 0.25 + 0.25 * static_cast<double>(rng() % 6);
+    policy.reroute_depth = 1 + static_cast<int>(rng() % 4);
+    policy.seed = rng();
+    policy.renormalize_survivors = rng() % 2 == 0;
+    const int E = 2 + static_cast<int>(rng() % 12);
+    const int k = 1 + static_cast<int>(rng() % std::min(E, 4));
+    const int T = static_cast<int>(rng() % 60);
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    const int R = cpu.num_ranked_needed();
+    TokenRoutes routes = RandomRoutes(rng, T, E, k, R, 0.9, 0.3);
+    std::vector<TokenMeta> meta = RandomMeta(rng, T, 1 + static_cast<int>(rng() % 6), nullptr);
+    DispatchPlan want, got;
+    cpu.plan(routes, meta, nullptr, want);
+    gpu.plan(routes, meta, nullptr, got);
+    ExpectSamePlan(want, got, Describe(policy, E, k, T, n));
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// Causal scope across calls: prompts chunked into several forward passes, then decode steps, with the
+// routing state carried by both planners; plans and states must agree after every call.
+TEST(CudaPlanOmp, CausalStateAcrossCalls) {
+  std::mt19937_64 rng(99);
+  for (int scenario = 0; scenario < 40; ++scenario) {
+    DispatchPolicy policy;
+    policy.scope = CapacityScope::kCausal;
+    policy.priority = static_cast<Priority>(rng() % 4);
+    policy.overflow = rng() % 2 ? Overflow::kReroute : Overflow::kDrop;
+    policy.capacity_factor = 0.5 + 0.25 * static_cast<double>(rng() % 4);
+    policy.rounding = rng() % 2 ? CapacityRounding::kCeil : CapacityRounding::kFloor;
+    policy.reroute_depth = 1 + static_cast<int>(rng() % 3);
+    const int E = 4 + static_cast<int>(rng() % 13), k = 1 + static_cast<int>(rng() % 3);
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    CausalRoutingState cpu_state(E), gpu_state(E);
+    const int num_requests = 1 + static_cast<int>(rng() % 5);
+    std::vector<uint64_t> ids;
+    std::vector<uint32_t> next(num_requests, 0);
+    for (int call = 0; call < 8; ++call) {
+      if (ids.empty()) RandomMeta(rng, 0, num_requests, &ids);
+      for (int r = 0; r < num_requests; ++r) {
+        const auto* known = cpu_state.find(ids[r]);
+        next[r] = known ? known->next_position : 0;
+      }
+      const int T = call < 3 ? static_cast<int>(rng() % 40) : num_requests;  // prefill chunks, then decode
+      std::vector<TokenMeta> meta;
+      if (call < 3) {
+        meta = RandomMeta(rng, T, num_requests, &ids, &next);
+      } else {
+        for (int r = 0; r < num_requests; ++r) meta.push_back(TokenMeta{ids[r], next[r]});
+        std::shuffle(meta.begin(), meta.end(), rng);
+      }
+      TokenRoutes routes = RandomRoutes(rng, static_cast<int>(meta.size()), E, k, cpu.num_ranked_needed(), 0.8, 0.1);
+      DispatchPlan want, got;
+      cpu.plan(routes, meta, &cpu_state, want);
+      gpu.plan(routes, meta, &gpu_state, got);
+      const std::string what = "scenario " + std::to_string(scenario) + " call " + std::to_string(call);
+      ExpectSamePlan(want, got, what);
+      ASSERT_EQ(cpu_state.num_requests(), gpu_state.num_requests()) << what;
+      for (uint64_t id : ids) {
+        const auto* a = cpu_state.find(id);
+        const auto* b = gpu_state.find(id);
+        ASSERT_EQ(a == nullptr, b == nullptr) << what;
+        if (!a) continue;
+        EXPECT_EQ(a->next_position, b->next_position) << what;
+        EXPECT_EQ(a->slots_held, b->slots_held) << what;
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
+  std::mt19937_64 rng(3);
+  const int E = 8, k = 2;
+  TokenRoutes routes = RandomRoutes(rng, 4, E, k, k, 0.0, 0.0);
+  // Duplicate (request, position) under request priority.
+  {
+    DispatchPolicy policy = DispatchPolicy::mode("stable");
+    std::vector<TokenMeta> meta = {{1, 0}, {2, 0}, {1, 0}, {2, 1}};
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    DispatchPlan plan;
+    EXPECT_THROW(cpu.plan(routes, meta, nullptr, plan), std::invalid_argument);
+    EXPECT_THROW(gpu.plan(routes, meta, nullptr, plan), std::invalid_argument);
+  }
+  // Causal positions with a gap; the state must stay untouched.
+  {
+    DispatchPolicy policy;
+    policy.scope = CapacityScope::kCausal;
+    std::vector<TokenMeta> meta = {{5, 0}, {5, 1}, {6, 0}, {6, 2}};
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    CausalRoutingState cpu_state(E), gpu_state(E);
+    DispatchPlan plan;
+    EXPECT_THROW(cpu.plan(routes, meta, &cpu_state, plan), std::invalid_argument);
+    EXPECT_THROW(gpu.plan(routes, meta, &gpu_state, plan), std::invalid_argument);
+    EXPECT_EQ(cpu_state.num_requests(), 0u);
+    EXPECT_EQ(gpu_state.num_requests(), 0u);
+  }
+  // Causal batch that does not continue from the state's next position.
+  {
+    DispatchPolicy policy;
+    policy.scope = CapacityScope::kCausal;
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    CausalRoutingState cpu_state(E), gpu_state(E);
+    DispatchPlan a, b;
+    std::vector<TokenMeta> first = {{9, 0}, {9, 1}, {4, 0}, {4, 1}};
+    cpu.plan(routes, first, &cpu_state, a);
+    gpu.plan(routes, first, &gpu_state, b);
+    ExpectSamePlan(a, b, "first chunk");
+    std::vector<TokenMeta> again = {{9, 2}, {9, 3}, {4, 1}, {4, 2}};
+    EXPECT_THROW(cpu.plan(routes, again, &cpu_state, a), std::invalid_argument);
+    EXPECT_THROW(gpu.plan(routes, again, &gpu_state, b), std::invalid_argument);
+    EXPECT_EQ(cpu_state.find(9)->next_position, 2u);
+    EXPECT_EQ(gpu_state.find(9)->next_position, 2u);
+  }
+}
+
+TEST(CudaPlanOmp, ShapeValidationNamesTheField) {
+  PlanShape shape{16, 8, 9, 9, DispatchPolicy{}};
+  try {
+    shape.validate();
+    FAIL() << "expected a throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("top_k (9)"), std::string::npos) << e.what();
+  }
+  PlanShape reroute{16, 8, 2, 2, DispatchPolicy{}};
+  reroute.policy.overflow = Overflow::kReroute;
+  EXPECT_THROW(reroute.validate(), std::invalid_argument);  // num_ranked below top_k + depth
+  reroute.num_ranked = 3;
+  EXPECT_NO_THROW(reroute.validate());
+  EXPECT_GT(plan_workspace_bytes_omp(reroute), 0u);
+}
+
+}  // namespace
+}  // namespace moe::cuda
