@@ -2,13 +2,20 @@
 // Every rank runs every test; data patterns are a pure function of (source, destination, index),
 // so each rank checks what it received byte for byte. Rank 0 prints the usual gtest output; the
 // other ranks print only their failures, prefixed with their rank.
+// NOTES: this file replaces the global operator new/delete to count allocations; GCC then warns
+// (falsely) about free() on memory from operator new wherever the two are inlined together.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -17,6 +24,11 @@
 #include "moe/dist/mpi_communicator.h"
 
 namespace moe::dist {
+
+// Counts C++ heap allocations (operator new) so that tests can check that a collective allocates
+// nothing after warm-up. (MPI's own C allocations go through malloc and are not counted.)
+std::atomic<long> g_num_allocations{0};
+
 namespace {
 
 // Test communicators give up after a few seconds, so a broken test fails instead of hanging.
@@ -114,6 +126,22 @@ TEST(MpiCommunicator, AllToAllVVariableSizes) {
     for (size_t i = recv_total; i < recv.size(); ++i)
       ASSERT_EQ(recv[i], 0xEE) << "guard byte " << i - recv_total;
   }
+}
+
+TEST(MpiCommunicator, CollectivesAllocateNothingAfterConstruction) {
+  MpiCommunicator comm(MPI_COMM_WORLD, test_options());
+  const int n = comm.size();
+  std::vector<size_t> bytes(n, 100), sizes(n);
+  std::vector<uint8_t> send(100 * n, 3), recv(100 * n);
+  const long before = g_num_allocations.load();
+  for (int i = 0; i < 10; ++i) {
+    comm.all_to_all_v(send.data(), bytes, recv.data(), bytes);
+    comm.all_gather_v(send.data(), 100, recv.data(), bytes);
+    comm.all_gather_sizes(i, sizes);
+    comm.broadcast(recv.data(), 100, i % n);
+    comm.barrier();
+  }
+  EXPECT_EQ(g_num_allocations.load() - before, 0) << "rank " << comm.rank();
 }
 
 TEST(MpiCommunicator, AllZeroBytes) {
@@ -252,6 +280,18 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 }  // namespace moe::dist
+
+void* operator new(std::size_t bytes) {
+  moe::dist::g_num_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 int main(int argc, char** argv) {
   moe::dist::MpiSession session(&argc, &argv);

@@ -11,12 +11,16 @@
 namespace moe::dist {
 namespace {
 
+// NOTES: `prefix` is a callable returning the message prefix; it is called only when throwing, so
+// that a valid call allocates nothing (collectives run on the hot path).
+
 // Sum of counts, throwing if it overflows size_t.
-size_t checked_total(std::span<const size_t> counts, const std::string& prefix, std::string_view what) {
+template <typename Prefix>
+size_t checked_total(std::span<const size_t> counts, const Prefix& prefix, std::string_view what) {
   size_t total = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] > std::numeric_limits<size_t>::max() - total) {
-      throw std::invalid_argument(prefix + std::string(what) + " overflows size_t at index " +
+      throw std::invalid_argument(prefix() + std::string(what) + " overflows size_t at index " +
                                   std::to_string(i));
     }
     total += counts[i];
@@ -24,16 +28,18 @@ size_t checked_total(std::span<const size_t> counts, const std::string& prefix, 
   return total;
 }
 
-void check_span_size(size_t got, int size, const std::string& prefix, std::string_view what) {
+template <typename Prefix>
+void check_span_size(size_t got, int size, const Prefix& prefix, std::string_view what) {
   if (got != static_cast<size_t>(size)) {
-    throw std::invalid_argument(prefix + std::string(what) + ".size() is " + std::to_string(got) +
+    throw std::invalid_argument(prefix() + std::string(what) + ".size() is " + std::to_string(got) +
                                 ", expected size() = " + std::to_string(size));
   }
 }
 
-void check_pointer(const void* p, size_t bytes, const std::string& prefix, std::string_view what) {
+template <typename Prefix>
+void check_pointer(const void* p, size_t bytes, const Prefix& prefix, std::string_view what) {
   if (p == nullptr && bytes != 0) {
-    throw std::invalid_argument(prefix + std::string(what) + " is null but " + std::to_string(bytes) +
+    throw std::invalid_argument(prefix() + std::string(what) + " is null but " + std::to_string(bytes) +
                                 " bytes were requested");
   }
 }
@@ -70,10 +76,10 @@ std::string Communicator::error_prefix(std::string_view op) const {
 
 void Communicator::all_gather_v(const void* send, size_t send_bytes, void* recv,
                                 std::span<const size_t> recv_bytes) {
-  const std::string prefix = error_prefix("all_gather_v");
+  const auto prefix = [this] { return error_prefix("all_gather_v"); };
   check_span_size(recv_bytes.size(), size(), prefix, "recv_bytes");
   if (send_bytes != recv_bytes[rank()]) {
-    throw std::invalid_argument(prefix + "send_bytes (" + std::to_string(send_bytes) + ") != recv_bytes[" +
+    throw std::invalid_argument(prefix() + "send_bytes (" + std::to_string(send_bytes) + ") != recv_bytes[" +
                                 std::to_string(rank()) + "] (" + std::to_string(recv_bytes[rank()]) + ")");
   }
   const size_t total = checked_total(recv_bytes, prefix, "sum of recv_bytes");
@@ -84,11 +90,11 @@ void Communicator::all_gather_v(const void* send, size_t send_bytes, void* recv,
 
 void Communicator::all_to_all_v(const void* send, std::span<const size_t> send_bytes, void* recv,
                                 std::span<const size_t> recv_bytes) {
-  const std::string prefix = error_prefix("all_to_all_v");
+  const auto prefix = [this] { return error_prefix("all_to_all_v"); };
   check_span_size(send_bytes.size(), size(), prefix, "send_bytes");
   check_span_size(recv_bytes.size(), size(), prefix, "recv_bytes");
   if (send_bytes[rank()] != recv_bytes[rank()]) {
-    throw std::invalid_argument(prefix + "send_bytes[" + std::to_string(rank()) + "] (" +
+    throw std::invalid_argument(prefix() + "send_bytes[" + std::to_string(rank()) + "] (" +
                                 std::to_string(send_bytes[rank()]) + ") != recv_bytes[" +
                                 std::to_string(rank()) + "] (" + std::to_string(recv_bytes[rank()]) +
                                 "): a rank's message to itself must have one size");
@@ -99,7 +105,8 @@ void Communicator::all_to_all_v(const void* send, std::span<const size_t> send_b
 }
 
 void Communicator::all_gather_sizes(size_t mine, std::span<size_t> out) {
-  check_span_size(out.size(), size(), error_prefix("all_gather_sizes"), "out");
+  check_span_size(
+      out.size(), size(), [this] { return error_prefix("all_gather_sizes"); }, "out");
   do_all_gather_sizes(mine, out);
 }
 
@@ -124,9 +131,9 @@ void Communicator::barrier() {
 }
 
 void Communicator::broadcast(void* data, size_t bytes, int root) {
-  const std::string prefix = error_prefix("broadcast");
+  const auto prefix = [this] { return error_prefix("broadcast"); };
   if (root < 0 || root >= size()) {
-    throw std::invalid_argument(prefix + "root " + std::to_string(root) + " is out of range [0, " +
+    throw std::invalid_argument(prefix() + "root " + std::to_string(root) + " is out of range [0, " +
                                 std::to_string(size()) + ")");
   }
   check_pointer(data, bytes, prefix, "data");
