@@ -15,7 +15,7 @@ struct Fingerprint {
   std::string dispatch;       // scope/priority/overflow, e.g. "request/request/drop"
   std::string device;         // "cpu" or the GPU's name
   int num_threads = 0;
-  int world_size = 1;         // ranks of an expert-parallel layer
+  int world_size = 1;  // ranks of an expert-parallel layer
 
   // One JSON object with every field (hashes as 16 hex digits).
   std::string to_json() const;

@@ -38,8 +38,9 @@ struct MoEStats {
 // router and the planner (docs/routing.md); FFNs and the gate use the configured kernels.
 //
 // Determinism: with scope request/causal/none + request priority and invariant kernels (the "deterministic"
-// preset), the bits of y[t] depend only on x[t], the rows of t's request (and its causal state), the weights and
-// the config: not on other requests in the batch, the row order, the batch size or num_threads (docs/determinism.md).
+// preset), the bits of y[t] depend only on x[t], the rows of t's request (and its causal state), the weights
+// and the config: not on other requests in the batch, the row order, the batch size or num_threads
+// (docs/determinism.md).
 //
 // Memory: the constructor sizes a workspace for config.max_tokens rows; forward() on up to that many rows
 // allocates nothing (after the first call). A larger batch grows the workspace once (documented allocation).
@@ -54,12 +55,11 @@ class MoELayer {
   MoELayer(const MoELayer&) = delete;
   MoELayer& operator=(const MoELayer&) = delete;
 
-  // x: [num_tokens, hidden] row-major fp32; meta: num_tokens entries; y: [num_tokens, hidden], overwritten (must
-  // not overlap x). state: the causal routing state (used and advanced under causal scope; may be null, see
-  // DispatchPlanner::plan); stats: filled when non-null.
-  // Errors: std::invalid_argument for null pointers with rows, a meta length mismatch, a row with no finite gate
-  // logit (NaN or inf in x; the message names the row), or anything the planner rejects. On a throw, y and state
-  // are unchanged.
+  // x: [num_tokens, hidden] row-major fp32; meta: num_tokens entries; y: [num_tokens, hidden], overwritten
+  // (must not overlap x). state: the causal routing state (used and advanced under causal scope; may be null,
+  // see DispatchPlanner::plan); stats: filled when non-null. Errors: std::invalid_argument for null pointers
+  // with rows, a meta length mismatch, a row with no finite gate logit (NaN or inf in x; the message names
+  // the row), or anything the planner rejects. On a throw, y and state are unchanged.
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
                CausalRoutingState* state = nullptr, MoEStats* stats = nullptr);
 
@@ -77,7 +77,7 @@ class MoELayer {
 
  private:
   void ensure_workspace(int num_tokens);
-  void run_experts(int num_tokens);
+  void run_experts();
   void run_shared(const float* x, int num_tokens);
   void combine(int num_tokens, float* y);
 
@@ -93,13 +93,16 @@ class MoELayer {
 
   // Workspace.
   int capacity_tokens_ = 0;
-  std::vector<float> logits_;      // [T, E]
+  std::vector<float> logits_;  // [T, E]
   TokenRoutes routes_;
   DispatchPlan plan_;
   std::vector<float> gathered_;    // [slots, hidden] rows of x in slot order
   std::vector<float> expert_out_;  // [slots, hidden]
-  std::vector<float> scratch_;     // ffn scratch, per thread when experts run in parallel
-  std::vector<float> shared_out_;  // [T, hidden]
+  std::vector<float>
+      scratch_;  // ffn scratch; per_thread_scratch_ floats per thread when experts run one per thread
+  size_t per_thread_scratch_ = 0;
+  std::vector<int> active_experts_;       // experts with rows in the current plan
+  std::vector<float> shared_out_;         // [T, hidden]
   std::vector<float> shared_gate_logit_;  // [T]
 };
 

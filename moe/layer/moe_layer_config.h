@@ -17,13 +17,14 @@ namespace moe {
 // Everything that decides what a layer computes, apart from the weights.
 //
 // Presets (MoELayerConfig::preset):
-//   "deterministic"  stable dispatch (request scope, request priority) + invariant kernels: a request's output
+//   "deterministic"  stable dispatch (request scope, request priority) + invariant kernels: a request's
+//   output
 //                    is bitwise independent of the rest of the batch and of the thread count.
 //   "greedy"         greedy dispatch (batch scope, arrival priority) + fast (Eigen) kernels: what production
 //                    engines do.
 // Any mix can be built by setting the fields.
 struct MoELayerConfig {
-  RouterConfig router;                                  // num_experts/top_k must match the weights
+  RouterConfig router;  // num_experts/top_k must match the weights
   DispatchPolicy policy = DispatchPolicy::mode("stable");
   kernels::KernelKind expert_kernel = kernels::KernelKind::kInvariant;  // routed and shared experts
   kernels::KernelKind gate_kernel = kernels::KernelKind::kInvariant;    // router gate x @ W_gate^T

@@ -1,0 +1,220 @@
+#include "moe/layer/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+// Experts with at most this many rows are run one per thread when there are enough of them to share out;
+// larger experts split their output columns over the pool instead.
+constexpr int64_t kSmallExpertRows = 32;
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw std::invalid_argument("moe layer: " + msg);
+}
+
+kernels::FfnWeights ffn_of(const io::ExpertTensors& t, kernels::Activation act) {
+  if (act == kernels::Activation::kGELU) return {t.up_proj, kernels::MatrixView{}, t.down_proj};
+  return {t.gate_proj, t.up_proj, t.down_proj};
+}
+
+MoELayerConfig checked(MoELayerConfig config, const io::LayerWeights& weights) {
+  config.validate();
+  const io::LayerShape& shape = weights.shape();
+  if (config.router.num_experts != shape.num_experts) {
+    fail("the router has " + std::to_string(config.router.num_experts) + " experts but the weights have " +
+         std::to_string(shape.num_experts));
+  }
+  // The weights' selection bias (DeepSeek-V3 e_score_correction_bias) is the router's.
+  if (!weights.score_bias().empty()) {
+    config.router.selection_bias.assign(weights.score_bias().begin(), weights.score_bias().end());
+  }
+  config.validate();
+  return config;
+}
+
+}  // namespace
+
+MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights)
+    : config_(checked(std::move(config), *weights)),
+      weights_(std::move(weights)),
+      hidden_(weights_->shape().hidden),
+      pool_(config_.num_threads),
+      router_(config_.router,
+              DispatchPlanner(config_.router.num_experts, config_.router.top_k, config_.policy)
+                  .num_ranked_needed()),
+      planner_(config_.router.num_experts, config_.router.top_k, config_.policy) {
+  for (const io::ExpertTensors& t : weights_->experts()) {
+    experts_.push_back(ffn_of(t, config_.activation));
+    int64_t d = 0, ff = 0;
+    kernels::validate_ffn_weights(config_.activation, experts_.back(), &d, &ff);
+  }
+  if (weights_->shared()) {
+    shared_ = ffn_of(*weights_->shared(), config_.activation);
+    has_shared_ = true;
+  }
+  active_experts_.reserve(config_.router.num_experts);
+  ensure_workspace(config_.max_tokens);
+}
+
+MoELayer::~MoELayer() = default;
+
+void MoELayer::ensure_workspace(int num_tokens) {
+  if (num_tokens <= capacity_tokens_) return;
+  const int E = num_experts(), k = top_k();
+  const int64_t T = num_tokens;
+  const int64_t slots = T * k;
+  const io::LayerShape& shape = weights_->shape();
+  logits_.resize(T * E);
+  routes_.resize(num_tokens, E, k, router_.num_ranked());
+  planner_.reserve(num_tokens);
+  plan_.reserve(num_tokens, k, E);
+  gathered_.resize(slots * hidden_);
+  expert_out_.resize(slots * hidden_);
+  // An expert holds at most one pair per token, so at most T rows; experts run one per thread hold at most
+  // kSmallExpertRows each.
+  const int64_t ff = std::max(shape.expert_ff, has_shared_ ? shape.shared_ff : 0);
+  per_thread_scratch_ = kernels::ffn_scratch_floats(std::min(T, kSmallExpertRows), shape.expert_ff);
+  scratch_.resize(std::max(kernels::ffn_scratch_floats(T, ff), per_thread_scratch_ * config_.num_threads));
+  if (has_shared_) {
+    shared_out_.resize(T * hidden_);
+    shared_gate_logit_.resize(T);
+  }
+  capacity_tokens_ = num_tokens;
+}
+
+size_t MoELayer::workspace_bytes() const {
+  return (logits_.capacity() + gathered_.capacity() + expert_out_.capacity() + scratch_.capacity() +
+          shared_out_.capacity() + shared_gate_logit_.capacity() + routes_.weights.capacity() +
+          routes_.top1_score.capacity() + plan_.pair_weight.capacity()) *
+             sizeof(float) +
+         (routes_.experts.capacity() + plan_.pair_expert.capacity() + plan_.pair_slot.capacity() +
+          plan_.slot_pairs.capacity()) *
+             sizeof(int32_t) +
+         plan_.pair_status.capacity();
+}
+
+void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
+                       CausalRoutingState* state, MoEStats* stats) {
+  if (num_tokens < 0) fail("num_tokens must be >= 0 (got " + std::to_string(num_tokens) + ")");
+  if (num_tokens > 0 && (x == nullptr || y == nullptr)) fail("x and y must not be null");
+  if (static_cast<int64_t>(meta.size()) != num_tokens) {
+    fail("token metadata has " + std::to_string(meta.size()) + " rows but x has " +
+         std::to_string(num_tokens));
+  }
+  if (num_tokens > 0 && x < y + num_tokens * hidden_ && y < x + num_tokens * hidden_) {
+    fail("y must not overlap x");
+  }
+  ensure_workspace(num_tokens);
+
+  // Gate, route, plan. Everything that can reject the batch runs before y or the causal state is touched.
+  kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, weights_->router_gate(), logits_.data(),
+                  num_experts(), pool_);
+  router_.route(logits_.data(), num_tokens, routes_);
+  planner_.plan(routes_, meta, state, plan_);
+
+  // Gather the rows of every kept pair, in slot order.
+  const int64_t num_slots = plan_.expert_offsets[num_experts()];
+  pool_.parallel_for(num_slots, [&](int64_t slot, int) {
+    const int64_t token = plan_.slot_pairs[slot] / top_k();
+    std::memcpy(gathered_.data() + slot * hidden_, x + token * hidden_, hidden_ * sizeof(float));
+  });
+
+  run_experts();
+  if (has_shared_) run_shared(x, num_tokens);
+  combine(num_tokens, y);
+
+  if (stats != nullptr) {
+    stats->num_tokens = num_tokens;
+    stats->num_kept = plan_.num_kept;
+    stats->num_rerouted = plan_.num_rerouted;
+    stats->num_dropped = plan_.num_dropped;
+    stats->num_tokens_fully_dropped = plan_.num_tokens_fully_dropped;
+    stats->expert_load.assign(plan_.expert_load.begin(), plan_.expert_load.end());
+  }
+}
+
+void MoELayer::run_experts() {
+  active_experts_.clear();
+  int64_t max_rows = 0;
+  for (int e = 0; e < num_experts(); ++e) {
+    if (plan_.expert_load[e] == 0) continue;
+    active_experts_.push_back(e);
+    max_rows = std::max<int64_t>(max_rows, plan_.expert_load[e]);
+  }
+  auto run_expert = [&](int e, float* scratch) {
+    const int64_t first = plan_.expert_offsets[e];
+    kernels::ffn_forward(config_.expert_kernel, config_.activation, gathered_.data() + first * hidden_,
+                         plan_.expert_load[e], hidden_, experts_[e], expert_out_.data() + first * hidden_,
+                         hidden_, scratch, pool_);
+  };
+  const int threads = pool_.num_threads();
+  const bool one_expert_per_thread =
+      threads > 1 && max_rows <= kSmallExpertRows && static_cast<int>(active_experts_.size()) >= 2 * threads;
+  if (one_expert_per_thread) {
+    // NOTES: ffn_forward called inside a pool task runs inline on that thread, so each expert is computed by
+    // one thread. Invariant kernels give the same bits either way; only the schedule changes.
+    pool_.parallel_for(static_cast<int64_t>(active_experts_.size()), [&](int64_t i, int thread) {
+      run_expert(active_experts_[i], scratch_.data() + static_cast<size_t>(thread) * per_thread_scratch_);
+    });
+  } else {
+    for (int e : active_experts_) run_expert(e, scratch_.data());
+  }
+}
+
+void MoELayer::run_shared(const float* x, int num_tokens) {
+  kernels::ffn_forward(config_.expert_kernel, config_.activation, x, num_tokens, hidden_, shared_,
+                       shared_out_.data(), hidden_, scratch_.data(), pool_);
+  if (weights_->shared_gate()) {
+    kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, *weights_->shared_gate(),
+                    shared_gate_logit_.data(), 1, pool_);
+  }
+}
+
+void MoELayer::combine(int num_tokens, float* y) {
+  const int k = top_k();
+  const bool gated = has_shared_ && weights_->shared_gate().has_value();
+  // NOTES: every output row is summed by one task in fixed j order, then the shared expert is added: no
+  // atomics, and a row's bits do not depend on which thread ran it.
+  pool_.parallel_for(num_tokens, [&](int64_t t, int) {
+    float* out = y + t * hidden_;
+    std::fill(out, out + hidden_, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const int64_t pair = t * k + j;
+      if (plan_.pair_status[pair] == PairStatus::kDropped) continue;
+      const float w = plan_.pair_weight[pair];
+      const float* src =
+          expert_out_.data() +
+          (static_cast<int64_t>(plan_.expert_offsets[plan_.pair_expert[pair]]) + plan_.pair_slot[pair]) *
+              hidden_;
+      for (int64_t i = 0; i < hidden_; ++i) out[i] += w * src[i];
+    }
+    if (has_shared_) {
+      const float g = gated ? 1.0f / (1.0f + std::exp(-shared_gate_logit_[t])) : 1.0f;
+      const float* src = shared_out_.data() + t * hidden_;
+      for (int64_t i = 0; i < hidden_; ++i) out[i] += g * src[i];
+    }
+  });
+}
+
+Fingerprint MoELayer::fingerprint() const {
+  Fingerprint f;
+  f.config_hash = config_.config_hash();
+  f.weights_hash = weights_->content_hash();
+  f.version = MOE_VERSION;
+  f.build = build_description();
+  f.kernel = std::string(kernels::to_string(config_.expert_kernel)) + " (gate " +
+             std::string(kernels::to_string(config_.gate_kernel)) + ")";
+  f.dispatch = std::string(to_string(config_.policy.scope)) + "/" +
+               std::string(to_string(config_.policy.priority)) + "/" +
+               std::string(to_string(config_.policy.overflow));
+  f.device = "cpu";
+  f.num_threads = config_.num_threads;
+  return f;
+}
+
+}  // namespace moe

@@ -1,0 +1,88 @@
+#include "moe/layer/moe_layer_config.h"
+
+#include <xxhash.h>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace moe {
+
+void MoELayerConfig::validate() const {
+  router.validate();
+  policy.validate();
+  if (num_threads < 1) {
+    throw std::invalid_argument("moe layer config: num_threads must be >= 1 (got " +
+                                std::to_string(num_threads) + ")");
+  }
+  if (max_tokens < 1) {
+    throw std::invalid_argument("moe layer config: max_tokens must be >= 1 (got " +
+                                std::to_string(max_tokens) + ")");
+  }
+}
+
+RouterConfig MoELayerConfig::router_for(io::Architecture arch) {
+  switch (arch) {
+    case io::Architecture::kMixtral:
+      return RouterConfig::preset("mixtral");
+    case io::Architecture::kQwen2Moe:
+      return RouterConfig::preset("qwen2-moe");
+    case io::Architecture::kDeepseekV3:
+      return RouterConfig::preset("deepseek-v3");
+    case io::Architecture::kOlmoe: {
+      // OLMoE-1B-7B: softmax over 64 experts, top-8, norm_topk_prob = false.
+      RouterConfig c = RouterConfig::preset("qwen2-moe");
+      c.num_experts = 64;
+      c.top_k = 8;
+      return c;
+    }
+  }
+  throw std::invalid_argument("moe layer config: unknown architecture");
+}
+
+MoELayerConfig MoELayerConfig::preset(std::string_view preset_name, io::Architecture arch) {
+  MoELayerConfig c;
+  c.router = router_for(arch);
+  if (preset_name == "deterministic") {
+    c.policy = DispatchPolicy::mode("stable");
+    c.expert_kernel = kernels::KernelKind::kInvariant;
+    c.gate_kernel = kernels::KernelKind::kInvariant;
+  } else if (preset_name == "greedy") {
+    c.policy = DispatchPolicy::mode("greedy");
+    c.expert_kernel = kernels::KernelKind::kFast;
+    c.gate_kernel = kernels::KernelKind::kFast;
+  } else {
+    throw std::invalid_argument("unknown layer preset '" + std::string(preset_name) +
+                                "' (known: deterministic, greedy)");
+  }
+  return c;
+}
+
+const std::vector<std::string>& MoELayerConfig::preset_names() {
+  static const std::vector<std::string> names = {"deterministic", "greedy"};
+  return names;
+}
+
+std::string MoELayerConfig::describe() const {
+  std::ostringstream s;
+  s.precision(17);
+  s << "router{experts=" << router.num_experts << " top_k=" << router.top_k
+    << " scoring=" << to_string(router.scoring) << " renormalize=" << router.renormalize
+    << " scaling=" << router.scaling_factor << " groups=" << router.num_groups
+    << " topk_groups=" << router.topk_groups << " bias=[";
+  for (size_t e = 0; e < router.selection_bias.size(); ++e) s << (e ? "," : "") << router.selection_bias[e];
+  s << "]} policy{cf=" << policy.capacity_factor << " rounding=" << to_string(policy.rounding)
+    << " min_capacity=" << policy.min_capacity << " scope=" << to_string(policy.scope)
+    << " priority=" << to_string(policy.priority) << " overflow=" << to_string(policy.overflow)
+    << " reroute_depth=" << policy.reroute_depth << " seed=" << policy.seed
+    << " renormalize_survivors=" << policy.renormalize_survivors
+    << "} expert_kernel=" << to_string(expert_kernel) << " gate_kernel=" << to_string(gate_kernel)
+    << " activation=" << (activation == kernels::Activation::kSwiGLU ? "swiglu" : "gelu");
+  return s.str();
+}
+
+uint64_t MoELayerConfig::config_hash() const {
+  const std::string d = describe();
+  return XXH3_64bits(d.data(), d.size());
+}
+
+}  // namespace moe
