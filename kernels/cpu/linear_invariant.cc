@@ -119,7 +119,9 @@ void tile(const float* x, int64_t x_stride, const typename W::T* w, int64_t w_st
     for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * x_stride + k);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      const __m512 wv = W::load(w + n * w_stride + k);
+      __m512 wv = W::load(w + n * w_stride + k);
+      // Keep wv in a register: otherwise GCC folds the load into each of the MR FMAs (MR loads).
+      asm("" : "+v"(wv));
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_fmadd_ps(xv[m], wv, acc[m][n]);
     }
