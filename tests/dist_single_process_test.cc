@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -194,6 +195,11 @@ TEST(MakeCommunicator, SingleAndUnknown) {
   const std::vector<std::string> names = available_backends();
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names.front(), "single");
+  if (std::find(names.begin(), names.end(), "mpi") != names.end()) {
+    // This process never initialises MPI: the MPI backend must say so instead of crashing.
+    spec.backend = "mpi";
+    expect_throw_with<std::runtime_error>([&] { make_communicator(spec); }, {"MPI is not initialised"});
+  }
   spec.backend = "carrier-pigeon";
   expect_throw_with<std::invalid_argument>([&] { make_communicator(spec); },
                                            {"unknown or unavailable backend 'carrier-pigeon'", "single"});
