@@ -1,0 +1,1 @@
+moe_add_bench(NAME layer_bench SOURCES ${PROJECT_SOURCE_DIR}/bench/layer_bench.cc LIBS moe_layer)

@@ -1,0 +1,109 @@
+// MoE layer forward: presets greedy (greedy dispatch + Eigen kernels) and deterministic (stable dispatch +
+// invariant kernels) at a Mixtral-like shape (d=1024, ff=2816, E=8, k=2) and a DeepSeek-like one (d=1024,
+// ff=512, E=64, k=6, 2 shared experts), T in {1, 16, 256, 2048}, 1 and 2 threads.
+//
+// Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
+// weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second.
+// scripts/layer-report.py turns them into ratios against greedy, the FMA peak (170 GFLOP/s per thread) and
+// memory bandwidth (13 GB/s per thread) measured on this machine class (docs/results.md). Batches are requests of up to 128 tokens, rows in request order.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moe/layer/moe_layer.h"
+
+namespace moe {
+namespace {
+
+struct Shape {
+  const char* name;
+  io::LayerShape layer;
+  int top_k;
+};
+
+Shape MixtralLike() {
+  io::LayerShape s;
+  s.hidden = 1024;
+  s.expert_ff = 2816;
+  s.num_experts = 8;
+  return {"mixtral_like", s, 2};
+}
+
+Shape DeepSeekLike() {
+  io::LayerShape s;
+  s.hidden = 1024;
+  s.expert_ff = 512;
+  s.num_experts = 64;
+  s.num_shared_experts = 2;
+  s.shared_ff = 1024;
+  return {"deepseek_like", s, 6};
+}
+
+std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape) {
+  // Cached: random init of ~300 MB is slower than the benchmarks themselves.
+  static std::shared_ptr<const io::LayerWeights> mixtral, deepseek;
+  auto& slot = shape.layer.num_experts == 8 ? mixtral : deepseek;
+  if (!slot) slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, kernels::DType::kF32, 7));
+  return slot;
+}
+
+void BM_Layer(benchmark::State& state, Shape shape, std::string preset) {
+  const int T = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  auto weights = WeightsFor(shape);
+  MoELayerConfig config = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
+  config.router.num_experts = shape.layer.num_experts;
+  config.router.top_k = shape.top_k;
+  config.num_threads = threads;
+  config.max_tokens = T;
+  MoELayer layer(config, weights);
+
+  const int64_t d = shape.layer.hidden;
+  std::vector<float> x(static_cast<size_t>(T) * d), y(x.size());
+  uint64_t h = 12345;
+  for (float& v : x) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<float>(static_cast<int64_t>(h >> 40) - (1ll << 23)) / static_cast<float>(1 << 23);
+  }
+  std::vector<TokenMeta> meta;
+  for (int t = 0; t < T; ++t) meta.push_back({static_cast<uint64_t>(t / 128), static_cast<uint32_t>(t % 128)});
+
+  layer.forward(x.data(), T, meta, y.data());  // warm-up
+  for (auto _ : state) {
+    layer.forward(x.data(), T, meta, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+
+  const DispatchPlan& plan = layer.last_plan();
+  const double pairs = static_cast<double>(plan.num_kept + plan.num_rerouted);
+  const double sff = static_cast<double>(shape.layer.shared_ff);
+  const double flops = 2.0 * T * d * shape.layer.num_experts + pairs * 6.0 * d * shape.layer.expert_ff +
+                       (shape.layer.num_shared_experts ? 6.0 * T * d * sff : 0.0);
+  int active = 0;
+  for (int32_t load : plan.expert_load) active += load > 0;
+  const double bytes = 4.0 * (static_cast<double>(d) * shape.layer.num_experts + active * 3.0 * d * shape.layer.expert_ff +
+                              (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
+  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["drop_rate"] = plan.num_dropped / static_cast<double>(plan.num_pairs());
+  state.SetLabel(std::string(shape.name) + " " + preset);
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (int T : {1, 16, 256, 2048}) {
+    for (int threads : {1, 2}) b->Args({T, threads});
+  }
+  b->ArgNames({"T", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_greedy, MixtralLike(), std::string("greedy"))->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_deterministic, MixtralLike(), std::string("deterministic"))->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_greedy, DeepSeekLike(), std::string("greedy"))->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_deterministic, DeepSeekLike(), std::string("deterministic"))->Apply(Args);
+
+}  // namespace
+}  // namespace moe
+
+BENCHMARK_MAIN();

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Layer forward, ours vs a PyTorch Hugging Face-style block, in one run: prints a markdown table of times and
+# ratios (and writes it, plus an SVG plot, under BUILD/bench/). Usage: bench/layer_peer.sh [BUILD]
+set -euo pipefail
+build=${1:-build}
+out="$build/bench"
+mkdir -p "$out"
+"$build/bin/layer_bench" --benchmark_min_time=0.3 --benchmark_format=json --benchmark_out="$out/layer_bench.json" \
+  --benchmark_out_format=json > /dev/null
+OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$(dirname "$0")/layer_peer.py" > "$out/layer_peer.jsonl"
+/usr/bin/python3 "$(dirname "$0")/../scripts/layer_report.py" "$out/layer_bench.json" "$out/layer_peer.jsonl" \
+  --markdown "$out/layer_results.md" --svg "$out/layer_results.svg"
+cat "$out/layer_results.md"
