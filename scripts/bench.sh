@@ -7,6 +7,8 @@ mkdir -p "$out"
 for exe in "$build"/bin/*_bench; do
   [ -x "$exe" ] || continue
   name=$(basename "$exe")
+  # A benchmark with a peer script (bench/<area>_peer.sh) is run by that script, side by side with its peer.
+  [ -x "bench/${name%_bench}_peer.sh" ] && continue
   echo "== $name"
   "$exe" --benchmark_out="$out/$name.json" --benchmark_out_format=json
 done
