@@ -1,0 +1,159 @@
+#include "sim/commands.h"
+
+#include <fstream>
+#include <iostream>
+
+#include "sim/errors.h"
+#include "sim/experiment.h"
+#include "sim/probe.h"
+#include "sim/replay.h"
+#include "sim/report.h"
+#include "sim/svg_plot.h"
+#include "sim/sweep.h"
+#include "sim/text.h"
+
+namespace moe::sim {
+namespace {
+
+nlohmann::ordered_json header_json(const SimConfig& config, Command command) {
+  nlohmann::ordered_json j;
+  j["version"] = MOE_VERSION;
+  j["command"] = command_name(command);
+  j["config"] = config_json(config, command);
+  return j;
+}
+
+void merge(nlohmann::ordered_json& into, const nlohmann::ordered_json& from) {
+  for (const auto& [key, value] : from.items()) into[key] = value;
+}
+
+int cmd_run(const Overrides& overrides, std::ostream& out) {
+  const SimConfig config = build_config(overrides);
+  const PreparedWorkload w =
+      prepare_workload(config, ranks_needed(config.router, config.policy), !config.quiet);
+  RunStats stats;
+  {
+    Progress progress("plan", static_cast<int64_t>(w.steps.size()), !config.quiet && w.steps.size() > 50);
+    stats = simulate(w, config.policy, &progress);
+  }
+  const bool multi_step = config.workload.token_budget > 0;
+  if (config.json) {
+    nlohmann::ordered_json j = header_json(config, kRun);
+    j["requests"] = w.requests.size();
+    merge(j, run_stats_json(stats, multi_step));
+    out << j.dump(2) << "\n";
+  } else {
+    out << provenance_line(config, kRun) << "\n";
+    print_run_table(out, stats, &w);
+  }
+  return 0;
+}
+
+int cmd_sweep(const Overrides& overrides, std::ostream& out) {
+  const SimConfig config = build_config(overrides);
+  const std::vector<SweepPoint> points = run_sweep(overrides, !config.quiet);
+  const Table table = sweep_table(points);
+  if (!config.sweep.csv_path.empty()) {
+    std::ofstream csv(config.sweep.csv_path);
+    if (!csv) throw DataError("cannot write '" + config.sweep.csv_path + "'");
+    csv << provenance_line(config, kSweep) << "\n";
+    table.print_csv(csv);
+    if (!csv) throw DataError("cannot write '" + config.sweep.csv_path + "'");
+  }
+  if (!config.sweep.svg_path.empty()) {
+    LinePlot plot;
+    plot.title = "Drop rate against capacity factor (E=" + std::to_string(config.router.num_experts) +
+                 ", k=" + std::to_string(config.router.top_k) + ")";
+    plot.x_label = "capacity factor";
+    plot.y_label = "drop rate (dropped pairs / pairs)";
+    plot.description = provenance_line(config, kSweep).substr(2);
+    for (const auto& p : points) {
+      const std::string name = p.series();
+      if (plot.series.empty() || plot.series.back().name != name)
+        plot.series.push_back(PlotSeries{name, {}, {}});
+      plot.series.back().x.push_back(p.capacity_factor);
+      plot.series.back().y.push_back(p.stats.drop_rate);
+    }
+    std::ofstream svg(config.sweep.svg_path);
+    if (!svg) throw DataError("cannot write '" + config.sweep.svg_path + "'");
+    svg << render_svg(plot);
+    if (!svg) throw DataError("cannot write '" + config.sweep.svg_path + "'");
+  }
+  if (config.json) {
+    nlohmann::ordered_json j = header_json(config, kSweep);
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& p : points) {
+      nlohmann::ordered_json e;
+      for (const auto& [name, value] : p.axis_values) e[name] = value;
+      e["mode"] = p.mode;
+      e["capacity_factor"] = p.capacity_factor;
+      merge(e, run_stats_json(p.stats, config.workload.token_budget > 0));
+      list.push_back(e);
+    }
+    j["points"] = list;
+    out << j.dump(2) << "\n";
+  } else {
+    out << provenance_line(config, kSweep) << "\n";
+    table.print(out);
+  }
+  return 0;
+}
+
+int cmd_probe(const Overrides& overrides, std::ostream& out) {
+  const SimConfig config = build_config(overrides);
+  std::vector<SimConfig> per_mode;
+  for (const auto& m : config.compared_modes()) {
+    Overrides o = overrides;
+    o["mode"] = m;
+    per_mode.push_back(build_config(o));
+  }
+  std::vector<ProbeResult> results;
+  {
+    Progress progress("probe", config.probe.trials, !config.quiet);
+    results = run_probe(config, per_mode, &progress);
+  }
+  if (config.json) {
+    nlohmann::ordered_json j = header_json(config, kProbe);
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& r : results) list.push_back(probe_json(r));
+    j["results"] = list;
+    out << j.dump(2) << "\n";
+  } else {
+    out << provenance_line(config, kProbe) << "\n";
+    probe_table(results).print(out);
+  }
+  return 0;
+}
+
+int cmd_replay(const Overrides& overrides, std::ostream& out) {
+  const ReplayResult r = run_replay(build_config(overrides));
+  if (r.config.json) {
+    nlohmann::ordered_json j = header_json(r.config, kReplay);
+    j["requests"] = r.num_requests;
+    merge(j, run_stats_json(r.stats, false));
+    out << j.dump(2) << "\n";
+  } else {
+    out << provenance_line(r.config, kReplay) << "\n";
+    print_run_table(out, r.stats, nullptr);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_command(Command command, const Overrides& overrides, std::ostream& out) {
+  switch (command) {
+    case kRun:
+      return cmd_run(overrides, out);
+    case kSweep:
+      return cmd_sweep(overrides, out);
+    case kProbe:
+      return cmd_probe(overrides, out);
+    case kReplay:
+      return cmd_replay(overrides, out);
+    default:
+      throw UsageError("unknown command");
+  }
+}
+
+}  // namespace moe::sim

@@ -1,0 +1,125 @@
+#include "sim/diverge/command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "sim/diverge/diverge.h"
+
+namespace moe::sim {
+namespace {
+
+struct Flags {
+  diverge::DivergeOptions options;
+  bool json = false;
+  bool quiet = false;
+  bool no_sweep = false;
+  std::string svg_dir;
+  std::string json_out;
+  std::string model = "default";
+  std::vector<std::string> modes;
+  std::vector<std::string> kernels = {"fast", "invariant"};
+};
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  if (!f) throw std::runtime_error("diverge: cannot write " + path.string());
+}
+
+void run(Flags& f) {
+  auto& o = f.options;
+  if (f.model == "tiny") {
+    o.shape = model::ModelShape::tiny();
+  } else if (f.model != "default") {
+    throw std::invalid_argument("diverge: --model must be 'default' or 'tiny' (got '" + f.model + "')");
+  }
+  if (f.no_sweep) o.sweep_capacity_factors.clear();
+  if (!f.modes.empty()) {
+    o.grid.clear();
+    for (const auto& m : f.modes) {
+      const bool vary = m == "causal" || m == "stable-chunks";
+      const std::string mode = m == "stable-chunks" ? "stable" : m;
+      for (const auto& k : f.kernels) {
+        if (k != "fast" && k != "invariant") {
+          throw std::invalid_argument("diverge: --kernels takes fast and/or invariant (got '" + k + "')");
+        }
+        o.grid.push_back({mode, k == "fast" ? kernels::KernelKind::kFast : kernels::KernelKind::kInvariant,
+                          o.capacity_factor, vary});
+      }
+    }
+  }
+  if (!f.quiet) {
+    o.progress = [](const std::string& line) { std::cerr << "  " << line << std::endl; };
+  }
+  const diverge::DivergeReport report = diverge::run_diverge(o);
+  if (f.json) {
+    std::cout << diverge::to_json(report);
+  } else {
+    std::cout << diverge::format_table(report);
+  }
+  if (!f.json_out.empty()) write_file(f.json_out, diverge::to_json(report));
+  if (!f.svg_dir.empty()) {
+    std::filesystem::create_directories(f.svg_dir);
+    if (!report.sweep.empty()) {
+      write_file(std::filesystem::path(f.svg_dir) / "diverge_capacity.svg", diverge::svg_capacity_plot(report));
+    }
+    write_file(std::filesystem::path(f.svg_dir) / "diverge_length.svg", diverge::svg_length_plot(report));
+  }
+}
+
+}  // namespace
+
+void add_diverge_command(CLI::App& app) {
+  auto flags = std::make_shared<Flags>();
+  auto& o = flags->options;
+  CLI::App* cmd = app.add_subcommand(
+      "diverge",
+      "Same prompt, different answers: serve one probe N times among seeded stranger traffic on a small MoE "
+      "decoder with continuous batching, per dispatch mode and kernel kind (docs/divergence.md)");
+  cmd->add_option("-n,--trials", o.trials, "probe runs per configuration")->capture_default_str();
+  cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens")->capture_default_str();
+  cmd->add_option("--gen-length", o.gen_length, "tokens the probe generates")->capture_default_str();
+  cmd->add_option("--budget", o.scheduler.token_budget, "token budget per step (rows)")->capture_default_str();
+  cmd->add_option("--chunk", o.scheduler.chunk_size, "prefill chunk size")->capture_default_str();
+  cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */chunks configs")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--cf,--capacity-factor", o.capacity_factor, "capacity factor of the grid")
+      ->capture_default_str();
+  cmd->add_option("--sweep-cf", o.sweep_capacity_factors, "capacity factors of the sweep (comma separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--sweep-modes", o.sweep_modes, "modes of the sweep")->delimiter(',')->capture_default_str();
+  cmd->add_flag("--no-sweep", flags->no_sweep, "skip the capacity-factor sweep");
+  cmd->add_option("--modes", flags->modes,
+                  "grid modes (greedy,rank-only,stable,stable-chunks,causal,dropless); default: the full grid")
+      ->delimiter(',');
+  cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")->delimiter(',')->capture_default_str();
+  cmd->add_option("--seed", o.seed, "traffic and probe seed")->capture_default_str();
+  cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();
+  cmd->add_option("--weights", o.weights_path, "a moe-model/1 safetensors file instead of random weights");
+  cmd->add_option("--model", flags->model, "random model size: default (d 256, 4 layers) or tiny (d 64, 2 layers)")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "trials run in parallel")->capture_default_str();
+  cmd->add_option("--arrival-rate", o.traffic.arrival_rate, "stranger arrivals per step (Poisson mean)")
+      ->capture_default_str();
+  cmd->add_option("--fixed-interval", o.traffic.fixed_interval, "one stranger every K steps instead of Poisson")
+      ->capture_default_str();
+  cmd->add_option("--prompt-min", o.traffic.prompt_min, "stranger prompt length min")->capture_default_str();
+  cmd->add_option("--prompt-max", o.traffic.prompt_max, "stranger prompt length max")->capture_default_str();
+  cmd->add_option("--decode-min", o.traffic.decode_min, "stranger generation length min")->capture_default_str();
+  cmd->add_option("--decode-max", o.traffic.decode_max, "stranger generation length max")->capture_default_str();
+  cmd->add_option("--probe-arrival", o.traffic.probe_arrival_step, "step at which the probe arrives")
+      ->capture_default_str();
+  cmd->add_flag("--json", flags->json, "print JSON instead of the table");
+  cmd->add_option("--json-out", flags->json_out, "also write the JSON report to this file");
+  cmd->add_option("--svg-dir", flags->svg_dir, "write diverge_capacity.svg and diverge_length.svg here");
+  cmd->add_flag("-q,--quiet", flags->quiet, "no progress lines on stderr");
+  cmd->callback([flags] { run(*flags); });
+}
+
+}  // namespace moe::sim

@@ -1,0 +1,388 @@
+#include "sim/diverge/diverge.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "moe/model/model.h"
+#include "moe/model/splitmix64.h"
+#include "sim/diverge/svg.h"
+
+namespace moe::sim::diverge {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads; rethrows the first exception.
+template <class F>
+void parallel(int n, int threads, F&& fn) {
+  std::atomic<int> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (int i = next++; i < n; i = next++) {
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min(threads, n); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+uint64_t trial_seed(uint64_t seed, int trial) { return model::mix64(seed ^ model::mix64(0x7472ull + trial)); }
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string ConfigSpec::label() const {
+  std::string s = mode + "/" + std::string(kernels::to_string(kernel));
+  if (vary_chunks) s += "/chunks";
+  return s;
+}
+
+void DivergeOptions::validate() const {
+  auto check = [](bool ok, const std::string& m) {
+    if (!ok) throw std::invalid_argument("diverge: " + m);
+  };
+  check(trials >= 1, "trials (" + std::to_string(trials) + ") must be >= 1");
+  check(probe_length >= 1, "probe length (" + std::to_string(probe_length) + ") must be >= 1");
+  check(gen_length >= 1, "generation length (" + std::to_string(gen_length) + ") must be >= 1");
+  check(threads >= 1, "threads (" + std::to_string(threads) + ") must be >= 1");
+  check(capacity_factor > 0, "capacity factor (" + std::to_string(capacity_factor) + ") must be > 0");
+  check(!vary_chunks.empty(), "the list of varied chunk sizes is empty");
+  for (int c : vary_chunks) check(c >= 1, "chunk size (" + std::to_string(c) + ") must be >= 1");
+  for (double cf : sweep_capacity_factors) check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
+  for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(m, 1.0);
+  for (const auto& g : grid) model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
+  scheduler.validate();
+  traffic.validate();
+  if (weights_path.empty()) shape.validate();
+}
+
+std::vector<ConfigSpec> DivergeOptions::default_grid() const {
+  using kernels::KernelKind;
+  std::vector<ConfigSpec> g;
+  auto both = [&](const std::string& mode, bool vary) {
+    for (KernelKind k : {KernelKind::kFast, KernelKind::kInvariant}) g.push_back({mode, k, capacity_factor, vary});
+  };
+  both("greedy", false);
+  both("rank-only", false);
+  both("stable", false);
+  g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true});
+  both("causal", true);
+  both("dropless", false);
+  return g;
+}
+
+std::shared_ptr<const model::ModelWeights> load_weights(const DivergeOptions& options) {
+  if (!options.weights_path.empty()) return model::load_model(options.weights_path);
+  return model::random_model(options.shape, options.weights_seed);
+}
+
+void summarize(ConfigResult& r, int gen_length) {
+  const int n = static_cast<int>(r.completions.size());
+  r.first_divergence.assign(n, -1);
+  std::vector<int> firsts;
+  for (int i = 0; i < n; ++i) {
+    const auto& c = r.completions[i];
+    const size_t len = std::min(c.size(), r.alone.size());
+    for (size_t t = 0; t < len; ++t) {
+      if (c[t] != r.alone[t]) {
+        r.first_divergence[i] = static_cast<int>(t);
+        break;
+      }
+    }
+    if (r.first_divergence[i] < 0 && c.size() != r.alone.size()) r.first_divergence[i] = static_cast<int>(len);
+    if (r.first_divergence[i] >= 0) firsts.push_back(r.first_divergence[i]);
+  }
+  r.distinct = static_cast<int>(std::set<std::vector<int32_t>>(r.completions.begin(), r.completions.end()).size());
+  r.diverged = static_cast<int>(firsts.size());
+  std::sort(firsts.begin(), firsts.end());
+  if (firsts.empty()) {
+    r.first_divergence_min = -1;
+    r.first_divergence_median = -1;
+  } else {
+    r.first_divergence_min = firsts.front();
+    const size_t m = firsts.size();
+    r.first_divergence_median = m % 2 ? firsts[m / 2] : 0.5 * (firsts[m / 2 - 1] + firsts[m / 2]);
+  }
+  r.gen_points.clear();
+  for (int L = 1; L < gen_length; L *= 2) r.gen_points.push_back(L);
+  r.gen_points.push_back(gen_length);
+  r.distinct_at.clear();
+  r.diverged_at.clear();
+  for (int L : r.gen_points) {
+    std::set<std::vector<int32_t>> prefixes;
+    int div = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto& c = r.completions[i];
+      prefixes.emplace(c.begin(), c.begin() + std::min<size_t>(L, c.size()));
+      if (r.first_divergence[i] >= 0 && r.first_divergence[i] < L) ++div;
+    }
+    r.distinct_at.push_back(static_cast<int>(prefixes.size()));
+    r.diverged_at.push_back(div);
+  }
+}
+
+ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
+                        const std::shared_ptr<const model::ModelWeights>& weights,
+                        const std::vector<int32_t>& probe_prompt) {
+  const double start = now_seconds();
+  model::ModelOptions mo;
+  mo.kernel = spec.kernel;
+  mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
+  mo.max_tokens = options.scheduler.token_budget;
+  const int n = options.trials;
+  ConfigResult r;
+  r.spec = spec;
+  r.completions.resize(n);
+  r.chunk_sizes.resize(n);
+  std::vector<ServeOutcome> outcomes(n + 1);
+  Request probe;
+  probe.prompt = probe_prompt;
+  probe.max_new_tokens = options.gen_length;
+  // Item 0: the probe alone (arrives at step 0, chunk_size); items 1..n: the trials.
+  parallel(n + 1, options.threads, [&](int item) {
+    model::Model m(weights, mo);
+    SchedulerConfig sc = options.scheduler;
+    if (item == 0) {
+      Request p = probe;
+      p.id = 1;
+      outcomes[0] = serve(m, {p}, sc, 1);
+      return;
+    }
+    const int trial = item - 1;
+    if (spec.vary_chunks) sc.chunk_size = options.vary_chunks[trial % options.vary_chunks.size()];
+    r.chunk_sizes[trial] = sc.chunk_size;
+    uint64_t probe_id = 0;
+    auto requests = make_traffic(options.traffic, weights->shape.vocab_size, trial_seed(options.seed, trial), probe,
+                                 &probe_id);
+    outcomes[item] = serve(m, std::move(requests), sc, probe_id);
+  });
+  r.alone = outcomes[0].probe_tokens;
+  for (int i = 0; i < n; ++i) {
+    const ServeOutcome& o = outcomes[i + 1];
+    r.completions[i] = o.probe_tokens;
+    r.probe_steps += o.probe_steps;
+    r.probe_steps_with_drop += o.probe_steps_with_drop;
+    r.probe_pairs += o.probe_pairs;
+    r.probe_pairs_dropped += o.probe_pairs_dropped;
+    r.rows += o.rows;
+  }
+  summarize(r, options.gen_length);
+  r.seconds = now_seconds() - start;
+  return r;
+}
+
+DivergeReport run_diverge(const DivergeOptions& options) {
+  options.validate();
+  const double start = now_seconds();
+  DivergeReport report;
+  report.options = options;
+  auto weights = load_weights(options);
+  report.probe_prompt = random_prompt(options.probe_length, weights->shape.vocab_size, options.seed);
+  const auto grid = options.grid.empty() ? options.default_grid() : options.grid;
+  auto progress = [&](const ConfigResult& r, const char* what) {
+    if (!options.progress) return;
+    options.progress(std::string(what) + " " + r.spec.label() + " cf " + fmt("%.2f", r.spec.capacity_factor) +
+                     ": " + std::to_string(r.distinct) + " distinct of " + std::to_string(options.trials) + " (" +
+                     fmt("%.1f", r.seconds) + " s)");
+  };
+  for (const auto& spec : grid) {
+    report.grid.push_back(run_config(spec, options, weights, report.probe_prompt));
+    progress(report.grid.back(), "grid");
+  }
+  for (const auto& mode : options.sweep_modes) {
+    for (double cf : options.sweep_capacity_factors) {
+      ConfigSpec spec{mode, kernels::KernelKind::kInvariant, cf, mode == "causal"};
+      report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt));
+      progress(report.sweep.back(), "sweep");
+    }
+  }
+  report.seconds = now_seconds() - start;
+  return report;
+}
+
+std::string format_table(const DivergeReport& report) {
+  const auto& o = report.options;
+  std::string out;
+  out += "probe: " + std::to_string(o.probe_length) + " prompt tokens, " + std::to_string(o.gen_length) +
+         " generated; " + std::to_string(o.trials) + " trials; budget " + std::to_string(o.scheduler.token_budget) +
+         " tokens/step, chunk " + std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-26s %5s %9s %9s %9s %9s %10s %10s %8s\n", "config", "cf", "distinct",
+                "diverged", "first min", "first med", "lost steps", "lost pairs", "rows");
+  out += line;
+  auto row = [&](const ConfigResult& r) {
+    std::snprintf(line, sizeof(line), "%-26s %5.2f %6d/%-2d %9d %9s %9s %9.1f%% %9.2f%% %8lld\n",
+                  r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged,
+                  r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
+                  r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
+                  100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows));
+    out += line;
+  };
+  for (const auto& r : report.grid) row(r);
+  if (!report.grid.empty()) {
+    out += "\ndistinct completions by generation length (prefixes of the same runs)\n";
+    std::snprintf(line, sizeof(line), "%-26s", "config");
+    out += line;
+    for (int L : report.grid.front().gen_points) {
+      std::snprintf(line, sizeof(line), " %5s", ("L=" + std::to_string(L)).c_str());
+      out += line;
+    }
+    out += "\n";
+    for (const auto& r : report.grid) {
+      std::snprintf(line, sizeof(line), "%-26s", r.spec.label().c_str());
+      out += line;
+      for (int d : r.distinct_at) {
+        std::snprintf(line, sizeof(line), " %5d", d);
+        out += line;
+      }
+      out += "\n";
+    }
+  }
+  if (!report.sweep.empty()) {
+    out += "\ncapacity-factor sweep (invariant kernels; causal with varied chunks): distinct completions\n";
+    std::vector<double> cfs = o.sweep_capacity_factors;
+    std::snprintf(line, sizeof(line), "%-26s", "mode");
+    out += line;
+    for (double cf : cfs) {
+      std::snprintf(line, sizeof(line), " %6s", fmt("%.2f", cf).c_str());
+      out += line;
+    }
+    out += "\n";
+    size_t i = 0;
+    for (const auto& mode : o.sweep_modes) {
+      std::snprintf(line, sizeof(line), "%-26s", mode.c_str());
+      out += line;
+      for (size_t c = 0; c < cfs.size(); ++c, ++i) {
+        std::snprintf(line, sizeof(line), " %6d", report.sweep[i].distinct);
+        out += line;
+      }
+      out += "\n";
+    }
+  }
+  out += "(" + fmt("%.1f", report.seconds) + " s)\n";
+  return out;
+}
+
+namespace {
+
+nlohmann::json result_json(const ConfigResult& r) {
+  nlohmann::json j;
+  j["config"] = r.spec.label();
+  j["mode"] = r.spec.mode;
+  j["kernel"] = std::string(kernels::to_string(r.spec.kernel));
+  j["capacity_factor"] = r.spec.capacity_factor;
+  j["vary_chunks"] = r.spec.vary_chunks;
+  j["distinct"] = r.distinct;
+  j["diverged"] = r.diverged;
+  j["first_divergence_min"] = r.first_divergence_min;
+  j["first_divergence_median"] = r.first_divergence_median;
+  j["first_divergence"] = r.first_divergence;
+  j["probe_lost_step_share"] = r.lost_step_share();
+  j["probe_dropped_pair_share"] = r.dropped_pair_share();
+  j["probe_steps"] = r.probe_steps;
+  j["rows"] = r.rows;
+  j["chunk_sizes"] = r.chunk_sizes;
+  j["gen_points"] = r.gen_points;
+  j["distinct_at"] = r.distinct_at;
+  j["diverged_at"] = r.diverged_at;
+  j["alone"] = r.alone;
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+}  // namespace
+
+std::string to_json(const DivergeReport& report) {
+  const auto& o = report.options;
+  nlohmann::json j;
+  j["trials"] = o.trials;
+  j["probe_length"] = o.probe_length;
+  j["gen_length"] = o.gen_length;
+  j["token_budget"] = o.scheduler.token_budget;
+  j["chunk_size"] = o.scheduler.chunk_size;
+  j["vary_chunks"] = o.vary_chunks;
+  j["capacity_factor"] = o.capacity_factor;
+  j["seed"] = o.seed;
+  j["weights"] = o.weights_path.empty() ? "random(seed " + std::to_string(o.weights_seed) + ")" : o.weights_path;
+  j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},     {"fixed_interval", o.traffic.fixed_interval},
+                  {"prompt_min", o.traffic.prompt_min},         {"prompt_max", o.traffic.prompt_max},
+                  {"decode_min", o.traffic.decode_min},         {"decode_max", o.traffic.decode_max},
+                  {"probe_arrival_step", o.traffic.probe_arrival_step}};
+  j["probe_prompt"] = report.probe_prompt;
+  j["grid"] = nlohmann::json::array();
+  for (const auto& r : report.grid) j["grid"].push_back(result_json(r));
+  j["sweep"] = nlohmann::json::array();
+  for (const auto& r : report.sweep) j["sweep"].push_back(result_json(r));
+  j["seconds"] = report.seconds;
+  return j.dump(2) + "\n";
+}
+
+std::string svg_capacity_plot(const DivergeReport& report) {
+  const auto& o = report.options;
+  Chart c;
+  c.title = "Distinct completions of one probe vs capacity factor";
+  c.note = std::to_string(o.trials) + " trials per point, invariant kernels, " + std::to_string(o.gen_length) +
+           " generated tokens, budget " + std::to_string(o.scheduler.token_budget) + ", seed " +
+           std::to_string(o.seed);
+  c.x_label = "capacity factor";
+  c.y_label = "distinct completions";
+  size_t i = 0;
+  for (const auto& mode : o.sweep_modes) {
+    Series s;
+    s.name = mode;
+    for (double cf : o.sweep_capacity_factors) {
+      s.x.push_back(cf);
+      s.y.push_back(report.sweep.at(i++).distinct);
+    }
+    c.series.push_back(std::move(s));
+  }
+  return render_chart(c);
+}
+
+std::string svg_length_plot(const DivergeReport& report) {
+  const auto& o = report.options;
+  Chart c;
+  c.title = "Distinct completions vs generation length";
+  c.note = std::to_string(o.trials) + " trials, capacity factor " + fmt("%.2f", o.capacity_factor) + ", budget " +
+           std::to_string(o.scheduler.token_budget) + ", seed " + std::to_string(o.seed);
+  c.x_label = "generated tokens (log2 scale)";
+  c.y_label = "distinct completions";
+  c.log2_x = true;
+  for (const auto& r : report.grid) {
+    Series s;
+    s.name = r.spec.label();
+    for (size_t k = 0; k < r.gen_points.size(); ++k) {
+      s.x.push_back(r.gen_points[k]);
+      s.y.push_back(r.distinct_at[k]);
+    }
+    c.series.push_back(std::move(s));
+  }
+  return render_chart(c);
+}
+
+}  // namespace moe::sim::diverge

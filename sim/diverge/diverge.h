@@ -1,0 +1,122 @@
+// The divergence lab: "same prompt, different answers" under continuous batching.
+//
+// One probe prompt is served N times, each time among independently seeded stranger traffic, for a grid of
+// dispatch modes x kernel kinds; each completion is compared with the probe served alone (same config).
+// docs/divergence.md describes the experiment and its results.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/linear.h"
+#include "moe/model/model_config.h"
+#include "moe/model/model_weights.h"
+#include "sim/diverge/serving.h"
+#include "sim/diverge/traffic.h"
+
+namespace moe::sim::diverge {
+
+// One configuration of the grid.
+//   mode          a ModelOptions::dispatch_mode name: greedy, rank-only, stable, causal, dropless
+//   kernel        kFast (Eigen) or kInvariant for every linear of the model
+//   vary_chunks   trial i prefills with chunk size DivergeOptions::vary_chunks[i % size] instead of the
+//                 scheduler's chunk_size (the probe-alone reference always uses chunk_size)
+struct ConfigSpec {
+  std::string mode = "greedy";
+  kernels::KernelKind kernel = kernels::KernelKind::kFast;
+  double capacity_factor = 1.0;
+  bool vary_chunks = false;
+
+  // "greedy/fast", "causal/invariant/chunks" ...
+  std::string label() const;
+};
+
+struct DivergeOptions {
+  int trials = 30;        // N: probe runs per configuration
+  int probe_length = 24;  // prompt tokens of the probe
+  int gen_length = 32;    // tokens the probe generates
+  SchedulerConfig scheduler;  // token budget, chunk size
+  std::vector<int> vary_chunks = {8, 16, 32};
+  double capacity_factor = 1.0;
+  uint64_t seed = 1;      // traffic of trial i: stream (seed, i); the probe prompt: stream (seed)
+  int threads = 1;        // trials run in parallel, one single-threaded Model each
+  TrafficConfig traffic;
+  model::ModelShape shape;     // random weights of this shape, unless weights_path is set
+  uint64_t weights_seed = 0;
+  std::string weights_path;    // a moe-model/1 safetensors file (model_weights.h)
+  std::vector<ConfigSpec> grid;  // empty: default_grid()
+  // Capacity-factor sweep (invariant kernels, one row per mode and factor); empty disables it.
+  std::vector<double> sweep_capacity_factors = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
+  std::vector<std::string> sweep_modes = {"greedy", "rank-only", "stable", "causal"};
+  std::function<void(const std::string&)> progress;  // one line per finished configuration (may be empty)
+
+  // Throws std::invalid_argument naming the bad field.
+  void validate() const;
+  // greedy, rank-only, stable (fixed chunk), stable (varied chunks), causal (varied chunks), dropless,
+  // each with fast and invariant kernels, at capacity_factor.
+  std::vector<ConfigSpec> default_grid() const;
+};
+
+struct ConfigResult {
+  ConfigSpec spec;
+  std::vector<int32_t> alone;                     // the probe served alone
+  std::vector<std::vector<int32_t>> completions;  // per trial
+  std::vector<int> first_divergence;              // per trial: first index differing from alone, -1 if none
+  std::vector<int> chunk_sizes;                   // per trial
+  int distinct = 0;                               // distinct completions among the trials
+  int diverged = 0;                               // trials whose completion differs from alone
+  int first_divergence_min = -1;                  // over diverged trials (-1 if none)
+  double first_divergence_median = -1;
+  int64_t probe_steps = 0;             // steps with probe rows, summed over trials
+  int64_t probe_steps_with_drop = 0;   // ... in which the probe lost a pair
+  int64_t probe_pairs = 0;
+  int64_t probe_pairs_dropped = 0;
+  int64_t rows = 0;                    // rows processed over all trials
+  std::vector<int> gen_points;         // generation lengths L (prefixes of the completions)
+  std::vector<int> distinct_at;        // distinct completions of length L
+  std::vector<int> diverged_at;        // trials differing from alone within the first L tokens
+  double seconds = 0;
+
+  double lost_step_share() const {
+    return probe_steps ? static_cast<double>(probe_steps_with_drop) / probe_steps : 0.0;
+  }
+  double dropped_pair_share() const {
+    return probe_pairs ? static_cast<double>(probe_pairs_dropped) / probe_pairs : 0.0;
+  }
+};
+
+struct DivergeReport {
+  DivergeOptions options;
+  std::vector<int32_t> probe_prompt;
+  std::vector<ConfigResult> grid;
+  std::vector<ConfigResult> sweep;  // capacity-factor sweep
+  double seconds = 0;
+};
+
+// The weights the options name (random or loaded).
+std::shared_ptr<const model::ModelWeights> load_weights(const DivergeOptions& options);
+
+// Runs one configuration: the probe alone, then the N trials. Deterministic for a given (options, spec,
+// weights), whatever options.threads is.
+ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
+                        const std::shared_ptr<const model::ModelWeights>& weights,
+                        const std::vector<int32_t>& probe_prompt);
+
+// The whole experiment: the grid, then the sweep.
+DivergeReport run_diverge(const DivergeOptions& options);
+
+// Fills distinct / diverged / first divergence / per-length counts from completions and alone.
+void summarize(ConfigResult& result, int gen_length);
+
+// Reports.
+std::string format_table(const DivergeReport& report);
+std::string to_json(const DivergeReport& report);
+// Distinct completions vs capacity factor, one series per mode (from the sweep).
+std::string svg_capacity_plot(const DivergeReport& report);
+// Distinct completions vs generation length, one series per grid configuration.
+std::string svg_length_plot(const DivergeReport& report);
+
+}  // namespace moe::sim::diverge

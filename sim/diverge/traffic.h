@@ -1,0 +1,39 @@
+// Seeded stranger traffic around one probe request.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/diverge/serving.h"
+
+namespace moe::sim::diverge {
+
+// Strangers arrive over steps [0, horizon_steps): a Poisson number per step with mean arrival_rate, or, when
+// fixed_interval > 0, exactly one every fixed_interval steps (starting at step 0). Each has a prompt of
+// uniform length in [prompt_min, prompt_max] with uniform random tokens and generates a uniform
+// [decode_min, decode_max] tokens. The probe arrives at probe_arrival_step.
+struct TrafficConfig {
+  double arrival_rate = 0.5;
+  int fixed_interval = 0;
+  int prompt_min = 8;
+  int prompt_max = 64;
+  int decode_min = 4;
+  int decode_max = 48;
+  int probe_arrival_step = 8;
+  int horizon_steps = 400;
+
+  // Throws std::invalid_argument naming the bad field.
+  void validate() const;
+};
+
+// The requests of one trial: the strangers drawn from splitmix64 streams keyed by `seed`, plus `probe`
+// (whose id and arrival_step are overwritten). Ids are assigned in arrival order starting at 1 (the probe
+// comes after the strangers that arrive in the same step), so under request priority the strangers that
+// arrived earlier outrank the probe. Returns the requests; *probe_id receives the probe's id.
+std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
+                                  uint64_t* probe_id);
+
+// A prompt of `length` uniform random tokens in [0, vocab_size) from the stream keyed by `seed`.
+std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed);
+
+}  // namespace moe::sim::diverge

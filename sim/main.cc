@@ -1,0 +1,119 @@
+// moe-sim: the command-line front end. Parsing only; the subcommands live in commands.cc.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/commands.h"
+#include "sim/errors.h"
+#include "sim/scenario.h"
+#include "sim/sim_config.h"
+
+namespace {
+
+using moe::sim::Command;
+
+struct SubcommandOptions {
+  CLI::App* app = nullptr;
+  Command command;
+  std::map<std::string, std::string> values;
+  std::map<std::string, std::vector<std::string>> repeated;
+  std::map<std::string, bool> flags;
+  std::map<std::string, CLI::Option*> options;
+  std::string scenario;
+  CLI::Option* scenario_option = nullptr;
+};
+
+void add_settings(SubcommandOptions& sub) {
+  for (const moe::sim::Setting& s : moe::sim::settings()) {
+    if (!(s.commands & sub.command)) continue;
+    const std::string flag = "--" + s.name;
+    CLI::Option* o;
+    if (s.is_flag) {
+      o = sub.app->add_flag(flag, sub.flags[s.name], s.help);
+    } else if (s.repeatable) {
+      o = sub.app->add_option(flag, sub.repeated[s.name], s.help)->type_name(s.type_name);
+    } else {
+      o = sub.app->add_option(flag, sub.values[s.name], s.help)->type_name(s.type_name);
+    }
+    o->group(s.commands == moe::sim::kAllCommands ? "Common" : "Options");
+    sub.options[s.name] = o;
+  }
+  sub.scenario_option =
+      sub.app->add_option("--scenario", sub.scenario, "TOML scenario file; flags override it")
+          ->type_name("FILE")
+          ->group("Common");
+}
+
+moe::sim::Overrides collect(const SubcommandOptions& sub) {
+  moe::sim::Overrides overrides;
+  if (sub.scenario_option->count() > 0) overrides = moe::sim::read_scenario(sub.scenario);
+  for (const auto& [name, option] : sub.options) {
+    if (option->count() == 0) continue;
+    if (auto f = sub.flags.find(name); f != sub.flags.end()) {
+      overrides[name] = f->second ? "true" : "false";
+    } else if (auto r = sub.repeated.find(name); r != sub.repeated.end()) {
+      std::string joined;
+      for (const auto& v : r->second) {
+        if (!joined.empty()) joined += ";";
+        joined += v;
+      }
+      overrides[name] = joined;
+    } else {
+      overrides[name] = sub.values.at(name);
+    }
+  }
+  return overrides;
+}
+
+int real_main(int argc, char** argv) {
+  CLI::App app{"moe-sim " MOE_VERSION
+               ": Mixture-of-Experts router simulator - drop rates, displacement by strangers and\n"
+               "divergence for any routing policy. See docs/cli.md."};
+  app.set_version_flag("--version", "moe-sim " MOE_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  const std::pair<Command, const char*> commands[] = {
+      {moe::sim::kRun, "one workload under one policy: a summary table (or --json)"},
+      {moe::sim::kSweep, "capacity factors x modes (x --axis ...): table, --csv, --svg plot"},
+      {moe::sim::kProbe, "one probe request co-batched with random strangers: displacement per mode"},
+      {moe::sim::kReplay, "plan real router logits (.npy) and write the plan as CSV"},
+  };
+  std::vector<SubcommandOptions> subs(4);
+  for (size_t i = 0; i < 4; ++i) {
+    subs[i].command = commands[i].first;
+    subs[i].app = app.add_subcommand(moe::sim::command_name(commands[i].first), commands[i].second);
+    add_settings(subs[i]);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "moe-sim: error: " << e.what() << "\n(run 'moe-sim --help' or 'moe-sim <command> --help')\n";
+    return 2;
+  }
+  for (const auto& sub : subs) {
+    if (sub.app->parsed()) return moe::sim::run_command(sub.command, collect(sub), std::cout);
+  }
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return real_main(argc, argv);
+  } catch (const moe::sim::UsageError& e) {
+    std::cerr << "moe-sim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "moe-sim: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,190 @@
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "sim/text.h"
+
+namespace moe::sim {
+
+void Table::print(std::ostream& out) const {
+  std::vector<size_t> width(header_.size(), 0);
+  for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+  for (const auto& row : rows_) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string s;
+    for (size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < row.size() ? row[c] : "";
+      const std::string pad(width[c] - cell.size(), ' ');
+      if (c > 0) s += "  ";
+      s += c == 0 ? cell + pad : pad + cell;
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    out << s << "\n";
+  };
+  line(header_);
+  for (const auto& row : rows_) line(row);
+}
+
+void Table::print_csv(std::ostream& out) const {
+  auto cell = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) out << (c ? "," : "") << cell(row[c]);
+    out << "\n";
+  };
+  line(header_);
+  for (const auto& row : rows_) line(row);
+}
+
+std::string provenance_line(const SimConfig& config, Command command) {
+  return std::string("# moe-sim ") + MOE_VERSION + " " + command_name(command) + " " +
+         config_line(config, command);
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+nlohmann::ordered_json run_stats_json(const RunStats& s, bool multi_step) {
+  nlohmann::ordered_json j;
+  j["steps"] = s.steps;
+  j["tokens"] = s.tokens;
+  j["pairs"] = s.pairs;
+  j["kept"] = s.kept;
+  j["rerouted"] = s.rerouted;
+  j["dropped"] = s.dropped;
+  j["drop_rate"] = s.drop_rate;
+  j["tokens_fully_dropped"] = s.tokens_fully_dropped;
+  nlohmann::ordered_json cap;
+  const bool dropless = !s.expert_capacity.empty() && s.expert_capacity[0] < 0;
+  if (dropless) {
+    cap = nullptr;
+  } else if (multi_step) {
+    cap["per_step_min"] = s.step_capacity_min;
+    cap["per_step_mean"] = s.step_capacity_mean;
+    cap["per_step_max"] = s.step_capacity_max;
+    cap["per_expert_total"] = s.expert_capacity;
+  } else {
+    cap["slots_per_expert"] = s.step_capacity_mean;
+    cap["per_expert"] = s.expert_capacity;
+  }
+  j["capacity"] = cap;
+  j["expert_load"] = s.expert_load;
+  j["load_imbalance"] = s.load_imbalance;
+  if (multi_step) {
+    nlohmann::ordered_json per_step;
+    per_step["drop_rate_mean"] = s.step_drop_rate_mean;
+    per_step["drop_rate_max"] = s.step_drop_rate_max;
+    per_step["load_imbalance_mean"] = s.step_imbalance_mean;
+    per_step["load_imbalance_max"] = s.step_imbalance_max;
+    j["per_step"] = per_step;
+  }
+  return j;
+}
+
+nlohmann::ordered_json probe_json(const ProbeResult& r) {
+  nlohmann::ordered_json j;
+  j["mode"] = r.mode;
+  j["scope"] = std::string(to_string(r.policy.scope));
+  j["priority"] = std::string(to_string(r.policy.priority));
+  j["overflow"] = std::string(to_string(r.policy.overflow));
+  j["capacity_factor"] = r.policy.capacity_factor;
+  j["trials"] = r.trials;
+  j["probe_pairs"] = r.probe_pairs;
+  j["displaced_pairs"] = r.displaced_pairs;
+  j["displacement_rate"] = r.displacement_rate;
+  j["trials_displaced"] = r.trials_displaced;
+  j["distinct_outcomes"] = r.distinct_outcomes;
+  j["alone_drop_rate"] = r.alone_drop_rate;
+  j["mean_drop_rate"] = r.mean_drop_rate;
+  j["mean_batch_tokens"] = r.mean_batch_tokens;
+  return j;
+}
+
+void print_run_table(std::ostream& out, const RunStats& s, const PreparedWorkload* w) {
+  Table t({"metric", "value"});
+  if (w) t.add_row({"requests", std::to_string(w->requests.size())});
+  t.add_row({"steps", std::to_string(s.steps)});
+  t.add_row({"tokens", std::to_string(s.tokens)});
+  t.add_row({"pairs", std::to_string(s.pairs)});
+  t.add_row({"kept", std::to_string(s.kept)});
+  t.add_row({"rerouted", std::to_string(s.rerouted)});
+  t.add_row({"dropped", std::to_string(s.dropped)});
+  t.add_row({"drop_rate", fixed(s.drop_rate)});
+  t.add_row({"tokens_fully_dropped", std::to_string(s.tokens_fully_dropped)});
+  const bool dropless = !s.expert_capacity.empty() && s.expert_capacity[0] < 0;
+  if (dropless) {
+    t.add_row({"capacity", "dropless"});
+  } else if (s.steps > 1) {
+    t.add_row({"capacity/step min", fixed(s.step_capacity_min, 1)});
+    t.add_row({"capacity/step mean", fixed(s.step_capacity_mean, 1)});
+    t.add_row({"capacity/step max", fixed(s.step_capacity_max, 1)});
+  } else {
+    t.add_row({"capacity (slots/expert)", fixed(s.step_capacity_mean, 1)});
+  }
+  t.add_row({"load_imbalance (max/mean)", fixed(s.load_imbalance)});
+  if (s.steps > 1) {
+    t.add_row({"step drop_rate mean", fixed(s.step_drop_rate_mean)});
+    t.add_row({"step drop_rate max", fixed(s.step_drop_rate_max)});
+    t.add_row({"step load_imbalance mean", fixed(s.step_imbalance_mean)});
+    t.add_row({"step load_imbalance max", fixed(s.step_imbalance_max)});
+  }
+  std::string loads;
+  for (size_t e = 0; e < s.expert_load.size(); ++e) {
+    if (e) loads += " ";
+    loads += std::to_string(s.expert_load[e]);
+  }
+  if (s.expert_load.size() <= 16) t.add_row({"expert_load", loads});
+  t.print(out);
+}
+
+Table sweep_table(const std::vector<SweepPoint>& points) {
+  std::vector<std::string> header;
+  if (!points.empty()) {
+    for (const auto& [name, value] : points.front().axis_values) header.push_back(name);
+  }
+  for (const char* h : {"mode", "cf", "drop_rate", "dropped", "rerouted", "fully_dropped", "load_imbalance",
+                        "capacity/step", "step_drop_max"}) {
+    header.push_back(h);
+  }
+  Table t(header);
+  for (const auto& p : points) {
+    std::vector<std::string> row;
+    for (const auto& [name, value] : p.axis_values) row.push_back(value);
+    const bool dropless = !p.stats.expert_capacity.empty() && p.stats.expert_capacity[0] < 0;
+    row.push_back(p.mode);
+    row.push_back(format_double(p.capacity_factor));
+    row.push_back(fixed(p.stats.drop_rate));
+    row.push_back(std::to_string(p.stats.dropped));
+    row.push_back(std::to_string(p.stats.rerouted));
+    row.push_back(std::to_string(p.stats.tokens_fully_dropped));
+    row.push_back(fixed(p.stats.load_imbalance));
+    row.push_back(dropless ? "dropless" : fixed(p.stats.step_capacity_mean, 1));
+    row.push_back(fixed(p.stats.step_drop_rate_max));
+    t.add_row(std::move(row));
+  }
+  return t;
+}
+
+Table probe_table(const std::vector<ProbeResult>& results) {
+  Table t({"mode", "scope", "priority", "cf", "displacement", "trials_displaced", "outcomes", "alone_drop",
+           "mean_drop"});
+  for (const auto& r : results) {
+    t.add_row({r.mode, std::string(to_string(r.policy.scope)), std::string(to_string(r.policy.priority)),
+               format_double(r.policy.capacity_factor), fixed(r.displacement_rate),
+               std::to_string(r.trials_displaced) + "/" + std::to_string(r.trials),
+               std::to_string(r.distinct_outcomes), fixed(r.alone_drop_rate), fixed(r.mean_drop_rate)});
+  }
+  return t;
+}
+
+}  // namespace moe::sim

@@ -1,0 +1,44 @@
+// Reports: aligned text tables, CSV, and JSON renderings of experiment results.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "sim/experiment.h"
+#include "sim/probe.h"
+#include "sim/sim_config.h"
+#include "sim/sweep.h"
+
+namespace moe::sim {
+
+// A text table: a header row and rows of cells; columns are right-aligned except the first.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add_row(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out) const;
+  // CSV: header then rows; cells holding ',' or '"' are quoted.
+  void print_csv(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "# moe-sim <version> <command> <config line>": the first line of every table and CSV.
+std::string provenance_line(const SimConfig& config, Command command);
+
+// Fixed-point text for rates and ratios ("0.1234").
+std::string fixed(double v, int decimals = 4);
+
+nlohmann::ordered_json run_stats_json(const RunStats& stats, bool multi_step);
+nlohmann::ordered_json probe_json(const ProbeResult& r);
+
+// Tables of the experiments.
+void print_run_table(std::ostream& out, const RunStats& stats, const PreparedWorkload* workload);
+Table sweep_table(const std::vector<SweepPoint>& points);
+Table probe_table(const std::vector<ProbeResult>& results);
+
+}  // namespace moe::sim

@@ -1,0 +1,67 @@
+#include "sim/scenario.h"
+
+#include <fstream>
+#include <sstream>
+#include <toml.hpp>
+
+#include "sim/errors.h"
+#include "sim/text.h"
+
+namespace moe::sim {
+namespace {
+
+std::string scalar_text(const toml::value& v, const std::string& where) {
+  if (v.is_string()) return v.as_string().str;
+  if (v.is_integer()) return std::to_string(v.as_integer());
+  if (v.is_floating()) return format_double(v.as_floating());
+  if (v.is_boolean()) return v.as_boolean() ? "true" : "false";
+  throw UsageError(where + ": unsupported value type (use a string, number, boolean or array)");
+}
+
+void flatten(const toml::value& table, const std::string& name, const std::string& prefix, Overrides& out) {
+  for (const auto& [key, value] : table.as_table()) {
+    const std::string where = "scenario '" + name + "' key '" + prefix + key + "'";
+    if (value.is_table()) {
+      flatten(value, name, prefix + key + ".", out);
+      continue;
+    }
+    const Setting* s = find_setting(key);
+    if (s == nullptr) throw UsageError(where + ": unknown setting");
+    std::string text;
+    if (value.is_array()) {
+      const char* sep = s->repeatable ? ";" : ",";
+      for (const auto& item : value.as_array()) {
+        if (!text.empty()) text += sep;
+        text += scalar_text(item, where);
+      }
+    } else {
+      text = scalar_text(value, where);
+    }
+    if (!out.emplace(key, text).second) throw UsageError(where + ": the setting is given twice");
+  }
+}
+
+}  // namespace
+
+Overrides parse_scenario(const std::string& text, const std::string& name) {
+  toml::value root;
+  try {
+    std::istringstream in(text);
+    root = toml::parse(in, name);
+  } catch (const std::exception& e) {
+    throw DataError("malformed scenario '" + name + "': " + e.what());
+  }
+  Overrides out;
+  flatten(root, name, "", out);
+  return out;
+}
+
+Overrides read_scenario(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError("cannot open scenario file '" + path + "'");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return parse_scenario(buf.str(), path);
+}
+
+}  // namespace moe::sim

@@ -1,0 +1,113 @@
+#include "sim/score_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/errors.h"
+#include "sim/rng.h"
+#include "sim/text.h"
+
+namespace moe::sim {
+namespace {
+
+constexpr uint64_t kTopicTag = 0x544f504943ull;    // "TOPIC"
+constexpr uint64_t kPopularityTag = 0x504f50ull;   // "POP"
+constexpr uint64_t kTopicPosition = ~uint64_t{0};  // a position no token has
+
+}  // namespace
+
+Skew Skew::parse(std::string_view spec) {
+  Skew s;
+  if (spec == "none") return s;
+  const size_t colon = spec.find(':');
+  const std::string_view kind = spec.substr(0, colon);
+  if (colon == std::string_view::npos || (kind != "zipf" && kind != "dirichlet")) {
+    throw UsageError("bad skew '" + std::string(spec) + "' (expected none, zipf:S or dirichlet:ALPHA)");
+  }
+  s.kind = kind == "zipf" ? Kind::kZipf : Kind::kDirichlet;
+  s.param = parse_double(spec.substr(colon + 1), "skew " + std::string(kind));
+  if (s.kind == Kind::kZipf && !(s.param >= 0.0 && std::isfinite(s.param))) {
+    throw UsageError("bad skew '" + std::string(spec) + "': the zipf exponent must be finite and >= 0");
+  }
+  if (s.kind == Kind::kDirichlet && !(s.param > 0.0 && std::isfinite(s.param))) {
+    throw UsageError("bad skew '" + std::string(spec) +
+                     "': the dirichlet concentration must be finite and > 0");
+  }
+  return s;
+}
+
+std::string Skew::to_string() const {
+  switch (kind) {
+    case Kind::kNone:
+      return "none";
+    case Kind::kZipf:
+      return "zipf:" + format_double(param);
+    case Kind::kDirichlet:
+      return "dirichlet:" + format_double(param);
+  }
+  return "none";
+}
+
+void ScoreModelConfig::validate() const {
+  if (!(temperature > 0.0) || !std::isfinite(temperature)) {
+    throw UsageError("temperature must be finite and > 0 (got " + format_double(temperature) + ")");
+  }
+  if (!(topic_rho >= 0.0 && topic_rho <= 1.0)) {
+    throw UsageError("topic-rho must be in [0, 1] (got " + format_double(topic_rho) + ")");
+  }
+  if (!(noise_std >= 0.0) || !std::isfinite(noise_std)) {
+    throw UsageError("noise-std must be finite and >= 0 (got " + format_double(noise_std) + ")");
+  }
+}
+
+ScoreModel::ScoreModel(const ScoreModelConfig& config, int num_experts, uint64_t seed)
+    : config_(config), num_experts_(num_experts), seed_(seed), popularity_(num_experts, 0.0) {
+  config_.validate();
+  if (num_experts < 1) throw UsageError("score model: num_experts must be >= 1");
+  switch (config_.skew.kind) {
+    case Skew::Kind::kNone:
+      break;
+    case Skew::Kind::kZipf:
+      for (int e = 0; e < num_experts; ++e) popularity_[e] = -config_.skew.param * std::log(e + 1.0);
+      break;
+    case Skew::Kind::kDirichlet: {
+      Rng rng(stream_key(seed, kPopularityTag));
+      double mean = 0.0;
+      for (int e = 0; e < num_experts; ++e) {
+        // Normalising p does not change ln(p) - mean ln(p), so the gamma draws are used directly.
+        const double g = std::max(rng.gamma(config_.skew.param), 1e-300);
+        popularity_[e] = std::log(g);
+        mean += popularity_[e];
+      }
+      mean /= num_experts;
+      for (double& p : popularity_) p -= mean;
+      break;
+    }
+  }
+}
+
+void ScoreModel::token_logits(const TokenMeta& token, float* out) const {
+  const double rho = config_.topic_rho;
+  const double own = std::sqrt(1.0 - rho * rho);
+  const double inv_t = 1.0 / config_.temperature;
+  Rng noise(stream_key(seed_, token.request_id, token.position));
+  if (rho > 0.0) {
+    Rng topic(stream_key(seed_, token.request_id, kTopicPosition, kTopicTag));
+    for (int e = 0; e < num_experts_; ++e) {
+      const double z = topic.normal();
+      const double n = noise.normal();
+      out[e] = static_cast<float>((popularity_[e] + config_.noise_std * (rho * z + own * n)) * inv_t);
+    }
+  } else {
+    for (int e = 0; e < num_experts_; ++e) {
+      out[e] = static_cast<float>((popularity_[e] + config_.noise_std * noise.normal()) * inv_t);
+    }
+  }
+}
+
+void ScoreModel::logits(std::span<const TokenMeta> rows, std::vector<float>& out) const {
+  out.resize(rows.size() * static_cast<size_t>(num_experts_));
+  for (size_t i = 0; i < rows.size(); ++i) token_logits(rows[i], out.data() + i * num_experts_);
+}
+
+}  // namespace moe::sim

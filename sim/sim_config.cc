@@ -1,0 +1,405 @@
+#include "sim/sim_config.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "sim/errors.h"
+#include "sim/text.h"
+
+namespace moe::sim {
+namespace {
+
+int to_int(const std::string& name, const std::string& v) {
+  const int64_t x = parse_int(v, "--" + name);
+  if (x < INT_MIN || x > INT_MAX) throw UsageError("--" + name + ": " + v + " is out of range");
+  return static_cast<int>(x);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+std::string join_doubles(const std::vector<double>& v) {
+  std::string out;
+  for (double d : v) {
+    if (!out.empty()) out += ",";
+    out += format_double(d);
+  }
+  return out;
+}
+
+std::string bool_text(bool b) {
+  return b ? "true" : "false";
+}
+
+std::vector<Setting> make_settings() {
+  std::vector<Setting> s;
+  auto add = [&](Setting setting) { s.push_back(std::move(setting)); };
+  const unsigned kSynthetic = kRun | kSweep | kProbe;
+
+  // Applied first (build_config): a preset sets router fields, a mode policy fields.
+  add({"preset", "mixtral|qwen2-moe|deepseek-v3|switch",
+       "router preset (scoring and weighting rules, experts, top-k)", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.preset = v; },
+       [](const SimConfig& c) { return c.preset.empty() ? std::string("none") : c.preset; }});
+  add({"mode", "greedy|stable|rank-only", "dispatch mode (scope, priority, overflow); default greedy",
+       kAllCommands, false, false, true, [](SimConfig& c, const std::string& v) { c.mode = v; },
+       [](const SimConfig& c) { return c.mode; }});
+
+  // Router.
+  add({"experts", "INT", "number of experts E", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.router.num_experts = to_int("experts", v); },
+       [](const SimConfig& c) { return std::to_string(c.router.num_experts); }});
+  add({"top-k", "INT", "experts chosen per token k", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.router.top_k = to_int("top-k", v); },
+       [](const SimConfig& c) { return std::to_string(c.router.top_k); }});
+  add({"scoring", "softmax|sigmoid", "router scores", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.router.scoring = parse_scoring(v); },
+       [](const SimConfig& c) { return std::string(to_string(c.router.scoring)); }});
+  add({"renormalize", "BOOL", "renormalise the k chosen weights to sum 1", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.router.renormalize = parse_bool(v, "--renormalize"); },
+       [](const SimConfig& c) { return bool_text(c.router.renormalize); }});
+  add({"scaling-factor", "FLOAT", "weight scaling factor", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.router.scaling_factor = static_cast<float>(parse_double(v, "--scaling-factor"));
+       },
+       [](const SimConfig& c) { return format_double(c.router.scaling_factor); }});
+  add({"groups", "INT", "expert groups for group-limited choice (1 = none)", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.router.num_groups = to_int("groups", v); },
+       [](const SimConfig& c) { return std::to_string(c.router.num_groups); }});
+  add({"topk-groups", "INT", "groups kept under a group limit", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.router.topk_groups = to_int("topk-groups", v); },
+       [](const SimConfig& c) { return std::to_string(c.router.topk_groups); }});
+
+  // Dispatch policy.
+  add({"capacity-factor", "FLOAT", "capacity factor cf (> 0)", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.policy.capacity_factor = parse_double(v, "--capacity-factor");
+       },
+       [](const SimConfig& c) { return format_double(c.policy.capacity_factor); }});
+  add({"capacity-rounding", "ceil|floor", "rounding of cf * T * k / E", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.policy.rounding = parse_capacity_rounding(v); },
+       [](const SimConfig& c) { return std::string(to_string(c.policy.rounding)); }});
+  add({"min-capacity", "INT", "lower bound on any capacity", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.policy.min_capacity = to_int("min-capacity", v); },
+       [](const SimConfig& c) { return std::to_string(c.policy.min_capacity); }});
+  add({"scope", "batch|request|causal|none", "capacity scope", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.policy.scope = parse_capacity_scope(v); },
+       [](const SimConfig& c) { return std::string(to_string(c.policy.scope)); }});
+  add({"priority", "arrival|request|score|random", "who claims slots first", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.policy.priority = parse_priority(v); },
+       [](const SimConfig& c) { return std::string(to_string(c.policy.priority)); }});
+  add({"overflow", "drop|reroute", "what happens to a pair that finds its expert full", kAllCommands, false,
+       false, true, [](SimConfig& c, const std::string& v) { c.policy.overflow = parse_overflow(v); },
+       [](const SimConfig& c) { return std::string(to_string(c.policy.overflow)); }});
+  add({"reroute-depth", "INT", "ranks beyond top-k a rerouted pair may try", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.policy.reroute_depth = to_int("reroute-depth", v); },
+       [](const SimConfig& c) { return std::to_string(c.policy.reroute_depth); }});
+  add({"renormalize-survivors", "BOOL", "scale surviving weights of a token that lost pairs", kAllCommands,
+       false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.policy.renormalize_survivors = parse_bool(v, "--renormalize-survivors");
+       },
+       [](const SimConfig& c) { return bool_text(c.policy.renormalize_survivors); }});
+  add({"seed", "UINT64", "seed of every random draw (workload, scores, random priority)", kAllCommands, false,
+       false, true, [](SimConfig& c, const std::string& v) { c.seed = parse_uint64(v, "--seed"); },
+       [](const SimConfig& c) { return std::to_string(c.seed); }});
+
+  // Workload.
+  add({"requests", "INT", "number of synthetic requests", kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.num_requests = to_int("requests", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.num_requests); }});
+  add({"prompt-len", "DIST", "prompt lengths: fixed:N | uniform:A,B | lognormal:mean=M,sigma=S[,max=X]",
+       kSynthetic, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.prompt_len = LengthDist::parse(v); },
+       [](const SimConfig& c) { return c.workload.prompt_len.to_string(); }});
+  add({"decode-len", "DIST", "decode lengths (continuous batching only), same syntax", kRun | kSweep, false,
+       false, true, [](SimConfig& c, const std::string& v) { c.workload.decode_len = LengthDist::parse(v); },
+       [](const SimConfig& c) { return c.workload.decode_len.to_string(); }});
+  add({"token-budget", "INT",
+       "tokens per step with continuous batching (0 = one static batch of all prompts)", kRun | kSweep, false,
+       false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.token_budget = to_int("token-budget", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.token_budget); }});
+  add({"arrival-rate", "FLOAT", "Poisson arrivals per step (0 = all at step 0)", kRun | kSweep, false, false,
+       true,
+       [](SimConfig& c, const std::string& v) {
+         c.workload.arrival_rate = parse_double(v, "--arrival-rate");
+       },
+       [](const SimConfig& c) { return format_double(c.workload.arrival_rate); }});
+  add({"trace", "FILE", "CSV or JSONL trace: arrival_step|arrival_time, prompt_len, decode_len",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.trace_file = v; },
+       [](const SimConfig& c) {
+         return c.workload.trace_file.empty() ? std::string("none") : c.workload.trace_file;
+       }});
+
+  // Score model.
+  add({"skew", "SPEC", "expert popularity: none | zipf:S | dirichlet:ALPHA", kSynthetic, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.scores.skew = Skew::parse(v); },
+       [](const SimConfig& c) { return c.scores.skew.to_string(); }});
+  add({"temperature", "FLOAT", "logit temperature (> 0)", kSynthetic, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.scores.temperature = parse_double(v, "--temperature"); },
+       [](const SimConfig& c) { return format_double(c.scores.temperature); }});
+  add({"topic-rho", "FLOAT", "per-request topic correlation in [0, 1]", kSynthetic, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.scores.topic_rho = parse_double(v, "--topic-rho"); },
+       [](const SimConfig& c) { return format_double(c.scores.topic_rho); }});
+  add({"noise-std", "FLOAT", "scale of the random part of the logits", kSynthetic, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.scores.noise_std = parse_double(v, "--noise-std"); },
+       [](const SimConfig& c) { return format_double(c.scores.noise_std); }});
+
+  // Sweep and probe.
+  add({"modes", "LIST", "modes to compare, comma-separated (default: --mode if given, else all)",
+       kSweep | kProbe, false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.modes.clear();
+         for (const auto& m : split(v, ',')) {
+           if (!m.empty()) c.modes.push_back(m);
+         }
+         for (const auto& m : c.modes) DispatchPolicy::mode(m);  // throws for an unknown mode
+       },
+       [](const SimConfig& c) { return join(c.compared_modes(), ","); }});
+  add({"capacity-factors", "LIST", "capacity factors to sweep, comma-separated", kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.sweep.capacity_factors.clear();
+         for (const auto& x : split(v, ',')) {
+           const double cf = parse_double(x, "--capacity-factors");
+           if (!(cf > 0.0)) throw UsageError("--capacity-factors: every factor must be > 0 (got " + x + ")");
+           c.sweep.capacity_factors.push_back(cf);
+         }
+       },
+       [](const SimConfig& c) { return join_doubles(c.sweep.capacity_factors); }});
+  add({"axis", "NAME=V1,V2,...", "extra sweep axis over any setting, e.g. top-k=1,2,4 (repeatable)", kSweep,
+       false, true, true,
+       [](SimConfig& c, const std::string& v) {
+         c.sweep.axes.clear();
+         for (const auto& a : split(v, ';')) {
+           if (!a.empty()) c.sweep.axes.push_back(a);
+         }
+       },
+       [](const SimConfig& c) {
+         return c.sweep.axes.empty() ? std::string("none") : join(c.sweep.axes, ";");
+       }});
+  add({"scopes", "LIST", "shorthand for --axis scope=LIST", kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.sweep.axes.push_back("scope=" + v); },
+       [](const SimConfig&) { return std::string(); }});
+  add({"csv", "FILE", "also write the sweep as CSV", kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.sweep.csv_path = v; },
+       [](const SimConfig& c) { return c.sweep.csv_path.empty() ? std::string("none") : c.sweep.csv_path; }});
+  add({"svg", "FILE", "also write an SVG plot of drop rate against capacity factor", kSweep, false, false,
+       true, [](SimConfig& c, const std::string& v) { c.sweep.svg_path = v; },
+       [](const SimConfig& c) { return c.sweep.svg_path.empty() ? std::string("none") : c.sweep.svg_path; }});
+  add({"trials", "INT", "probe trials (random batches of strangers)", kProbe, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.probe.trials = to_int("trials", v); },
+       [](const SimConfig& c) { return std::to_string(c.probe.trials); }});
+  add({"probe-len", "INT", "tokens in the probe request", kProbe, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.probe.probe_len = to_int("probe-len", v); },
+       [](const SimConfig& c) { return std::to_string(c.probe.probe_len); }});
+  add({"min-strangers", "INT", "fewest strangers per trial", kProbe, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.probe.min_strangers = to_int("min-strangers", v); },
+       [](const SimConfig& c) { return std::to_string(c.probe.min_strangers); }});
+  add({"max-strangers", "INT", "most strangers per trial", kProbe, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.probe.max_strangers = to_int("max-strangers", v); },
+       [](const SimConfig& c) { return std::to_string(c.probe.max_strangers); }});
+  add({"probe-id", "UINT64", "request id of the probe", kProbe, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.probe.probe_id = parse_uint64(v, "--probe-id"); },
+       [](const SimConfig& c) { return std::to_string(c.probe.probe_id); }});
+
+  // Replay.
+  add({"logits", "FILE", "router logits, float32 [T, E] .npy", kReplay, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.replay.logits_path = v; },
+       [](const SimConfig& c) { return c.replay.logits_path; }});
+  add({"meta", "FILE", "token metadata CSV (request_id,position); default one request, positions 0..T-1",
+       kReplay, false, false, true, [](SimConfig& c, const std::string& v) { c.replay.meta_path = v; },
+       [](const SimConfig& c) {
+         return c.replay.meta_path.empty() ? std::string("none") : c.replay.meta_path;
+       }});
+  add({"out", "FILE", "plan CSV to write: token,j,expert,slot,weight,status", kReplay, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.replay.out_path = v; },
+       [](const SimConfig& c) { return c.replay.out_path; }});
+
+  // Output.
+  add({"json", "", "print one JSON object instead of the table", kAllCommands, true, false, false,
+       [](SimConfig& c, const std::string& v) { c.json = parse_bool(v, "--json"); },
+       [](const SimConfig& c) { return bool_text(c.json); }});
+  add({"quiet", "", "no progress bar and no table (JSON and files are still written)", kAllCommands, true,
+       false, false, [](SimConfig& c, const std::string& v) { c.quiet = parse_bool(v, "--quiet"); },
+       [](const SimConfig& c) { return bool_text(c.quiet); }});
+  return s;
+}
+
+}  // namespace
+
+const char* command_name(Command c) {
+  switch (c) {
+    case kRun:
+      return "run";
+    case kSweep:
+      return "sweep";
+    case kProbe:
+      return "probe";
+    case kReplay:
+      return "replay";
+    default:
+      return "?";
+  }
+}
+
+bool SimConfig::is_explicit(const std::string& name) const {
+  return std::find(explicit_settings.begin(), explicit_settings.end(), name) != explicit_settings.end();
+}
+
+std::vector<std::string> SimConfig::compared_modes() const {
+  if (!modes.empty()) return modes;
+  if (is_explicit("mode")) return {mode};
+  return DispatchPolicy::mode_names();
+}
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = make_settings();
+  return table;
+}
+
+const Setting* find_setting(const std::string& name) {
+  for (const auto& s : settings()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+SimConfig build_config(const Overrides& overrides) {
+  SimConfig c;
+  for (const auto& [name, value] : overrides) {
+    if (find_setting(name) == nullptr) throw UsageError("unknown setting '" + name + "'");
+    c.explicit_settings.push_back(name);
+  }
+  try {
+    if (auto it = overrides.find("preset"); it != overrides.end()) {
+      c.preset = it->second;
+      c.router = RouterConfig::preset(it->second);
+    }
+    if (auto it = overrides.find("mode"); it != overrides.end()) {
+      c.mode = it->second;
+      c.policy = DispatchPolicy::mode(it->second);
+    }
+    for (const Setting& s : settings()) {
+      if (s.name == "preset" || s.name == "mode") continue;
+      if (auto it = overrides.find(s.name); it != overrides.end()) s.apply(c, it->second);
+    }
+    c.policy.seed = c.seed;
+    c.router.validate();
+    c.policy.validate();
+    c.workload.validate();
+    c.scores.validate();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (c.probe.trials < 1)
+    throw UsageError("trials must be >= 1 (got " + std::to_string(c.probe.trials) + ")");
+  if (c.probe.probe_len < 1)
+    throw UsageError("probe-len must be >= 1 (got " + std::to_string(c.probe.probe_len) + ")");
+  if (c.probe.min_strangers < 0 || c.probe.max_strangers < c.probe.min_strangers) {
+    throw UsageError("need 0 <= min-strangers <= max-strangers (got " +
+                     std::to_string(c.probe.min_strangers) + ", " + std::to_string(c.probe.max_strangers) +
+                     ")");
+  }
+  if (c.sweep.capacity_factors.empty()) throw UsageError("capacity-factors is empty");
+  return c;
+}
+
+std::string config_line(const SimConfig& config, Command command) {
+  std::string out;
+  for (const Setting& s : settings()) {
+    if (!s.in_config || !(s.commands & command) || s.name == "scopes") continue;
+    if (!out.empty()) out += " ";
+    out += s.name;
+    out += "=";
+    out += s.show(config);
+  }
+  return out;
+}
+
+nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
+  nlohmann::ordered_json j;
+  j["command"] = command_name(command);
+  j["preset"] = c.preset.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.preset);
+  j["mode"] = c.mode;
+  nlohmann::ordered_json router;
+  router["num_experts"] = c.router.num_experts;
+  router["top_k"] = c.router.top_k;
+  router["scoring"] = std::string(to_string(c.router.scoring));
+  router["renormalize"] = c.router.renormalize;
+  router["scaling_factor"] = c.router.scaling_factor;
+  router["num_groups"] = c.router.num_groups;
+  router["topk_groups"] = c.router.topk_groups;
+  router["selection_bias"] = c.router.selection_bias;
+  j["router"] = router;
+  nlohmann::ordered_json policy;
+  policy["capacity_factor"] = c.policy.capacity_factor;
+  policy["rounding"] = std::string(to_string(c.policy.rounding));
+  policy["min_capacity"] = c.policy.min_capacity;
+  policy["scope"] = std::string(to_string(c.policy.scope));
+  policy["priority"] = std::string(to_string(c.policy.priority));
+  policy["overflow"] = std::string(to_string(c.policy.overflow));
+  policy["reroute_depth"] = c.policy.reroute_depth;
+  policy["seed"] = c.policy.seed;
+  policy["renormalize_survivors"] = c.policy.renormalize_survivors;
+  j["policy"] = policy;
+  if (command != kReplay) {
+    nlohmann::ordered_json workload;
+    if (command == kProbe) {
+      workload["kind"] = "probe";
+      workload["stranger_prompt_len"] = c.workload.prompt_len.to_string();
+    } else if (!c.workload.trace_file.empty()) {
+      workload["kind"] = "trace";
+      workload["trace"] = c.workload.trace_file;
+    } else {
+      workload["kind"] = "synthetic";
+      workload["requests"] = c.workload.num_requests;
+      workload["prompt_len"] = c.workload.prompt_len.to_string();
+      workload["decode_len"] = c.workload.decode_len.to_string();
+      workload["arrival_rate"] = c.workload.arrival_rate;
+    }
+    if (command != kProbe) {
+      workload["batching"] = c.workload.token_budget > 0 ? "continuous" : "static";
+      workload["token_budget"] = c.workload.token_budget;
+    }
+    j["workload"] = workload;
+    nlohmann::ordered_json scores;
+    scores["kind"] = "gaussian";
+    scores["skew"] = c.scores.skew.to_string();
+    scores["temperature"] = c.scores.temperature;
+    scores["topic_rho"] = c.scores.topic_rho;
+    scores["noise_std"] = c.scores.noise_std;
+    j["score_model"] = scores;
+  } else {
+    j["logits"] = c.replay.logits_path;
+    j["meta"] = c.replay.meta_path.empty() ? nlohmann::ordered_json(nullptr)
+                                           : nlohmann::ordered_json(c.replay.meta_path);
+    j["out"] = c.replay.out_path;
+  }
+  j["seed"] = c.seed;
+  if (command == kSweep) {
+    j["modes"] = c.compared_modes();
+    j["capacity_factors"] = c.sweep.capacity_factors;
+    j["axes"] = c.sweep.axes;
+  }
+  if (command == kProbe) {
+    j["modes"] = c.compared_modes();
+    j["trials"] = c.probe.trials;
+    j["probe_len"] = c.probe.probe_len;
+    j["min_strangers"] = c.probe.min_strangers;
+    j["max_strangers"] = c.probe.max_strangers;
+    j["probe_id"] = c.probe.probe_id;
+  }
+  return j;
+}
+
+}  // namespace moe::sim

@@ -1,0 +1,122 @@
+#include "sim/workload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "sim/errors.h"
+#include "sim/rng.h"
+#include "sim/trace_reader.h"
+
+namespace moe::sim {
+namespace {
+
+constexpr uint64_t kLengthTag = 0x4c454e47;   // "LENG"
+constexpr uint64_t kArrivalTag = 0x41525256;  // "ARRV"
+constexpr int64_t kMaxRequestTokens = int64_t{1} << 30;
+
+}  // namespace
+
+void WorkloadConfig::validate() const {
+  if (trace_file.empty() && num_requests < 1) {
+    throw UsageError("requests must be >= 1 (got " + std::to_string(num_requests) + ")");
+  }
+  if (token_budget < 0)
+    throw UsageError("token-budget must be >= 0 (got " + std::to_string(token_budget) + ")");
+  if (!(arrival_rate >= 0.0) || !std::isfinite(arrival_rate)) {
+    throw UsageError("arrival-rate must be finite and >= 0 (got " + std::to_string(arrival_rate) + ")");
+  }
+}
+
+std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed) {
+  config.validate();
+  if (!config.trace_file.empty()) return read_trace(config.trace_file);
+  std::vector<RequestSpec> out(config.num_requests);
+  Rng arrivals(stream_key(seed, kArrivalTag));
+  double clock = 0.0;
+  for (int i = 0; i < config.num_requests; ++i) {
+    RequestSpec& r = out[i];
+    r.id = static_cast<uint64_t>(i);
+    Rng lengths(stream_key(seed, r.id, kLengthTag));
+    const int64_t prompt = std::clamp<int64_t>(config.prompt_len.sample(lengths), 1, kMaxRequestTokens);
+    const int64_t decode = std::clamp<int64_t>(config.decode_len.sample(lengths), 0, kMaxRequestTokens);
+    r.prompt_len = static_cast<uint32_t>(prompt);
+    r.decode_len = static_cast<uint32_t>(decode);
+    if (config.arrival_rate > 0.0) {
+      clock += arrivals.exponential() / config.arrival_rate;
+      r.arrival_step = static_cast<int64_t>(std::floor(clock));
+    }
+  }
+  return out;
+}
+
+std::vector<Step> schedule(const std::vector<RequestSpec>& requests, int token_budget) {
+  std::vector<Step> steps;
+  if (requests.empty()) return steps;
+  if (token_budget <= 0) {
+    Step step;
+    for (const RequestSpec& r : requests) {
+      for (uint32_t p = 0; p < r.prompt_len; ++p) step.rows.push_back(TokenMeta{r.id, p});
+      step.num_prefill_tokens += static_cast<int>(r.prompt_len);
+      step.finished.push_back(r.id);
+    }
+    steps.push_back(std::move(step));
+    return steps;
+  }
+
+  std::vector<const RequestSpec*> pending;
+  for (const RequestSpec& r : requests) pending.push_back(&r);
+  std::stable_sort(pending.begin(), pending.end(), [](const RequestSpec* a, const RequestSpec* b) {
+    if (a->arrival_step != b->arrival_step) return a->arrival_step < b->arrival_step;
+    return a->id < b->id;
+  });
+  struct Active {
+    const RequestSpec* spec;
+    uint32_t next_position;
+  };
+  std::vector<Active> active;
+  size_t next_pending = 0;
+  int64_t now = 0;
+  while (next_pending < pending.size() || !active.empty()) {
+    if (active.empty() && pending[next_pending]->arrival_step > now)
+      now = pending[next_pending]->arrival_step;
+    while (next_pending < pending.size() && pending[next_pending]->arrival_step <= now) {
+      active.push_back(Active{pending[next_pending++], 0});
+    }
+    Step step;
+    step.index = now;
+    int budget = token_budget;
+    // Decode: one token per request whose prompt was finished in an earlier step.
+    for (Active& a : active) {
+      if (budget == 0) break;
+      const uint32_t total = a.spec->prompt_len + a.spec->decode_len;
+      if (a.next_position >= a.spec->prompt_len && a.next_position < total) {
+        step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
+        ++step.num_decode_tokens;
+        --budget;
+      }
+    }
+    // Prefill: prompt chunks in admission order.
+    for (Active& a : active) {
+      if (budget == 0) break;
+      if (a.next_position >= a.spec->prompt_len) continue;
+      const uint32_t chunk =
+          std::min<uint32_t>(static_cast<uint32_t>(budget), a.spec->prompt_len - a.next_position);
+      for (uint32_t i = 0; i < chunk; ++i) step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
+      step.num_prefill_tokens += static_cast<int>(chunk);
+      budget -= static_cast<int>(chunk);
+    }
+    std::erase_if(active, [&](const Active& a) {
+      if (a.next_position == a.spec->prompt_len + a.spec->decode_len) {
+        step.finished.push_back(a.spec->id);
+        return true;
+      }
+      return false;
+    });
+    steps.push_back(std::move(step));
+    ++now;
+  }
+  return steps;
+}
+
+}  // namespace moe::sim
