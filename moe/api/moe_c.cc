@@ -1,0 +1,412 @@
+// The C API: handles wrap the C++ objects; every entry point catches everything and maps it to a status.
+#include "moe/api/moe_c.h"
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "moe/api/builders.h"
+#include "moe/io/checkpoint.h"
+#include "moe/io/layer_weights.h"
+#include "moe/layer/moe_layer.h"
+#include "router/causal_state.h"
+#include "router/token_meta.h"
+
+struct moe_weights {
+  std::shared_ptr<const moe::io::LayerWeights> weights;
+};
+
+struct moe_layer {
+  std::unique_ptr<moe::MoELayer> layer;
+  std::vector<moe::TokenMeta> meta;  // reused across calls
+  moe::MoEStats stats;               // of the last successful forward
+  bool has_run = false;
+};
+
+struct moe_causal_state {
+  explicit moe_causal_state(int num_experts) : state(num_experts) {}
+  moe::CausalRoutingState state;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+moe_status_t set_error(moe_status_t status, const std::string& message) {
+  t_last_error = message;
+  return status;
+}
+
+// Runs `fn` (returning moe_status_t), mapping every exception to a status and the thread's message.
+// io_context: std::runtime_error means an operating-system failure (moe_io's convention) -> MOE_IO_ERROR.
+template <class Fn>
+moe_status_t guarded(const char* where, bool io_context, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::invalid_argument& e) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(where) + ": " + e.what());
+  } catch (const std::out_of_range& e) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(where) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(MOE_OUT_OF_MEMORY, std::string(where) + ": out of memory");
+  } catch (const std::filesystem::filesystem_error& e) {
+    return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
+  } catch (const std::system_error& e) {
+    return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    return set_error(io_context ? MOE_IO_ERROR : MOE_RUNTIME_ERROR, std::string(where) + ": " + e.what());
+  } catch (const std::exception& e) {
+    return set_error(MOE_RUNTIME_ERROR, std::string(where) + ": " + e.what());
+  } catch (...) {
+    return set_error(MOE_RUNTIME_ERROR, std::string(where) + ": unknown error");
+  }
+}
+
+moe_status_t null_arg(const char* where, const char* what) {
+  return set_error(MOE_INVALID_ARGUMENT, std::string(where) + ": " + what + " must not be NULL");
+}
+
+moe::io::LayerShape to_shape(const moe_layer_shape_t& s) {
+  moe::io::LayerShape shape;
+  shape.hidden = s.hidden;
+  shape.expert_ff = s.expert_ff;
+  shape.num_experts = s.num_experts;
+  shape.num_shared_experts = s.num_shared_experts;
+  shape.shared_ff = s.num_shared_experts > 0 ? s.shared_ff : 0;
+  shape.shared_expert_gate = s.shared_expert_gate != 0;
+  shape.score_bias = s.score_bias != 0;
+  return shape;
+}
+
+moe_layer_shape_t from_shape(const moe::io::LayerShape& s) {
+  moe_layer_shape_t out;
+  out.hidden = s.hidden;
+  out.expert_ff = s.expert_ff;
+  out.num_experts = s.num_experts;
+  out.num_shared_experts = s.num_shared_experts;
+  out.shared_ff = s.shared_ff;
+  out.shared_expert_gate = s.shared_expert_gate ? 1 : 0;
+  out.score_bias = s.score_bias ? 1 : 0;
+  return out;
+}
+
+moe::kernels::DType to_dtype(int32_t d, const char* where) {
+  if (d == MOE_DTYPE_F32) return moe::kernels::DType::kF32;
+  if (d == MOE_DTYPE_BF16) return moe::kernels::DType::kBF16;
+  throw std::invalid_argument(std::string(where) + " must be MOE_DTYPE_F32 or MOE_DTYPE_BF16 (got " +
+                              std::to_string(d) + ")");
+}
+
+moe_status_t wrap_weights(moe::io::LayerWeights&& w, moe_weights_t** out) {
+  auto handle = std::make_unique<moe_weights>();
+  handle->weights = std::make_shared<const moe::io::LayerWeights>(std::move(w));
+  *out = handle.release();
+  return MOE_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* moe_last_error(void) {
+  return t_last_error.c_str();
+}
+
+const char* moe_status_string(moe_status_t status) {
+  switch (status) {
+    case MOE_OK:
+      return "MOE_OK";
+    case MOE_INVALID_ARGUMENT:
+      return "MOE_INVALID_ARGUMENT";
+    case MOE_IO_ERROR:
+      return "MOE_IO_ERROR";
+    case MOE_RUNTIME_ERROR:
+      return "MOE_RUNTIME_ERROR";
+    case MOE_OUT_OF_MEMORY:
+      return "MOE_OUT_OF_MEMORY";
+    case MOE_BUFFER_TOO_SMALL:
+      return "MOE_BUFFER_TOO_SMALL";
+  }
+  return "MOE_UNKNOWN_STATUS";
+}
+
+const char* moe_version(void) {
+  return MOE_VERSION;
+}
+
+// ---- Weights --------------------------------------------------------------------------------------------
+
+moe_status_t moe_weights_load(const char* path, const char* architecture, int32_t layer_index,
+                              const moe_layer_shape_t* shape, int32_t storage, moe_weights_t** out) {
+  static constexpr const char* kWhere = "moe_weights_load";
+  if (out == nullptr) return null_arg(kWhere, "out");
+  *out = nullptr;
+  if (path == nullptr) return null_arg(kWhere, "path");
+  if (architecture == nullptr) return null_arg(kWhere, "architecture");
+  if (shape == nullptr) return null_arg(kWhere, "shape");
+  return guarded(kWhere, true, [&] {
+    const moe::io::Architecture arch = moe::io::parse_architecture(architecture);
+    std::optional<moe::kernels::DType> dtype;
+    if (storage != -1) dtype = to_dtype(storage, "storage");
+    if (layer_index < 0) {
+      throw std::invalid_argument("layer_index must be >= 0 (got " + std::to_string(layer_index) + ")");
+    }
+    auto checkpoint = moe::io::Checkpoint::open(path);
+    return wrap_weights(
+        moe::io::load_layer(std::move(checkpoint), arch, layer_index, to_shape(*shape), dtype), out);
+  });
+}
+
+moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t storage, uint64_t seed,
+                                moe_weights_t** out) {
+  static constexpr const char* kWhere = "moe_weights_random";
+  if (out == nullptr) return null_arg(kWhere, "out");
+  *out = nullptr;
+  if (shape == nullptr) return null_arg(kWhere, "shape");
+  return guarded(kWhere, false, [&] {
+    return wrap_weights(moe::io::random_layer(to_shape(*shape), to_dtype(storage, "storage"), seed), out);
+  });
+}
+
+moe_status_t moe_weights_from_buffers(const moe_layer_shape_t* shape, const moe_weight_buffers_t* buffers,
+                                      moe_weights_t** out) {
+  static constexpr const char* kWhere = "moe_weights_from_buffers";
+  if (out == nullptr) return null_arg(kWhere, "out");
+  *out = nullptr;
+  if (shape == nullptr) return null_arg(kWhere, "shape");
+  if (buffers == nullptr) return null_arg(kWhere, "buffers");
+  return guarded(kWhere, true, [&] {
+    const moe::io::LayerShape s = to_shape(*shape);
+    s.validate();
+    moe::api::WeightBuffers b;
+    b.dtype = to_dtype(buffers->dtype, "buffers->dtype");
+    b.router_gate = buffers->router_gate;
+    b.score_bias = buffers->score_bias;
+    if (!buffers->expert_gate_proj || !buffers->expert_up_proj || !buffers->expert_down_proj) {
+      throw std::invalid_argument("expert_gate_proj, expert_up_proj and expert_down_proj must not be NULL");
+    }
+    b.gate_proj.assign(buffers->expert_gate_proj, buffers->expert_gate_proj + s.num_experts);
+    b.up_proj.assign(buffers->expert_up_proj, buffers->expert_up_proj + s.num_experts);
+    b.down_proj.assign(buffers->expert_down_proj, buffers->expert_down_proj + s.num_experts);
+    b.shared_gate_proj = buffers->shared_gate_proj;
+    b.shared_up_proj = buffers->shared_up_proj;
+    b.shared_down_proj = buffers->shared_down_proj;
+    b.shared_expert_gate = buffers->shared_expert_gate;
+    return wrap_weights(moe::api::weights_from_buffers(s, b), out);
+  });
+}
+
+moe_status_t moe_weights_shape(const moe_weights_t* weights, moe_layer_shape_t* shape) {
+  if (weights == nullptr) return null_arg("moe_weights_shape", "weights");
+  if (shape == nullptr) return null_arg("moe_weights_shape", "shape");
+  *shape = from_shape(weights->weights->shape());
+  return MOE_OK;
+}
+
+moe_status_t moe_weights_storage(const moe_weights_t* weights, moe_dtype_t* storage) {
+  if (weights == nullptr) return null_arg("moe_weights_storage", "weights");
+  if (storage == nullptr) return null_arg("moe_weights_storage", "storage");
+  *storage = weights->weights->storage() == moe::kernels::DType::kBF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+  return MOE_OK;
+}
+
+moe_status_t moe_weights_hash(const moe_weights_t* weights, uint64_t* hash) {
+  if (weights == nullptr) return null_arg("moe_weights_hash", "weights");
+  if (hash == nullptr) return null_arg("moe_weights_hash", "hash");
+  return guarded("moe_weights_hash", false, [&] {
+    *hash = weights->weights->content_hash();
+    return MOE_OK;
+  });
+}
+
+void moe_weights_destroy(moe_weights_t* weights) {
+  delete weights;
+}
+
+// ---- Layer ----------------------------------------------------------------------------------------------
+
+void moe_layer_config_init(moe_layer_config_t* config) {
+  if (config == nullptr) return;
+  std::memset(config, 0, sizeof *config);
+  config->preset = "deterministic";
+  config->router = "mixtral";
+  config->renormalize = -1;
+}
+
+moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
+                              moe_layer_t** out) {
+  static constexpr const char* kWhere = "moe_layer_create";
+  if (out == nullptr) return null_arg(kWhere, "out");
+  *out = nullptr;
+  if (weights == nullptr) return null_arg(kWhere, "weights");
+  return guarded(kWhere, false, [&] {
+    moe_layer_config_t c;
+    moe_layer_config_init(&c);
+    if (config != nullptr) c = *config;
+    moe::api::LayerOptions o;
+    o.preset = c.preset ? c.preset : "";
+    o.router = c.router ? c.router : "";
+    o.top_k = c.top_k;
+    o.renormalize = c.renormalize;
+    o.num_groups = c.num_groups;
+    o.topk_groups = c.topk_groups;
+    o.capacity_factor = c.capacity_factor;
+    o.scope = c.scope ? c.scope : "";
+    o.priority = c.priority ? c.priority : "";
+    o.overflow = c.overflow ? c.overflow : "";
+    o.kernel = c.kernel ? c.kernel : "";
+    o.num_threads = c.num_threads;
+    o.max_tokens = c.max_tokens;
+    auto handle = std::make_unique<moe_layer>();
+    handle->layer =
+        std::make_unique<moe::MoELayer>(moe::api::make_config(o, *weights->weights), weights->weights);
+    handle->meta.reserve(handle->layer->config().max_tokens);
+    handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
+    *out = handle.release();
+    return MOE_OK;
+  });
+}
+
+void moe_layer_destroy(moe_layer_t* layer) {
+  delete layer;
+}
+
+moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* num_experts, int32_t* top_k) {
+  if (layer == nullptr) return null_arg("moe_layer_dims", "layer");
+  if (hidden) *hidden = layer->layer->hidden();
+  if (num_experts) *num_experts = layer->layer->num_experts();
+  if (top_k) *top_k = layer->layer->top_k();
+  return MOE_OK;
+}
+
+moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out) {
+  if (out == nullptr) return null_arg("moe_causal_state_create", "out");
+  *out = nullptr;
+  if (layer == nullptr) return null_arg("moe_causal_state_create", "layer");
+  return guarded("moe_causal_state_create", false, [&] {
+    *out = new moe_causal_state(layer->layer->num_experts());
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id) {
+  if (state == nullptr) return null_arg("moe_causal_state_release", "state");
+  state->state.release(request_id);
+  return MOE_OK;
+}
+
+void moe_causal_state_destroy(moe_causal_state_t* state) {
+  delete state;
+}
+
+moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,
+                               const uint64_t* request_ids, const uint32_t* positions, float* y,
+                               moe_causal_state_t* state) {
+  static constexpr const char* kWhere = "moe_layer_forward";
+  if (layer == nullptr) return null_arg(kWhere, "layer");
+  if (num_tokens < 0 || num_tokens > INT32_MAX) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_tokens must be in [0, 2^31) (got " +
+                                               std::to_string(num_tokens) + ")");
+  }
+  if (hidden != layer->layer->hidden()) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": hidden (" + std::to_string(hidden) +
+                                               ") does not match the layer's hidden size (" +
+                                               std::to_string(layer->layer->hidden()) + ")");
+  }
+  if (num_tokens > 0) {
+    if (x == nullptr) return null_arg(kWhere, "x");
+    if (y == nullptr) return null_arg(kWhere, "y");
+    if (request_ids == nullptr) return null_arg(kWhere, "request_ids");
+    if (positions == nullptr) return null_arg(kWhere, "positions");
+  }
+  return guarded(kWhere, false, [&] {
+    layer->meta.resize(static_cast<size_t>(num_tokens));
+    for (int64_t t = 0; t < num_tokens; ++t) layer->meta[t] = moe::TokenMeta{request_ids[t], positions[t]};
+    layer->layer->forward(x, static_cast<int>(num_tokens), layer->meta, y, state ? &state->state : nullptr,
+                          &layer->stats);
+    layer->has_run = true;
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_layer_stats(const moe_layer_t* layer, moe_stats_t* stats, int32_t* expert_load,
+                             int64_t expert_load_len) {
+  static constexpr const char* kWhere = "moe_layer_stats";
+  if (layer == nullptr) return null_arg(kWhere, "layer");
+  const int num_experts = layer->layer->num_experts();
+  if (expert_load != nullptr && expert_load_len < num_experts) {
+    return set_error(MOE_BUFFER_TOO_SMALL,
+                     std::string(kWhere) + ": expert_load holds " + std::to_string(expert_load_len) +
+                         " entries but the layer has " + std::to_string(num_experts) + " experts");
+  }
+  const moe::MoEStats& s = layer->stats;
+  if (stats != nullptr) {
+    stats->num_tokens = layer->has_run ? s.num_tokens : 0;
+    stats->num_kept = layer->has_run ? s.num_kept : 0;
+    stats->num_rerouted = layer->has_run ? s.num_rerouted : 0;
+    stats->num_dropped = layer->has_run ? s.num_dropped : 0;
+    stats->num_tokens_fully_dropped = layer->has_run ? s.num_tokens_fully_dropped : 0;
+  }
+  if (expert_load != nullptr) {
+    for (int e = 0; e < num_experts; ++e) {
+      expert_load[e] = layer->has_run && e < static_cast<int>(s.expert_load.size()) ? s.expert_load[e] : 0;
+    }
+  }
+  return MOE_OK;
+}
+
+moe_status_t moe_layer_last_plan(const moe_layer_t* layer, int32_t* pair_expert, int32_t* pair_slot,
+                                 float* pair_weight, uint8_t* pair_status, int64_t capacity,
+                                 int64_t* num_pairs) {
+  static constexpr const char* kWhere = "moe_layer_last_plan";
+  if (layer == nullptr) return null_arg(kWhere, "layer");
+  if (num_pairs == nullptr) return null_arg(kWhere, "num_pairs");
+  const moe::DispatchPlan& plan = layer->layer->last_plan();
+  const int64_t n = layer->has_run ? plan.num_pairs() : 0;
+  *num_pairs = n;
+  const bool any = pair_expert || pair_slot || pair_weight || pair_status;
+  if (any && capacity < n) {
+    return set_error(MOE_BUFFER_TOO_SMALL, std::string(kWhere) + ": buffers hold " +
+                                               std::to_string(capacity) + " entries but the plan has " +
+                                               std::to_string(n) + " pairs");
+  }
+  for (int64_t p = 0; p < n; ++p) {
+    if (pair_expert) pair_expert[p] = plan.pair_expert[p];
+    if (pair_slot) pair_slot[p] = plan.pair_slot[p];
+    if (pair_weight) pair_weight[p] = plan.pair_weight[p];
+    if (pair_status) pair_status[p] = static_cast<uint8_t>(plan.pair_status[p]);
+  }
+  return MOE_OK;
+}
+
+moe_status_t moe_layer_fingerprint(const moe_layer_t* layer, char* buffer, size_t buffer_size,
+                                   size_t* required) {
+  static constexpr const char* kWhere = "moe_layer_fingerprint";
+  if (layer == nullptr) return null_arg(kWhere, "layer");
+  return guarded(kWhere, false, [&] {
+    const std::string json = layer->layer->fingerprint().to_json();
+    const size_t need = json.size() + 1;
+    if (required != nullptr) *required = need;
+    if (buffer == nullptr && buffer_size == 0) return MOE_OK;
+    if (buffer == nullptr) return null_arg(kWhere, "buffer (with buffer_size > 0)");
+    if (buffer_size < need) {
+      return set_error(MOE_BUFFER_TOO_SMALL, std::string(kWhere) + ": buffer holds " +
+                                                 std::to_string(buffer_size) +
+                                                 " bytes but the fingerprint needs " + std::to_string(need));
+    }
+    std::memcpy(buffer, json.c_str(), need);
+    return MOE_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,251 @@
+/* The C API of the MoE runtime: weights, a layer, forward passes, stats and provenance.
+ *
+ * A C (C99) interface over the C++ library, for embedding the layer in another inference stack or binding it
+ * from another language. Link moe::moe_c (CMake) or `pkg-config --libs moe` (which lists the C++ runtime
+ * too).
+ *
+ * Conventions for every function of this header:
+ *   - Errors: every call returns a moe_status_t. On anything but MOE_OK, the calling thread's last-error
+ * message (moe_last_error()) says what was wrong in words, and the call's outputs are left as documented for
+ * that call (output handles are set to NULL; output buffers are unchanged unless stated otherwise). No C++
+ *     exception ever crosses this interface.
+ *   - Ownership: a handle returned through an `out` pointer belongs to the caller, who frees it with the
+ *     matching *_destroy function (which accepts NULL). Input buffers stay owned by the caller and are read
+ *     during the call only, unless a function says it keeps them.
+ *   - Threading: functions on different handles may run concurrently. A moe_weights_t is immutable and may be
+ *     shared by any number of layers and threads. A moe_layer_t and a moe_causal_state_t serve one thread at
+ * a time (the layer's forward is not reentrant; the layer runs its own worker threads inside a call).
+ *   - Shapes are row-major and contiguous. Sizes are counts of elements, not bytes, unless named *_bytes.
+ *
+ * What a forward pass computes (docs/routing.md, moe/layer/moe_layer.h):
+ *   y[t] = sum_{j < k, pair (t, j) kept} w[t][j] * FFN_{e(t,j)}(x[t])  (+ the shared expert, if the layer has
+ * one) The "deterministic" preset makes the bits of y[t] independent of the other requests in the batch, of
+ * the row order, of the batch size and of the thread count.
+ */
+#ifndef MOE_API_MOE_C_H_
+#define MOE_API_MOE_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status and errors --------------------------------------------------------------------------------- */
+
+typedef enum {
+  MOE_OK = 0,
+  MOE_INVALID_ARGUMENT = 1, /* a null pointer, a wrong shape or name, a NaN row, a config that does not fit */
+  MOE_IO_ERROR = 2,         /* a file could not be opened, read, mapped or written */
+  MOE_RUNTIME_ERROR = 3,    /* anything else the library reported */
+  MOE_OUT_OF_MEMORY = 4,    /* an allocation failed */
+  MOE_BUFFER_TOO_SMALL = 5  /* a caller buffer is smaller than needed; the required size was written */
+} moe_status_t;
+
+/* The calling thread's message for its last failed call ("" if none failed yet). The pointer stays valid
+ * until the thread's next call into this API. Never NULL. */
+const char* moe_last_error(void);
+
+/* A static name for a status, e.g. "MOE_INVALID_ARGUMENT". Never NULL. */
+const char* moe_status_string(moe_status_t status);
+
+/* The library version, e.g. "0.1.0". Static, never NULL. */
+const char* moe_version(void);
+
+/* ---- Weights ------------------------------------------------------------------------------------------- */
+
+/* An immutable set of weights of one MoE layer (router gate, experts, optional shared expert). */
+typedef struct moe_weights moe_weights_t;
+
+/* Storage dtype of the expert matrices. Computation is fp32 either way (bf16 is widened exactly). */
+typedef enum { MOE_DTYPE_F32 = 0, MOE_DTYPE_BF16 = 1 } moe_dtype_t;
+
+/* The dimensions of one MoE layer (moe/io/layer_weights.h, io::LayerShape).
+ *   hidden              d_model
+ *   expert_ff           intermediate size of each routed expert
+ *   num_experts         routed experts E
+ *   num_shared_experts  0 (none) or 1 (Qwen2-MoE shared_expert; DeepSeek-V3's fused shared experts)
+ *   shared_ff           intermediate size of the shared expert (ignored without one)
+ *   shared_expert_gate  1: the shared output is scaled by sigmoid(shared_gate . x) (Qwen2-MoE)
+ *   score_bias          1: a per-expert selection bias (DeepSeek-V3 e_score_correction_bias) */
+typedef struct {
+  int64_t hidden;
+  int64_t expert_ff;
+  int32_t num_experts;
+  int32_t num_shared_experts;
+  int64_t shared_ff;
+  int32_t shared_expert_gate;
+  int32_t score_bias;
+} moe_layer_shape_t;
+
+/* Loads layer `layer_index` of a safetensors checkpoint with the Hugging Face names of `architecture`
+ * ("mixtral", "qwen2-moe", "deepseek-v3", "olmoe"). `path` is a .safetensors file, a *.safetensors.index.json
+ * or a directory holding either. Every tensor must have exactly the shape `shape` implies.
+ *   storage: MOE_DTYPE_F32 or MOE_DTYPE_BF16 converts the expert matrices to that dtype; -1 keeps the file's.
+ *   Tensors already in the storage dtype are not copied: they stay mapped from the file, which must not be
+ *   modified or truncated while the weights (or a layer using them) live.
+ * Errors: MOE_INVALID_ARGUMENT (null pointer, unknown architecture, missing tensor, wrong shape or dtype: the
+ * message names the tensor and the file); MOE_IO_ERROR (the file cannot be opened or mapped). */
+moe_status_t moe_weights_load(const char* path, const char* architecture, int32_t layer_index,
+                              const moe_layer_shape_t* shape, int32_t storage, moe_weights_t** out);
+
+/* Seeded random weights (uniform like nn.Linear's init): the same bits for the same (shape, storage, seed) on
+ * every machine. Errors: MOE_INVALID_ARGUMENT for a null pointer or an invalid shape. */
+moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t storage, uint64_t seed,
+                                moe_weights_t** out);
+
+/* Caller-provided weight buffers, all row-major, nn.Linear layout [out_features, in_features].
+ *   dtype               dtype of the expert and shared-expert matrices below (fp32: float, bf16: uint16_t
+ * bits) router_gate         [num_experts, hidden] fp32 (required) score_bias          [num_experts] fp32,
+ * required iff shape.score_bias, else NULL expert_gate_proj    num_experts pointers, each [expert_ff, hidden]
+ * (Mixtral w1) expert_up_proj      num_experts pointers, each [expert_ff, hidden]   (Mixtral w3)
+ *   expert_down_proj    num_experts pointers, each [hidden, expert_ff]   (Mixtral w2)
+ *   shared_gate_proj    [shared_ff, hidden], shared_up_proj [shared_ff, hidden], shared_down_proj
+ *                       [hidden, shared_ff]: required iff shape.num_shared_experts > 0, else NULL
+ *   shared_expert_gate  [1, hidden] fp32, required iff shape.shared_expert_gate, else NULL */
+typedef struct {
+  moe_dtype_t dtype;
+  const float* router_gate;
+  const float* score_bias;
+  const void* const* expert_gate_proj;
+  const void* const* expert_up_proj;
+  const void* const* expert_down_proj;
+  const void* shared_gate_proj;
+  const void* shared_up_proj;
+  const void* shared_down_proj;
+  const float* shared_expert_gate;
+} moe_weight_buffers_t;
+
+/* Weights from caller buffers. The buffers are COPIED during the call: the caller may free or change them as
+ * soon as it returns. Errors: MOE_INVALID_ARGUMENT for a null pointer where a buffer is required, a buffer
+ * given where the shape has no such tensor, or an invalid shape; MOE_IO_ERROR if the staging copy cannot be
+ * written (NOTES: the copy is staged through a temporary file in $TMPDIR or /tmp, removed before the call
+ * returns). */
+moe_status_t moe_weights_from_buffers(const moe_layer_shape_t* shape, const moe_weight_buffers_t* buffers,
+                                      moe_weights_t** out);
+
+/* The shape, storage dtype and content hash (XXH3-64 over every tensor, independent of the file or naming the
+ * weights came from) of `weights`. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_weights_shape(const moe_weights_t* weights, moe_layer_shape_t* shape);
+moe_status_t moe_weights_storage(const moe_weights_t* weights, moe_dtype_t* storage);
+moe_status_t moe_weights_hash(const moe_weights_t* weights, uint64_t* hash);
+
+/* Releases the caller's reference. Layers created from these weights keep their own reference, so the weights
+ * may be destroyed right after creating the layers. NULL is ignored. */
+void moe_weights_destroy(moe_weights_t* weights);
+
+/* ---- Layer --------------------------------------------------------------------------------------------- */
+
+typedef struct moe_layer moe_layer_t;
+
+/* How a layer routes and computes. Initialise with moe_layer_config_init(), then change fields; a field left
+ * at its "keep" value takes the preset's value. preset           "deterministic" (request-scoped capacity,
+ * request priority, drop, invariant kernels) or "greedy" (batch-scoped capacity, arrival priority, drop, fast
+ * kernels). NULL: deterministic. router           the routing rules of an architecture: "mixtral" (softmax,
+ * top-2, renormalised), "qwen2-moe" (softmax, top-4, not renormalised), "deepseek-v3" (sigmoid + bias,
+ * groups, scaling 2.5), "olmoe", or the router preset "switch". NULL: "mixtral". num_experts always comes
+ * from the weights. top_k            0: the router's; else 1..num_experts renormalize      -1: the router's;
+ * 0/1: renormalise the k weights to sum 1 num_groups, topk_groups   0: the router's (DeepSeek-V3
+ * group-limited choice; num_groups must divide E) capacity_factor  <= 0: the preset's (1.25) scope NULL or
+ * "batch" | "request" | "causal" | "none" (none = dropless) priority         NULL or "arrival" | "request" |
+ * "score" | "random" overflow         NULL or "drop" | "reroute" kernel           NULL or "invariant" |
+ * "fast" (experts and router gate) num_threads      0: 1 thread (the calling one); else threads used inside a
+ * forward pass max_tokens       0: 256; the workspace is sized for batches of this many rows at creation (a
+ * larger batch grows it once) */
+typedef struct {
+  const char* preset;
+  const char* router;
+  int32_t top_k;
+  int32_t renormalize;
+  int32_t num_groups;
+  int32_t topk_groups;
+  double capacity_factor;
+  const char* scope;
+  const char* priority;
+  const char* overflow;
+  const char* kernel;
+  int32_t num_threads;
+  int32_t max_tokens;
+} moe_layer_config_t;
+
+/* Fills `config` with the "keep" values above (the deterministic preset with the mixtral router). NULL is
+ * ignored. */
+void moe_layer_config_init(moe_layer_config_t* config);
+
+/* A layer over `weights` (the layer keeps its own reference to them). config NULL: moe_layer_config_init's.
+ * Errors: MOE_INVALID_ARGUMENT naming the bad field (unknown preset/router/scope, top_k above num_experts,
+ * ...) or a config that does not fit the weights. */
+moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
+                              moe_layer_t** out);
+
+/* NULL is ignored. Must not be called while another thread is inside a call on the same layer. */
+void moe_layer_destroy(moe_layer_t* layer);
+
+/* The layer's hidden size, experts and top-k. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* num_experts, int32_t* top_k);
+
+/* Per-request routing state for causal capacity (scope "causal"): slot counts that carry across forward
+ * passes, so a request's routing depends only on its own prefix however the prompt is chunked. One state per
+ * stream of forward calls; not thread-safe. Ignored by the other scopes. */
+typedef struct moe_causal_state moe_causal_state_t;
+
+moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out);
+/* Forgets a finished request (unknown ids are ignored). Errors: MOE_INVALID_ARGUMENT for a null state. */
+moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id);
+void moe_causal_state_destroy(moe_causal_state_t* state);
+
+/* One forward pass over num_tokens rows.
+ *   x            [num_tokens, hidden] fp32, caller-owned, read only
+ *   hidden       the row length of x and y; must equal the layer's hidden size
+ *   request_ids  [num_tokens] the request each row belongs to
+ *   positions    [num_tokens] each row's index within its request; (request_id, position) pairs must be
+ *                distinct within a batch (and, under causal scope, continue the state's positions)
+ *   y            [num_tokens, hidden] fp32, caller-owned, overwritten; must not overlap x
+ *   state        NULL, or the causal state to read and advance (causal scope)
+ * num_tokens may be 0 (nothing is written; pointers may then be NULL).
+ * Errors: MOE_INVALID_ARGUMENT for a null pointer with rows, hidden that does not match the layer, negative
+ * num_tokens, a row of x whose router logits are all non-finite (NaN/inf in x; the message names the row),
+ * duplicate (request_id, position) pairs, or causal positions out of sequence. On an error y and state are
+ * unchanged. Threading: one thread at a time per layer. Memory: allocation-free after the first call, for
+ * batches up to the largest seen (or max_tokens). */
+moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,
+                               const uint64_t* request_ids, const uint32_t* positions, float* y,
+                               moe_causal_state_t* state);
+
+/* The routing outcome of the last successful forward pass (all zero before the first). */
+typedef struct {
+  int64_t num_tokens;
+  int64_t num_kept;                 /* pairs placed on their chosen expert */
+  int64_t num_rerouted;             /* pairs placed on a lower-ranked expert (overflow "reroute") */
+  int64_t num_dropped;              /* pairs that got no expert */
+  int64_t num_tokens_fully_dropped; /* tokens none of whose k pairs got an expert */
+} moe_stats_t;
+
+/* Writes the last forward's stats into *stats (if not NULL) and its per-expert load (slots used) into
+ * expert_load[0 .. num_experts) (if not NULL; expert_load_len must then be >= num_experts, else
+ * MOE_BUFFER_TOO_SMALL and nothing is written). */
+moe_status_t moe_layer_stats(const moe_layer_t* layer, moe_stats_t* stats, int32_t* expert_load,
+                             int64_t expert_load_len);
+
+/* The plan of the last forward pass per (token, choice) pair p = t * top_k + j, num_pairs = num_tokens *
+ * top_k: pair_expert  expert of the pair (-1 if dropped)      pair_weight  its combine weight (0 if dropped)
+ *   pair_slot    slot within that expert (-1 if dropped) pair_status  0 kept, 1 rerouted, 2 dropped
+ * Any output may be NULL. Each non-NULL output must hold `capacity` >= num_pairs elements, else
+ * MOE_BUFFER_TOO_SMALL with *num_pairs set and nothing written. num_pairs (required) receives the count. */
+moe_status_t moe_layer_last_plan(const moe_layer_t* layer, int32_t* pair_expert, int32_t* pair_slot,
+                                 float* pair_weight, uint8_t* pair_status, int64_t capacity,
+                                 int64_t* num_pairs);
+
+/* The provenance of this layer's results as one JSON object (config and weights hashes, version, build,
+ * kernel, dispatch, device, threads), NUL-terminated. Required-size semantics: *required (if not NULL)
+ * receives strlen(json) + 1. With buffer == NULL and buffer_size == 0 the call only reports the size
+ * (MOE_OK). If buffer_size < the required size, nothing is written and MOE_BUFFER_TOO_SMALL is returned. */
+moe_status_t moe_layer_fingerprint(const moe_layer_t* layer, char* buffer, size_t buffer_size,
+                                   size_t* required);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MOE_API_MOE_C_H_ */

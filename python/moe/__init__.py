@@ -1,0 +1,200 @@
+"""moe: the deterministic MoE runtime from Python.
+
+The C++ core is the extension ``moe._moe`` (built by the project's CMake into ``build/python/moe/``, next to
+copies of these files; ``PYTHONPATH=build/python python3 -c "import moe"``).
+
+- ``moe.plan(logits, request_ids, positions, ...)``: route + dispatch planning on numpy arrays.
+- ``moe.Weights``: layer weights from a safetensors checkpoint, seeded random, or arrays (copied).
+- ``moe.Layer``: one MoE layer; ``forward(x, request_ids, positions)`` on numpy float32 arrays (read in place,
+  no copy) or CPU torch tensors (float32 shares memory; bfloat16/float16 are converted to float32 and back).
+- ``moe.torch_module.MoEBlock``: a ``torch.nn.Module`` replacing a Hugging Face Mixtral / Qwen2-MoE sparse MoE
+  block (imported lazily: torch is optional).
+
+Errors: bad input (dtype, shape, layout, mismatched lengths, NaN rows) raises TypeError or ValueError with the
+reason; nothing crashes the interpreter.
+"""
+
+import json as _json
+
+import numpy as _np
+
+from . import _moe
+from ._moe import CausalState, Weights, plan
+
+__version__ = _moe.__version__
+
+__all__ = ["CausalState", "Layer", "Weights", "plan", "__version__"]
+
+
+def _torch():
+    """The torch module if importable, else None (torch is optional)."""
+    try:
+        import torch  # noqa: PLC0415
+
+        return torch
+    except ImportError:
+        return None
+
+
+def _is_torch_tensor(obj):
+    torch = _torch()
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _meta_array(obj):
+    """request_ids / positions as numpy (torch tensors are moved to numpy without a copy on CPU)."""
+    if _is_torch_tensor(obj):
+        if obj.device.type != "cpu":
+            raise ValueError("request_ids/positions must be CPU tensors (got device %s)" % obj.device)
+        return obj.detach().numpy()
+    return obj
+
+
+class Layer:
+    """One MoE layer: gate -> route -> plan -> expert FFN (SwiGLU) -> combine (+ shared expert).
+
+    Build it with ``Layer(weights, **config)``, ``Layer.random(...)``, ``Layer.from_safetensors(...)`` or
+    ``Layer.from_arrays(...)``. Config keywords (all optional):
+
+    preset           "deterministic" (default: request-scoped capacity, request priority, invariant kernels: a
+                     request's output is bitwise independent of the rest of the batch) or "greedy" (batch scope,
+                     arrival priority, fast kernels).
+    router           "mixtral" (default), "qwen2-moe", "deepseek-v3", "olmoe" or "switch".
+    top_k, renormalize, num_groups, topk_groups   router overrides (0 / None keep the router's).
+    capacity_factor  > 0 overrides the preset's 1.25.
+    scope            "batch" | "request" | "causal" | "none" (none = dropless).
+    priority         "arrival" | "request" | "score" | "random".   overflow   "drop" | "reroute".
+    kernel           "invariant" | "fast".   num_threads (0 = 1).   max_tokens (workspace rows, 0 = 256).
+    """
+
+    def __init__(self, weights, **config):
+        if not isinstance(weights, Weights):
+            raise TypeError("weights must be a moe.Weights (got %s)" % type(weights).__name__)
+        self._impl = _moe.Layer(weights, **config)
+
+    @classmethod
+    def random(cls, hidden, expert_ff, num_experts, num_shared_experts=0, shared_ff=0, shared_expert_gate=False,
+               score_bias=False, storage="f32", seed=0, **config):
+        """A layer with seeded random weights."""
+        w = Weights.random(hidden, expert_ff, num_experts, num_shared_experts, shared_ff, shared_expert_gate,
+                           score_bias, storage, seed)
+        return cls(w, **config)
+
+    @classmethod
+    def from_safetensors(cls, path, architecture, layer_index, hidden, expert_ff, num_experts,
+                         num_shared_experts=0, shared_ff=0, shared_expert_gate=False, score_bias=False,
+                         storage=None, **config):
+        """Layer `layer_index` of a Hugging Face safetensors checkpoint; the router follows `architecture`
+        unless `router=` is given."""
+        w = Weights.load(path, architecture, layer_index, hidden, expert_ff, num_experts, num_shared_experts,
+                         shared_ff, shared_expert_gate, score_bias, storage)
+        config.setdefault("router", architecture)
+        return cls(w, **config)
+
+    @classmethod
+    def from_arrays(cls, router_gate, gate_proj, up_proj, down_proj, shared_gate_proj=None, shared_up_proj=None,
+                    shared_down_proj=None, shared_expert_gate=None, score_bias=None, **config):
+        """A layer whose weights are copied from arrays (nn.Linear layout; see Weights.from_arrays). Torch
+        tensors are accepted: float tensors are stored f32, bfloat16 tensors are stored bf16."""
+        conv = _weight_array
+        w = Weights.from_arrays(conv(router_gate, fp32=True), [conv(t) for t in gate_proj],
+                                [conv(t) for t in up_proj], [conv(t) for t in down_proj],
+                                conv(shared_gate_proj), conv(shared_up_proj), conv(shared_down_proj),
+                                conv(shared_expert_gate, fp32=True), conv(score_bias, fp32=True))
+        return cls(w, **config)
+
+    def forward(self, x, request_ids, positions, out=None, state=None):
+        """y = layer(x) for rows x [T, hidden] with their request ids and positions [T].
+
+        numpy: x must be C-contiguous float32 (no copy is made; other dtypes raise TypeError). Returns a new
+        float32 array, or fills `out`. torch (CPU): float32 contiguous tensors share memory with the call;
+        bfloat16/float16 are converted to float32 for the layer and the result back to x's dtype. Inference only
+        (no autograd). state: a moe.CausalState for scope "causal".
+        """
+        if _is_torch_tensor(x):
+            return self._forward_torch(x, request_ids, positions, out, state)
+        return self._impl.forward(x, _meta_array(request_ids), _meta_array(positions), out, state)
+
+    __call__ = forward
+
+    def _forward_torch(self, x, request_ids, positions, out, state):
+        torch = _torch()
+        if x.device.type != "cpu":
+            raise ValueError("x must be a CPU tensor (got device %s)" % x.device)
+        if x.dim() != 2:
+            raise ValueError("x must be 2-D [num_tokens, hidden] (got %d dimensions)" % x.dim())
+        if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise TypeError("x must be float32, bfloat16 or float16 (got %s)" % x.dtype)
+        if x.dtype == torch.float32 and not x.is_contiguous():
+            raise ValueError("x must be contiguous (use x.contiguous())")
+        xf = x.detach()
+        if xf.dtype != torch.float32:
+            xf = xf.to(torch.float32).contiguous()
+        if out is not None:
+            if not _is_torch_tensor(out) or out.dtype != torch.float32 or not out.is_contiguous():
+                raise TypeError("out must be a contiguous float32 CPU tensor")
+            self._impl.forward(xf.numpy(), _meta_array(request_ids), _meta_array(positions), out.detach().numpy(),
+                               state)
+            return out
+        y = torch.from_numpy(self._impl.forward(xf.numpy(), _meta_array(request_ids), _meta_array(positions),
+                                                None, state))
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+    def causal_state(self):
+        """A new CausalState for this layer (scope "causal")."""
+        return CausalState(self._impl.num_experts)
+
+    def last_stats(self):
+        """Routing outcome of the last forward: counts of kept/rerouted/dropped pairs, fully dropped tokens, and
+        expert_load (numpy int32 [E])."""
+        return self._impl.last_stats()
+
+    def last_plan(self):
+        """The last forward's plan: numpy arrays expert/slot/weight/status [T, top_k] (status 0 kept, 1 rerouted,
+        2 dropped), expert_load/expert_capacity [E] and counts."""
+        return self._impl.last_plan()
+
+    def fingerprint(self):
+        """Provenance (config hash, weights hash, version, build, kernel, dispatch, device, threads) as JSON."""
+        return self._impl.fingerprint()
+
+    def fingerprint_dict(self):
+        return _json.loads(self._impl.fingerprint())
+
+    @property
+    def hidden(self):
+        return self._impl.hidden
+
+    @property
+    def num_experts(self):
+        return self._impl.num_experts
+
+    @property
+    def top_k(self):
+        return self._impl.top_k
+
+    @property
+    def config(self):
+        """A canonical one-line description of the layer's config."""
+        return self._impl.config
+
+    @property
+    def weights(self):
+        return self._impl.weights
+
+    def __repr__(self):
+        return "moe.Layer(%s)" % self._impl.config
+
+
+def _weight_array(t, fp32=False):
+    """A weight as numpy: torch float tensors -> float32 arrays; torch bfloat16 -> int16 bit patterns (stored
+    bf16) unless fp32 is required; numpy arrays pass through."""
+    if t is None:
+        return None
+    if _is_torch_tensor(t):
+        torch = _torch()
+        t = t.detach().to("cpu")
+        if t.dtype == torch.bfloat16 and not fp32:
+            return t.contiguous().view(torch.int16).numpy()
+        return t.to(torch.float32).contiguous().numpy()
+    return _np.asarray(t)
