@@ -183,6 +183,8 @@ TEST(RandomLayer, SeededAndReproducible) {
   EXPECT_EQ(a.content_hash(), 0x1351ccb942592b33ull) << std::hex << a.content_hash();
   EXPECT_EQ(std::bit_cast<uint32_t>(at(a.experts()[0].gate_proj, 0, 0)), 0x3d3f7af8u)
       << std::hex << std::bit_cast<uint32_t>(at(a.experts()[0].gate_proj, 0, 0));
+  EXPECT_EQ(random_layer(s, DType::kBF16, 42).content_hash(), 0x65bd920fcefa6f30ull)
+      << std::hex << random_layer(s, DType::kBF16, 42).content_hash();
   // Streams are keyed by tensor name: more experts leave the first ones unchanged.
   LayerShape more = s;
   more.num_experts = 6;
