@@ -6,12 +6,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "moe/layer/combine.h"
+
 namespace moe {
 namespace {
 
 // Experts with at most this many rows are run one per thread when there are enough of them to share out;
 // larger experts split their output columns over the pool instead.
 constexpr int64_t kSmallExpertRows = 32;
+// combine() keeps a row's k expert-row pointers on the stack.
+constexpr int kMaxTopK = 64;
 
 [[noreturn]] void fail(const std::string& msg) {
   throw std::invalid_argument("moe layer: " + msg);
@@ -32,6 +36,10 @@ MoELayerConfig checked(MoELayerConfig config, const io::LayerWeights& weights) {
   // The weights' selection bias (DeepSeek-V3 e_score_correction_bias) is the router's.
   if (!weights.score_bias().empty()) {
     config.router.selection_bias.assign(weights.score_bias().begin(), weights.score_bias().end());
+  }
+  if (config.router.top_k > kMaxTopK) {
+    fail("top_k (" + std::to_string(config.router.top_k) + ") exceeds the supported maximum " +
+         std::to_string(kMaxTopK));
   }
   config.validate();
   return config;
@@ -178,26 +186,20 @@ void MoELayer::run_shared(const float* x, int num_tokens) {
 void MoELayer::combine(int num_tokens, float* y) {
   const int k = top_k();
   const bool gated = has_shared_ && weights_->shared_gate().has_value();
-  // NOTES: every output row is summed by one task in fixed j order, then the shared expert is added: no
-  // atomics, and a row's bits do not depend on which thread ran it.
   pool_.parallel_for(num_tokens, [&](int64_t t, int) {
-    float* out = y + t * hidden_;
-    std::fill(out, out + hidden_, 0.0f);
+    const float* rows[kMaxTopK];
     for (int j = 0; j < k; ++j) {
       const int64_t pair = t * k + j;
-      if (plan_.pair_status[pair] == PairStatus::kDropped) continue;
-      const float w = plan_.pair_weight[pair];
-      const float* src =
-          expert_out_.data() +
-          (static_cast<int64_t>(plan_.expert_offsets[plan_.pair_expert[pair]]) + plan_.pair_slot[pair]) *
-              hidden_;
-      for (int64_t i = 0; i < hidden_; ++i) out[i] += w * src[i];
+      rows[j] =
+          plan_.pair_status[pair] == PairStatus::kDropped
+              ? nullptr
+              : expert_out_.data() + (static_cast<int64_t>(plan_.expert_offsets[plan_.pair_expert[pair]]) +
+                                      plan_.pair_slot[pair]) *
+                                         hidden_;
     }
-    if (has_shared_) {
-      const float g = gated ? 1.0f / (1.0f + std::exp(-shared_gate_logit_[t])) : 1.0f;
-      const float* src = shared_out_.data() + t * hidden_;
-      for (int64_t i = 0; i < hidden_; ++i) out[i] += g * src[i];
-    }
+    combine_row(k, &plan_.pair_status[t * k], &plan_.pair_weight[t * k], rows,
+                has_shared_ ? shared_out_.data() + t * hidden_ : nullptr,
+                gated ? shared_gate_scale(shared_gate_logit_[t]) : 1.0f, hidden_, y + t * hidden_);
   });
 }
 
