@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <new>
 #include <utility>
 
 #include "kernels/cpu/bf16.h"
@@ -20,6 +22,8 @@ namespace moe::kernels::detail {
 namespace {
 
 constexpr int kLanes = 16;
+constexpr int kMR = 6;  // rows per register tile
+constexpr int kNR = 4;  // outputs per register tile
 
 inline float widen(float v) {
   return v;
@@ -145,9 +149,6 @@ void tile(const float* x, int64_t x_stride, const typename W::T* w, int64_t w_st
   }
 }
 
-constexpr int kMR = 4;  // rows per register tile
-constexpr int kNR = 6;  // outputs per register tile
-
 template <class W>
 using TileFn = void (*)(const float*, int64_t, const typename W::T*, int64_t, int64_t, float*, int64_t);
 
@@ -166,22 +167,109 @@ constexpr auto tile_table(std::integer_sequence<int, MRs...>) {
 template <class W>
 constexpr auto kTiles = tile_table<W>(std::make_integer_sequence<int, kMR>{});
 
+// A per-thread, 64-byte aligned buffer that grows to the largest request and is then reused, so that
+// steady-state calls allocate nothing.
+class PackBuffer {
+ public:
+  ~PackBuffer() { ::operator delete(data_, std::align_val_t(64)); }
+  template <class T>
+  T* get(size_t count) {
+    const size_t bytes = count * sizeof(T);
+    if (bytes > capacity_) {
+      ::operator delete(data_, std::align_val_t(64));
+      data_ = nullptr;
+      capacity_ = 0;
+      data_ = ::operator new(bytes, std::align_val_t(64));
+      capacity_ = bytes;
+    }
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+PackBuffer& weight_pack() {
+  thread_local PackBuffer buffer;
+  return buffer;
+}
+PackBuffer& input_pack() {
+  thread_local PackBuffer buffer;
+  return buffer;
+}
+
+// Copies `n` rows of `len` elements into dst (row stride `dst_stride`) and zero-fills each row up to
+// `padded`. Zero padding reproduces exactly the zero-filled tail chunk of the contract.
+// NOTES: an explicit vector copy, not memcpy: glibc's memcpy takes `rep movsb` for rows of a few KB,
+// which runs several times slower on this AMD core when source and destination are not equally aligned.
+template <class T>
+void pack_rows(const T* src, int64_t src_stride, int64_t n, int64_t len, int64_t padded, int64_t dst_stride,
+               T* dst) {
+  constexpr int64_t kPerVector = 64 / sizeof(T);
+  const int64_t len_bytes = len * static_cast<int64_t>(sizeof(T));
+  for (int64_t r = 0; r < n; ++r) {
+    const char* s = reinterpret_cast<const char*>(src + r * src_stride);
+    char* d = reinterpret_cast<char*>(dst + r * dst_stride);
+    int64_t b = 0;
+    for (; b + 64 <= len_bytes; b += 64) _mm512_storeu_si512(d + b, _mm512_loadu_si512(s + b));
+    if (b < len_bytes) {
+      const __mmask64 m = _bzhi_u64(~0ull, static_cast<unsigned>(len_bytes - b));
+      _mm512_storeu_si512(d + b, _mm512_maskz_loadu_epi8(m, s + b));  // zero-fills the rest of the vector
+      b += 64;
+    }
+    for (; b < padded * static_cast<int64_t>(sizeof(T)); b += 64)
+      _mm512_storeu_si512(d + b, _mm512_setzero_si512());
+  }
+  (void)kPerVector;
+}
+
+// Batches with at least this many rows pack their operands (aligned, zero-padded copies); smaller ones
+// read x and W in place (memory-bound anyway). Both paths run the same per-element sequence.
+constexpr int64_t kPackMinRows = 4;
+
 // Outputs [o_begin, o_end) for all rows. Outputs are taken in blocks whose weights fit in L2; within a
 // block, each group of kMR rows stays in L1 while the block's weight rows stream past it.
 template <class W>
 void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename W::T* w, int64_t w_stride,
                   int64_t in, float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  const int64_t block_bytes = 512 << 10;
-  const int64_t block =
-      std::max<int64_t>(kNR, block_bytes / (in * static_cast<int64_t>(sizeof(typename W::T))) / kNR * kNR);
+  using T = typename W::T;
   const auto& tiles = kTiles<W>;
+  const int64_t block_bytes = 384 << 10;
+  if (rows < kPackMinRows) {
+    const int64_t block =
+        std::max<int64_t>(kNR, block_bytes / (in * static_cast<int64_t>(sizeof(T))) / kNR * kNR);
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
+      const int64_t o1 = std::min(o0 + block, o_end);
+      for (int64_t r = 0; r < rows; r += kMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
+        for (int64_t o = o0; o < o1; o += kNR) {
+          const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
+          tiles[mr - 1][nr - 1](x + r * x_stride, x_stride, w + o * w_stride, w_stride, in,
+                                y + r * y_stride + o, y_stride);
+        }
+      }
+    }
+    return;
+  }
+  // Packed rows hold `padded` elements (a whole number of 16-lane chunks, zero-filled past `in`); the row
+  // strides add one cache line so that the rows of a tile do not all map to the same L1 set.
+  const int64_t padded = (in + kLanes - 1) / kLanes * kLanes;
+  const int64_t w_pstride = padded + 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t x_pstride = padded + 16;
+  const int64_t block =
+      std::max<int64_t>(kNR, block_bytes / (w_pstride * static_cast<int64_t>(sizeof(T))) / kNR * kNR);
+  T* w_packed = weight_pack().get<T>(static_cast<size_t>(std::min(block, o_end - o_begin) * w_pstride));
+  float* x_packed = input_pack().get<float>(static_cast<size_t>(kMR * x_pstride));
   for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
     const int64_t o1 = std::min(o0 + block, o_end);
+    pack_rows(w + o0 * w_stride, w_stride, o1 - o0, in, padded, w_pstride, w_packed);
     for (int64_t r = 0; r < rows; r += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
+      pack_rows(x + r * x_stride, x_stride, mr, in, padded, x_pstride, x_packed);
       for (int64_t o = o0; o < o1; o += kNR) {
         const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
-        tiles[mr - 1][nr - 1](x + r * x_stride, x_stride, w + o * w_stride, w_stride, in,
+        tiles[mr - 1][nr - 1](x_packed, x_pstride, w_packed + (o - o0) * w_pstride, w_pstride, padded,
                               y + r * y_stride + o, y_stride);
       }
     }
@@ -196,12 +284,12 @@ void linear_invariant(const float* x, int64_t rows, int64_t x_stride, const Matr
                       int64_t y_stride, ThreadPool& pool) {
   const int64_t out = w.rows;
   // Threads take contiguous ranges of outputs (whole register tiles where possible); never the reduction.
-  const int64_t num_tiles = (out + 5) / 6;
+  const int64_t num_tiles = (out + kNR - 1) / kNR;
   const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), num_tiles));
   pool.parallel_for(num_tasks, [&](int64_t task, int) {
     int64_t t_begin = 0, t_end = 0;
     ThreadPool::task_range(num_tiles, num_tasks, static_cast<int>(task), &t_begin, &t_end);
-    const int64_t o_begin = t_begin * 6, o_end = std::min(out, t_end * 6);
+    const int64_t o_begin = t_begin * kNR, o_end = std::min(out, t_end * kNR);
     if (o_end <= o_begin) return;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     if (w.dtype == DType::kF32) {
