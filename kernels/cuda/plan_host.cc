@@ -6,7 +6,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cuda/plan_omp.h"
 
 namespace moe::cuda {
 namespace {
@@ -16,13 +15,6 @@ namespace {
 }
 
 }  // namespace
-
-ArrayPlanRunner omp_plan_runner() {
-  return [](const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out) {
-    std::vector<std::byte> workspace(plan_workspace_bytes_omp(shape));
-    plan_dispatch_omp(shape, in, out, workspace.data(), workspace.size());
-  };
-}
 
 ArrayPlanner::ArrayPlanner(int num_experts, int top_k, DispatchPolicy policy, ArrayPlanRunner runner)
     : num_experts_(num_experts), top_k_(top_k), policy_(policy), runner_(std::move(runner)) {

@@ -18,9 +18,6 @@ namespace moe::cuda {
 // plan_types.h gives. The OpenMP runner plans in place; a CUDA runner copies to the device and back.
 using ArrayPlanRunner = std::function<void(const PlanShape&, const PlanInputs&, const PlanOutputs&)>;
 
-// The OpenMP backend as a runner (allocates its workspace per call: a test tool, not a hot path).
-ArrayPlanRunner omp_plan_runner();
-
 // DispatchPlanner::plan's contract on top of a runner: same shape checks, same exceptions
 // (std::invalid_argument for duplicate (request_id, position) where the policy ranks by it, and for
 // non-contiguous causal positions), and `state` advanced only when the plan succeeds. Requests are mapped

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/plan_core.h"
 
@@ -27,6 +28,13 @@ void plan_dispatch_omp(const PlanShape& shape, const PlanInputs& in, const PlanO
                                 " bytes is below plan_workspace_bytes_omp()");
   }
   detail::run_plan(thrust::omp::par, shape, in, out, workspace);
+}
+
+ArrayPlanRunner omp_plan_runner() {
+  return [](const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out) {
+    std::vector<std::byte> workspace(plan_workspace_bytes_omp(shape));
+    plan_dispatch_omp(shape, in, out, workspace.data(), workspace.size());
+  };
 }
 
 }  // namespace moe::cuda

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "kernels/cuda/plan_host.h"
 #include "kernels/cuda/plan_types.h"
 
 namespace moe::cuda {
@@ -19,5 +20,8 @@ size_t plan_workspace_bytes_omp(const PlanShape& shape);
 // kPlanOk. Throws std::invalid_argument for an invalid shape, too many tokens or a small workspace.
 void plan_dispatch_omp(const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out, void* workspace,
                        size_t workspace_bytes);
+
+// The OpenMP backend as a runner for ArrayPlanner (allocates its workspace per call: a test tool).
+ArrayPlanRunner omp_plan_runner();
 
 }  // namespace moe::cuda

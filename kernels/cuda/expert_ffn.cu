@@ -1,0 +1,262 @@
+// Gather, invariant grouped GEMM (with fused SwiGLU), combine, and the fast path's element-wise kernels.
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/expert_ffn.h"
+
+namespace moe::cuda {
+namespace {
+
+constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256, kPad = 4;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+__device__ __forceinline__ float silu_mul(float gate, float up) {
+  return gate / (1.0f + expf(-gate)) * up;
+}
+
+__global__ void gather_kernel(const float* __restrict__ x, int hidden, const int32_t* __restrict__ slot_pairs,
+                              const int32_t* __restrict__ offsets, int num_experts, int top_k,
+                              float* __restrict__ x_rows) {
+  const int r = blockIdx.x;
+  if (r >= offsets[num_experts]) return;
+  const int64_t t = slot_pairs[r] / top_k;
+  const float* src = x + t * hidden;
+  float* dst = x_rows + static_cast<int64_t>(r) * hidden;
+  for (int d = threadIdx.x; d < hidden; d += blockDim.x) dst[d] = src[d];
+}
+
+__global__ void combine_kernel(const float* __restrict__ y_rows, int hidden, const int32_t* __restrict__ pair_expert,
+                               const int32_t* __restrict__ pair_slot, const float* __restrict__ pair_weight,
+                               const int32_t* __restrict__ offsets, int top_k, float* __restrict__ y) {
+  const int64_t t = blockIdx.x;
+  for (int d = threadIdx.x; d < hidden; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t p = t * top_k + j;
+      const int e = pair_expert[p];
+      if (e < 0) continue;
+      const int64_t row = offsets[e] + pair_slot[p];
+      acc = fmaf(pair_weight[p], y_rows[row * hidden + d], acc);
+    }
+    y[t * hidden + d] = acc;
+  }
+}
+
+// tile_table[e] = first tile of expert e; tile_table[E] = total tiles. One thread: E is small.
+__global__ void tile_table_kernel(const int32_t* __restrict__ offsets, int num_experts, int32_t* __restrict__ tiles) {
+  int32_t total = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    tiles[e] = total;
+    total += (offsets[e + 1] - offsets[e] + kBM - 1) / kBM;
+  }
+  tiles[num_experts] = total;
+}
+
+// C[r, n] = sum_k A[r, k] * B_e[n, k] over the rows r of each expert e, with B_e = B + e * N * K.
+// kSwiGLU: C[r, n] = silu(A B0_e^T) * (A B1_e^T), both accumulated side by side.
+template <typename W, bool kSwiGLU>
+__global__ void __launch_bounds__(kThreads)
+    grouped_gemm_kernel(const float* __restrict__ A, const W* __restrict__ B0, const W* __restrict__ B1, int N, int K,
+                        const int32_t* __restrict__ offsets, const int32_t* __restrict__ tiles, int num_experts,
+                        float* __restrict__ C) {
+  const int tile = blockIdx.x;
+  if (tile >= tiles[num_experts]) return;
+  int lo = 0, hi = num_experts - 1;  // the expert whose tiles hold `tile`
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tiles[mid] <= tile) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int e = lo;
+  const int row0 = offsets[e] + (tile - tiles[e]) * kBM;
+  const int row_end = offsets[e + 1];
+  const int n0 = blockIdx.y * kBN;
+  const W* b0 = B0 + static_cast<int64_t>(e) * N * K;
+  const W* b1 = kSwiGLU ? B1 + static_cast<int64_t>(e) * N * K : nullptr;
+
+  __shared__ float As[kBK][kBM + kPad];
+  __shared__ float Bs0[kBK][kBN + kPad];
+  __shared__ float Bs1[kSwiGLU ? kBK : 1][kBN + kPad];
+
+  const int tid = threadIdx.x;
+  const int tx = tid % 16, ty = tid / 16;
+  float acc0[4][4], acc1[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc0[i][j] = acc1[i][j] = 0.0f;
+  }
+
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+#pragma unroll
+    for (int q = 0; q < (kBM * kBK) / kThreads; ++q) {
+      const int idx = tid + q * kThreads;
+      const int r = idx / kBK, kk = idx % kBK;
+      const int k = k0 + kk;
+      const int row = row0 + r;
+      As[kk][r] = (row < row_end && k < K) ? A[static_cast<int64_t>(row) * K + k] : 0.0f;
+      const int n = n0 + r;
+      const bool in = n < N && k < K;
+      Bs0[kk][r] = in ? to_float(b0[static_cast<int64_t>(n) * K + k]) : 0.0f;
+      if constexpr (kSwiGLU) Bs1[kk][r] = in ? to_float(b1[static_cast<int64_t>(n) * K + k]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; ++kk) {
+      float a[4], b[4], c[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        b[j] = Bs0[kk][tx + 16 * j];
+        if constexpr (kSwiGLU) c[j] = Bs1[kk][tx + 16 * j];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc0[i][j] = fmaf(a[i], b[j], acc0[i][j]);
+          if constexpr (kSwiGLU) acc1[i][j] = fmaf(a[i], c[j], acc1[i][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = row0 + ty + 16 * i;
+    if (row >= row_end) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + tx + 16 * j;
+      if (n >= N) continue;
+      C[static_cast<int64_t>(row) * N + n] = kSwiGLU ? silu_mul(acc0[i][j], acc1[i][j]) : acc0[i][j];
+    }
+  }
+}
+
+template <typename W, bool kSwiGLU>
+void launch_grouped(const void* w0, const void* w1, int num_experts, int n, int k, const float* x_rows,
+                    const int32_t* offsets, int max_rows, float* out, int32_t* tiles, cudaStream_t stream) {
+  tile_table_kernel<<<1, 1, 0, stream>>>(offsets, num_experts, tiles);
+  CUDA_CHECK(cudaGetLastError());
+  // Upper bound on the tiles: sum_e ceil(rows_e / BM) <= max_rows / BM + E.
+  const int max_tiles = (max_rows + kBM - 1) / kBM + num_experts;
+  if (max_tiles <= 0 || n <= 0) return;
+  const dim3 grid(max_tiles, (n + kBN - 1) / kBN);
+  grouped_gemm_kernel<W, kSwiGLU><<<grid, kThreads, 0, stream>>>(x_rows, static_cast<const W*>(w0),
+                                                                  static_cast<const W*>(w1), n, k, offsets, tiles,
+                                                                  num_experts, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+__global__ void cast_bf16_kernel(const float* __restrict__ in, size_t count, __nv_bfloat16* __restrict__ out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16(in[i]);
+  }
+}
+
+__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, int ffn,
+                              const int32_t* __restrict__ offsets, int num_experts, float* __restrict__ out_f32,
+                              __nv_bfloat16* __restrict__ out_bf16) {
+  const size_t count = static_cast<size_t>(offsets[num_experts]) * ffn;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float h = silu_mul(gate[i], up[i]);
+    if (out_f32) out_f32[i] = h;
+    if (out_bf16) out_bf16[i] = __float2bfloat16(h);
+  }
+}
+
+int grid_for(size_t count) {
+  const size_t blocks = (count + 255) / 256;
+  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+size_t align_up(size_t n) {
+  return (n + 255) & ~size_t{255};
+}
+
+}  // namespace
+
+void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const int32_t* expert_offsets,
+                 int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream) {
+  if (max_rows <= 0) return;
+  gather_kernel<<<max_rows, 256, 0, stream>>>(x, hidden, slot_pairs, expert_offsets, num_experts, top_k, x_rows);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, const int32_t* pair_slot,
+                  const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k, float* y,
+                  cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  combine_kernel<<<num_tokens, 256, 0, stream>>>(y_rows, hidden, pair_expert, pair_slot, pair_weight, expert_offsets,
+                                                 top_k, y);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k, const float* x_rows,
+                              const int32_t* expert_offsets, int max_rows, float* out, int32_t* tile_table,
+                              cudaStream_t stream) {
+  if (type == WeightType::kF32) {
+    launch_grouped<float, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out, tile_table,
+                                 stream);
+  } else {
+    launch_grouped<__nv_bfloat16, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
+                                         tile_table, stream);
+  }
+}
+
+size_t expert_ffn_invariant_workspace_bytes(int num_experts, int max_rows, int ffn) {
+  return align_up(static_cast<size_t>(max_rows) * ffn * sizeof(float)) +
+         align_up((static_cast<size_t>(num_experts) + 1) * sizeof(int32_t));
+}
+
+void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const int32_t* expert_offsets,
+                          int max_rows, float* y_rows, void* workspace, size_t workspace_bytes,
+                          cudaStream_t stream) {
+  const size_t needed = expert_ffn_invariant_workspace_bytes(w.num_experts, max_rows, w.ffn);
+  if (workspace == nullptr || workspace_bytes < needed) {
+    throw std::invalid_argument("expert_ffn_invariant: workspace of " + std::to_string(workspace_bytes) +
+                                " bytes is below " + std::to_string(needed));
+  }
+  float* h = static_cast<float*>(workspace);
+  int32_t* tiles = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) +
+                                              align_up(static_cast<size_t>(max_rows) * w.ffn * sizeof(float)));
+  if (w.type == WeightType::kF32) {
+    launch_grouped<float, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets, max_rows, h,
+                                tiles, stream);
+  } else {
+    launch_grouped<__nv_bfloat16, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets, max_rows,
+                                        h, tiles, stream);
+  }
+  grouped_linear_invariant(w.type, w.w2, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows, y_rows, tiles,
+                           stream);
+}
+
+void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream) {
+  if (count == 0) return;
+  cast_bf16_kernel<<<grid_for(count), 256, 0, stream>>>(in, count, static_cast<__nv_bfloat16*>(out_bf16));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
+                 int max_rows, float* out_f32, void* out_bf16, cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(max_rows) * ffn;
+  if (count == 0) return;
+  swiglu_kernel<<<grid_for(count), 256, 0, stream>>>(gate, up, ffn, expert_offsets, num_experts, out_f32,
+                                                     static_cast<__nv_bfloat16*>(out_bf16));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,102 @@
+// The expert half of the MoE layer on the GPU: gather rows per expert from a plan, SwiGLU expert FFN in two
+// kinds (invariant: fixed tiles, fixed reduction order; fast: cuBLAS), combine in fixed j order.
+//
+// Rows grouped by expert: row r of a grouped buffer belongs to expert e when expert_offsets[e] <= r <
+// expert_offsets[e + 1] (the plan's offsets, read on the device); max_rows (>= expert_offsets[E], usually
+// num_tokens * top_k) only sizes launches and buffers. All pointers are device memory; every launcher is
+// asynchronous on its stream and allocates nothing, except where a comment says otherwise.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace moe::cuda {
+
+enum class WeightType { kF32, kBF16 };
+
+// E SwiGLU experts, HuggingFace [out, in] layout, contiguous per expert:
+//   w1 (gate) [E][ffn][hidden], w3 (up) [E][ffn][hidden], w2 (down) [E][hidden][ffn]
+// Elements are float (kF32) or bfloat16 (kBF16) bits; accumulation is always fp32.
+//   expert e: y = w2 @ (silu(w1 @ x) * (w3 @ x))
+struct ExpertWeightsView {
+  WeightType type = WeightType::kF32;
+  int num_experts = 0;
+  int hidden = 0;
+  int ffn = 0;
+  const void* w1 = nullptr;
+  const void* w3 = nullptr;
+  const void* w2 = nullptr;
+};
+
+// x_rows[r] = x[slot_pairs[r] / top_k] for r < expert_offsets[E] (slot_pairs and offsets from the plan).
+void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const int32_t* expert_offsets,
+                 int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream);
+
+// y[t] = sum over j = 0..top_k-1 in that order of pair_weight[p] * y_rows[expert_offsets[e] + pair_slot[p]],
+// p = t * top_k + j, e = pair_expert[p]; dropped pairs (expert -1) add nothing. fmaf per term, no atomics:
+// each y[t] depends only on its own pairs.
+void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, const int32_t* pair_slot,
+                  const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k, float* y,
+                  cudaStream_t stream);
+
+// ---- invariant kind ------------------------------------------------------------------------------------------
+// NOTES: one fixed tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics.
+// Each output element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that
+// order, so its bits depend only on its own input row and the weights, not on how many rows the expert
+// has, where the row sits in the buffer, or what else is in the batch.
+
+// Grouped linear: out[r] = W_e @ x_rows[r] for the expert e of row r; W [E][n][k] of `type`, out [max_rows, n].
+// `tile_table` is device int32 [num_experts + 1] scratch.
+void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k, const float* x_rows,
+                              const int32_t* expert_offsets, int max_rows, float* out, int32_t* tile_table,
+                              cudaStream_t stream);
+
+// Bytes of workspace expert_ffn_invariant needs (the [max_rows, ffn] activation and the tile table).
+size_t expert_ffn_invariant_workspace_bytes(int num_experts, int max_rows, int ffn);
+
+// y_rows[r] = expert FFN of x_rows[r] (SwiGLU fused into the gate/up GEMM's epilogue). x_rows [max_rows,
+// hidden], y_rows [max_rows, hidden]. Throws std::invalid_argument for a short workspace.
+void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows, const int32_t* expert_offsets,
+                          int max_rows, float* y_rows, void* workspace, size_t workspace_bytes,
+                          cudaStream_t stream);
+
+// ---- fast kind ----------------------------------------------------------------------------------------------
+// Element-wise helpers of the fast path.
+void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
+// h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
+void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
+                 int max_rows, float* out_f32, void* out_bf16, cudaStream_t stream);
+
+// cuBLAS expert FFN: per expert, three cublasGemmEx calls (gate, up, down) with fp32 accumulation, and a
+// SwiGLU kernel between them. With bf16 weights the activations are rounded to bf16 for the tensor cores.
+// NOTES: cuBLAS picks its algorithm by shape, so results may change with the number of rows: this is the
+// `fast` kind, never used where batch invariance is promised. forward() copies expert_offsets to the host
+// and synchronises the stream once (per-expert GEMM shapes live on the host); it is not graph-capturable.
+class CublasExpertFfn {
+ public:
+  // Allocates its buffers and cuBLAS handle (setup, not per forward). Throws std::runtime_error on CUDA errors.
+  CublasExpertFfn(const ExpertWeightsView& weights, int max_rows);
+  ~CublasExpertFfn();
+  CublasExpertFfn(const CublasExpertFfn&) = delete;
+  CublasExpertFfn& operator=(const CublasExpertFfn&) = delete;
+
+  void forward(const float* x_rows, const int32_t* expert_offsets, float* y_rows, cudaStream_t stream);
+
+ private:
+  void gemm(const void* w, int n, int k, const void* x, int rows, float* out);
+
+  ExpertWeightsView weights_;
+  int max_rows_;
+  cublasHandle_t handle_ = nullptr;
+  float* gate_ = nullptr;  // [max_rows, ffn]
+  float* up_ = nullptr;    // [max_rows, ffn]; also h in fp32 mode
+  void* x_bf16_ = nullptr;
+  void* h_bf16_ = nullptr;
+  int32_t* host_offsets_ = nullptr;  // pinned [E + 1]
+};
+
+}  // namespace moe::cuda

@@ -1,0 +1,46 @@
+// Top-k gating on the GPU: the rules of router/topk_router.cc, one thread per token.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "router/router_config.h"
+#include "router/token_routes.h"
+
+namespace moe::cuda {
+
+// A RouterConfig as plain values (bias as a device pointer). Build it with topk_params().
+struct TopKParams {
+  int num_experts = 0;
+  int top_k = 0;
+  int num_ranked = 0;  // ranks written per token (top_k .. num_experts)
+  bool sigmoid = false;
+  bool renormalize = true;
+  float scaling_factor = 1.0f;
+  int num_groups = 1;
+  int topk_groups = 1;
+  const float* selection_bias = nullptr;  // device [num_experts], or null
+};
+
+// Validates `config` (as TopKRouter does) and the GPU kernel's limit of 64 expert groups; num_ranked as in
+// TopKRouter (0 = top_k; capped at num_experts). `device_bias` must hold config.selection_bias on the device
+// when that is non-empty (else it is ignored). Throws std::invalid_argument.
+TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* device_bias);
+
+// Routes num_tokens rows of logits [num_tokens, num_experts] (device) on `stream`, writing TokenRoutes' arrays
+// (device): experts/weights [num_tokens * num_ranked], top1_score [num_tokens].
+// Same float operations in the same order as TopKRouter; the one difference is expf (CUDA's, within 2 ulp)
+// against the host libm's exp, so a weight may differ in its last bits, and an exact near-tie between two
+// experts could in principle resolve differently.
+// A row with no finite logit is an error: *error_row (device int32) receives the lowest such row, or stays
+// INT32_MAX (this launcher resets it first). Asynchronous; the host sees the error when it reads error_row.
+void topk_route(const TopKParams& params, const float* logits, int num_tokens, int32_t* experts, float* weights,
+                float* top1_score, int32_t* error_row, cudaStream_t stream);
+
+// Test convenience: host logits in, host TokenRoutes out; copies, routes, synchronises and throws
+// std::invalid_argument naming the row (as TopKRouter) for a row with no finite logit.
+void topk_route_from_host(const RouterConfig& config, int num_ranked, const float* logits, int num_tokens,
+                          TokenRoutes& out, cudaStream_t stream);
+
+}  // namespace moe::cuda
