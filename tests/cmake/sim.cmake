@@ -1,0 +1,15 @@
+# Simulator tests (sim/): workloads, score models, parsers, experiments, the SVG writer, and the moe-sim CLI.
+foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test)
+  moe_add_test(NAME ${name}
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
+    LIBS moe_sim
+    LABELS unit
+    TIMEOUT 120)
+endforeach()
+
+# The CLI end to end: every subcommand, JSON keys, exit codes and messages, determinism of the output.
+if(TARGET moe-sim)
+  add_test(NAME sim_cli_test
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/sim_cli_test.sh $<TARGET_FILE:moe-sim>)
+  set_tests_properties(sim_cli_test PROPERTIES LABELS unit TIMEOUT 120)
+endif()

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# End-to-end tests of the moe-sim CLI. Usage: sim_cli_test.sh path/to/moe-sim
+set -uo pipefail
+SIM=${1:?usage: sim_cli_test.sh path/to/moe-sim}
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# expect_ok NAME ARGS...: exit 0, stdout in $TMP/out
+expect_ok() {
+  local name=$1; shift
+  if "$SIM" "$@" >"$TMP/out" 2>"$TMP/err"; then pass "$name"; else fail "$name (rc=$?): $(cat "$TMP/err")"; fi
+}
+# expect_error NAME RC SUBSTRING ARGS...: exit RC and stderr containing SUBSTRING and "moe-sim: error:"
+expect_error() {
+  local name=$1 rc=$2 want=$3; shift 3
+  "$SIM" "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [ "$got" -ne "$rc" ]; then fail "$name: exit $got, expected $rc ($(cat "$TMP/err"))"; return; fi
+  if ! grep -qF -- "$want" "$TMP/err"; then fail "$name: stderr lacks '$want': $(cat "$TMP/err")"; return; fi
+  if ! grep -qF "moe-sim: error:" "$TMP/err"; then fail "$name: no 'moe-sim: error:' prefix"; return; fi
+  pass "$name"
+}
+# json_check NAME PYTHON-EXPR: evaluates EXPR with j = the JSON in $TMP/out; must be true
+json_check() {
+  local name=$1 expr=$2
+  if $PY -c "import json,sys; j=json.load(open('$TMP/out')); sys.exit(0 if ($expr) else 1)"; then
+    pass "$name"
+  else
+    fail "$name: $expr"; head -c 2000 "$TMP/out"
+  fi
+}
+
+# --- help and version ---
+expect_ok "help" --help
+grep -q "sweep" "$TMP/out" || fail "help lists sweep"
+expect_ok "version" --version
+grep -q "moe-sim [0-9]" "$TMP/out" || fail "version prints moe-sim <version>"
+for cmd in run sweep probe replay; do
+  expect_ok "$cmd --help" $cmd --help
+  grep -q -- "--capacity-factor" "$TMP/out" || fail "$cmd --help lists --capacity-factor"
+done
+
+# --- run ---
+expect_ok "run table" run
+grep -q "^# moe-sim [0-9.]* run .*experts=8" "$TMP/out" || fail "run table starts with the provenance line"
+grep -q "drop_rate" "$TMP/out" || fail "run table shows drop_rate"
+expect_ok "run --json" run --json
+json_check "run json keys" "all(k in j for k in ['config','version','tokens','pairs','kept','rerouted','dropped','drop_rate','tokens_fully_dropped','capacity','expert_load','load_imbalance'])"
+json_check "run json config" "all(k in j['config']['policy'] for k in ['capacity_factor','rounding','min_capacity','scope','priority','overflow','reroute_depth']) and all(k in j['config']['router'] for k in ['num_experts','top_k','scoring','renormalize']) and 'workload' in j['config'] and 'score_model' in j['config']"
+json_check "run json sums" "j['kept']+j['rerouted']+j['dropped']==j['pairs'] and j['pairs']==2*j['tokens'] and len(j['expert_load'])==8"
+expect_ok "run continuous --json" run --json --token-budget 128 --decode-len fixed:8 --arrival-rate 0.5 --quiet
+json_check "continuous per-step stats" "j['steps']>1 and 'per_step' in j and 'drop_rate_max' in j['per_step'] and 'per_step_mean' in j['capacity']"
+expect_ok "run preset + overrides" run --json --preset qwen2-moe --top-k 2 --mode stable --priority score
+json_check "precedence" "j['config']['router']['num_experts']==60 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='request' and j['config']['policy']['priority']=='score'"
+
+# Same seed -> byte-identical JSON; another seed differs.
+"$SIM" run --json --seed 7 --token-budget 100 >"$TMP/a.json" 2>/dev/null
+"$SIM" run --json --seed 7 --token-budget 100 >"$TMP/b.json" 2>/dev/null
+"$SIM" run --json --seed 8 --token-budget 100 >"$TMP/c.json" 2>/dev/null
+if cmp -s "$TMP/a.json" "$TMP/b.json"; then pass "same seed, same bytes"; else fail "same seed gave different JSON"; fi
+if cmp -s "$TMP/a.json" "$TMP/c.json"; then fail "different seeds gave the same JSON"; else pass "seed matters"; fi
+
+# --- scenario files ---
+cat >"$TMP/s.toml" <<'TOML'
+mode = "stable"
+[router]
+experts = 16
+top-k = 4
+[workload]
+requests = 6
+prompt-len = "lognormal:mean=100,sigma=0.5"
+TOML
+expect_ok "scenario" run --json --scenario "$TMP/s.toml" --top-k 2
+json_check "scenario values, flag overrides" "j['config']['router']['num_experts']==16 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='request' and j['requests']==6"
+expect_ok "shipped scenario" run --scenario "$(dirname "$0")/../sim/scenarios/serving.toml" --quiet
+echo "bogus-key = 1" >"$TMP/bad.toml"
+expect_error "scenario unknown key" 2 "unknown setting" run --scenario "$TMP/bad.toml"
+echo "top-k = = 1" >"$TMP/bad2.toml"
+expect_error "scenario malformed" 1 "malformed scenario" run --scenario "$TMP/bad2.toml"
+
+# --- sweep ---
+expect_ok "sweep files" sweep --csv "$TMP/s.csv" --svg "$TMP/s.svg" --quiet
+head -1 "$TMP/s.csv" | grep -q "^# moe-sim [0-9.]* sweep " || fail "csv starts with the provenance comment"
+sed -n 2p "$TMP/s.csv" | grep -q "^mode,cf,drop_rate" || fail "csv header"
+[ "$(grep -c '<polyline ' "$TMP/s.svg")" -eq 3 ] || fail "svg has one polyline per mode"
+grep -q "<desc>moe-sim" "$TMP/s.svg" || fail "svg desc records the config"
+$PY -c "import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])" "$TMP/s.svg" && pass "svg parses as XML" || fail "svg is not XML"
+expect_ok "sweep axis json" sweep --json --axis top-k=1,2 --capacity-factors 1,2 --modes greedy
+json_check "sweep points" "len(j['points'])==4 and j['points'][0]['top-k']=='1' and 'drop_rate' in j['points'][0]"
+expect_ok "sweep scopes" sweep --scopes batch,causal --capacity-factors 1 --modes greedy
+grep -q "causal" "$TMP/out" || fail "sweep --scopes shows the scope axis"
+elapsed=$($PY -c "import subprocess,sys,time; t=time.time(); subprocess.run([sys.argv[1],'sweep'],capture_output=True); print('%.2f'%(time.time()-t))" "$SIM")
+if $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) < 20 else 1)" "$elapsed"; then pass "default sweep in ${elapsed}s"; else fail "default sweep took ${elapsed}s"; fi
+
+# --- probe ---
+expect_ok "probe" probe --json --trials 25 --capacity-factor 1.0 --seed 3
+json_check "probe stable invariant" "[r for r in j['results'] if r['mode']=='stable'][0]['displacement_rate']==0 and [r for r in j['results'] if r['mode']=='stable'][0]['distinct_outcomes']==1"
+json_check "probe greedy displaced" "[r for r in j['results'] if r['mode']=='greedy'][0]['displacement_rate']>0"
+expect_ok "probe table" probe --trials 5 --mode stable
+grep -q "^stable" "$TMP/out" || fail "probe --mode restricts to that mode"
+
+# --- replay ---
+$PY - "$TMP" <<'PYEOF'
+import struct, sys, math
+d = sys.argv[1]
+def npy(path, descr, shape, values, fmt):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+T, E = 6, 4
+vals = [math.sin(i * 0.7) for i in range(T * E)]
+npy(d + "/l.npy", "<f4", (T, E), vals, "f")
+npy(d + "/f8.npy", "<f8", (T, E), vals, "d")
+nan = list(vals); nan[4:8] = [float("nan")] * 4
+npy(d + "/nan.npy", "<f4", (T, E), nan, "f")
+open(d + "/trunc.npy", "wb").write(open(d + "/l.npy", "rb").read()[:-5])
+with open(d + "/meta.csv", "w") as f:
+    f.write("request_id,position\n" + "".join("%d,%d\n" % (t % 2, t // 2) for t in range(T)))
+with open(d + "/short.csv", "w") as f:
+    f.write("request_id,position\n0,0\n")
+PYEOF
+expect_ok "replay" replay --logits "$TMP/l.npy" --meta "$TMP/meta.csv" --out "$TMP/plan.csv" --mode stable
+[ "$(sed -n 2p "$TMP/plan.csv")" = "token,j,expert,slot,weight,status" ] || fail "plan csv header"
+[ "$(grep -c ',kept$\|,dropped$\|,rerouted$' "$TMP/plan.csv")" -eq 12 ] || fail "plan csv has one row per pair"
+expect_ok "replay json" replay --logits "$TMP/l.npy" --out "$TMP/plan.csv" --json
+json_check "replay json" "j['tokens']==6 and j['config']['router']['num_experts']==4"
+expect_error "replay dtype" 1 "dtype '<f8'" replay --logits "$TMP/f8.npy" --out "$TMP/p.csv"
+expect_error "replay truncated" 1 "truncated" replay --logits "$TMP/trunc.npy" --out "$TMP/p.csv"
+expect_error "replay NaN row" 1 "token row 1 has no finite logit" replay --logits "$TMP/nan.npy" --out "$TMP/p.csv"
+expect_error "replay meta length" 1 "has 1 rows but the logits have 6" replay --logits "$TMP/l.npy" --meta "$TMP/short.csv" --out "$TMP/p.csv"
+expect_error "replay experts mismatch" 2 "does not match" replay --logits "$TMP/l.npy" --experts 8 --out "$TMP/p.csv"
+expect_error "replay missing file" 1 "cannot open logits file" replay --logits "$TMP/none.npy" --out "$TMP/p.csv"
+expect_error "replay needs --logits" 2 "needs --logits" replay --out "$TMP/p.csv"
+
+# --- bad flags ---
+expect_error "top-k > experts" 2 "top_k (9) exceeds num_experts (8)" run --top-k 9
+expect_error "cf <= 0" 2 "capacity_factor must be finite and > 0" run --capacity-factor 0
+expect_error "unknown mode" 2 "unknown dispatch mode 'fast'" run --mode fast
+expect_error "unknown flag" 2 "--bogus" run --bogus
+expect_error "bad integer" 2 "--experts: expected an integer" run --experts many
+expect_error "bad dist" 2 "bad length distribution" run --prompt-len normal:3
+expect_error "missing trace" 1 "cannot open trace file" run --trace "$TMP/none.csv"
+expect_error "no subcommand" 2 "subcommand" 
+expect_error "bad axis" 2 "not a setting a sweep can vary" sweep --axis colour=red
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "all CLI tests passed"

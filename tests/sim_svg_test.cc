@@ -1,0 +1,101 @@
+// The SVG writer: well-formed XML, one polyline per series, escaped text and the provenance in <desc>.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/svg_plot.h"
+
+namespace moe::sim {
+namespace {
+
+// A small well-formedness check: the prolog, balanced and properly nested tags, quoted attributes, and only
+// the five predefined entities. Returns "" when well-formed, else what is wrong.
+std::string check_xml(const std::string& s) {
+  size_t i = 0;
+  if (s.rfind("<?xml", 0) == 0) i = s.find("?>") + 2;
+  std::vector<std::string> stack;
+  bool root_seen = false;
+  while (i < s.size()) {
+    if (s[i] == '&') {
+      const size_t semi = s.find(';', i);
+      if (semi == std::string::npos) return "bare &";
+      const std::string ent = s.substr(i, semi - i + 1);
+      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;" && ent != "&apos;") {
+        return "unknown entity " + ent;
+      }
+      i = semi + 1;
+      continue;
+    }
+    if (s[i] != '<') {
+      if (s[i] == '>') return "stray >";
+      if (stack.empty() && s[i] != '\n' && s[i] != ' ') return "text outside the root";
+      ++i;
+      continue;
+    }
+    const size_t end = s.find('>', i);
+    if (end == std::string::npos) return "unterminated tag";
+    std::string tag = s.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != tag.substr(1)) return "mismatched </" + tag.substr(1) + ">";
+      stack.pop_back();
+      continue;
+    }
+    const bool self_closing = tag.back() == '/';
+    if (self_closing) tag.pop_back();
+    const std::string name = tag.substr(0, tag.find_first_of(" \n"));
+    // Attributes: name="value" pairs, values without '<'.
+    size_t q = 0;
+    int quotes = 0;
+    while ((q = tag.find('"', q)) != std::string::npos) ++quotes, ++q;
+    if (quotes % 2) return "unbalanced quotes in <" + name + ">";
+    if (tag.find('<') != std::string::npos) return "< inside a tag";
+    if (stack.empty()) {
+      if (root_seen) return "two roots";
+      root_seen = true;
+    }
+    if (!self_closing) stack.push_back(name);
+  }
+  if (!stack.empty()) return "unclosed <" + stack.back() + ">";
+  return root_seen ? "" : "no root";
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(SimSvg, WellFormedWithOnePolylinePerSeries) {
+  LinePlot plot;
+  plot.title = "drop <rate> & \"cf\"";
+  plot.x_label = "capacity factor";
+  plot.y_label = "drop rate";
+  plot.description = "moe-sim 0.1.0 sweep experts=8 axis=top-k=1,2;scope=batch";
+  for (const char* mode : {"greedy", "stable", "rank-only"}) {
+    plot.series.push_back({mode, {0.5, 1.0, 1.25, 2.0}, {0.4, 0.2, 0.1, 0.0}});
+  }
+  const std::string svg = render_svg(plot);
+  EXPECT_EQ(check_xml(svg), "") << svg;
+  EXPECT_EQ(count(svg, "<polyline "), 3u);
+  EXPECT_NE(svg.find("<desc>moe-sim 0.1.0 sweep experts=8"), std::string::npos);
+  EXPECT_NE(svg.find("drop &lt;rate&gt; &amp; &quot;cf&quot;"), std::string::npos);
+  for (const char* mode : {"greedy", "stable", "rank-only"}) {
+    EXPECT_NE(svg.find(std::string("data-series=\"") + mode + "\""), std::string::npos);
+    EXPECT_NE(svg.find(std::string(">") + mode + "</text>"), std::string::npos) << "legend entry " << mode;
+  }
+}
+
+TEST(SimSvg, DegenerateDataStillRenders) {
+  LinePlot plot;
+  plot.series.push_back({"flat", {1.0}, {0.0}});
+  const std::string svg = render_svg(plot);
+  EXPECT_EQ(check_xml(svg), "");
+  EXPECT_EQ(count(svg, "<polyline "), 1u);
+  EXPECT_EQ(check_xml(render_svg(LinePlot{})), "");
+  EXPECT_EQ(check_xml("<a><b></a></b>"), "mismatched </a>");  // the checker itself
+}
+
+}  // namespace
+}  // namespace moe::sim

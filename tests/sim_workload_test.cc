@@ -1,0 +1,187 @@
+// Workloads: length distributions, request generation and the continuous-batching scheduler.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "sim/errors.h"
+#include "sim/length_dist.h"
+#include "sim/rng.h"
+#include "sim/workload.h"
+#include "tests/sim_test_util.h"
+
+namespace moe::sim {
+namespace {
+
+using testing::expect_throw_with;
+
+TEST(SimRng, FixedValuesPinTheStream) {
+  // The same seed must give the same numbers on every machine: these values are part of the contract.
+  Rng rng(stream_key(42, 7, 3));
+  const uint64_t a = rng.next();
+  Rng again(stream_key(42, 7, 3));
+  EXPECT_EQ(again.next(), a);
+  EXPECT_EQ(a, 0x7f3b23d11839aa4bull);
+  EXPECT_EQ(again.normal(), -1.21426332004549);  // polar Box-Muller: sqrt and log only
+  EXPECT_EQ(mix64(0), 0xe220a8397b1dcdafull);
+  Rng zero(0);
+  EXPECT_EQ(zero.next(), 0x99ec5f36cb75f2b4ull);
+}
+
+TEST(SimRng, NormalHasUnitMomentsAndUniformIntStaysInRange) {
+  Rng rng(1);
+  double sum = 0, sum2 = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double x = rng.normal();
+    sum += x;
+    sum2 += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(sum2 / n, 1.0, 0.02);
+  for (int i = 0; i < 1000; ++i) {
+    const int64_t v = rng.uniform_int(-3, 5);
+    EXPECT_GE(v, -3);
+    EXPECT_LE(v, 5);
+  }
+  double g = 0;
+  for (int i = 0; i < 20000; ++i) g += rng.gamma(0.5);
+  EXPECT_NEAR(g / 20000, 0.5, 0.03);
+}
+
+TEST(SimLengthDist, ParsesPrintsAndSamples) {
+  EXPECT_EQ(LengthDist::parse("128").to_string(), "fixed:128");
+  EXPECT_EQ(LengthDist::parse("fixed:7").to_string(), "fixed:7");
+  EXPECT_EQ(LengthDist::parse("uniform:64,1024").to_string(), "uniform:64,1024");
+  EXPECT_EQ(LengthDist::parse("lognormal:mean=512,sigma=0.8").to_string(), "lognormal:mean=512,sigma=0.8");
+  const LengthDist u = LengthDist::parse("uniform:10,20");
+  const LengthDist ln = LengthDist::parse("lognormal:mean=512,sigma=0.8,max=4096");
+  Rng a(5), b(5);
+  double mean = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t x = u.sample(a);
+    EXPECT_EQ(x, u.sample(b));
+    EXPECT_GE(x, 10);
+    EXPECT_LE(x, 20);
+    const int64_t y = ln.sample(a);
+    EXPECT_EQ(y, ln.sample(b));
+    EXPECT_LE(y, 4096);
+    mean += static_cast<double>(y);
+  }
+  EXPECT_NEAR(mean / 20000, 512, 20);  // mean= is the distribution's mean
+}
+
+TEST(SimLengthDist, RejectsBadSpecsByName) {
+  expect_throw_with<UsageError>([] { LengthDist::parse("uniform:5,1"); }, "uniform:5,1");
+  expect_throw_with<UsageError>([] { LengthDist::parse("lognormal:mean=5"); }, "needs mean= and sigma=");
+  expect_throw_with<UsageError>([] { LengthDist::parse("poisson:3"); }, "unknown kind 'poisson'");
+  expect_throw_with<UsageError>([] { LengthDist::parse("fixed:x"); }, "expected an integer");
+  expect_throw_with<UsageError>([] { LengthDist::parse("fixed:-1"); }, ">= 0");
+}
+
+TEST(SimWorkload, RequestsAreDeterministicPerSeedAndPerRequest) {
+  WorkloadConfig c;
+  c.num_requests = 50;
+  c.prompt_len = LengthDist::parse("lognormal:mean=300,sigma=1");
+  c.arrival_rate = 0.3;
+  const auto a = make_requests(c, 9);
+  const auto b = make_requests(c, 9);
+  const auto other = make_requests(c, 10);
+  ASSERT_EQ(a.size(), 50u);
+  bool differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].id, i);
+    EXPECT_EQ(a[i].prompt_len, b[i].prompt_len);
+    EXPECT_EQ(a[i].arrival_step, b[i].arrival_step);
+    EXPECT_GE(a[i].prompt_len, 1u);
+    if (i) {
+      EXPECT_GE(a[i].arrival_step, a[i - 1].arrival_step);
+    }
+    differs |= a[i].prompt_len != other[i].prompt_len;
+  }
+  EXPECT_TRUE(differs);
+  // Request i's lengths do not depend on how many requests there are.
+  c.num_requests = 10;
+  const auto fewer = make_requests(c, 9);
+  for (size_t i = 0; i < fewer.size(); ++i) EXPECT_EQ(fewer[i].prompt_len, a[i].prompt_len);
+}
+
+// Checks the scheduler's contract on a set of requests.
+void check_schedule(const std::vector<RequestSpec>& requests, const std::vector<Step>& steps, int budget) {
+  std::map<uint64_t, const RequestSpec*> by_id;
+  for (const auto& r : requests) by_id[r.id] = &r;
+  std::map<uint64_t, uint32_t> next;             // next expected position
+  std::map<uint64_t, size_t> last_prefill_step;  // step index of the last prompt token
+  std::map<uint64_t, int> finished;
+  int64_t last_index = -1;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Step& step = steps[s];
+    EXPECT_GT(step.index, last_index);
+    last_index = step.index;
+    EXPECT_LE(static_cast<int>(step.rows.size()), budget) << "step " << s << " exceeds the token budget";
+    EXPECT_FALSE(step.rows.empty());
+    EXPECT_EQ(step.num_prefill_tokens + step.num_decode_tokens, static_cast<int>(step.rows.size()));
+    std::map<uint64_t, int> decode_in_step;
+    for (const TokenMeta& m : step.rows) {
+      const RequestSpec& r = *by_id.at(m.request_id);
+      EXPECT_GE(step.index, r.arrival_step) << "request " << r.id << " scheduled before it arrived";
+      EXPECT_EQ(m.position, next[m.request_id]) << "request " << m.request_id << " positions not contiguous";
+      next[m.request_id] = m.position + 1;
+      if (m.position < r.prompt_len) {
+        last_prefill_step[m.request_id] = s;
+      } else {
+        EXPECT_GT(s, last_prefill_step.at(m.request_id)) << "decode in the same step as the prompt's end";
+        EXPECT_EQ(++decode_in_step[m.request_id], 1) << "two decode tokens of one request in a step";
+      }
+    }
+    for (uint64_t id : step.finished) {
+      EXPECT_EQ(next[id], by_id.at(id)->prompt_len + by_id.at(id)->decode_len);
+      ++finished[id];
+    }
+  }
+  for (const auto& r : requests) {
+    EXPECT_EQ(next[r.id], r.prompt_len + r.decode_len) << "request " << r.id << " incomplete";
+    EXPECT_EQ(finished[r.id], 1);
+  }
+}
+
+TEST(SimWorkload, ContinuousBatchingRespectsBudgetAndOrder) {
+  for (int budget : {1, 7, 64, 512}) {
+    for (double rate : {0.0, 0.2}) {
+      WorkloadConfig c;
+      c.num_requests = 20;
+      c.prompt_len = LengthDist::parse("uniform:1,150");
+      c.decode_len = LengthDist::parse("uniform:0,20");
+      c.arrival_rate = rate;
+      c.token_budget = budget;
+      const auto requests = make_requests(c, 3);
+      const auto steps = schedule(requests, budget);
+      SCOPED_TRACE("budget " + std::to_string(budget) + " rate " + std::to_string(rate));
+      check_schedule(requests, steps, budget);
+    }
+  }
+}
+
+TEST(SimWorkload, StaticBatchHoldsEveryPromptOnce) {
+  WorkloadConfig c;
+  c.num_requests = 5;
+  const auto requests = make_requests(c, 1);
+  const auto steps = schedule(requests, 0);
+  ASSERT_EQ(steps.size(), 1u);
+  size_t total = 0;
+  for (const auto& r : requests) total += r.prompt_len;
+  EXPECT_EQ(steps[0].rows.size(), total);
+  EXPECT_EQ(steps[0].finished.size(), 5u);
+  EXPECT_EQ(steps[0].num_decode_tokens, 0);
+}
+
+TEST(SimWorkload, ValidatesFields) {
+  WorkloadConfig c;
+  c.num_requests = 0;
+  expect_throw_with<UsageError>([&] { c.validate(); }, "requests must be >= 1");
+  c.num_requests = 1;
+  c.token_budget = -1;
+  expect_throw_with<UsageError>([&] { c.validate(); }, "token-budget");
+}
+
+}  // namespace
+}  // namespace moe::sim
