@@ -20,8 +20,8 @@ TEST(SimRng, FixedValuesPinTheStream) {
   const uint64_t a = rng.next();
   Rng again(stream_key(42, 7, 3));
   EXPECT_EQ(again.next(), a);
-  EXPECT_EQ(a, 0x7f3b23d11839aa4bull);
-  EXPECT_EQ(again.normal(), -1.21426332004549);  // polar Box-Muller: sqrt and log only
+  EXPECT_EQ(a, 0x4b782277a9ed426aull);
+  EXPECT_EQ(again.normal(), -0.34860884862566421);  // polar Box-Muller: sqrt and log only
   EXPECT_EQ(mix64(0), 0xe220a8397b1dcdafull);
   Rng zero(0);
   EXPECT_EQ(zero.next(), 0x99ec5f36cb75f2b4ull);
