@@ -255,7 +255,9 @@ PyWeights weights_from_arrays(const py::handle& router_gate, const py::list& gat
   b.router_gate = f32(router_gate, "router_gate", num_experts, hidden);
   if (!score_bias.is_none()) b.score_bias = f32(score_bias, "score_bias", 1, num_experts);
   for (int e = 0; e < num_experts; ++e) {
-    const std::string i = "[" + std::to_string(e) + "]";
+    std::string i = std::to_string(e);  // (not "[" + ...: a GCC 12 -Wrestrict false positive)
+    i = "[" + i;
+    i += "]";
     b.gate_proj.push_back(mat(gate_proj[e], "gate_proj" + i, ff, hidden));
     b.up_proj.push_back(mat(up_proj[e], "up_proj" + i, ff, hidden));
     b.down_proj.push_back(mat(down_proj[e], "down_proj" + i, hidden, ff));
@@ -406,7 +408,8 @@ py::dict plan_logits(const py::handle& logits_obj, const py::handle& request_ids
   }
   rc.num_experts = static_cast<int>(E);
   if (top_k > 0) rc.top_k = top_k;
-  if (rc.top_k > rc.num_experts) rc.top_k = rc.num_experts;
+  if (top_k < 0) throw py::value_error("top_k must be >= 0 (0 keeps the router's)");
+  if (top_k == 0 && rc.top_k > rc.num_experts) rc.top_k = rc.num_experts;
   if (renormalize) rc.renormalize = *renormalize;
   DispatchPolicy policy = DispatchPolicy::mode(mode);
   if (capacity_factor > 0) policy.capacity_factor = capacity_factor;

@@ -1,0 +1,99 @@
+# The installable package: `cmake --install build --prefix P` puts
+#   P/include/moe/{router,kernels/cpu,moe/io,moe/layer,moe/api}/*.h   (include root: P/include/moe)
+#   P/lib/libmoe_{router,kernels_cpu,io,layer,api_c}.a
+#   P/lib/cmake/moe/moe{Config,ConfigVersion,Targets}.cmake          (find_package(moe))
+#   P/lib/pkgconfig/moe.pc                                           (pkg-config moe)
+# Imported targets: moe::moe (the C++ library: layer, weights I/O, kernels, router; C++20), moe::moe_c (the C
+# API), and the parts moe::moe_router, moe::moe_kernels_cpu, moe::moe_io, moe::moe_layer. docs/embedding.md.
+if(NOT TARGET moe_api_c)
+  return()
+endif()
+include(CMakePackageConfigHelpers)
+if(MOE_XXHASH_LIBRARY)
+  get_filename_component(MOE_XXHASH_LIBRARY_DIR ${MOE_XXHASH_LIBRARY} DIRECTORY)
+endif()
+
+set(MOE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/moe)
+set(MOE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moe)
+
+# moe_flags is exported only because static libraries carry their PRIVATE links as $<LINK_ONLY:...>: consumers
+# get its link options (sanitizers), never its compile options.
+set(moe_install_targets moe_router moe_kernels_cpu moe_io moe_layer moe_api_c moe_all moe_flags)
+set(MOE_PACKAGE_HAS_CUDA OFF)
+foreach(cuda_target moe_kernels_cuda)
+  if(TARGET ${cuda_target})
+    list(APPEND moe_install_targets ${cuda_target})
+    set(MOE_PACKAGE_HAS_CUDA ON)
+  endif()
+endforeach()
+
+# NOTES: some targets name the source tree as a plain PUBLIC include directory and link xxhash by its absolute
+# path; both are fine in the build tree but must not leak into the installed package. Wrap source/build paths in
+# $<BUILD_INTERFACE:...> and map the xxhash library to moe::xxhash (defined by moeConfig.cmake). These fix-ups
+# are no-ops for targets that already do this themselves.
+foreach(t ${moe_install_targets})
+  get_target_property(dirs ${t} INTERFACE_INCLUDE_DIRECTORIES)
+  if(dirs)
+    set(fixed)
+    foreach(d ${dirs})
+      if(NOT d MATCHES "^\\$<" AND (d MATCHES "^${PROJECT_SOURCE_DIR}" OR d MATCHES "^${PROJECT_BINARY_DIR}"))
+        list(APPEND fixed "$<BUILD_INTERFACE:${d}>")
+      else()
+        list(APPEND fixed "${d}")
+      endif()
+    endforeach()
+    set_target_properties(${t} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${fixed}")
+  endif()
+  get_target_property(libs ${t} INTERFACE_LINK_LIBRARIES)
+  if(libs AND MOE_XXHASH_LIBRARY)
+    set(fixed)
+    foreach(l ${libs})
+      if(l STREQUAL MOE_XXHASH_LIBRARY)
+        list(APPEND fixed "$<BUILD_INTERFACE:${l}>" "$<INSTALL_INTERFACE:moe::xxhash>")
+      else()
+        list(APPEND fixed "${l}")
+      endif()
+    endforeach()
+    set_target_properties(${t} PROPERTIES INTERFACE_LINK_LIBRARIES "${fixed}")
+  endif()
+endforeach()
+
+install(TARGETS ${moe_install_targets} EXPORT moeTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${MOE_INSTALL_INCLUDEDIR})
+install(EXPORT moeTargets NAMESPACE moe:: DESTINATION ${MOE_INSTALL_CMAKEDIR} FILE moeTargets.cmake)
+
+get_property(moe_public_headers GLOBAL PROPERTY MOE_PUBLIC_HEADERS)
+foreach(header ${moe_public_headers})
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${MOE_INSTALL_INCLUDEDIR}/${dir})
+endforeach()
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/moeConfig.cmake.in ${PROJECT_BINARY_DIR}/moeConfig.cmake
+                              INSTALL_DESTINATION ${MOE_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/moeConfigVersion.cmake VERSION ${PROJECT_VERSION}
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/moeConfig.cmake ${PROJECT_BINARY_DIR}/moeConfigVersion.cmake
+        DESTINATION ${MOE_INSTALL_CMAKEDIR})
+
+# pkg-config: relocatable (prefix found from the .pc file's own place), static libraries in dependency order.
+file(RELATIVE_PATH MOE_PC_PREFIX_FROM_PCDIR /moe-prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /moe-prefix)
+set(MOE_PC_PREFIX_FROM_PCDIR "\${pcfiledir}/${MOE_PC_PREFIX_FROM_PCDIR}")
+string(REGEX REPLACE "/$" "" MOE_PC_PREFIX_FROM_PCDIR "${MOE_PC_PREFIX_FROM_PCDIR}")
+set(MOE_PC_XXHASH -lxxhash)
+if(MOE_XXHASH_LIBRARY)
+  get_filename_component(xxhash_dir ${MOE_XXHASH_LIBRARY} DIRECTORY)
+  if(NOT xxhash_dir MATCHES "^/usr/lib" AND NOT xxhash_dir STREQUAL "/lib")
+    set(MOE_PC_XXHASH "-L${xxhash_dir} -lxxhash")
+  endif()
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/moe.pc.in ${PROJECT_BINARY_DIR}/moe.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/moe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The Python package (when built): P/lib/python3/dist-packages/moe, usable with PYTHONPATH=P/lib/python3/dist-packages.
+if(TARGET moe_python)
+  install(TARGETS moe_python LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages/moe)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/moe/ DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages/moe
+          FILES_MATCHING PATTERN "*.py")
+endif()

@@ -1,0 +1,283 @@
+/* The C API from a C program (compiled as C99, using only moe/api/moe_c.h): a forward pass on random weights and
+ * on caller buffers, stats, plan, fingerprint sizing, batch invariance, and the error paths. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/api/moe_c.h"
+
+static int g_failures = 0;
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
+              #cond, moe_last_error());                                              \
+      ++g_failures;                                                                  \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_OK(call)                                                                       \
+  do {                                                                                       \
+    moe_status_t s_ = (call);                                                                \
+    if (s_ != MOE_OK) {                                                                      \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call,               \
+              moe_status_string(s_), moe_last_error());                                      \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+
+enum { kHidden = 32, kFf = 48, kExperts = 4, kTokens = 12 };
+
+static float uniform(unsigned long long* state) {
+  *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((*state >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
+}
+
+static void fill(float* p, size_t n, unsigned long long seed, float scale) {
+  size_t i;
+  for (i = 0; i < n; ++i) p[i] = uniform(&seed) * scale;
+}
+
+static int all_finite(const float* p, size_t n) {
+  size_t i;
+  for (i = 0; i < n; ++i) {
+    if (!isfinite(p[i])) return 0;
+  }
+  return 1;
+}
+
+static void test_random_forward(void) {
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  moe_layer_config_t config;
+  float x[kTokens * kHidden], y[kTokens * kHidden];
+  uint64_t ids[kTokens];
+  uint32_t pos[kTokens];
+  moe_stats_t stats;
+  int32_t load[kExperts];
+  int64_t hidden = 0, num_pairs = 0;
+  int32_t experts = 0, top_k = 0, e, total = 0;
+  int t;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 7, &weights));
+  moe_layer_config_init(&config);
+  config.scope = "none"; /* dropless */
+  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  moe_weights_destroy(weights); /* the layer keeps its own reference */
+  CHECK_OK(moe_layer_dims(layer, &hidden, &experts, &top_k));
+  CHECK(hidden == kHidden && experts == kExperts && top_k == 2);
+
+  fill(x, sizeof x / sizeof x[0], 1, 1.0f);
+  for (t = 0; t < kTokens; ++t) {
+    ids[t] = (uint64_t)(t % 3);
+    pos[t] = (uint32_t)(t / 3);
+  }
+  CHECK_OK(moe_layer_forward(layer, x, kTokens, kHidden, ids, pos, y, NULL));
+  CHECK(all_finite(y, sizeof y / sizeof y[0]));
+  CHECK_OK(moe_layer_stats(layer, &stats, load, kExperts));
+  CHECK(stats.num_tokens == kTokens);
+  CHECK(stats.num_kept == kTokens * 2 && stats.num_dropped == 0);
+  for (e = 0; e < kExperts; ++e) total += load[e];
+  CHECK(total == kTokens * 2);
+  CHECK(moe_layer_stats(layer, NULL, load, kExperts - 1) == MOE_BUFFER_TOO_SMALL);
+
+  {
+    int32_t pe[kTokens * 2];
+    uint8_t st[kTokens * 2];
+    CHECK_OK(moe_layer_last_plan(layer, pe, NULL, NULL, st, kTokens * 2, &num_pairs));
+    CHECK(num_pairs == kTokens * 2);
+    CHECK(pe[0] >= 0 && pe[0] < kExperts && st[0] == 0);
+    CHECK(moe_layer_last_plan(layer, pe, NULL, NULL, NULL, 3, &num_pairs) == MOE_BUFFER_TOO_SMALL);
+  }
+
+  /* Fingerprint: size query, too small, exact. */
+  {
+    size_t required = 0;
+    char small[8];
+    char* buffer;
+    CHECK_OK(moe_layer_fingerprint(layer, NULL, 0, &required));
+    CHECK(required > 20);
+    CHECK(moe_layer_fingerprint(layer, small, sizeof small, &required) == MOE_BUFFER_TOO_SMALL);
+    buffer = (char*)malloc(required);
+    CHECK_OK(moe_layer_fingerprint(layer, buffer, required, NULL));
+    CHECK(strlen(buffer) + 1 == required);
+    CHECK(strstr(buffer, "\"weights_hash\"") != NULL && strstr(buffer, "\"dispatch\":\"none/") != NULL);
+    free(buffer);
+  }
+
+  /* Error: wrong row length -> MOE_INVALID_ARGUMENT with a message naming it; y unchanged. */
+  {
+    float y2[kTokens * kHidden];
+    memcpy(y2, y, sizeof y);
+    CHECK(moe_layer_forward(layer, x, kTokens, kHidden - 1, ids, pos, y2, NULL) == MOE_INVALID_ARGUMENT);
+    CHECK(strstr(moe_last_error(), "hidden (31)") != NULL);
+    printf("bad shape -> %s: %s\n", moe_status_string(MOE_INVALID_ARGUMENT), moe_last_error());
+    CHECK(moe_layer_forward(layer, NULL, kTokens, kHidden, ids, pos, y2, NULL) == MOE_INVALID_ARGUMENT);
+    CHECK(strstr(moe_last_error(), "x must not be NULL") != NULL);
+    /* A NaN row is rejected, naming the row; y stays as it was. */
+    x[5 * kHidden + 3] = NAN;
+    CHECK(moe_layer_forward(layer, x, kTokens, kHidden, ids, pos, y2, NULL) == MOE_INVALID_ARGUMENT);
+    CHECK(strstr(moe_last_error(), "row 5") != NULL);
+    CHECK(memcmp(y2, y, sizeof y) == 0);
+    /* Duplicate (request, position). */
+    x[5 * kHidden + 3] = 0.5f;
+    pos[1] = pos[4];
+    ids[1] = ids[4];
+    CHECK(moe_layer_forward(layer, x, kTokens, kHidden, ids, pos, y2, NULL) == MOE_INVALID_ARGUMENT);
+  }
+  moe_layer_destroy(layer);
+}
+
+/* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset). */
+static void test_batch_invariance(void) {
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  enum { kMine = 5, kOthers = 11, kAll = kMine + kOthers };
+  float mine[kMine * kHidden], y_alone[kMine * kHidden];
+  float batch[kAll * kHidden], y_batch[kAll * kHidden];
+  uint64_t ids[kAll];
+  uint32_t pos[kAll];
+  int t, row_of_mine[kMine], m = 0, o = 0;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_BF16, 11, &weights));
+  CHECK_OK(moe_layer_create(weights, NULL, &layer)); /* deterministic preset, capacity 1.25 */
+  fill(mine, sizeof mine / sizeof mine[0], 3, 1.0f);
+  for (t = 0; t < kMine; ++t) {
+    ids[t] = 42;
+    pos[t] = (uint32_t)t;
+  }
+  CHECK_OK(moe_layer_forward(layer, mine, kMine, kHidden, ids, pos, y_alone, NULL));
+
+  /* Interleave: every third row is ours, in reverse order; the strangers have smaller ids. */
+  for (t = 0; t < kAll; ++t) {
+    if (t % 3 == 1 && m < kMine) {
+      int mine_row = kMine - 1 - m++;
+      row_of_mine[mine_row] = t;
+      memcpy(batch + t * kHidden, mine + mine_row * kHidden, sizeof(float) * kHidden);
+      ids[t] = 42;
+      pos[t] = (uint32_t)mine_row;
+    } else {
+      fill(batch + t * kHidden, kHidden, 100 + (unsigned long long)t, 1.0f);
+      ids[t] = (uint64_t)(o % 2);
+      pos[t] = (uint32_t)(o / 2);
+      ++o;
+    }
+  }
+  CHECK(m == kMine);
+  CHECK_OK(moe_layer_forward(layer, batch, kAll, kHidden, ids, pos, y_batch, NULL));
+  for (t = 0; t < kMine; ++t) {
+    CHECK(memcmp(y_alone + t * kHidden, y_batch + row_of_mine[t] * kHidden, sizeof(float) * kHidden) == 0);
+  }
+  moe_layer_destroy(layer);
+  moe_weights_destroy(weights);
+}
+
+/* Weights from caller buffers (fp32): copied, so the buffers may be freed at once. */
+static void test_buffers(void) {
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 1, 16, 1, 0};
+  moe_weight_buffers_t b;
+  float* gate = (float*)malloc(sizeof(float) * kExperts * kHidden);
+  float* mats[3 * kExperts];
+  const void* gp[kExperts];
+  const void* up[kExperts];
+  const void* dp[kExperts];
+  float* shared[3];
+  float shared_gate[kHidden];
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  moe_layer_config_t config;
+  float x[4 * kHidden], y[4 * kHidden];
+  uint64_t ids[4] = {0, 0, 1, 1};
+  uint32_t pos[4] = {0, 1, 0, 1};
+  uint64_t hash = 0;
+  int e;
+
+  fill(gate, kExperts * kHidden, 5, 0.2f);
+  for (e = 0; e < 3 * kExperts; ++e) {
+    mats[e] = (float*)malloc(sizeof(float) * kFf * kHidden);
+    fill(mats[e], kFf * kHidden, 10 + (unsigned long long)e, 0.15f);
+  }
+  for (e = 0; e < kExperts; ++e) {
+    gp[e] = mats[3 * e];
+    up[e] = mats[3 * e + 1];
+    dp[e] = mats[3 * e + 2];
+  }
+  for (e = 0; e < 3; ++e) {
+    shared[e] = (float*)malloc(sizeof(float) * 16 * kHidden);
+    fill(shared[e], 16 * kHidden, 50 + (unsigned long long)e, 0.15f);
+  }
+  fill(shared_gate, kHidden, 77, 0.1f);
+  memset(&b, 0, sizeof b);
+  b.dtype = MOE_DTYPE_F32;
+  b.router_gate = gate;
+  b.expert_gate_proj = gp;
+  b.expert_up_proj = up;
+  b.expert_down_proj = dp;
+  b.shared_gate_proj = shared[0];
+  b.shared_up_proj = shared[1];
+  b.shared_down_proj = shared[2];
+  b.shared_expert_gate = shared_gate;
+  CHECK_OK(moe_weights_from_buffers(&shape, &b, &weights));
+  CHECK_OK(moe_weights_hash(weights, &hash));
+  CHECK(hash != 0);
+  /* A missing buffer is an error that names it. */
+  {
+    moe_weights_t* bad = (moe_weights_t*)1;
+    b.shared_expert_gate = NULL;
+    CHECK(moe_weights_from_buffers(&shape, &b, &bad) == MOE_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+    CHECK(strstr(moe_last_error(), "shared_expert_gate") != NULL);
+  }
+  free(gate);
+  for (e = 0; e < 3 * kExperts; ++e) free(mats[e]);
+  for (e = 0; e < 3; ++e) free(shared[e]);
+
+  moe_layer_config_init(&config);
+  config.router = "qwen2-moe";
+  config.top_k = 2;
+  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  fill(x, sizeof x / sizeof x[0], 9, 1.0f);
+  CHECK_OK(moe_layer_forward(layer, x, 4, kHidden, ids, pos, y, NULL));
+  CHECK(all_finite(y, sizeof y / sizeof y[0]));
+  moe_layer_destroy(layer);
+
+  /* Bad config: unknown preset / router, top_k too large. */
+  config.preset = "fastest";
+  CHECK(moe_layer_create(weights, &config, &layer) == MOE_INVALID_ARGUMENT && layer == NULL);
+  CHECK(strstr(moe_last_error(), "fastest") != NULL);
+  config.preset = "deterministic";
+  config.top_k = 9;
+  CHECK(moe_layer_create(weights, &config, &layer) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "top_k") != NULL);
+  moe_weights_destroy(weights);
+}
+
+static void test_io_errors(void) {
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  CHECK(moe_weights_load("/nonexistent/dir/model.safetensors", "mixtral", 0, &shape, -1, &weights) == MOE_IO_ERROR);
+  CHECK(weights == NULL && strlen(moe_last_error()) > 0);
+  CHECK(moe_weights_load("/nonexistent.safetensors", "gpt5", 0, &shape, -1, &weights) == MOE_INVALID_ARGUMENT);
+  shape.hidden = 0;
+  CHECK(moe_weights_random(&shape, MOE_DTYPE_F32, 1, &weights) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "hidden") != NULL);
+  CHECK(moe_weights_random(NULL, MOE_DTYPE_F32, 1, &weights) == MOE_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  printf("moe %s\n", moe_version());
+  test_random_forward();
+  test_batch_invariance();
+  test_buffers();
+  test_io_errors();
+  if (g_failures) {
+    fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("api_c_test: all checks passed\n");
+  return 0;
+}

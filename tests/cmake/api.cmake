@@ -1,0 +1,57 @@
+# moe/api tests: the C API from C, public header self-containment, the installed package from a consumer project,
+# and the Python module (label python).
+if(NOT TARGET moe_api_c)
+  return()
+endif()
+
+# A C program (compiled as C99) using only moe/api/moe_c.h.
+add_executable(api_c_test ${PROJECT_SOURCE_DIR}/tests/api_c_test.c)
+set_target_properties(api_c_test PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_compile_options(api_c_test PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(api_c_test PRIVATE moe_api_c m)
+add_test(NAME api_c_test COMMAND api_c_test)
+set_tests_properties(api_c_test PROPERTIES LABELS unit TIMEOUT 120)
+
+# Every public header compiles alone (one translation unit per header), as C++20, and moe_c.h also as C. The
+# target is built by the test itself (EXCLUDE_FROM_ALL), so a header that is not self-contained fails this test
+# instead of breaking everyone's build.
+get_property(moe_api_public_headers GLOBAL PROPERTY MOE_PUBLIC_HEADERS)
+set(moe_api_header_sources)
+foreach(header ${moe_api_public_headers})
+  string(MAKE_C_IDENTIFIER ${header} id)
+  set(src ${CMAKE_CURRENT_BINARY_DIR}/header_check/${id}.cc)
+  file(CONFIGURE OUTPUT ${src} CONTENT "#include \"${header}\"  // must compile alone\n")
+  list(APPEND moe_api_header_sources ${src})
+endforeach()
+file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/header_check/moe_c_as_c.c
+     CONTENT "#include \"moe/api/moe_c.h\"\nint moe_c_header_compiles_as_c(void) { return MOE_OK; }\n")
+file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/header_check/main.cc
+     CONTENT "int moe_c_header_compiles_as_c(void);\nint main() { return moe_c_header_compiles_as_c(); }\n")
+add_executable(api_headers_test ${moe_api_header_sources} ${CMAKE_CURRENT_BINARY_DIR}/header_check/moe_c_as_c.c
+               ${CMAKE_CURRENT_BINARY_DIR}/header_check/main.cc)
+target_include_directories(api_headers_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(api_headers_test PRIVATE moe_flags)
+set_target_properties(api_headers_test PROPERTIES C_STANDARD 99)
+set_target_properties(api_headers_test PROPERTIES EXCLUDE_FROM_ALL ON)
+add_test(NAME api_headers_test COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target api_headers_test -j 2)
+set_tests_properties(api_headers_test PROPERTIES LABELS unit TIMEOUT 300)
+
+# The installed package: cmake --install into build/consumer/prefix, then configure, build and run
+# tests/consumer against it (find_package(moe) and pkg-config).
+add_test(NAME api_consumer_test
+         COMMAND ${CMAKE_COMMAND} -DMOE_BUILD_DIR=${CMAKE_BINARY_DIR} -DMOE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -DMOE_WORK_DIR=${CMAKE_BINARY_DIR}/consumer -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+                 -DCMAKE_C_COMPILER=${CMAKE_C_COMPILER} -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
+set_tests_properties(api_consumer_test PROPERTIES LABELS unit TIMEOUT 600 RUN_SERIAL ON)
+
+# Python: unittest suites under tests/python, run with the build's package on PYTHONPATH.
+if(TARGET moe_python)
+  set(moe_test_python /usr/bin/python3)
+  if(Python3_EXECUTABLE)
+    set(moe_test_python ${Python3_EXECUTABLE})
+  endif()
+  add_test(NAME api_python_test
+           COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/python/run_tests.py ${PROJECT_SOURCE_DIR}/tests/python)
+  set_tests_properties(api_python_test PROPERTIES LABELS python TIMEOUT 600
+                       ENVIRONMENT "PYTHONPATH=${MOE_PYTHON_DIR};OMP_NUM_THREADS=1")
+endif()

@@ -1,0 +1,37 @@
+# cmake -DMOE_BUILD_DIR=... -DMOE_SOURCE_DIR=... -DMOE_WORK_DIR=... [-DCMAKE_CXX_COMPILER=... -DCMAKE_C_COMPILER=...]
+#       -P run_consumer.cmake
+# Installs the build into MOE_WORK_DIR/prefix, then configures, builds and runs tests/consumer against it.
+foreach(v MOE_BUILD_DIR MOE_SOURCE_DIR MOE_WORK_DIR)
+  if(NOT ${v})
+    message(FATAL_ERROR "run_consumer.cmake: ${v} is required")
+  endif()
+endforeach()
+set(prefix ${MOE_WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${prefix} ${MOE_WORK_DIR}/build)
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+run(${CMAKE_COMMAND} --install ${MOE_BUILD_DIR} --prefix ${prefix})
+file(GLOB_RECURSE pc_files ${prefix}/*/moe.pc)
+list(GET pc_files 0 pc_file)
+get_filename_component(pc_dir ${pc_file} DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} ${pc_dir})
+set(compilers)
+if(CMAKE_CXX_COMPILER)
+  list(APPEND compilers -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
+endif()
+if(CMAKE_C_COMPILER)
+  list(APPEND compilers -DCMAKE_C_COMPILER=${CMAKE_C_COMPILER})
+endif()
+run(${CMAKE_COMMAND} -S ${MOE_SOURCE_DIR}/tests/consumer -B ${MOE_WORK_DIR}/build -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_PREFIX_PATH=${prefix} ${compilers})
+run(${CMAKE_COMMAND} --build ${MOE_WORK_DIR}/build -j 2)
+foreach(exe consumer_cpp consumer_c consumer_pkgconfig_c consumer_pkgconfig_cpp consumer_all_headers)
+  run(${MOE_WORK_DIR}/build/${exe})
+endforeach()

@@ -1,0 +1,309 @@
+"""moe.Layer and moe.plan on numpy arrays: accuracy against a float64 reference, bitwise batch invariance, causal
+chunking, safetensors loading, and clear errors on bad input."""
+import json
+import os
+import struct
+import tempfile
+import unittest
+
+import numpy as np
+
+import moe
+from reference import moe_reference, rel_error
+
+D, FF, E = 64, 96, 8
+
+
+def random_arrays(seed, d=D, ff=FF, e=E, shared_ff=0):
+    rng = np.random.default_rng(seed)
+    a = dict(router_gate=rng.uniform(-0.3, 0.3, (e, d)).astype(np.float32),
+             gate_proj=[rng.uniform(-0.15, 0.15, (ff, d)).astype(np.float32) for _ in range(e)],
+             up_proj=[rng.uniform(-0.15, 0.15, (ff, d)).astype(np.float32) for _ in range(e)],
+             down_proj=[rng.uniform(-0.1, 0.1, (d, ff)).astype(np.float32) for _ in range(e)])
+    if shared_ff:
+        a.update(shared_gate_proj=rng.uniform(-0.15, 0.15, (shared_ff, d)).astype(np.float32),
+                 shared_up_proj=rng.uniform(-0.15, 0.15, (shared_ff, d)).astype(np.float32),
+                 shared_down_proj=rng.uniform(-0.1, 0.1, (d, shared_ff)).astype(np.float32),
+                 shared_expert_gate=rng.uniform(-0.2, 0.2, (1, d)).astype(np.float32))
+    return a
+
+
+def tokens(seed, n, d=D):
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+class AccuracyTest(unittest.TestCase):
+    def test_dropless_matches_float64_reference(self):
+        a = random_arrays(1)
+        layer = moe.Layer.from_arrays(**a, scope="none")
+        x = tokens(2, 96)
+        ids = np.repeat(np.arange(4), 24).astype(np.uint64)
+        pos = np.tile(np.arange(24), 4).astype(np.uint32)
+        y = layer.forward(x, ids, pos)
+        ref, order = moe_reference(x, a["router_gate"], a["gate_proj"], a["up_proj"], a["down_proj"], 2, True)
+        err = rel_error(y, ref)
+        print("\n  dropless mixtral layer vs float64 reference: rel error %.3g" % err)
+        self.assertLessEqual(err, 1e-5)
+        plan = layer.last_plan()
+        np.testing.assert_array_equal(plan["expert"], order)
+        self.assertEqual(layer.last_stats()["num_dropped"], 0)
+
+    def test_with_drops_matches_reference_restricted_to_the_plan(self):
+        a = random_arrays(3)
+        layer = moe.Layer.from_arrays(**a, capacity_factor=0.5)  # deterministic preset, request scope: drops
+        x = tokens(4, 64)
+        ids = np.repeat(np.arange(2), 32).astype(np.uint64)
+        pos = np.tile(np.arange(32), 2).astype(np.uint32)
+        y = layer.forward(x, ids, pos)
+        plan = layer.last_plan()
+        self.assertGreater(plan["num_dropped"], 0)
+        keep = plan["status"] == 0
+        ref, order = moe_reference(x, a["router_gate"], a["gate_proj"], a["up_proj"], a["down_proj"], 2, True,
+                                   keep=keep)
+        np.testing.assert_array_equal(plan["expert"][keep], order[keep])
+        err = rel_error(y, ref)
+        print("\n  capacity 0.5 (%d pairs dropped) vs reference with the plan's drops: rel error %.3g"
+              % (plan["num_dropped"], err))
+        self.assertLessEqual(err, 1e-5)
+
+    def test_qwen2_moe_shared_expert(self):
+        a = random_arrays(5, shared_ff=80)
+        layer = moe.Layer.from_arrays(**a, router="qwen2-moe", top_k=4, scope="none")
+        x = tokens(6, 40)
+        y = layer.forward(x, np.zeros(40, np.uint64), np.arange(40, dtype=np.uint32))
+        ref, _ = moe_reference(x, a["router_gate"], a["gate_proj"], a["up_proj"], a["down_proj"], 4, False,
+                               shared=(a["shared_gate_proj"], a["shared_up_proj"], a["shared_down_proj"]),
+                               shared_gate=a["shared_expert_gate"])
+        err = rel_error(y, ref)
+        print("\n  qwen2-moe (top-4, shared expert + gate) vs float64 reference: rel error %.3g" % err)
+        self.assertLessEqual(err, 1e-5)
+
+    def test_bf16_bits_are_widened_exactly(self):
+        a = random_arrays(7)
+        # bf16 bit patterns (truncate the float32 values' low half), and the same values as float32.
+        bits = {k: [(m.view(np.uint32) >> 16).astype(np.uint16) for m in a[k]]
+                for k in ("gate_proj", "up_proj", "down_proj")}
+        widened = {k: [(b.astype(np.uint32) << 16).view(np.float32) for b in bits[k]] for k in bits}
+        l16 = moe.Layer.from_arrays(a["router_gate"], **bits, scope="none")
+        l32 = moe.Layer.from_arrays(a["router_gate"], **widened, scope="none")
+        self.assertEqual(l16.weights.storage, "bf16")
+        x = tokens(8, 20)
+        ids, pos = np.zeros(20, np.uint64), np.arange(20, dtype=np.uint32)
+        y16, y32 = l16.forward(x, ids, pos), l32.forward(x, ids, pos)
+        ref, _ = moe_reference(x, a["router_gate"], widened["gate_proj"], widened["up_proj"],
+                               widened["down_proj"], 2, True)
+        self.assertLessEqual(rel_error(y16, ref), 1e-5)
+        self.assertLessEqual(rel_error(y32, ref), 1e-5)
+
+
+class InvarianceTest(unittest.TestCase):
+    """Bits, not tolerances: the deterministic preset makes a request's output independent of its co-batch."""
+
+    def check_alone_vs_cobatched(self, layer, seed, n_mine, n_strangers):
+        rng = np.random.default_rng(seed)
+        mine = tokens(seed, n_mine)
+        alone = layer.forward(mine, np.full(n_mine, 1000, np.uint64), np.arange(n_mine, dtype=np.uint32))
+        strangers = tokens(seed + 1, n_strangers)
+        x = np.concatenate([mine, strangers])
+        ids = np.concatenate([np.full(n_mine, 1000), rng.integers(0, 5, n_strangers)]).astype(np.uint64)
+        pos = np.concatenate([np.arange(n_mine), np.arange(n_strangers)]).astype(np.uint32)
+        perm = rng.permutation(len(x))
+        y = layer.forward(np.ascontiguousarray(x[perm]), ids[perm], pos[perm])
+        back = np.empty_like(y)
+        back[perm] = y
+        self.assertEqual(alone.tobytes(), back[:n_mine].tobytes())
+        return layer.last_stats()
+
+    def test_request_alone_equals_cobatched_shuffled(self):
+        layer = moe.Layer.random(D, FF, E, seed=11)  # deterministic preset: request scope, capacity 1.25
+        dropped = 0
+        for seed, (n_mine, n_strangers) in enumerate([(1, 7), (5, 40), (17, 100), (33, 200)]):
+            dropped += self.check_alone_vs_cobatched(layer, 100 + seed, n_mine, n_strangers)["num_dropped"]
+        self.assertGreater(dropped, 0, "capacity should bind somewhere, or the test proves little")
+
+    def test_thread_count_does_not_change_bits(self):
+        x = tokens(21, 50)
+        ids = np.arange(50, dtype=np.uint64) % 3
+        pos = (np.arange(50) // 3).astype(np.uint32)
+        outs = [moe.Layer.random(D, FF, E, seed=12, storage="bf16", num_threads=n).forward(x, ids, pos)
+                for n in (1, 2, 3)]
+        self.assertEqual(outs[0].tobytes(), outs[1].tobytes())
+        self.assertEqual(outs[0].tobytes(), outs[2].tobytes())
+
+    def test_causal_chunking(self):
+        layer = moe.Layer.random(D, FF, E, seed=13, scope="causal")
+        x = tokens(22, 30)
+        ids = np.zeros(30, np.uint64)
+        full = layer.forward(x, ids, np.arange(30, dtype=np.uint32), state=layer.causal_state())
+        state = layer.causal_state()
+        parts = [layer.forward(np.ascontiguousarray(x[a:b]), ids[a:b], np.arange(a, b, dtype=np.uint32),
+                               state=state) for a, b in ((0, 7), (7, 8), (8, 30))]
+        self.assertEqual(full.tobytes(), np.concatenate(parts).tobytes())
+        self.assertEqual(state.num_requests, 1)
+
+
+class PlanTest(unittest.TestCase):
+    def test_plan_arrays(self):
+        rng = np.random.default_rng(31)
+        logits = rng.standard_normal((40, 8)).astype(np.float32)
+        ids = np.repeat(np.arange(4), 10)
+        pos = np.tile(np.arange(10), 4)
+        p = moe.plan(logits, ids, pos, top_k=2, mode="greedy", capacity_factor=1.0)
+        self.assertEqual(p["expert"].shape, (40, 2))
+        self.assertEqual(p["expert"].dtype, np.int32)
+        self.assertEqual(p["weight"].dtype, np.float32)
+        self.assertEqual(p["status"].dtype, np.uint8)
+        self.assertEqual(p["batch_capacity"], 10)
+        self.assertEqual(p["num_kept"] + p["num_rerouted"] + p["num_dropped"], 80)
+        self.assertEqual(int(p["expert_load"].sum()), p["num_kept"] + p["num_rerouted"])
+        self.assertTrue(np.all(p["expert"][p["status"] == 2] == -1))
+        order = np.argsort(-logits, axis=1, kind="stable")[:, :2]
+        kept = p["status"] == 0
+        np.testing.assert_array_equal(p["expert"][kept], order[kept])
+
+    def test_stable_plan_is_invariant(self):
+        rng = np.random.default_rng(32)
+        mine = rng.standard_normal((6, 8)).astype(np.float32)
+        alone = moe.plan(mine, np.full(6, 9), np.arange(6), mode="stable")
+        others = rng.standard_normal((30, 8)).astype(np.float32)
+        logits = np.concatenate([others, mine])
+        ids = np.concatenate([np.zeros(30, int), np.full(6, 9)])
+        pos = np.concatenate([np.arange(30), np.arange(6)])
+        both = moe.plan(logits, ids, pos, mode="stable")
+        for key in ("expert", "weight", "status"):
+            self.assertEqual(alone[key].tobytes(), both[key][30:].tobytes(), key)
+
+    def test_plan_errors(self):
+        logits = np.zeros((4, 8), np.float32)
+        with self.assertRaisesRegex(ValueError, "top_k"):
+            moe.plan(logits, np.zeros(4, int), np.arange(4), top_k=9)
+        with self.assertRaisesRegex(ValueError, "unknown"):
+            moe.plan(logits, np.zeros(4, int), np.arange(4), mode="fastest")
+        with self.assertRaisesRegex(TypeError, "float32"):
+            moe.plan(logits.astype(np.float64), np.zeros(4, int), np.arange(4))
+        bad = logits.copy()
+        bad[2] = np.nan
+        with self.assertRaisesRegex(ValueError, "row 2"):
+            moe.plan(bad, np.zeros(4, int), np.arange(4))
+
+
+class BadInputTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.layer = moe.Layer.random(D, FF, E, seed=41)
+        cls.x = tokens(42, 6)
+        cls.ids = np.zeros(6, np.uint64)
+        cls.pos = np.arange(6, dtype=np.uint32)
+
+    def test_dtype(self):
+        with self.assertRaisesRegex(TypeError, r"float32 \(got float64\)"):
+            self.layer.forward(self.x.astype(np.float64), self.ids, self.pos)
+        with self.assertRaisesRegex(TypeError, "numpy.ndarray"):
+            self.layer.forward(self.x.tolist(), self.ids, self.pos)
+        with self.assertRaisesRegex(TypeError, "integer dtype"):
+            self.layer.forward(self.x, self.ids.astype(np.float32), self.pos)
+
+    def test_shape(self):
+        with self.assertRaisesRegex(ValueError, "2-D"):
+            self.layer.forward(self.x.reshape(-1), self.ids, self.pos)
+        with self.assertRaisesRegex(ValueError, "hidden size is 64"):
+            self.layer.forward(np.zeros((6, 63), np.float32), self.ids, self.pos)
+        with self.assertRaisesRegex(ValueError, "request_ids has 5 entries but x has 6 rows"):
+            self.layer.forward(self.x, self.ids[:5], self.pos)
+        with self.assertRaisesRegex(ValueError, "positions has 7 entries"):
+            self.layer.forward(self.x, self.ids, np.arange(7))
+        with self.assertRaisesRegex(ValueError, "out has 5 rows"):
+            self.layer.forward(self.x, self.ids, self.pos, out=np.zeros((5, D), np.float32))
+
+    def test_layout(self):
+        wide = np.zeros((6, 2 * D), np.float32)
+        with self.assertRaisesRegex(ValueError, "C-contiguous"):
+            self.layer.forward(wide[:, ::2], self.ids, self.pos)
+        with self.assertRaisesRegex(ValueError, "C-contiguous"):
+            self.layer.forward(np.asfortranarray(np.zeros((6, D), np.float32)), self.ids, self.pos)
+
+    def test_values(self):
+        x = self.x.copy()
+        x[4, 10] = np.nan
+        out = np.full((6, D), 7.0, np.float32)
+        with self.assertRaisesRegex(ValueError, "row 4"):
+            self.layer.forward(x, self.ids, self.pos, out=out)
+        self.assertTrue(np.all(out == 7.0), "y must be unchanged on an error")
+        with self.assertRaisesRegex(ValueError, "out of range"):
+            self.layer.forward(self.x, -np.ones(6, np.int64), self.pos)
+        with self.assertRaisesRegex(ValueError, "both claim request 0 position 0"):
+            self.layer.forward(self.x, self.ids, np.zeros(6, np.uint32))
+
+    def test_config_errors(self):
+        w = moe.Weights.random(D, FF, E, seed=1)
+        with self.assertRaisesRegex(ValueError, "top_k"):
+            moe.Layer(w, top_k=9)
+        with self.assertRaisesRegex(ValueError, "fastest"):
+            moe.Layer(w, preset="fastest")
+        with self.assertRaisesRegex(ValueError, "scope"):
+            moe.Layer(w, scope="galaxy")
+        with self.assertRaises(TypeError):
+            moe.Layer("not weights")
+        with self.assertRaisesRegex(ValueError, "expected \\[96, 64\\]"):
+            a = random_arrays(1)
+            a["up_proj"][3] = a["up_proj"][3][:, :10]
+            moe.Layer.from_arrays(**a)
+
+    def test_out_and_zero_copy(self):
+        out = np.empty((6, D), np.float32)
+        y = self.layer.forward(self.x, self.ids, self.pos, out=out)
+        self.assertTrue(np.shares_memory(y, out))
+        np.testing.assert_array_equal(out, self.layer.forward(self.x, self.ids, self.pos))
+
+    def test_stats_and_fingerprint(self):
+        self.layer.forward(self.x, self.ids, self.pos)
+        s = self.layer.last_stats()
+        self.assertEqual(s["num_tokens"], 6)
+        self.assertEqual(s["num_kept"] + s["num_rerouted"] + s["num_dropped"], 12)
+        self.assertEqual(int(s["expert_load"].sum()), s["num_kept"] + s["num_rerouted"])
+        fp = json.loads(self.layer.fingerprint())
+        self.assertEqual(fp["dispatch"], "request/request/drop")
+        self.assertEqual(fp["weights_hash"], "%016x" % self.layer.weights.content_hash)
+        self.assertEqual(fp["version"], moe.__version__)
+
+
+def write_safetensors(path, tensors):
+    """A minimal safetensors writer (F32 / BF16-as-uint16), enough for the loader test."""
+    header, blobs, offset = {}, [], 0
+    for name, arr in tensors.items():
+        arr = np.ascontiguousarray(arr)
+        dtype = {np.dtype(np.float32): "F32", np.dtype(np.uint16): "BF16"}[arr.dtype]
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
+        blobs.append(arr.tobytes())
+        offset += arr.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+class SafetensorsTest(unittest.TestCase):
+    def test_load_equals_from_arrays(self):
+        a = random_arrays(51)
+        t = {"model.layers.2.block_sparse_moe.gate.weight": a["router_gate"]}
+        for e in range(E):
+            for name, key in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+                t["model.layers.2.block_sparse_moe.experts.%d.%s.weight" % (e, name)] = a[key][e]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "model.safetensors")
+            write_safetensors(path, t)
+            loaded = moe.Layer.from_safetensors(path, "mixtral", 2, D, FF, E)
+            self.assertTrue(loaded.weights.zero_copy)
+            with self.assertRaisesRegex(ValueError, "layers.3"):
+                moe.Layer.from_safetensors(path, "mixtral", 3, D, FF, E)
+        with self.assertRaises(OSError if False else RuntimeError):
+            moe.Layer.from_safetensors("/nonexistent/model.safetensors", "mixtral", 0, D, FF, E)
+        copied = moe.Layer.from_arrays(**a)
+        self.assertEqual(loaded.weights.content_hash, copied.weights.content_hash)
+        x = tokens(52, 12)
+        ids, pos = np.zeros(12, np.uint64), np.arange(12, dtype=np.uint32)
+        self.assertEqual(loaded.forward(x, ids, pos).tobytes(), copied.forward(x, ids, pos).tobytes())
+
+
+if __name__ == "__main__":
+    unittest.main()
