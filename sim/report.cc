@@ -138,13 +138,10 @@ void print_run_table(std::ostream& out, const RunStats& s, const PreparedWorkloa
     t.add_row({"step load_imbalance mean", fixed(s.step_imbalance_mean)});
     t.add_row({"step load_imbalance max", fixed(s.step_imbalance_max)});
   }
-  std::string loads;
-  for (size_t e = 0; e < s.expert_load.size(); ++e) {
-    if (e) loads += " ";
-    loads += std::to_string(s.expert_load[e]);
-  }
-  if (s.expert_load.size() <= 16) t.add_row({"expert_load", loads});
   t.print(out);
+  out << "expert_load:";
+  for (int64_t l : s.expert_load) out << " " << l;
+  out << "\n";
 }
 
 Table sweep_table(const std::vector<SweepPoint>& points) {

@@ -227,8 +227,8 @@ std::vector<Setting> make_settings() {
   add({"json", "", "print one JSON object instead of the table", kAllCommands, true, false, false,
        [](SimConfig& c, const std::string& v) { c.json = parse_bool(v, "--json"); },
        [](const SimConfig& c) { return bool_text(c.json); }});
-  add({"quiet", "", "no progress bar and no table (JSON and files are still written)", kAllCommands, true,
-       false, false, [](SimConfig& c, const std::string& v) { c.quiet = parse_bool(v, "--quiet"); },
+  add({"quiet", "", "no progress bar on stderr", kAllCommands, true, false, false,
+       [](SimConfig& c, const std::string& v) { c.quiet = parse_bool(v, "--quiet"); },
        [](const SimConfig& c) { return bool_text(c.quiet); }});
   return s;
 }

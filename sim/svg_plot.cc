@@ -12,6 +12,9 @@ namespace {
 
 constexpr double kWidth = 800, kHeight = 500;
 constexpr double kLeft = 80, kRight = 220, kTop = 50, kBottom = 60;
+// Dash patterns cycle with the colours so that coinciding series (greedy and rank-only drop the same number
+// of pairs under batch scope) stay distinguishable.
+const char* const kDashes[] = {"none", "8 4", "2 3", "12 3 2 3"};
 const char* const kPalette[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd",
                                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
@@ -126,7 +129,8 @@ std::string render_svg(const LinePlot& plot) {
     const auto& s = plot.series[i];
     const char* color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
     o << "<g class=\"series-group\">\n<polyline class=\"series\" data-series=\"" << xml_escape(s.name)
-      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
+      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\""
+      << kDashes[i % 4] << "\" points=\"";
     for (size_t p = 0; p < s.x.size() && p < s.y.size(); ++p) {
       o << (p ? " " : "") << num(px(s.x[p])) << "," << num(py(s.y[p]));
     }
@@ -145,7 +149,7 @@ std::string render_svg(const LinePlot& plot) {
     const double x = kLeft + pw + 20;
     const char* color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
     o << "<line x1=\"" << num(x) << "\" y1=\"" << num(y) << "\" x2=\"" << num(x + 24) << "\" y2=\"" << num(y)
-      << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n"
+      << "\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\"" << kDashes[i % 4] << "\"/>\n"
       << "<text x=\"" << num(x + 30) << "\" y=\"" << num(y + 4) << "\">" << xml_escape(plot.series[i].name)
       << "</text>\n";
   }
