@@ -65,7 +65,8 @@ void run(Flags& f) {
   if (!f.svg_dir.empty()) {
     std::filesystem::create_directories(f.svg_dir);
     if (!report.sweep.empty()) {
-      write_file(std::filesystem::path(f.svg_dir) / "diverge_capacity.svg", diverge::svg_capacity_plot(report));
+      write_file(std::filesystem::path(f.svg_dir) / "diverge_capacity.svg",
+                 diverge::svg_capacity_plot(report));
     }
     write_file(std::filesystem::path(f.svg_dir) / "diverge_length.svg", diverge::svg_length_plot(report));
   }
@@ -83,7 +84,8 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("-n,--trials", o.trials, "probe runs per configuration")->capture_default_str();
   cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens")->capture_default_str();
   cmd->add_option("--gen-length", o.gen_length, "tokens the probe generates")->capture_default_str();
-  cmd->add_option("--budget", o.scheduler.token_budget, "token budget per step (rows)")->capture_default_str();
+  cmd->add_option("--budget", o.scheduler.token_budget, "token budget per step (rows)")
+      ->capture_default_str();
   cmd->add_option("--chunk", o.scheduler.chunk_size, "prefill chunk size")->capture_default_str();
   cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */chunks configs")
       ->delimiter(',')
@@ -93,26 +95,35 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--sweep-cf", o.sweep_capacity_factors, "capacity factors of the sweep (comma separated)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--sweep-modes", o.sweep_modes, "modes of the sweep")->delimiter(',')->capture_default_str();
+  cmd->add_option("--sweep-modes", o.sweep_modes, "modes of the sweep")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_flag("--no-sweep", flags->no_sweep, "skip the capacity-factor sweep");
-  cmd->add_option("--modes", flags->modes,
-                  "grid modes (greedy,rank-only,stable,stable-chunks,causal,dropless); default: the full grid")
+  cmd->add_option(
+         "--modes", flags->modes,
+         "grid modes (greedy,rank-only,stable,stable-chunks,causal,dropless); default: the full grid")
       ->delimiter(',');
-  cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")->delimiter(',')->capture_default_str();
+  cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "traffic and probe seed")->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();
   cmd->add_option("--weights", o.weights_path, "a moe-model/1 safetensors file instead of random weights");
-  cmd->add_option("--model", flags->model, "random model size: default (d 256, 4 layers) or tiny (d 64, 2 layers)")
+  cmd->add_option("--model", flags->model,
+                  "random model size: default (d 256, 4 layers) or tiny (d 64, 2 layers)")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "trials run in parallel")->capture_default_str();
   cmd->add_option("--arrival-rate", o.traffic.arrival_rate, "stranger arrivals per step (Poisson mean)")
       ->capture_default_str();
-  cmd->add_option("--fixed-interval", o.traffic.fixed_interval, "one stranger every K steps instead of Poisson")
+  cmd->add_option("--fixed-interval", o.traffic.fixed_interval,
+                  "one stranger every K steps instead of Poisson")
       ->capture_default_str();
   cmd->add_option("--prompt-min", o.traffic.prompt_min, "stranger prompt length min")->capture_default_str();
   cmd->add_option("--prompt-max", o.traffic.prompt_max, "stranger prompt length max")->capture_default_str();
-  cmd->add_option("--decode-min", o.traffic.decode_min, "stranger generation length min")->capture_default_str();
-  cmd->add_option("--decode-max", o.traffic.decode_max, "stranger generation length max")->capture_default_str();
+  cmd->add_option("--decode-min", o.traffic.decode_min, "stranger generation length min")
+      ->capture_default_str();
+  cmd->add_option("--decode-max", o.traffic.decode_max, "stranger generation length max")
+      ->capture_default_str();
   cmd->add_option("--probe-arrival", o.traffic.probe_arrival_step, "step at which the probe arrives")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON instead of the table");

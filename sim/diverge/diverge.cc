@@ -46,7 +46,9 @@ void parallel(int n, int threads, F&& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-uint64_t trial_seed(uint64_t seed, int trial) { return model::mix64(seed ^ model::mix64(0x7472ull + trial)); }
+uint64_t trial_seed(uint64_t seed, int trial) {
+  return model::mix64(seed ^ model::mix64(0x7472ull + trial));
+}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -73,7 +75,8 @@ void DivergeOptions::validate() const {
   check(capacity_factor > 0, "capacity factor (" + std::to_string(capacity_factor) + ") must be > 0");
   check(!vary_chunks.empty(), "the list of varied chunk sizes is empty");
   for (int c : vary_chunks) check(c >= 1, "chunk size (" + std::to_string(c) + ") must be >= 1");
-  for (double cf : sweep_capacity_factors) check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
+  for (double cf : sweep_capacity_factors)
+    check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
   for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(m, 1.0);
   for (const auto& g : grid) model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
   scheduler.validate();
@@ -85,7 +88,8 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
   using kernels::KernelKind;
   std::vector<ConfigSpec> g;
   auto both = [&](const std::string& mode, bool vary) {
-    for (KernelKind k : {KernelKind::kFast, KernelKind::kInvariant}) g.push_back({mode, k, capacity_factor, vary});
+    for (KernelKind k : {KernelKind::kFast, KernelKind::kInvariant})
+      g.push_back({mode, k, capacity_factor, vary});
   };
   both("greedy", false);
   both("rank-only", false);
@@ -114,10 +118,12 @@ void summarize(ConfigResult& r, int gen_length) {
         break;
       }
     }
-    if (r.first_divergence[i] < 0 && c.size() != r.alone.size()) r.first_divergence[i] = static_cast<int>(len);
+    if (r.first_divergence[i] < 0 && c.size() != r.alone.size())
+      r.first_divergence[i] = static_cast<int>(len);
     if (r.first_divergence[i] >= 0) firsts.push_back(r.first_divergence[i]);
   }
-  r.distinct = static_cast<int>(std::set<std::vector<int32_t>>(r.completions.begin(), r.completions.end()).size());
+  r.distinct =
+      static_cast<int>(std::set<std::vector<int32_t>>(r.completions.begin(), r.completions.end()).size());
   r.diverged = static_cast<int>(firsts.size());
   std::sort(firsts.begin(), firsts.end());
   if (firsts.empty()) {
@@ -177,13 +183,14 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
     if (spec.vary_chunks) sc.chunk_size = options.vary_chunks[trial % options.vary_chunks.size()];
     r.chunk_sizes[trial] = sc.chunk_size;
     uint64_t probe_id = 0;
-    auto requests = make_traffic(options.traffic, weights->shape.vocab_size, trial_seed(options.seed, trial), probe,
-                                 &probe_id);
+    auto requests = make_traffic(options.traffic, weights->shape.vocab_size, trial_seed(options.seed, trial),
+                                 probe, &probe_id);
     outcomes[item] = serve(m, std::move(requests), sc, probe_id);
   });
   r.alone = outcomes[0].probe_tokens;
   for (int i = 0; i < n; ++i) {
     const ServeOutcome& o = outcomes[i + 1];
+    if (o.probe_logits_hash == outcomes[0].probe_logits_hash) ++r.bitwise_same;
     r.completions[i] = o.probe_tokens;
     r.probe_steps += o.probe_steps;
     r.probe_steps_with_drop += o.probe_steps_with_drop;
@@ -207,8 +214,8 @@ DivergeReport run_diverge(const DivergeOptions& options) {
   auto progress = [&](const ConfigResult& r, const char* what) {
     if (!options.progress) return;
     options.progress(std::string(what) + " " + r.spec.label() + " cf " + fmt("%.2f", r.spec.capacity_factor) +
-                     ": " + std::to_string(r.distinct) + " distinct of " + std::to_string(options.trials) + " (" +
-                     fmt("%.1f", r.seconds) + " s)");
+                     ": " + std::to_string(r.distinct) + " distinct of " + std::to_string(options.trials) +
+                     " (" + fmt("%.1f", r.seconds) + " s)");
   };
   for (const auto& spec : grid) {
     report.grid.push_back(run_config(spec, options, weights, report.probe_prompt));
@@ -229,24 +236,27 @@ std::string format_table(const DivergeReport& report) {
   const auto& o = report.options;
   std::string out;
   out += "probe: " + std::to_string(o.probe_length) + " prompt tokens, " + std::to_string(o.gen_length) +
-         " generated; " + std::to_string(o.trials) + " trials; budget " + std::to_string(o.scheduler.token_budget) +
-         " tokens/step, chunk " + std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "\n";
+         " generated; " + std::to_string(o.trials) + " trials; budget " +
+         std::to_string(o.scheduler.token_budget) + " tokens/step, chunk " +
+         std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%-26s %5s %9s %9s %9s %9s %10s %10s %8s\n", "config", "cf", "distinct",
-                "diverged", "first min", "first med", "lost steps", "lost pairs", "rows");
+  std::snprintf(line, sizeof(line), "%-24s %5s %8s %8s %9s %9s %9s %10s %10s %8s\n", "config", "cf",
+                "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
+                "rows");
   out += line;
   auto row = [&](const ConfigResult& r) {
-    std::snprintf(line, sizeof(line), "%-26s %5.2f %6d/%-2d %9d %9s %9s %9.1f%% %9.2f%% %8lld\n",
-                  r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged,
-                  r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
-                  r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
-                  100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows));
+    std::snprintf(
+        line, sizeof(line), "%-24s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld\n",
+        r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged, r.bitwise_same,
+        r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
+        r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
+        100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows));
     out += line;
   };
   for (const auto& r : report.grid) row(r);
   if (!report.grid.empty()) {
     out += "\ndistinct completions by generation length (prefixes of the same runs)\n";
-    std::snprintf(line, sizeof(line), "%-26s", "config");
+    std::snprintf(line, sizeof(line), "%-24s", "config");
     out += line;
     for (int L : report.grid.front().gen_points) {
       std::snprintf(line, sizeof(line), " %5s", ("L=" + std::to_string(L)).c_str());
@@ -254,7 +264,7 @@ std::string format_table(const DivergeReport& report) {
     }
     out += "\n";
     for (const auto& r : report.grid) {
-      std::snprintf(line, sizeof(line), "%-26s", r.spec.label().c_str());
+      std::snprintf(line, sizeof(line), "%-24s", r.spec.label().c_str());
       out += line;
       for (int d : r.distinct_at) {
         std::snprintf(line, sizeof(line), " %5d", d);
@@ -266,7 +276,7 @@ std::string format_table(const DivergeReport& report) {
   if (!report.sweep.empty()) {
     out += "\ncapacity-factor sweep (invariant kernels; causal with varied chunks): distinct completions\n";
     std::vector<double> cfs = o.sweep_capacity_factors;
-    std::snprintf(line, sizeof(line), "%-26s", "mode");
+    std::snprintf(line, sizeof(line), "%-24s", "mode");
     out += line;
     for (double cf : cfs) {
       std::snprintf(line, sizeof(line), " %6s", fmt("%.2f", cf).c_str());
@@ -275,7 +285,7 @@ std::string format_table(const DivergeReport& report) {
     out += "\n";
     size_t i = 0;
     for (const auto& mode : o.sweep_modes) {
-      std::snprintf(line, sizeof(line), "%-26s", mode.c_str());
+      std::snprintf(line, sizeof(line), "%-24s", mode.c_str());
       out += line;
       for (size_t c = 0; c < cfs.size(); ++c, ++i) {
         std::snprintf(line, sizeof(line), " %6d", report.sweep[i].distinct);
@@ -299,6 +309,7 @@ nlohmann::json result_json(const ConfigResult& r) {
   j["vary_chunks"] = r.spec.vary_chunks;
   j["distinct"] = r.distinct;
   j["diverged"] = r.diverged;
+  j["bitwise_same"] = r.bitwise_same;
   j["first_divergence_min"] = r.first_divergence_min;
   j["first_divergence_median"] = r.first_divergence_median;
   j["first_divergence"] = r.first_divergence;
@@ -328,10 +339,14 @@ std::string to_json(const DivergeReport& report) {
   j["vary_chunks"] = o.vary_chunks;
   j["capacity_factor"] = o.capacity_factor;
   j["seed"] = o.seed;
-  j["weights"] = o.weights_path.empty() ? "random(seed " + std::to_string(o.weights_seed) + ")" : o.weights_path;
-  j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},     {"fixed_interval", o.traffic.fixed_interval},
-                  {"prompt_min", o.traffic.prompt_min},         {"prompt_max", o.traffic.prompt_max},
-                  {"decode_min", o.traffic.decode_min},         {"decode_max", o.traffic.decode_max},
+  j["weights"] =
+      o.weights_path.empty() ? "random(seed " + std::to_string(o.weights_seed) + ")" : o.weights_path;
+  j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},
+                  {"fixed_interval", o.traffic.fixed_interval},
+                  {"prompt_min", o.traffic.prompt_min},
+                  {"prompt_max", o.traffic.prompt_max},
+                  {"decode_min", o.traffic.decode_min},
+                  {"decode_max", o.traffic.decode_max},
                   {"probe_arrival_step", o.traffic.probe_arrival_step}};
   j["probe_prompt"] = report.probe_prompt;
   j["grid"] = nlohmann::json::array();
@@ -346,9 +361,9 @@ std::string svg_capacity_plot(const DivergeReport& report) {
   const auto& o = report.options;
   Chart c;
   c.title = "Distinct completions of one probe vs capacity factor";
-  c.note = std::to_string(o.trials) + " trials per point, invariant kernels, " + std::to_string(o.gen_length) +
-           " generated tokens, budget " + std::to_string(o.scheduler.token_budget) + ", seed " +
-           std::to_string(o.seed);
+  c.note = std::to_string(o.trials) + " trials per point, invariant kernels, " +
+           std::to_string(o.gen_length) + " generated tokens, budget " +
+           std::to_string(o.scheduler.token_budget) + ", seed " + std::to_string(o.seed);
   c.x_label = "capacity factor";
   c.y_label = "distinct completions";
   size_t i = 0;
@@ -368,8 +383,8 @@ std::string svg_length_plot(const DivergeReport& report) {
   const auto& o = report.options;
   Chart c;
   c.title = "Distinct completions vs generation length";
-  c.note = std::to_string(o.trials) + " trials, capacity factor " + fmt("%.2f", o.capacity_factor) + ", budget " +
-           std::to_string(o.scheduler.token_budget) + ", seed " + std::to_string(o.seed);
+  c.note = std::to_string(o.trials) + " trials, capacity factor " + fmt("%.2f", o.capacity_factor) +
+           ", budget " + std::to_string(o.scheduler.token_budget) + ", seed " + std::to_string(o.seed);
   c.x_label = "generated tokens (log2 scale)";
   c.y_label = "distinct completions";
   c.log2_x = true;

@@ -35,18 +35,18 @@ struct ConfigSpec {
 };
 
 struct DivergeOptions {
-  int trials = 30;        // N: probe runs per configuration
-  int probe_length = 24;  // prompt tokens of the probe
-  int gen_length = 32;    // tokens the probe generates
+  int trials = 30;            // N: probe runs per configuration
+  int probe_length = 24;      // prompt tokens of the probe
+  int gen_length = 32;        // tokens the probe generates
   SchedulerConfig scheduler;  // token budget, chunk size
   std::vector<int> vary_chunks = {8, 16, 32};
   double capacity_factor = 1.0;
-  uint64_t seed = 1;      // traffic of trial i: stream (seed, i); the probe prompt: stream (seed)
-  int threads = 1;        // trials run in parallel, one single-threaded Model each
+  uint64_t seed = 1;  // traffic of trial i: stream (seed, i); the probe prompt: stream (seed)
+  int threads = 1;    // trials run in parallel, one single-threaded Model each
   TrafficConfig traffic;
-  model::ModelShape shape;     // random weights of this shape, unless weights_path is set
+  model::ModelShape shape;  // random weights of this shape, unless weights_path is set
   uint64_t weights_seed = 0;
-  std::string weights_path;    // a moe-model/1 safetensors file (model_weights.h)
+  std::string weights_path;      // a moe-model/1 safetensors file (model_weights.h)
   std::vector<ConfigSpec> grid;  // empty: default_grid()
   // Capacity-factor sweep (invariant kernels, one row per mode and factor); empty disables it.
   std::vector<double> sweep_capacity_factors = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
@@ -68,16 +68,17 @@ struct ConfigResult {
   std::vector<int> chunk_sizes;                   // per trial
   int distinct = 0;                               // distinct completions among the trials
   int diverged = 0;                               // trials whose completion differs from alone
+  int bitwise_same = 0;                           // trials whose sampled logits equal alone's bit for bit
   int first_divergence_min = -1;                  // over diverged trials (-1 if none)
   double first_divergence_median = -1;
-  int64_t probe_steps = 0;             // steps with probe rows, summed over trials
-  int64_t probe_steps_with_drop = 0;   // ... in which the probe lost a pair
+  int64_t probe_steps = 0;            // steps with probe rows, summed over trials
+  int64_t probe_steps_with_drop = 0;  // ... in which the probe lost a pair
   int64_t probe_pairs = 0;
   int64_t probe_pairs_dropped = 0;
-  int64_t rows = 0;                    // rows processed over all trials
-  std::vector<int> gen_points;         // generation lengths L (prefixes of the completions)
-  std::vector<int> distinct_at;        // distinct completions of length L
-  std::vector<int> diverged_at;        // trials differing from alone within the first L tokens
+  int64_t rows = 0;              // rows processed over all trials
+  std::vector<int> gen_points;   // generation lengths L (prefixes of the completions)
+  std::vector<int> distinct_at;  // distinct completions of length L
+  std::vector<int> diverged_at;  // trials differing from alone within the first L tokens
   double seconds = 0;
 
   double lost_step_share() const {

@@ -2,9 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <exception>
+#include <iostream>
 #include <string>
 #include <vector>
-#include <iostream>
 
 #include "sim/diverge/command.h"
 

@@ -9,7 +9,8 @@ namespace moe::sim::diverge {
 void SchedulerConfig::validate() const {
   auto check = [](bool ok, const char* name, int v, const char* rule) {
     if (!ok) {
-      throw std::invalid_argument(std::string("SchedulerConfig: ") + name + " (" + std::to_string(v) + ") " + rule);
+      throw std::invalid_argument(std::string("SchedulerConfig: ") + name + " (" + std::to_string(v) + ") " +
+                                  rule);
     }
   };
   check(token_budget > 0, "token_budget", token_budget, "must be positive");
@@ -24,7 +25,8 @@ Scheduler::Scheduler(SchedulerConfig config, std::vector<Request> requests) : co
   });
   live_.reserve(requests.size());
   for (auto& r : requests) {
-    if (r.prompt.empty()) throw std::invalid_argument("Scheduler: request " + std::to_string(r.id) + " has an empty prompt");
+    if (r.prompt.empty())
+      throw std::invalid_argument("Scheduler: request " + std::to_string(r.id) + " has an empty prompt");
     if (r.max_new_tokens < 1) {
       throw std::invalid_argument("Scheduler: request " + std::to_string(r.id) + " has max_new_tokens " +
                                   std::to_string(r.max_new_tokens) + " (must be >= 1)");
@@ -58,7 +60,8 @@ const std::vector<model::BatchRow>& Scheduler::next_batch() {
     if (l.prefilled < prompt_len) {
       add_chunk(l);
     } else {
-      rows_.push_back({l.request.id, static_cast<uint32_t>(prompt_len + l.generated.size() - 1), l.generated.back()});
+      rows_.push_back(
+          {l.request.id, static_cast<uint32_t>(prompt_len + l.generated.size() - 1), l.generated.back()});
       --budget;
     }
   }
@@ -88,7 +91,9 @@ void Scheduler::complete(std::span<const int32_t> logit_rows, std::span<const fl
   std::erase_if(running_, [&](size_t idx) { return live_[idx].done; });
 }
 
-bool Scheduler::all_finished() const { return num_done_ == live_.size(); }
+bool Scheduler::all_finished() const {
+  return num_done_ == live_.size();
+}
 
 const std::vector<int32_t>& Scheduler::generated(uint64_t id) const {
   auto it = index_.find(id);
@@ -105,9 +110,14 @@ bool Scheduler::finished(uint64_t id) const {
 ServeOutcome serve(model::Model& model, std::vector<Request> requests, const SchedulerConfig& config,
                    uint64_t probe_id, int max_steps) {
   if (std::none_of(requests.begin(), requests.end(), [&](const Request& r) { return r.id == probe_id; })) {
-    throw std::invalid_argument("serve: the probe id " + std::to_string(probe_id) + " is not among the requests");
+    throw std::invalid_argument("serve: the probe id " + std::to_string(probe_id) +
+                                " is not among the requests");
   }
   if (model.num_requests() != 0) throw std::invalid_argument("serve: the model already holds live requests");
+  uint32_t probe_prompt_length = 0;
+  for (const auto& r : requests) {
+    if (r.id == probe_id) probe_prompt_length = static_cast<uint32_t>(r.prompt.size());
+  }
   Scheduler scheduler(config, std::move(requests));
   ServeOutcome out;
   model::ForwardStats stats;
@@ -141,6 +151,14 @@ ServeOutcome serve(model::Model& model, std::vector<Request> requests, const Sch
         out.probe_pairs += static_cast<int64_t>(probe_rows) * top_k * layers;
         out.probe_pairs_dropped += probe_dropped;
         if (probe_dropped > 0) ++out.probe_steps_with_drop;
+      }
+      for (size_t i = 0; i < logit_rows.size(); ++i) {
+        const model::BatchRow& row = rows[logit_rows[i]];
+        if (row.request_id != probe_id || row.position + 1 < probe_prompt_length) continue;
+        const auto* bytes = reinterpret_cast<const unsigned char*>(logits.data() + i * vocab);
+        for (size_t b = 0; b < sizeof(float) * vocab; ++b) {
+          out.probe_logits_hash = (out.probe_logits_hash ^ bytes[b]) * 0x100000001B3ull;
+        }
       }
       finished.clear();
       scheduler.complete(logit_rows, logits, vocab, finished);

@@ -67,7 +67,7 @@ class Scheduler {
     bool done = false;
   };
   SchedulerConfig config_;
-  std::vector<Live> live_;                    // all requests, sorted by (arrival_step, id)
+  std::vector<Live> live_;                      // all requests, sorted by (arrival_step, id)
   std::unordered_map<uint64_t, size_t> index_;  // id -> live_ index
   size_t next_arrival_ = 0;
   std::deque<size_t> waiting_;
@@ -86,7 +86,10 @@ struct ServeOutcome {
   int probe_steps_with_drop = 0;      // ... in which at least one of its pairs was dropped (any layer)
   int64_t probe_pairs = 0;            // (row, layer, j) pairs of the probe
   int64_t probe_pairs_dropped = 0;
-  std::vector<int> probe_chunks;      // rows of the probe per step, in order (its prefill chunking)
+  std::vector<int> probe_chunks;  // rows of the probe per step, in order (its prefill chunking)
+  // FNV-1a over the bits of every logits row the probe sampled from: equal hashes mean bitwise-equal logits
+  // (a kernel difference shows here even when it does not change the argmax).
+  uint64_t probe_logits_hash = 0xCBF29CE484222325ull;
 };
 
 // Runs `requests` through `model` (which must hold no live request) until request `probe_id` finishes;

@@ -12,12 +12,23 @@ std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -78,33 +89,35 @@ std::string render_chart(const Chart& chart) {
   std::string o;
   o += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + num(width) + "\" height=\"" +
-       num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) + "\" font-family=\"sans-serif\">\n";
+       num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
+       "\" font-family=\"sans-serif\">\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o += "<text x=\"" + num(width / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">" + escape(chart.title) +
-       "</text>\n";
+  o += "<text x=\"" + num(width / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">" +
+       escape(chart.title) + "</text>\n";
   if (!chart.note.empty()) {
-    o += "<text x=\"" + num(width / 2) + "\" y=\"42\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">" +
-         escape(chart.note) + "</text>\n";
+    o += "<text x=\"" + num(width / 2) +
+         "\" y=\"42\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">" + escape(chart.note) +
+         "</text>\n";
   }
   // Axes and grid.
   o += "<g stroke=\"#000\" stroke-width=\"1\">\n";
-  o += "<line x1=\"" + num(left) + "\" y1=\"" + num(top + plot_h) + "\" x2=\"" + num(left + plot_w) + "\" y2=\"" +
-       num(top + plot_h) + "\"/>\n";
-  o += "<line x1=\"" + num(left) + "\" y1=\"" + num(top) + "\" x2=\"" + num(left) + "\" y2=\"" + num(top + plot_h) +
-       "\"/>\n</g>\n";
+  o += "<line x1=\"" + num(left) + "\" y1=\"" + num(top + plot_h) + "\" x2=\"" + num(left + plot_w) +
+       "\" y2=\"" + num(top + plot_h) + "\"/>\n";
+  o += "<line x1=\"" + num(left) + "\" y1=\"" + num(top) + "\" x2=\"" + num(left) + "\" y2=\"" +
+       num(top + plot_h) + "\"/>\n</g>\n";
   o += "<g font-size=\"11\">\n";
   for (int i = 0; i <= 5; ++i) {
     const double y = y_max * i / 5;
     o += "<line x1=\"" + num(left) + "\" y1=\"" + num(py(y)) + "\" x2=\"" + num(left + plot_w) + "\" y2=\"" +
          num(py(y)) + "\" stroke=\"#ddd\"/>\n";
-    o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(py(y) + 4) + "\" text-anchor=\"end\">" + tick_text(y) +
-         "</text>\n";
+    o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(py(y) + 4) + "\" text-anchor=\"end\">" +
+         tick_text(y) + "</text>\n";
   }
   // x ticks at the distinct x values of the first series (they share x values here).
   if (!chart.series.empty()) {
     for (double x : chart.series.front().x) {
-      o += "<line x1=\"" + num(px(x)) + "\" y1=\"" + num(top + plot_h) + "\" x2=\"" + num(px(x)) + "\" y2=\"" +
-           num(top + plot_h + 5) + "\" stroke=\"#000\"/>\n";
+      o += "<line x1=\"" + num(px(x)) + "\" y1=\"" + num(top + plot_h) + "\" x2=\"" + num(px(x)) +
+           "\" y2=\"" + num(top + plot_h + 5) + "\" stroke=\"#000\"/>\n";
       o += "<text x=\"" + num(px(x)) + "\" y=\"" + num(top + plot_h + 18) + "\" text-anchor=\"middle\">" +
            tick_text(x) + "</text>\n";
     }
@@ -112,25 +125,31 @@ std::string render_chart(const Chart& chart) {
   o += "</g>\n";
   o += "<text x=\"" + num(left + plot_w / 2) + "\" y=\"" + num(height - 16) +
        "\" text-anchor=\"middle\" font-size=\"13\">" + escape(chart.x_label) + "</text>\n";
-  o += "<text x=\"18\" y=\"" + num(top + plot_h / 2) + "\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 " +
-       num(top + plot_h / 2) + ")\">" + escape(chart.y_label) + "</text>\n";
+  o += "<text x=\"18\" y=\"" + num(top + plot_h / 2) +
+       "\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 " + num(top + plot_h / 2) +
+       ")\">" + escape(chart.y_label) + "</text>\n";
   // Series.
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const Series& ser = chart.series[s];
     const char* color = kPalette[s % (sizeof(kPalette) / sizeof(kPalette[0]))];
     std::string points;
     for (size_t i = 0; i < ser.x.size(); ++i) {
-      points += (i ? " " : "") + num(px(ser.x[i])) + "," + num(py(ser.y[i]));
+      if (i) points += ' ';
+      points += num(px(ser.x[i]));
+      points += ',';
+      points += num(py(ser.y[i]));
     }
     o += "<polyline class=\"series\" fill=\"none\" stroke=\"" + std::string(color) +
-         "\" stroke-width=\"2\" points=\"" + points + "\"><title>" + escape(ser.name) + "</title></polyline>\n";
+         "\" stroke-width=\"2\" points=\"" + points + "\"><title>" + escape(ser.name) +
+         "</title></polyline>\n";
     for (size_t i = 0; i < ser.x.size(); ++i) {
-      o += "<circle cx=\"" + num(px(ser.x[i])) + "\" cy=\"" + num(py(ser.y[i])) + "\" r=\"3\" fill=\"" + color +
-           "\"/>\n";
+      o += "<circle cx=\"" + num(px(ser.x[i])) + "\" cy=\"" + num(py(ser.y[i])) + "\" r=\"3\" fill=\"" +
+           color + "\"/>\n";
     }
     const double ly = top + 10 + 18 * static_cast<double>(s);
-    o += "<line x1=\"" + num(left + plot_w + 15) + "\" y1=\"" + num(ly) + "\" x2=\"" + num(left + plot_w + 35) +
-         "\" y2=\"" + num(ly) + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
+    o += "<line x1=\"" + num(left + plot_w + 15) + "\" y1=\"" + num(ly) + "\" x2=\"" +
+         num(left + plot_w + 35) + "\" y2=\"" + num(ly) + "\" stroke=\"" + color +
+         "\" stroke-width=\"2\"/>\n";
     o += "<text x=\"" + num(left + plot_w + 40) + "\" y=\"" + num(ly + 4) + "\" font-size=\"11\">" +
          escape(ser.name) + "</text>\n";
   }

@@ -31,13 +31,14 @@ void TrafficConfig::validate() const {
   check(arrival_rate >= 0.0 && arrival_rate <= 16.0,
         "arrival_rate (" + std::to_string(arrival_rate) + ") must be in [0, 16]");
   check(fixed_interval >= 0, "fixed_interval (" + std::to_string(fixed_interval) + ") must be >= 0");
-  check(prompt_min >= 1 && prompt_min <= prompt_max,
-        "prompt lengths [" + std::to_string(prompt_min) + ", " + std::to_string(prompt_max) +
-            "] must satisfy 1 <= min <= max");
-  check(decode_min >= 1 && decode_min <= decode_max,
-        "decode lengths [" + std::to_string(decode_min) + ", " + std::to_string(decode_max) +
-            "] must satisfy 1 <= min <= max");
-  check(probe_arrival_step >= 0, "probe_arrival_step (" + std::to_string(probe_arrival_step) + ") must be >= 0");
+  check(prompt_min >= 1 && prompt_min <= prompt_max, "prompt lengths [" + std::to_string(prompt_min) + ", " +
+                                                         std::to_string(prompt_max) +
+                                                         "] must satisfy 1 <= min <= max");
+  check(decode_min >= 1 && decode_min <= decode_max, "decode lengths [" + std::to_string(decode_min) + ", " +
+                                                         std::to_string(decode_max) +
+                                                         "] must satisfy 1 <= min <= max");
+  check(probe_arrival_step >= 0,
+        "probe_arrival_step (" + std::to_string(probe_arrival_step) + ") must be >= 0");
   check(horizon_steps >= 0, "horizon_steps (" + std::to_string(horizon_steps) + ") must be >= 0");
 }
 

@@ -1,0 +1,232 @@
+#include "moe/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "kernels/cpu/linear.h"
+#include "moe/model/ops.h"
+
+namespace moe::model {
+namespace {
+
+kernels::MatrixView view(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  kernels::MatrixView m;
+  m.data = w.data();
+  m.dtype = kernels::DType::kF32;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_stride = cols;
+  return m;
+}
+
+}  // namespace
+
+Model::Model(std::shared_ptr<const ModelWeights> weights, ModelOptions options)
+    : weights_(std::move(weights)), options_(std::move(options)), pool_(1) {
+  if (!weights_) throw std::invalid_argument("Model: weights are null");
+  weights_->validate();
+  options_.validate();
+  const ModelShape& s = weights_->shape;
+  const MoELayerConfig layer_config = options_.layer_config(s);
+  for (int l = 0; l < s.num_layers; ++l) {
+    layers_.push_back(std::make_unique<MoELayer>(layer_config, weights_->layers[l].moe));
+    causal_.emplace_back(s.num_experts);
+  }
+}
+
+Model::~Model() = default;
+
+void Model::release(uint64_t request_id) {
+  caches_.erase(request_id);
+  for (auto& c : causal_) c.release(request_id);
+}
+
+void Model::clear() {
+  caches_.clear();
+  for (auto& c : causal_) c.clear();
+}
+
+uint32_t Model::cache_length(uint64_t request_id) const {
+  auto it = caches_.find(request_id);
+  return it == caches_.end() ? 0 : it->second.length;
+}
+
+int32_t Model::argmax(const float* logits, int vocab_size) {
+  int32_t best = 0;
+  float best_value = -INFINITY;
+  bool found = false;
+  for (int i = 0; i < vocab_size; ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (!found || logits[i] > best_value) {
+      best = i;
+      best_value = logits[i];
+      found = true;
+    }
+  }
+  return best;
+}
+
+void Model::validate_rows(std::span<const BatchRow> rows) const {
+  const ModelShape& s = weights_->shape;
+  if (rows.empty()) throw std::invalid_argument("Model::forward: empty batch");
+  std::unordered_map<uint64_t, uint32_t> next;  // request -> next expected position
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const BatchRow& row = rows[r];
+    if (row.token < 0 || row.token >= s.vocab_size) {
+      throw std::invalid_argument("Model::forward: row " + std::to_string(r) + " has token " +
+                                  std::to_string(row.token) + " outside [0, " + std::to_string(s.vocab_size) +
+                                  ")");
+    }
+    if (row.position >= static_cast<uint32_t>(s.max_positions)) {
+      throw std::invalid_argument("Model::forward: row " + std::to_string(r) + " has position " +
+                                  std::to_string(row.position) + " beyond max_positions (" +
+                                  std::to_string(s.max_positions) + ")");
+    }
+    auto it = next.find(row.request_id);
+    if (it == next.end()) it = next.emplace(row.request_id, cache_length(row.request_id)).first;
+    if (row.position != it->second) {
+      throw std::invalid_argument(
+          "Model::forward: row " + std::to_string(r) + " of request " + std::to_string(row.request_id) +
+          " has position " + std::to_string(row.position) + " but the request expects position " +
+          std::to_string(it->second) + " (rows must continue the cache in ascending order)");
+    }
+    ++it->second;
+  }
+}
+
+void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_rows,
+                    std::vector<float>& logits, ForwardStats* stats) {
+  validate_rows(rows);
+  const ModelShape& s = weights_->shape;
+  const int num_rows = static_cast<int>(rows.size());
+  const int64_t d = s.hidden;
+  const size_t nd = static_cast<size_t>(num_rows) * d;
+  for (auto* buf : {&h_, &norm_, &q_, &k_, &v_, &attn_, &proj_, &moe_out_}) {
+    if (buf->size() < nd) buf->resize(nd);
+  }
+  meta_.resize(num_rows);
+  row_cache_.resize(num_rows);
+  uint32_t max_keys = 0;
+  for (int r = 0; r < num_rows; ++r) {
+    meta_[r] = TokenMeta{rows[r].request_id, rows[r].position};
+    RequestCache& c = caches_[rows[r].request_id];
+    if (c.keys.empty()) {
+      c.keys.resize(s.num_layers);
+      c.values.resize(s.num_layers);
+    }
+    row_cache_[r] = &c;
+    max_keys = std::max(max_keys, rows[r].position + 1);
+    std::memcpy(h_.data() + r * d, weights_->embedding.data() + static_cast<int64_t>(rows[r].token) * d,
+                sizeof(float) * d);
+  }
+  if (scores_.size() < max_keys) scores_.resize(max_keys);
+  const bool causal = options_.policy.scope == CapacityScope::kCausal;
+  if (stats) {
+    stats->dropped_pairs.assign(num_rows, 0);
+    stats->layers.resize(s.num_layers);
+  }
+  const kernels::KernelKind kind = options_.kernel;
+
+  for (int l = 0; l < s.num_layers; ++l) {
+    const BlockWeights& b = weights_->layers[l];
+    // Attention block.
+    for (int r = 0; r < num_rows; ++r) {
+      rms_norm(h_.data() + r * d, b.attn_norm.data(), d, s.rms_eps, norm_.data() + r * d);
+    }
+    kernels::linear(kind, norm_.data(), num_rows, d, view(b.wq, d, d), q_.data(), d, pool_);
+    kernels::linear(kind, norm_.data(), num_rows, d, view(b.wk, d, d), k_.data(), d, pool_);
+    kernels::linear(kind, norm_.data(), num_rows, d, view(b.wv, d, d), v_.data(), d, pool_);
+    for (int r = 0; r < num_rows; ++r) {
+      apply_rope(q_.data() + r * d, s.num_heads, s.head_dim(), rows[r].position, s.rope_theta);
+      apply_rope(k_.data() + r * d, s.num_heads, s.head_dim(), rows[r].position, s.rope_theta);
+      // Rows of a request come in ascending position order, each continuing the cache: append.
+      RequestCache& c = *row_cache_[r];
+      c.keys[l].insert(c.keys[l].end(), k_.data() + r * d, k_.data() + (r + 1) * d);
+      c.values[l].insert(c.values[l].end(), v_.data() + r * d, v_.data() + (r + 1) * d);
+    }
+    for (int r = 0; r < num_rows; ++r) {
+      const RequestCache& c = *row_cache_[r];
+      attention_row(q_.data() + r * d, c.keys[l].data(), c.values[l].data(), rows[r].position + 1,
+                    s.num_heads, s.head_dim(), attn_.data() + r * d, scores_.data());
+    }
+    kernels::linear(kind, attn_.data(), num_rows, d, view(b.wo, d, d), proj_.data(), d, pool_);
+    for (size_t i = 0; i < nd; ++i) h_[i] += proj_[i];
+    // MoE block.
+    for (int r = 0; r < num_rows; ++r) {
+      rms_norm(h_.data() + r * d, b.moe_norm.data(), d, s.rms_eps, norm_.data() + r * d);
+    }
+    layers_[l]->forward(norm_.data(), num_rows, meta_, moe_out_.data(), causal ? &causal_[l] : nullptr,
+                        stats ? &stats->layers[l] : nullptr);
+    for (size_t i = 0; i < nd; ++i) h_[i] += moe_out_[i];
+    if (stats) {
+      const DispatchPlan& plan = layers_[l]->last_plan();
+      for (int r = 0; r < num_rows; ++r) {
+        for (int j = 0; j < plan.top_k; ++j) {
+          if (plan.pair_status[static_cast<size_t>(r) * plan.top_k + j] == PairStatus::kDropped) {
+            ++stats->dropped_pairs[r];
+          }
+        }
+      }
+    }
+  }
+  for (int r = 0; r < num_rows; ++r) row_cache_[r]->length = rows[r].position + 1;
+
+  // Logits for the last row of each request in the batch.
+  logit_rows.clear();
+  for (int r = 0; r < num_rows; ++r) {
+    // The cache now ends at the request's last row of this batch.
+    if (row_cache_[r]->length == rows[r].position + 1) logit_rows.push_back(r);
+  }
+  const int num_out = static_cast<int>(logit_rows.size());
+  for (int i = 0; i < num_out; ++i) {
+    rms_norm(h_.data() + logit_rows[i] * d, weights_->final_norm.data(), d, s.rms_eps, norm_.data() + i * d);
+  }
+  logits.resize(static_cast<size_t>(num_out) * s.vocab_size);
+  kernels::linear(kind, norm_.data(), num_out, d, view(weights_->lm_head, s.vocab_size, d), logits.data(),
+                  s.vocab_size, pool_);
+}
+
+std::vector<int32_t> Model::generate(uint64_t request_id, std::span<const int32_t> prompt, int num_new_tokens,
+                                     int chunk) {
+  if (prompt.empty()) throw std::invalid_argument("Model::generate: empty prompt");
+  if (num_new_tokens < 0 || chunk < 0) {
+    throw std::invalid_argument("Model::generate: num_new_tokens and chunk must be >= 0");
+  }
+  if (cache_length(request_id) != 0) {
+    throw std::invalid_argument("Model::generate: request " + std::to_string(request_id) +
+                                " is already live");
+  }
+  std::vector<int32_t> out;
+  std::vector<int32_t> logit_rows;
+  std::vector<float> logits;
+  std::vector<BatchRow> rows;
+  const int n = static_cast<int>(prompt.size());
+  const int step = chunk == 0 ? n : chunk;
+  try {
+    for (int begin = 0; begin < n && num_new_tokens > 0; begin += step) {
+      rows.clear();
+      for (int p = begin; p < std::min(n, begin + step); ++p) {
+        rows.push_back({request_id, static_cast<uint32_t>(p), prompt[p]});
+      }
+      forward(rows, logit_rows, logits);
+    }
+    while (static_cast<int>(out.size()) < num_new_tokens) {
+      const int32_t next = argmax(logits.data(), shape().vocab_size);
+      out.push_back(next);
+      if (static_cast<int>(out.size()) == num_new_tokens) break;
+      rows.assign(1, BatchRow{request_id, static_cast<uint32_t>(n + out.size() - 1), next});
+      forward(rows, logit_rows, logits);
+    }
+  } catch (...) {
+    release(request_id);
+    throw;
+  }
+  release(request_id);
+  return out;
+}
+
+}  // namespace moe::model

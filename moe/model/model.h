@@ -1,0 +1,103 @@
+// A small decoder-only MoE language model with per-request KV caches, for continuous-batching experiments.
+//
+//   h = embed(token)
+//   per layer: h += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))   n = RMSNorm(h)
+//              h += MoELayer(RMSNorm(h))
+//   logits = lm_head(RMSNorm(h))
+//
+// Determinism: with ModelOptions{kInvariant, a policy of scope request/causal/none} the logits of a request's
+// rows are bitwise independent of the other requests in the batch and of the row order; with causal or none
+// scope they are also independent of how its prompt was chunked across forward passes, so decoding with the
+// KV cache gives the same bits as recomputing the whole sequence (tests/model_invariance_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "moe/layer/moe_layer.h"
+#include "moe/model/model_config.h"
+#include "moe/model/model_weights.h"
+#include "router/causal_state.h"
+
+namespace moe::model {
+
+// One row of a batch: token `token` of request `request_id` at `position` (0 = its first prompt token).
+struct BatchRow {
+  uint64_t request_id = 0;
+  uint32_t position = 0;
+  int32_t token = 0;
+};
+
+// Routing outcome of one forward pass.
+struct ForwardStats {
+  std::vector<int32_t> dropped_pairs;  // per row: pairs dropped, summed over the layers
+  std::vector<MoEStats> layers;        // per layer
+};
+
+// Not thread-safe: one Model serves one thread (it owns the KV caches, the layers' workspaces and a
+// single-threaded pool). Several Models may share one ModelWeights.
+class Model {
+ public:
+  // Throws std::invalid_argument for invalid weights or options.
+  Model(std::shared_ptr<const ModelWeights> weights, ModelOptions options);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Runs one forward pass over `rows` (any mix of prefill chunks and decode tokens, in any interleaving),
+  // appends each row's keys and values to its request's cache, and returns logits for the last row of each
+  // request present in the batch: logit_rows[i] is that row's index (ascending), logits[i * vocab ..) its
+  // vocab_size logits. A request's rows must carry consecutive positions starting at its cache length (0
+  // for a new request) and appear in ascending position order; tokens must lie in [0, vocab_size) and
+  // positions below max_positions. Rows are passed to the MoE layers in this order with TokenMeta
+  // (request_id, position), and one CausalRoutingState per layer under causal scope.
+  // Errors: std::invalid_argument (nothing is changed) for an empty batch, a bad token or position.
+  void forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_rows, std::vector<float>& logits,
+               ForwardStats* stats = nullptr);
+
+  // Forgets a finished request: its KV cache and causal routing state. Unknown ids are ignored.
+  void release(uint64_t request_id);
+  // Forgets every request.
+  void clear();
+  // Tokens cached for `request_id` (0 if unknown).
+  uint32_t cache_length(uint64_t request_id) const;
+  size_t num_requests() const { return caches_.size(); }
+
+  // Greedy decoding of one request alone: prefill `prompt` in chunks of `chunk` rows (0 = one pass), then
+  // generate `num_new_tokens` tokens, feeding each back. The request is released afterwards.
+  std::vector<int32_t> generate(uint64_t request_id, std::span<const int32_t> prompt, int num_new_tokens,
+                                int chunk = 0);
+
+  // The greedy choice: the index of the largest logit, ties to the lower id (NaN never wins).
+  static int32_t argmax(const float* logits, int vocab_size);
+
+  const ModelShape& shape() const { return weights_->shape; }
+  const ModelOptions& options() const { return options_; }
+  const MoELayer& moe_layer(int layer) const { return *layers_[layer]; }
+
+ private:
+  struct RequestCache {
+    uint32_t length = 0;
+    std::vector<std::vector<float>> keys, values;  // per layer: [length, hidden]
+  };
+
+  void validate_rows(std::span<const BatchRow> rows) const;
+
+  std::shared_ptr<const ModelWeights> weights_;
+  ModelOptions options_;
+  kernels::ThreadPool pool_;
+  std::vector<std::unique_ptr<MoELayer>> layers_;
+  std::vector<CausalRoutingState> causal_;  // one per layer, used under causal scope
+  std::unordered_map<uint64_t, RequestCache> caches_;
+
+  // Workspace (grows to the largest batch).
+  std::vector<TokenMeta> meta_;
+  std::vector<float> h_, norm_, q_, k_, v_, attn_, proj_, moe_out_, scores_;
+  std::vector<RequestCache*> row_cache_;
+};
+
+}  // namespace moe::model

@@ -1,0 +1,165 @@
+// moe/model bit-equality: a request's logits alone vs in a batch, chunked vs whole prefill, KV-cache decoding
+// vs full recomputation (invariant kernels; memcmp, never a tolerance).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "moe/model/model.h"
+#include "moe/model/splitmix64.h"
+
+namespace moe::model {
+namespace {
+
+std::vector<int32_t> prompt_of(int length, int vocab, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<int32_t> p(length);
+  for (auto& t : p) t = static_cast<int32_t>(rng.uniform_int(0, vocab - 1));
+  return p;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+ModelOptions options(const char* mode, kernels::KernelKind kind = kernels::KernelKind::kInvariant) {
+  ModelOptions o;
+  o.kernel = kind;
+  o.policy = ModelOptions::dispatch_mode(mode, 1.0);
+  return o;
+}
+
+class ModelInvariance : public ::testing::TestWithParam<const char*> {};
+
+// Request 7's rows alone, then the same rows inside a batch of strangers (prefill chunks and decode rows,
+// interleaved, in several orders): its logits must be the same bits.
+TEST_P(ModelInvariance, RequestAloneEqualsRequestInBatch) {
+  const ModelShape shape = ModelShape::tiny();
+  auto w = random_model(shape, 5);
+  const auto probe = prompt_of(12, shape.vocab_size, 1);
+  std::vector<int32_t> out_rows;
+  std::vector<float> logits;
+
+  Model alone(w, options(GetParam()));
+  std::vector<BatchRow> rows;
+  for (int p = 0; p < 12; ++p) rows.push_back({7, static_cast<uint32_t>(p), probe[p]});
+  alone.forward(rows, out_rows, logits);
+  const std::vector<float> want(logits.begin(), logits.end());
+
+  for (int order = 0; order < 4; ++order) {
+    Model crowded(w, options(GetParam()));
+    // Strangers 1..5 first prefill part of their prompts so that some of them decode next to the probe.
+    std::vector<BatchRow> warm;
+    for (uint64_t s = 1; s <= 5; ++s) {
+      auto sp = prompt_of(3 + 4 * static_cast<int>(s), shape.vocab_size, 100 + s + 10 * order);
+      for (size_t p = 0; p < sp.size(); ++p) warm.push_back({s, static_cast<uint32_t>(p), sp[p]});
+    }
+    crowded.forward(warm, out_rows, logits);
+    std::vector<BatchRow> batch;
+    for (uint64_t s = 1; s <= 5; ++s) {
+      batch.push_back(
+          {s, crowded.cache_length(s), static_cast<int32_t>((s * 13 + order) % shape.vocab_size)});
+    }
+    for (int p = 0; p < 12; ++p) batch.push_back({7, static_cast<uint32_t>(p), probe[p]});
+    for (uint64_t s = 8; s < 8 + static_cast<uint64_t>(order) * 3; ++s) {
+      for (uint32_t p = 0; p < 6; ++p)
+        batch.push_back({s, p, static_cast<int32_t>((s + p) % shape.vocab_size)});
+    }
+    // Reorder rows between requests (a request's own rows keep ascending positions).
+    if (order % 2 == 1) {
+      std::vector<BatchRow> mixed;
+      std::vector<BatchRow> rest;
+      for (const auto& r : batch) (r.request_id == 7 ? mixed : rest).push_back(r);
+      std::vector<BatchRow> interleaved;
+      size_t a = 0, b = 0;
+      while (a < mixed.size() || b < rest.size()) {
+        if (b < rest.size()) interleaved.push_back(rest[b++]);
+        if (a < mixed.size()) interleaved.push_back(mixed[a++]);
+      }
+      batch = interleaved;
+    }
+    crowded.forward(batch, out_rows, logits);
+    int found = -1;
+    for (size_t i = 0; i < out_rows.size(); ++i) {
+      if (batch[out_rows[i]].request_id == 7) found = static_cast<int>(i);
+    }
+    ASSERT_GE(found, 0);
+    EXPECT_TRUE(
+        same_bits(logits.data() + static_cast<size_t>(found) * shape.vocab_size, want.data(), want.size()))
+        << GetParam() << " order " << order;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ModelInvariance, ::testing::Values("stable", "causal", "dropless"));
+
+// Causal scope: prefilling in chunks of 1, 3, 5 or all at once gives the same bits.
+TEST(ModelChunking, CausalChunkedPrefillEqualsWholePrefill) {
+  const ModelShape shape = ModelShape::tiny();
+  auto w = random_model(shape, 9);
+  const auto prompt = prompt_of(23, shape.vocab_size, 3);
+  std::vector<float> want;
+  for (int chunk : {0, 1, 3, 5, 16}) {
+    Model m(w, options("causal"));
+    std::vector<int32_t> out_rows;
+    std::vector<float> logits;
+    const int step = chunk == 0 ? 23 : chunk;
+    for (int b = 0; b < 23; b += step) {
+      std::vector<BatchRow> rows;
+      for (int p = b; p < std::min(23, b + step); ++p)
+        rows.push_back({1, static_cast<uint32_t>(p), prompt[p]});
+      m.forward(rows, out_rows, logits);
+    }
+    if (want.empty()) {
+      want = logits;
+    } else {
+      EXPECT_TRUE(same_bits(logits.data(), want.data(), want.size())) << "chunk " << chunk;
+    }
+  }
+}
+
+// Decoding token by token with the KV cache equals recomputing the whole sequence in one pass, bit for bit
+// (invariant kernels; causal and dropless dispatch, whose decisions do not depend on the chunking).
+TEST(ModelKvCache, DecodeEqualsFullRecomputation) {
+  for (const char* mode : {"causal", "dropless"}) {
+    for (const ModelShape& shape : {ModelShape::tiny(), ModelShape{}}) {
+      auto w = random_model(shape, 11);
+      const int gen = shape.hidden == 64 ? 24 : 6;
+      auto seq = prompt_of(10, shape.vocab_size, 4);
+      Model cached(w, options(mode));
+      std::vector<int32_t> out_rows;
+      std::vector<float> logits;
+      std::vector<BatchRow> rows;
+      for (size_t p = 0; p < seq.size(); ++p) rows.push_back({1, static_cast<uint32_t>(p), seq[p]});
+      cached.forward(rows, out_rows, logits);
+      for (int t = 0; t < gen; ++t) {
+        // Full recomputation of the sequence so far in a fresh model.
+        Model fresh(w, options(mode));
+        std::vector<BatchRow> all;
+        for (size_t p = 0; p < seq.size(); ++p) all.push_back({1, static_cast<uint32_t>(p), seq[p]});
+        std::vector<int32_t> fr;
+        std::vector<float> fl;
+        fresh.forward(all, fr, fl);
+        ASSERT_TRUE(same_bits(fl.data(), logits.data(), logits.size()))
+            << mode << " d " << shape.hidden << " step " << t;
+        const int32_t next = Model::argmax(logits.data(), shape.vocab_size);
+        seq.push_back(next);
+        rows.assign(1, BatchRow{1, static_cast<uint32_t>(seq.size() - 1), next});
+        cached.forward(rows, out_rows, logits);
+      }
+    }
+  }
+}
+
+// generate() with chunked prefill equals generate() with one pass (causal + invariant).
+TEST(ModelKvCache, GenerateIsChunkInvariant) {
+  auto w = random_model(ModelShape::tiny(), 2);
+  const auto prompt = prompt_of(17, 128, 8);
+  Model m(w, options("causal"));
+  const auto a = m.generate(1, prompt, 20, 0);
+  EXPECT_EQ(m.num_requests(), 0u);
+  EXPECT_EQ(m.generate(2, prompt, 20, 4), a);
+  EXPECT_EQ(m.generate(3, prompt, 20, 1), a);
+}
+
+}  // namespace
+}  // namespace moe::model
