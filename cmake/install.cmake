@@ -38,6 +38,8 @@ foreach(t ${moe_install_targets})
     foreach(d ${dirs})
       if(NOT d MATCHES "^\\$<" AND (d MATCHES "^${PROJECT_SOURCE_DIR}" OR d MATCHES "^${PROJECT_BINARY_DIR}"))
         list(APPEND fixed "$<BUILD_INTERFACE:${d}>")
+      elseif(d MATCHES "^\\$<INSTALL_INTERFACE:")
+        # The installed include root is include/moe for every target (INCLUDES DESTINATION below).
       else()
         list(APPEND fixed "${d}")
       endif()
