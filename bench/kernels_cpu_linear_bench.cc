@@ -3,7 +3,8 @@
 // Shapes: a Mixtral-like expert scaled to d = 1024, ff = 2816; the linear is the gate projection
 // [ff, d]. Rows 1 (decode, memory-bound), 16, 256, 2048 (prefill, compute-bound); fp32 and bf16
 // weights; 1 and 2 threads. Counters: GFLOP/s (2 * rows * in * out per linear) and GB/s of weight bytes
-// streamed (each weight read once per call). Names read linear/<kind>/<dtype>/rows:R/threads:T.
+// streamed (each weight read once per call; weights rotate over 4 experts so that they come from DRAM). Names
+// read linear/<kind>/<dtype>/rows:R/threads:T.
 //
 // Run: build/bin/kernels_cpu_linear_bench --benchmark_filter=linear/invariant
 #include <benchmark/benchmark.h>
@@ -45,17 +46,19 @@ struct Matrix {
   }
 };
 
-const Matrix& w1() {
-  static const Matrix m(kFf, kD, 1);
-  return m;
-}
-const Matrix& w3() {
-  static const Matrix m(kFf, kD, 2);
-  return m;
-}
-const Matrix& w2() {
-  static const Matrix m(kD, kFf, 3);
-  return m;
+// Several experts' worth of weights, used in turn, so that weights stream from DRAM as in a real MoE
+// layer (one expert's fp32 FFN is 35 MB; the L3 cache is 32 MB) rather than from a warm L3.
+constexpr int kNumExperts = 4;
+
+struct Expert {
+  Matrix w1, w3, w2;
+  explicit Expert(uint32_t seed) : w1(kFf, kD, seed), w3(kFf, kD, seed + 1), w2(kD, kFf, seed + 2) {}
+};
+
+const Expert& expert(int e) {
+  static std::unique_ptr<Expert> experts[kNumExperts];
+  if (!experts[e]) experts[e] = std::make_unique<Expert>(static_cast<uint32_t>(3 * e + 1));
+  return *experts[e];
 }
 
 ThreadPool& pool(int threads) {
@@ -88,14 +91,17 @@ void set_counters(benchmark::State& state, double flops, double weight_bytes, do
 }
 
 void bm_linear(benchmark::State& state, KernelKind kind, DType dtype, int64_t rows, int threads) {
-  const MatrixView w = w1().view(dtype);
+  MatrixView w[kNumExperts];
+  for (int e = 0; e < kNumExperts; ++e) w[e] = expert(e).w1.view(dtype);
   const auto x = random_x(rows, kD);
   std::vector<float> y(static_cast<size_t>(rows * kFf));
   ThreadPool& p = pool(threads);
-  linear(kind, x.data(), rows, kD, w, y.data(), kFf, p);  // warm-up (scratch, pages)
+  linear(kind, x.data(), rows, kD, w[0], y.data(), kFf, p);  // warm-up (scratch, pages)
+  int e = 0;
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
-    linear(kind, x.data(), rows, kD, w, y.data(), kFf, p);
+    linear(kind, x.data(), rows, kD, w[e], y.data(), kFf, p);
+    e = (e + 1) % kNumExperts;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -104,15 +110,20 @@ void bm_linear(benchmark::State& state, KernelKind kind, DType dtype, int64_t ro
 }
 
 void bm_ffn(benchmark::State& state, KernelKind kind, DType dtype, int64_t rows, int threads) {
-  const FfnWeights w{w1().view(dtype), w3().view(dtype), w2().view(dtype)};
+  FfnWeights w[kNumExperts];
+  for (int e = 0; e < kNumExperts; ++e) {
+    w[e] = {expert(e).w1.view(dtype), expert(e).w3.view(dtype), expert(e).w2.view(dtype)};
+  }
   const auto x = random_x(rows, kD);
   std::vector<float> y(static_cast<size_t>(rows * kD));
   std::vector<float> scratch(ffn_scratch_floats(rows, kFf));
   ThreadPool& p = pool(threads);
-  ffn_forward(kind, Activation::kSwiGLU, x.data(), rows, kD, w, y.data(), kD, scratch.data(), p);
+  ffn_forward(kind, Activation::kSwiGLU, x.data(), rows, kD, w[0], y.data(), kD, scratch.data(), p);
+  int e = 0;
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
-    ffn_forward(kind, Activation::kSwiGLU, x.data(), rows, kD, w, y.data(), kD, scratch.data(), p);
+    ffn_forward(kind, Activation::kSwiGLU, x.data(), rows, kD, w[e], y.data(), kD, scratch.data(), p);
+    e = (e + 1) % kNumExperts;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -106,41 +106,126 @@ inline float hsum(__m512 a) {
   return _mm_cvtss_f32(e);
 }
 
-// One MR x NR register tile over the whole reduction.
-template <int MR, int NR, class W>
-void tile(const float* x, int64_t x_stride, const typename W::T* w, int64_t w_stride, int64_t in, float* y,
-          int64_t y_stride) {
+// One MR x NR register tile over the whole reduction. Chunk c (16 lanes) of x row m starts at
+// x + m * x_row + c * x_chunk, and of W row n at w + n * w_row + c * w_chunk: the same code reads
+// row-major operands in place (x_chunk = w_chunk = 16) and interleaved packed blocks. kTail: `in` may
+// end inside a chunk (masked, zero-filled loads); packed blocks are zero-padded and pass kTail = false.
+// `next` (or null) is the first W row of the following tile, prefetched chunk by chunk alongside.
+// A long reduction may be cut into consecutive pieces: the 16-lane accumulators start from acc_in
+// (zero when null) and, unless acc_out is null, are stored there instead of being reduced into y.
+// Storing and reloading is exact, so the per-element sequence is the same as in one piece.
+template <int MR, int NR, class W, bool kTail>
+void tile(const float* x, int64_t x_row, int64_t x_chunk, const typename W::T* w, int64_t w_row,
+          int64_t w_chunk, int64_t in, float* y, int64_t y_stride, const typename W::T* next,
+          const float* acc_in, float* acc_out) {
   __m512 acc[MR][NR];
+  if (acc_in == nullptr) {
 #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m) {
+    for (int m = 0; m < MR; ++m) {
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_load_ps(acc_in + (m * NR + n) * kLanes);
+    }
   }
-  int64_t k = 0;
-  for (; k + kLanes <= in; k += kLanes) {
+  const int64_t full_chunks = in / kLanes;
+  for (int64_t c = 0; c < full_chunks; ++c) {
+    if (next != nullptr) {
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) {
+        if (sizeof(typename W::T) == 4 || (c & 1) == 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + n * w_row + c * w_chunk), _MM_HINT_T0);
+        }
+      }
+    }
     __m512 xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * x_stride + k);
+    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * x_row + c * x_chunk);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      __m512 wv = W::load(w + n * w_stride + k);
+      __m512 wv = W::load(w + n * w_row + c * w_chunk);
       // Keep wv in a register: otherwise GCC folds the load into each of the MR FMAs (MR loads).
       asm("" : "+v"(wv));
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_fmadd_ps(xv[m], wv, acc[m][n]);
     }
   }
-  if (k < in) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (in - k)) - 1u);
+  if (kTail && full_chunks * kLanes < in) {
+    const int64_t c = full_chunks;
+    const __mmask16 mask = static_cast<__mmask16>((1u << (in - c * kLanes)) - 1u);
     __m512 xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_maskz_loadu_ps(mask, x + m * x_stride + k);
+    for (int m = 0; m < MR; ++m) xv[m] = _mm512_maskz_loadu_ps(mask, x + m * x_row + c * x_chunk);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      const __m512 wv = W::load_masked(w + n * w_stride + k, mask);
+      const __m512 wv = W::load_masked(w + n * w_row + c * w_chunk, mask);
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_fmadd_ps(xv[m], wv, acc[m][n]);
     }
+  }
+  if (acc_out != nullptr) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) _mm512_store_ps(acc_out + (m * NR + n) * kLanes, acc[m][n]);
+    }
+    return;
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) y[m * y_stride + n] = hsum(acc[m][n]);
+  }
+}
+
+// The tile for packed, interleaved blocks: chunk c of x row m at xp[(c * MR + m) * 16], of W row n at
+// wp[(c * NR + n) * 16]; `chunks` whole chunks (zero-padded), 64-byte aligned. Same per-element
+// sequence as tile(); the compile-time layout keeps every operand and pointer in registers.
+template <int MR, int NR, class W>
+void packed_tile(const float* xp, const typename W::T* wp, int64_t chunks, float* y, int64_t y_stride,
+                 const float* acc_in, float* acc_out) {
+  __m512 acc[MR][NR];
+  if (acc_in == nullptr) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_load_ps(acc_in + (m * NR + n) * kLanes);
+    }
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m512 xv[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      xv[m] = _mm512_load_ps(xp + m * kLanes);
+      asm("" : "+v"(xv[m]));  // one load per x vector, not one per FMA
+    }
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) {
+      __m512 wv = W::load(wp + n * kLanes);
+      asm("" : "+v"(wv));
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_fmadd_ps(xv[m], wv, acc[m][n]);
+    }
+    xp += MR * kLanes;
+    wp += NR * kLanes;
+  }
+  if (acc_out != nullptr) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) _mm512_store_ps(acc_out + (m * NR + n) * kLanes, acc[m][n]);
+    }
+    return;
   }
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m) {
@@ -150,22 +235,47 @@ void tile(const float* x, int64_t x_stride, const typename W::T* w, int64_t w_st
 }
 
 template <class W>
-using TileFn = void (*)(const float*, int64_t, const typename W::T*, int64_t, int64_t, float*, int64_t);
+using PackedTileFn = void (*)(const float*, const typename W::T*, int64_t, float*, int64_t, const float*,
+                              float*);
 
 template <class W, int MR, int... NRs>
-constexpr auto tile_row(std::integer_sequence<int, NRs...>) {
-  return std::array<TileFn<W>, sizeof...(NRs)>{&tile<MR, NRs + 1, W>...};
+constexpr auto packed_tile_row(std::integer_sequence<int, NRs...>) {
+  return std::array<PackedTileFn<W>, sizeof...(NRs)>{&packed_tile<MR, NRs + 1, W>...};
 }
 
 template <class W, int... MRs>
-constexpr auto tile_table(std::integer_sequence<int, MRs...>) {
-  return std::array<std::array<TileFn<W>, kNR>, sizeof...(MRs)>{
-      tile_row<W, MRs + 1>(std::make_integer_sequence<int, kNR>{})...};
+constexpr auto packed_tile_table(std::integer_sequence<int, MRs...>) {
+  return std::array<std::array<PackedTileFn<W>, kNR>, sizeof...(MRs)>{
+      packed_tile_row<W, MRs + 1>(std::make_integer_sequence<int, kNR>{})...};
 }
 
-// Tiles for every (rows, outputs) remainder: table[mr - 1][nr - 1].
 template <class W>
-constexpr auto kTiles = tile_table<W>(std::make_integer_sequence<int, kMR>{});
+using TileFn = void (*)(const float*, int64_t, int64_t, const typename W::T*, int64_t, int64_t, int64_t,
+                        float*, int64_t, const typename W::T*, const float*, float*);
+
+template <class W, bool kTail, int MR, int... NRs>
+constexpr auto tile_row(std::integer_sequence<int, NRs...>) {
+  return std::array<TileFn<W>, sizeof...(NRs)>{&tile<MR, NRs + 1, W, kTail>...};
+}
+
+template <class W, bool kTail, int NR, int... MRs>
+constexpr auto tile_table(std::integer_sequence<int, MRs...>) {
+  return std::array<std::array<TileFn<W>, NR>, sizeof...(MRs)>{
+      tile_row<W, kTail, MRs + 1>(std::make_integer_sequence<int, NR>{})...};
+}
+
+// Packed path: tiles up to kMR x kNR on interleaved, zero-padded blocks; table[mr - 1][nr - 1].
+template <class W>
+constexpr auto kPackedTiles = packed_tile_table<W>(std::make_integer_sequence<int, kMR>{});
+
+// Batches with fewer than kPackMinRows rows read x and W in place (memory-bound: each weight is used by
+// at most 3 rows), with wider tiles of up to kDirectNR outputs and a prefetch of the next tile's rows.
+// Both paths run the same per-element sequence, so an element's bits do not depend on the path.
+constexpr int64_t kPackMinRows = 4;
+constexpr int kDirectNR = 8;
+template <class W>
+constexpr auto kDirectTiles =
+    tile_table<W, true, kDirectNR>(std::make_integer_sequence<int, kPackMinRows - 1>{});
 
 // A per-thread, 64-byte aligned buffer that grows to the largest request and is then reused, so that
 // steady-state calls allocate nothing.
@@ -198,79 +308,100 @@ PackBuffer& input_pack() {
   thread_local PackBuffer buffer;
   return buffer;
 }
-
-// Copies `n` rows of `len` elements into dst (row stride `dst_stride`) and zero-fills each row up to
-// `padded`. Zero padding reproduces exactly the zero-filled tail chunk of the contract.
-// NOTES: an explicit vector copy, not memcpy: glibc's memcpy takes `rep movsb` for rows of a few KB,
-// which runs several times slower on this AMD core when source and destination are not equally aligned.
-template <class T>
-void pack_rows(const T* src, int64_t src_stride, int64_t n, int64_t len, int64_t padded, int64_t dst_stride,
-               T* dst) {
-  constexpr int64_t kPerVector = 64 / sizeof(T);
-  const int64_t len_bytes = len * static_cast<int64_t>(sizeof(T));
-  for (int64_t r = 0; r < n; ++r) {
-    const char* s = reinterpret_cast<const char*>(src + r * src_stride);
-    char* d = reinterpret_cast<char*>(dst + r * dst_stride);
-    int64_t b = 0;
-    for (; b + 64 <= len_bytes; b += 64) _mm512_storeu_si512(d + b, _mm512_loadu_si512(s + b));
-    if (b < len_bytes) {
-      const __mmask64 m = _bzhi_u64(~0ull, static_cast<unsigned>(len_bytes - b));
-      _mm512_storeu_si512(d + b, _mm512_maskz_loadu_epi8(m, s + b));  // zero-fills the rest of the vector
-      b += 64;
-    }
-    for (; b < padded * static_cast<int64_t>(sizeof(T)); b += 64)
-      _mm512_storeu_si512(d + b, _mm512_setzero_si512());
-  }
-  (void)kPerVector;
+PackBuffer& accumulator_buffer() {
+  thread_local PackBuffer buffer;
+  return buffer;
 }
 
-// Batches with at least this many rows pack their operands (aligned, zero-padded copies); smaller ones
-// read x and W in place (memory-bound anyway). Both paths run the same per-element sequence.
-constexpr int64_t kPackMinRows = 4;
+// Reduction chunks per piece in the packed path (a row group's piece: kMR x kKC x 64 bytes = 24 KB).
+constexpr int64_t kKC = 64;
 
-// Outputs [o_begin, o_end) for all rows. Outputs are taken in blocks whose weights fit in L2; within a
-// block, each group of kMR rows stays in L1 while the block's weight rows stream past it.
+// Copies 16 elements of src (fewer when `count` < 16, zero-filling the rest) to 64-byte-aligned dst.
+template <class T>
+inline void copy_chunk(const T* src, int64_t count, T* dst) {
+  if constexpr (sizeof(T) == 4) {
+    if (count >= kLanes) {
+      _mm512_store_ps(reinterpret_cast<float*>(dst), _mm512_loadu_ps(reinterpret_cast<const float*>(src)));
+    } else {
+      const __mmask16 m = static_cast<__mmask16>((1u << count) - 1u);
+      _mm512_store_ps(reinterpret_cast<float*>(dst),
+                      _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(src)));
+    }
+  } else {
+    if (count >= kLanes) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    } else {
+      const __mmask16 m = static_cast<__mmask16>((1u << count) - 1u);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_maskz_loadu_epi16(m, src));
+    }
+  }
+}
+
+// Packs `n` rows (n <= 16) of `len` elements, row r at src + r * src_stride, into the interleaved layout
+// dst[(c * n + r) * 16 + l] = src[r][16 c + l], zero-filled past `len` up to `chunks` chunks. Zero
+// padding reproduces exactly the zero-filled tail chunk of the contract.
+// NOTES: explicit vector copies, not memcpy: glibc's memcpy takes `rep movsb` for rows of a few KB,
+// which runs several times slower on this AMD core when source and destination alignments differ.
+template <class T>
+void pack_interleaved(const T* src, int64_t src_stride, int n, int64_t len, int64_t chunks, T* dst) {
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t count = std::max<int64_t>(0, std::min<int64_t>(kLanes, len - c * kLanes));
+    for (int r = 0; r < n; ++r)
+      copy_chunk(src + r * src_stride + c * kLanes, count, dst + (c * n + r) * kLanes);
+  }
+}
+
+// Outputs [o_begin, o_end) for all rows.
 template <class W>
 void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename W::T* w, int64_t w_stride,
                   int64_t in, float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   using T = typename W::T;
-  const auto& tiles = kTiles<W>;
-  const int64_t block_bytes = 384 << 10;
   if (rows < kPackMinRows) {
-    const int64_t block =
-        std::max<int64_t>(kNR, block_bytes / (in * static_cast<int64_t>(sizeof(T))) / kNR * kNR);
-    for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
-      const int64_t o1 = std::min(o0 + block, o_end);
-      for (int64_t r = 0; r < rows; r += kMR) {
-        const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
-        for (int64_t o = o0; o < o1; o += kNR) {
-          const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
-          tiles[mr - 1][nr - 1](x + r * x_stride, x_stride, w + o * w_stride, w_stride, in,
-                                y + r * y_stride + o, y_stride);
-        }
-      }
+    const auto& tiles = kDirectTiles<W>;
+    const int mr = static_cast<int>(rows);
+    for (int64_t o = o_begin; o < o_end; o += kDirectNR) {
+      const int nr = static_cast<int>(std::min<int64_t>(kDirectNR, o_end - o));
+      const T* next = o + kDirectNR < o_end ? w + (o + kDirectNR) * w_stride : nullptr;
+      tiles[mr - 1][nr - 1](x, x_stride, kLanes, w + o * w_stride, w_stride, kLanes, in, y + o, y_stride,
+                            next, nullptr, nullptr);
     }
     return;
   }
-  // Packed rows hold `padded` elements (a whole number of 16-lane chunks, zero-filled past `in`); the row
-  // strides add one cache line so that the rows of a tile do not all map to the same L1 set.
-  const int64_t padded = (in + kLanes - 1) / kLanes * kLanes;
-  const int64_t w_pstride = padded + 64 / static_cast<int64_t>(sizeof(T));
-  const int64_t x_pstride = padded + 16;
+  // Outputs are taken in blocks whose packed weights fit in L2. Within a block, each group of kMR rows
+  // is packed and the block's kNR-row weight groups stream past it, kKC chunks of the reduction at a
+  // time so that the active part of the row group (kMR x kKC x 64 bytes) stays in L1; between pieces
+  // the accumulators wait in acc_buffer.
+  const auto& tiles = kPackedTiles<W>;
+  const int64_t chunks = (in + kLanes - 1) / kLanes;
+  const int64_t block_bytes = 720 << 10;
   const int64_t block =
-      std::max<int64_t>(kNR, block_bytes / (w_pstride * static_cast<int64_t>(sizeof(T))) / kNR * kNR);
-  T* w_packed = weight_pack().get<T>(static_cast<size_t>(std::min(block, o_end - o_begin) * w_pstride));
-  float* x_packed = input_pack().get<float>(static_cast<size_t>(kMR * x_pstride));
+      std::max<int64_t>(kNR, block_bytes / (chunks * kLanes * static_cast<int64_t>(sizeof(T))) / kNR * kNR);
+  const int64_t block_alloc = std::min(block, (o_end - o_begin + kNR - 1) / kNR * kNR);
+  T* w_packed = weight_pack().get<T>(static_cast<size_t>(block_alloc * chunks * kLanes));
+  float* x_packed = input_pack().get<float>(static_cast<size_t>(kMR * chunks * kLanes));
+  float* acc_buffer = chunks > kKC
+                          ? accumulator_buffer().get<float>(static_cast<size_t>(block_alloc * kMR * kLanes))
+                          : nullptr;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
     const int64_t o1 = std::min(o0 + block, o_end);
-    pack_rows(w + o0 * w_stride, w_stride, o1 - o0, in, padded, w_pstride, w_packed);
+    for (int64_t o = o0; o < o1; o += kNR) {
+      const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
+      pack_interleaved(w + o * w_stride, w_stride, nr, in, chunks, w_packed + (o - o0) * chunks * kLanes);
+    }
     for (int64_t r = 0; r < rows; r += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
-      pack_rows(x + r * x_stride, x_stride, mr, in, padded, x_pstride, x_packed);
-      for (int64_t o = o0; o < o1; o += kNR) {
-        const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
-        tiles[mr - 1][nr - 1](x_packed, x_pstride, w_packed + (o - o0) * w_pstride, w_pstride, padded,
-                              y + r * y_stride + o, y_stride);
+      pack_interleaved(x + r * x_stride, x_stride, mr, in, chunks, x_packed);
+      for (int64_t c0 = 0; c0 < chunks; c0 += kKC) {
+        const int64_t piece = std::min<int64_t>(kKC, chunks - c0);
+        const bool first = c0 == 0, last = c0 + piece == chunks;
+        for (int64_t o = o0; o < o1; o += kNR) {
+          const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
+          float* acc = acc_buffer == nullptr ? nullptr : acc_buffer + (o - o0) * kMR * kLanes;
+          tiles[mr - 1][nr - 1](x_packed + c0 * mr * kLanes,
+                                w_packed + (o - o0) * chunks * kLanes + c0 * nr * kLanes, piece,
+                                y + r * y_stride + o, y_stride, first ? nullptr : acc, last ? nullptr : acc);
+        }
       }
     }
   }
