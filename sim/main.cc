@@ -70,7 +70,8 @@ moe::sim::Overrides collect(const SubcommandOptions& sub) {
 int real_main(int argc, char** argv) {
   CLI::App app{"moe-sim " MOE_VERSION
                ": Mixture-of-Experts router simulator - drop rates, displacement by strangers and\n"
-               "divergence for any routing policy. See docs/cli.md."};
+               "divergence for any routing policy. See docs/cli.md.",
+               "moe-sim"};
   app.set_version_flag("--version", "moe-sim " MOE_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);

@@ -76,6 +76,21 @@ std::vector<Setting> make_settings() {
        [](SimConfig& c, const std::string& v) { c.router.topk_groups = to_int("topk-groups", v); },
        [](const SimConfig& c) { return std::to_string(c.router.topk_groups); }});
 
+  add({"selection-bias", "LIST",
+       "per-expert selection bias (chooses, never weighs), E comma-separated values", kAllCommands, false,
+       false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.router.selection_bias.clear();
+         for (const auto& x : split(v, ',')) {
+           if (!x.empty())
+             c.router.selection_bias.push_back(static_cast<float>(parse_double(x, "--selection-bias")));
+         }
+       },
+       [](const SimConfig& c) {
+         std::vector<double> b(c.router.selection_bias.begin(), c.router.selection_bias.end());
+         return b.empty() ? std::string("none") : join_doubles(b);
+       }});
+
   // Dispatch policy.
   add({"capacity-factor", "FLOAT", "capacity factor cf (> 0)", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) {
