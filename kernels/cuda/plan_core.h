@@ -50,47 +50,6 @@ constexpr uint8_t kStatusRerouted = 1;  // moe::PairStatus::kRerouted
 constexpr uint8_t kStatusDropped = 2;   // moe::PairStatus::kDropped
 constexpr int64_t kUnlimited = INT64_MAX;
 
-// splitmix64's finaliser, as router/dispatch_planner.cc.
-MOE_HD inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-MOE_HD inline uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-// router/dispatch_planner.cc's descending_key, bit for bit.
-MOE_HD inline uint64_t descending_key(float f) {
-  if (f == 0.0f) f = 0.0f;
-  const uint32_t bits = float_bits(f);
-  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return ~ascending & 0xffffffffu;
-}
-
-// moe::rounded_capacity with the same double operations in the same order (IEEE on host and device).
-MOE_HD inline int64_t rounded_capacity_hd(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
-                                          bool ceil_rounding) {
-  const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
-  const double nearest = ::round(exact);
-  const double magnitude = ::fabs(exact) > 1.0 ? ::fabs(exact) : 1.0;
-  if (::fabs(exact - nearest) <= 1e-9 * magnitude) return static_cast<int64_t>(nearest);
-  return static_cast<int64_t>(ceil_rounding ? ::ceil(exact) : ::floor(exact));
-}
-
-MOE_HD inline int64_t max3(int64_t a, int64_t b, int64_t c) {
-  const int64_t m = a > b ? a : b;
-  return m > c ? m : c;
-}
-
 struct TokenStats {
   int64_t kept, rerouted, dropped, fully_dropped;
 };
