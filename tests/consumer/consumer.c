@@ -29,7 +29,7 @@ int main(void) {
   TRY(moe_weights_random(&shape, MOE_DTYPE_BF16, 1, &weights));
   TRY(moe_layer_create(weights, NULL, &layer));
   moe_weights_destroy(weights);
-  for (i = 0; i < kTokens * 64; ++i) x[i] = sinf(0.1f * (float)i);
+  for (i = 0; i < kTokens * 64; ++i) x[i] = sinf(12.9898f * (float)i); /* varied rows */
   for (i = 0; i < kTokens; ++i) {
     ids[i] = (uint64_t)(i % 2);
     pos[i] = (uint32_t)(i / 2);

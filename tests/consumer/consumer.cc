@@ -19,7 +19,7 @@ int main() {
 
   const int num_tokens = 16;
   std::vector<float> x(num_tokens * shape.hidden), y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(12.9898f * static_cast<float>(i));  // varied rows
   std::vector<moe::TokenMeta> meta(num_tokens);
   for (int t = 0; t < num_tokens; ++t) meta[t] = {static_cast<uint64_t>(t % 2), static_cast<uint32_t>(t / 2)};
   moe::MoEStats stats;
