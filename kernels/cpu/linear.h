@@ -25,7 +25,9 @@ enum class KernelKind : uint8_t {
   //   ((a0+a8)+(a4+a12)) + ((a2+a10)+(a6+a14)) + ... (halves: +8, then +4, +2, +1).
   // Hence the bits of y[r][o] depend only on x's row r and on W: not on rows, on where the row sits in
   // the buffer, on x_stride/y_stride, on alignment, or on the pool's thread count. Threads split output
-  // columns (never the reduction), and every register tile shape uses the same order.
+  // columns (never the reduction); every register tile shape, the in-place path for 1-3 rows and the
+  // packed path for more rows use this same order (a long reduction may be processed in pieces, with
+  // the 16 lane accumulators stored and reloaded exactly in between).
   kInvariant,
 };
 
@@ -41,9 +43,10 @@ inline constexpr std::string_view to_string(KernelKind k) {
 //   rows may be 0 (nothing is written). in == 0 gives y = 0.
 // Threading: runs on `pool` (the calling thread participates); the call itself is not reentrant on the
 // same pool from two threads at once (the pool serialises such calls).
-// Memory: kInvariant allocates nothing. kFast with bf16 weights converts blocks of W into a
-// thread-local fp32 buffer that grows to the largest block seen and is then reused; Eigen's GEMM may
-// still allocate its own packing buffers for large shapes.
+// Memory: no allocation per call after warm-up. kInvariant packs operand blocks (for rows >= 4) into
+// per-thread, 64-byte-aligned buffers (thread_local, grown to the largest shape seen, then reused, at
+// most ~1 MB per thread); kFast with bf16 weights widens blocks of W into a per-thread fp32 buffer
+// the same way. Eigen's GEMM (kFast) allocates its own packing buffers with malloc for large shapes.
 // Errors: std::invalid_argument for null pointers with nonzero sizes, negative sizes, strides smaller
 // than the row length, or an unsupported dtype.
 void linear(KernelKind kind, const float* x, int64_t rows, int64_t x_stride, const MatrixView& w, float* y,

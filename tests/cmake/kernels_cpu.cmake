@@ -12,3 +12,5 @@ moe_add_test(NAME kernels_cpu_expert_ffn_test SOURCES ${PROJECT_SOURCE_DIR}/test
              LIBS moe_kernels_cpu LABELS unit)
 moe_add_test(NAME kernels_cpu_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_invariance_test.cc
              LIBS moe_kernels_cpu LABELS invariance)
+moe_add_test(NAME kernels_cpu_alloc_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_alloc_test.cc
+             LIBS moe_kernels_cpu LABELS unit)

@@ -1,0 +1,104 @@
+// "The hot path allocates nothing": after one warm-up call, linear() and ffn_forward() must not call
+// operator new again, for either kind, dtype or thread count. This executable replaces the global
+// operator new/delete to count calls. (Eigen's GEMM allocates with malloc, which this does not see; see
+// linear.h.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/linear.h"
+#include "tests/kernels_cpu_test_util.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_news{0};
+
+void* counted_alloc(size_t n, size_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p = align <= alignof(std::max_align_t) ? std::malloc(n)
+                                               : std::aligned_alloc(align, (n + align - 1) / align * align);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(size_t n) {
+  return counted_alloc(n, 0);
+}
+void* operator new[](size_t n) {
+  return counted_alloc(n, 0);
+}
+void* operator new(size_t n, std::align_val_t a) {
+  return counted_alloc(n, static_cast<size_t>(a));
+}
+void* operator new[](size_t n, std::align_val_t a) {
+  return counted_alloc(n, static_cast<size_t>(a));
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+
+namespace moe::kernels {
+namespace {
+
+using test_util::random_floats;
+using test_util::TestWeights;
+
+TEST(KernelsAlloc, NoOperatorNewAfterWarmUp) {
+  const int64_t d = 96, ff = 1100, rows = 37;  // ff > 1024: the reduction is cut into pieces
+  const TestWeights w1(ff, d, 0, 1), w3(ff, d, 0, 2), w2(d, ff, 0, 3);
+  const auto x = random_floats(static_cast<size_t>(rows * d), 4);
+  std::vector<float> y(static_cast<size_t>(rows * d)), h(static_cast<size_t>(rows * ff));
+  std::vector<float> scratch(ffn_scratch_floats(rows, ff));
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const FfnWeights w{w1.view(dt), w3.view(dt), w2.view(dt)};
+      for (KernelKind kind : {KernelKind::kFast, KernelKind::kInvariant}) {
+        auto run = [&] {
+          for (int64_t r : {rows, int64_t{1}, int64_t{5}}) {
+            linear(kind, x.data(), r, d, w.w1, h.data(), ff, pool);
+            ffn_forward(kind, Activation::kSwiGLU, x.data(), r, d, w, y.data(), d, scratch.data(), pool);
+            ffn_forward(kind, Activation::kGELU, x.data(), r, d, w, y.data(), d, scratch.data(), pool);
+          }
+        };
+        run();  // warm-up: per-thread buffers grow here
+        g_news.store(0);
+        g_counting.store(true);
+        run();
+        run();
+        g_counting.store(false);
+        EXPECT_EQ(g_news.load(), 0) << to_string(kind) << " " << to_string(dt) << " threads=" << threads;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe::kernels
