@@ -178,6 +178,22 @@ __global__ void swiglu_kernel(const float* __restrict__ gate, const float* __res
   }
 }
 
+__global__ void fill_kernel(bool bf16, void* data, size_t count, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float v = (static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+    if (bf16) {
+      static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(v);
+    } else {
+      static_cast<float*>(data)[i] = v;
+    }
+  }
+}
+
 int grid_for(size_t count) {
   const size_t blocks = (count + 255) / 256;
   return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
@@ -242,6 +258,12 @@ void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const
   }
   grouped_linear_invariant(w.type, w.w2, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows, y_rows, tiles,
                            stream);
+}
+
+void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_kernel<<<grid_for(count), 256, 0, stream>>>(type == WeightType::kBF16, data, count, seed, scale);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream) {

@@ -64,6 +64,10 @@ void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows,
                           int max_rows, float* y_rows, void* workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
+// Fills count elements of `type` with uniform values in [-scale, scale), a pure function of (seed, index):
+// for benchmarks and tests that need large weights without a host copy.
+void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+
 // ---- fast kind ----------------------------------------------------------------------------------------------
 // Element-wise helpers of the fast path.
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
