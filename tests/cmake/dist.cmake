@@ -54,3 +54,54 @@ if(TARGET moe_dist_nccl)
   # Without a device, ctest shows the test as skipped (the gtest output says why).
   set_tests_properties(dist_nccl_test PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device|no CUDA device")
 endif()
+
+# Expert parallelism (moe_dist_ep): one process (unit), then under mpirun at 1, 2 and 4 ranks (mpi).
+if(TARGET moe_dist_ep)
+  moe_add_test(NAME dist_ep_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/dist_ep_test.cc
+    LIBS moe_dist_ep
+    LABELS unit
+    TIMEOUT 60)
+endif()
+
+if(TARGET moe_dist_ep AND TARGET moe_dist_mpi)
+  add_executable(dist_ep_mpi_test ${PROJECT_SOURCE_DIR}/tests/dist_ep_mpi_test.cc
+    ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc)
+  target_include_directories(dist_ep_mpi_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(dist_ep_mpi_test PRIVATE moe_dist_ep moe_dist_mpi GTest::gtest moe_flags)
+  set_target_properties(dist_ep_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  foreach(np 1 2 4)
+    add_test(NAME dist_ep_mpi_test_np${np} COMMAND ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_ep_mpi_test>)
+    set_tests_properties(dist_ep_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS ${np})
+  endforeach()
+
+  add_executable(dist_ep_fault ${PROJECT_SOURCE_DIR}/tests/dist_ep_fault.cc)
+  target_include_directories(dist_ep_fault PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(dist_ep_fault PRIVATE moe_dist_ep moe_dist_mpi moe_flags)
+  set_target_properties(dist_ep_fault PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  foreach(np 2 4)
+    math(EXPR victim "${np} - 1")
+    add_test(NAME dist_ep_fault_throw_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 20
+        --expect "moe::dist abort \\(mpi, rank ${victim} of ${np}\\): rank ${victim} failed while preparing its batch \\(injected fault\\)"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_ep_fault> throw)
+    add_test(NAME dist_ep_fault_exit_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 30
+        --expect "rank ${victim} exits without MPI_Finalize \\(injected fault\\)"
+        --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_ep_fault> exit)
+    add_test(NAME dist_ep_fault_stuck_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 20
+        --expect "rank ${victim} is stuck outside forward\\(\\) \\(injected fault\\)"
+        --expect "moe::dist abort \\(mpi, rank [0-9]+ of ${np}\\): mpi all_gather_v: rank [0-9]+ of ${np} waited 5000 ms; a peer is dead or stuck"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_ep_fault> stuck)
+    # Every rank reports the mismatch at start-up (rank 0 and the odd rank are checked by name).
+    add_test(NAME dist_ep_fault_mismatch_np${np}
+      COMMAND ${moe_dist_fault_check} --max-seconds 20
+        --expect "rank 0: start-up failed: mpi check_consistent: rank 0 of ${np}: layer config \\(experts/k/policy/kernels\\) differs across ranks: 1 of ${np} ranks differ from rank 0 \\(0x[0-9a-f]+\\): rank ${victim} \\(0x"
+        --expect "rank ${victim}: start-up failed: mpi check_consistent: rank ${victim} of ${np}: layer config"
+        -- ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:dist_ep_fault> mismatch)
+    set_tests_properties(dist_ep_fault_throw_np${np} dist_ep_fault_exit_np${np} dist_ep_fault_stuck_np${np}
+      dist_ep_fault_mismatch_np${np} PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np})
+  endforeach()
+endif()

@@ -1,0 +1,416 @@
+// Expert parallelism under mpirun with 1, 2 and 4 ranks (tests/cmake/dist.cmake).
+//
+// Every rank builds the same global batches (a pure function of a seed), runs its slice through an
+// ExpertParallelLayer, and also runs a single-process MoELayer on the whole global batch: its rows must be
+// bitwise equal (memcmp) to the reference's slice. Since every world size equals the same reference, the
+// outputs of 1, 2 and 4 ranks are bitwise equal to each other; WorldSizes124 also checks that directly in
+// one job, on sub-communicators of 1, 2 and 4 ranks. Rank 0 prints the gtest output, the others only their
+// failures.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "moe/dist/expert_parallel_layer.h"
+#include "moe/dist/mpi_communicator.h"
+#include "tests/support/allocation_counter.h"
+#include "tests/support/ep_fixtures.h"
+
+namespace moe::dist {
+namespace {
+
+using moe::testing::GlobalBatch;
+using moe::testing::LocalTokens;
+using moe::testing::MakeGlobalBatch;
+using moe::testing::RandomWeights;
+using moe::testing::SliceBitEqual;
+
+constexpr int64_t kHidden = 64;
+
+CommOptions TestOptions() {
+  CommOptions o;
+  o.timeout = std::chrono::seconds(30);
+  return o;
+}
+
+std::string MessageOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+struct Case {
+  const char* name;
+  io::LayerShape shape;
+  kernels::DType storage;
+  MoELayerConfig config;
+};
+
+MoELayerConfig Config(const char* preset, CapacityScope scope, Priority priority, Overflow overflow,
+                      int threads = 1) {
+  MoELayerConfig c = moe::testing::SmallConfig(preset, 8, 2, threads);
+  c.expert_kernel = kernels::KernelKind::kInvariant;
+  c.gate_kernel = kernels::KernelKind::kInvariant;
+  c.policy.scope = scope;
+  c.policy.priority = priority;
+  c.policy.overflow = overflow;
+  c.policy.capacity_factor = 1.0;  // capacity binds: drops and reroutes happen
+  c.max_tokens = 32;               // smaller than some local batches: the workspace grows once
+  return c;
+}
+
+io::LayerShape SharedShape() {
+  io::LayerShape s = moe::testing::SmallShape(kHidden, 64, 8);
+  s.num_shared_experts = 1;
+  s.shared_ff = 96;
+  s.shared_expert_gate = true;
+  return s;
+}
+
+std::vector<Case> Cases() {
+  const io::LayerShape plain = moe::testing::SmallShape(kHidden, 96, 8);
+  return {
+      {"deterministic", plain, kernels::DType::kF32,
+       Config("deterministic", CapacityScope::kRequest, Priority::kRequest, Overflow::kDrop)},
+      {"deterministic_bf16_shared_reroute_2threads", SharedShape(), kernels::DType::kBF16,
+       Config("deterministic", CapacityScope::kRequest, Priority::kRequest, Overflow::kReroute, 2)},
+      // Greedy dispatch: batch capacity, arrival order = rank-major global rows.
+      {"greedy_dispatch_invariant_kernels", plain, kernels::DType::kF32,
+       Config("greedy", CapacityScope::kBatch, Priority::kArrival, Overflow::kDrop)},
+      {"greedy_dispatch_bf16_shared_reroute", SharedShape(), kernels::DType::kBF16,
+       Config("greedy", CapacityScope::kBatch, Priority::kArrival, Overflow::kReroute)},
+      {"score_priority", plain, kernels::DType::kF32,
+       Config("deterministic", CapacityScope::kBatch, Priority::kScore, Overflow::kDrop)},
+  };
+}
+
+struct Outcome {
+  int batches = 0;
+  int64_t mismatched_batches = 0;
+  int64_t drops = 0;
+};
+
+// Runs `num_batches` global batches through an EP layer on `comm` and a single-process MoELayer, comparing
+// this rank's rows bitwise and the plans by hash (on every rank, gathered).
+Outcome RunAgainstReference(Communicator& comm, const Case& c, int num_batches, uint64_t seed,
+                            std::optional<ExpertPlacement> placement = std::nullopt) {
+  auto weights = RandomWeights(c.shape, c.storage, 77);
+  ExpertParallelOptions options;
+  options.verify_plan = true;
+  ExpertParallelLayer ep(c.config, weights, comm, placement, options);
+  MoELayerConfig ref_config = c.config;
+  ref_config.max_tokens = 256;
+  MoELayer ref(ref_config, weights);
+  Outcome out;
+  std::vector<size_t> hashes(comm.size());
+  for (int b = 0; b < num_batches; ++b) {
+    const GlobalBatch g = MakeGlobalBatch(seed + b, comm.size(), kHidden);
+    const int64_t T = static_cast<int64_t>(g.batch.meta.size());
+    std::vector<float> y_ref(g.batch.x.size());
+    ref.forward(g.batch.x.data(), static_cast<int>(T), g.batch.meta, y_ref.data());
+
+    const int64_t first = g.offsets[comm.rank()];
+    const int64_t rows = LocalTokens(g, comm.rank());
+    std::vector<float> y(static_cast<size_t>(rows * kHidden), -1.0f);
+    MoEStats stats;
+    ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
+               std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
+               nullptr, &stats);
+    ++out.batches;
+    if (!SliceBitEqual(y, y_ref, first, rows, kHidden)) ++out.mismatched_batches;
+    EXPECT_EQ(ep.last_global_tokens(), T);
+    EXPECT_EQ(ep.last_token_offset(), first);
+    EXPECT_EQ(stats.num_tokens, T);
+    EXPECT_EQ(stats.num_dropped, ref.last_plan().num_dropped);
+    EXPECT_EQ(plan_hash(ep.last_plan()), plan_hash(ref.last_plan())) << c.name << " batch " << b;
+    comm.all_gather_sizes(static_cast<size_t>(plan_hash(ep.last_plan())), hashes);
+    for (int r = 1; r < comm.size(); ++r) EXPECT_EQ(hashes[r], hashes[0]) << "plan of rank " << r;
+    out.drops += ref.last_plan().num_dropped;
+  }
+  return out;
+}
+
+TEST(ExpertParallel, BitEqualToSingleProcessLayer) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  uint64_t seed = 1;
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const Outcome o = RunAgainstReference(comm, c, 4, seed);
+    seed += 10;
+    EXPECT_EQ(o.mismatched_batches, 0) << c.name << ": rank " << comm.rank();
+    EXPECT_GT(o.drops, 0) << c.name << ": capacity must bind for the test to mean anything";
+  }
+}
+
+TEST(ExpertParallel, ExplicitPlacementsGiveTheSameBits) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  const Case c = Cases()[1];
+  const int P = comm.size();
+  std::vector<int> round_robin(8), all_on_last(8, P - 1), reversed(8);
+  for (int e = 0; e < 8; ++e) {
+    round_robin[e] = e % P;
+    reversed[e] = (P - 1) - (e * P / 8);
+  }
+  for (const auto& map : {round_robin, all_on_last, reversed}) {
+    const Outcome o = RunAgainstReference(comm, c, 2, 200, ExpertPlacement::from_map(map, P));
+    EXPECT_EQ(o.mismatched_batches, 0);
+  }
+}
+
+// The same global batches through communicators of 1, 2 and 4 ranks in one job: every world size's
+// output equals the reference bits (hence each other's).
+TEST(ExpertParallel, WorldSizes124) {
+  MpiCommunicator world(MPI_COMM_WORLD, TestOptions());
+  for (int group : {1, 2, 4}) {
+    if (group > world.size() || world.size() % group != 0) continue;
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world.rank() / group, world.rank(), &sub);
+    {
+      MpiCommunicator comm(sub, TestOptions());
+      ASSERT_EQ(comm.size(), group);
+      for (const Case& c : Cases()) {
+        const Outcome o = RunAgainstReference(comm, c, 2, 500);
+        EXPECT_EQ(o.mismatched_batches, 0) << c.name << " on " << group << " ranks";
+      }
+    }
+    MPI_Comm_free(&sub);
+  }
+}
+
+// Causal scope: requests continue over two calls, with the global routing state carried on every rank;
+// the second call's rows of a request may sit on other ranks than the first call's.
+TEST(ExpertParallel, CausalStateCarriedOverTwoCalls) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  for (bool shared : {false, true}) {
+    Case c{"causal", shared ? SharedShape() : moe::testing::SmallShape(kHidden, 96, 8),
+           shared ? kernels::DType::kBF16 : kernels::DType::kF32,
+           Config("deterministic", CapacityScope::kCausal, Priority::kRequest,
+                  shared ? Overflow::kReroute : Overflow::kDrop)};
+    auto weights = RandomWeights(c.shape, c.storage, 78);
+    ExpertParallelOptions options;
+    options.verify_plan = true;
+    ExpertParallelLayer ep(c.config, weights, comm, std::nullopt, options);
+    MoELayerConfig ref_config = c.config;
+    ref_config.max_tokens = 256;
+    MoELayer ref(ref_config, weights);
+    CausalRoutingState ep_state(8), ref_state(8);
+    // Call 1: every request's positions [0, 8); call 2: positions [8, 8 + len) of the same requests.
+    const uint64_t seed = shared ? 31 : 32;
+    int64_t drops = 0;
+    const GlobalBatch first_call = MakeGlobalBatch(seed, comm.size(), kHidden, 0, 6, 8);
+    for (int call = 0; call < 2; ++call) {
+      GlobalBatch g = first_call;
+      if (call == 1) {
+        // The same requests continue at their next positions, rows reshuffled and split differently.
+        std::map<uint64_t, uint32_t> next;
+        for (const TokenMeta& m : first_call.batch.meta)
+          next[m.request_id] = std::max(next[m.request_id], m.position + 1);
+        std::vector<TokenMeta> meta;
+        for (const auto& [id, pos] : next) {
+          for (uint32_t p = 0; p < 5; ++p) meta.push_back({id, pos + p});
+        }
+        std::mt19937_64 rng(seed + 1);
+        std::shuffle(meta.begin(), meta.end(), rng);
+        g.batch = moe::testing::MakeBatch(meta, kHidden);
+        g.offsets =
+            moe::testing::SplitRows(static_cast<int64_t>(meta.size()), comm.size(), seed + 2, seed + 1);
+      }
+      const int64_t T = static_cast<int64_t>(g.batch.meta.size());
+      std::vector<float> y_ref(g.batch.x.size());
+      ref.forward(g.batch.x.data(), static_cast<int>(T), g.batch.meta, y_ref.data(), &ref_state);
+      const int64_t first = g.offsets[comm.rank()];
+      const int64_t rows = LocalTokens(g, comm.rank());
+      std::vector<float> y(static_cast<size_t>(rows * kHidden));
+      ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
+                 std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
+                 &ep_state);
+      EXPECT_TRUE(SliceBitEqual(y, y_ref, first, rows, kHidden)) << "call " << call << " shared " << shared;
+      EXPECT_EQ(plan_hash(ep.last_plan()), plan_hash(ref.last_plan()));
+      drops += ref.last_plan().num_dropped;
+    }
+    EXPECT_EQ(ep_state.num_requests(), ref_state.num_requests());
+    EXPECT_GT(drops, 0);
+
+    // Finished requests are released collectively: rank 0 reports one, the last rank another.
+    const uint64_t first_id = 100 + seed % 5;  // MakeGlobalBatch's first request (the second is first_id + 7)
+    std::vector<uint64_t> finished;
+    if (comm.rank() == 0) finished.push_back(first_id);
+    if (comm.rank() == comm.size() - 1) finished.push_back(first_id + 7);
+    const size_t before = ep_state.num_requests();
+    ep.release_requests(finished, ep_state);
+    EXPECT_EQ(ep_state.find(first_id), nullptr);
+    EXPECT_EQ(ep_state.find(first_id + 7), nullptr);
+    EXPECT_EQ(ep_state.num_requests(), before - 2);
+  }
+}
+
+TEST(ExpertParallel, EmptyGlobalBatch) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  const Case c = Cases()[1];
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
+  MoEStats stats;
+  ep.forward(nullptr, 0, {}, nullptr, nullptr, &stats);
+  EXPECT_EQ(stats.num_tokens, 0);
+  EXPECT_EQ(ep.last_global_tokens(), 0);
+}
+
+TEST(ExpertParallel, NoAllocationAfterWarmUp) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  for (const Case& c : Cases()) {
+    ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
+    const GlobalBatch g = MakeGlobalBatch(900, comm.size(), kHidden, 0, 8, 30);
+    const int64_t first = g.offsets[comm.rank()];
+    const int64_t rows = LocalTokens(g, comm.rank());
+    std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows, 1) * kHidden));
+    MoEStats stats;
+    auto step = [&] {
+      ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
+                 std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
+                 nullptr, &stats);
+    };
+    step();  // warm-up (grows past max_tokens)
+    const long before = moe::testing::allocation_count();
+    for (int i = 0; i < 3; ++i) step();
+    EXPECT_EQ(moe::testing::allocation_count() - before, 0) << c.name << " rank " << comm.rank();
+  }
+}
+
+TEST(ExpertParallel, FingerprintHasWorldSize) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  const Case c = Cases()[0];
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
+  const Fingerprint f = ep.fingerprint();
+  EXPECT_EQ(f.world_size, comm.size());
+  EXPECT_EQ(f.config_hash,
+            MoELayer(c.config, RandomWeights(c.shape, c.storage, 77)).fingerprint().config_hash);
+  EXPECT_NE(f.to_json().find("\"world_size\":" + std::to_string(comm.size())), std::string::npos)
+      << f.to_json();
+}
+
+// A rank whose batch has a NaN row: every rank throws std::invalid_argument, nothing hangs, and the layer
+// (and communicator) stay usable.
+TEST(ExpertParallel, BadInputOnOneRankFailsEveryRank) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  const Case c = Cases()[0];
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
+  const int victim = comm.size() - 1;
+  std::vector<TokenMeta> meta = {{static_cast<uint64_t>(comm.rank()), 0},
+                                 {static_cast<uint64_t>(comm.rank()), 1}};
+  moe::testing::Batch b = moe::testing::MakeBatch(meta, kHidden);
+  std::vector<float> y(b.x.size());
+  if (comm.rank() == victim) b.x[kHidden + 3] = std::numeric_limits<float>::quiet_NaN();
+  const std::string msg = MessageOf([&] { ep.forward(b.x.data(), 2, b.meta, y.data()); });
+  if (comm.rank() == victim) {
+    EXPECT_NE(msg.find("row 1"), std::string::npos) << msg;
+  } else {
+    EXPECT_NE(msg.find("rank(s) " + std::to_string(victim) + " rejected their input"), std::string::npos)
+        << msg;
+  }
+  b = moe::testing::MakeBatch(meta, kHidden);
+  EXPECT_NO_THROW(ep.forward(b.x.data(), 2, b.meta, y.data()));
+}
+
+// Two ranks send the same (request_id, position): the planner rejects the global batch on every rank alike.
+TEST(ExpertParallel, DuplicateTokensAcrossRanksRejectedEverywhere) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const Case c = Cases()[0];
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
+  std::vector<TokenMeta> meta = {{7, 0}};
+  moe::testing::Batch b = moe::testing::MakeBatch(meta, kHidden);
+  std::vector<float> y(b.x.size());
+  const std::string msg = MessageOf([&] { ep.forward(b.x.data(), 1, b.meta, y.data()); });
+  EXPECT_NE(msg.find("both claim request 7 position 0"), std::string::npos) << msg;
+}
+
+// Start-up: a rank with another capacity factor, other weights or another placement is found by every rank.
+TEST(ExpertParallel, MismatchAcrossRanksDetectedAtStartUp) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int victim = comm.size() - 1;
+  const bool odd = comm.rank() == victim;
+  const Case c = Cases()[0];
+  const std::string needle = "rank " + std::to_string(victim) + " (";
+
+  MoELayerConfig config = c.config;
+  if (odd) config.policy.capacity_factor = 1.5;
+  std::string msg =
+      MessageOf([&] { ExpertParallelLayer(config, RandomWeights(c.shape, c.storage, 77), comm); });
+  EXPECT_NE(msg.find("layer config (experts/k/policy/kernels) differs across ranks"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+
+  msg = MessageOf(
+      [&] { ExpertParallelLayer(c.config, RandomWeights(c.shape, c.storage, odd ? 78 : 77), comm); });
+  EXPECT_NE(msg.find("layer weights differs across ranks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+
+  std::vector<int> map(8, 0);
+  if (odd) map[3] = victim;
+  msg = MessageOf([&] {
+    ExpertParallelLayer(c.config, RandomWeights(c.shape, c.storage, 77), comm,
+                        ExpertPlacement::from_map(map, comm.size()));
+  });
+  EXPECT_NE(msg.find("expert placement differs across ranks"), std::string::npos) << msg;
+
+  // A placement that is wrong locally (for another world size) fails every rank with invalid_argument.
+  msg = MessageOf([&] {
+    ExpertParallelLayer(c.config, RandomWeights(c.shape, c.storage, 77), comm,
+                        ExpertPlacement::contiguous(8, odd ? comm.size() + 1 : comm.size()));
+  });
+  if (odd) {
+    EXPECT_NE(msg.find("the placement is for"), std::string::npos) << msg;
+  } else {
+    EXPECT_NE(msg.find("rank(s) " + std::to_string(victim) + " rejected the layer's configuration"),
+              std::string::npos)
+        << msg;
+  }
+  // The communicator still works.
+  EXPECT_NO_THROW(comm.barrier());
+}
+
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed()) {
+      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
+                   result.file_name() ? result.file_name() : "?", result.line_number(), result.summary());
+    }
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace moe::dist
+
+int main(int argc, char** argv) {
+  moe::dist::MpiSession session(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new moe::dist::FailurePrinter(rank));
+  }
+  const int failed = RUN_ALL_TESTS();
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any_failed ? 1 : 0;
+}
