@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Expert-parallel layer step at 1, 2 and 4 ranks (mpirun), one markdown table: time per phase and bytes moved.
+# Usage: bench/dist_ep_peer.sh [BUILD] [extra dist_ep_bench args...]
+# Shape: d=1024, ff=1408, E=16, k=2, 256 tokens per rank (weak scaling), 1 thread per rank.
+# NOTES: with fewer cores than ranks the ranks are oversubscribed (--oversubscribe); the table says so.
+set -euo pipefail
+build=${1:-build}
+shift || true
+out="$build/bench"
+mkdir -p "$out"
+cores=$(nproc)
+mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+{
+  echo "dist_ep_bench on $(uname -m), ${cores} cores, $(date -u +%Y-%m-%dT%H:%MZ); times in ms (mean over steps of the slowest rank)"
+  echo
+  header=--markdown-header
+  for preset in deterministic greedy; do
+    for np in 1 2 4; do
+      "${mpirun_cmd[@]}" -np "$np" "$build/bin/dist_ep_bench" --preset "$preset" $header "$@"
+      header=""
+    done
+  done
+  echo
+  for np in 1 2 4; do
+    if (( np > cores )); then
+      echo "- ${np} ranks on ${cores} cores: oversubscribed (ranks share cores; times include waiting for the CPU)."
+    fi
+  done
+} | tee "$out/dist_ep_results.md"
