@@ -1,27 +1,15 @@
-// Top-k gating on the GPU: the rules of router/topk_router.cc, one thread per token.
+// Top-k gating on the GPU: the rules of router/topk_router.cc (topk_row.h), one thread per token.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/topk_row.h"
 #include "router/router_config.h"
 #include "router/token_routes.h"
 
 namespace moe::cuda {
-
-// A RouterConfig as plain values (bias as a device pointer). Build it with topk_params().
-struct TopKParams {
-  int num_experts = 0;
-  int top_k = 0;
-  int num_ranked = 0;  // ranks written per token (top_k .. num_experts)
-  bool sigmoid = false;
-  bool renormalize = true;
-  float scaling_factor = 1.0f;
-  int num_groups = 1;
-  int topk_groups = 1;
-  const float* selection_bias = nullptr;  // device [num_experts], or null
-};
 
 // Validates `config` (as TopKRouter does) and the GPU kernel's limit of 64 expert groups; num_ranked as in
 // TopKRouter (0 = top_k; capped at num_experts). `device_bias` must hold config.selection_bias on the device

@@ -12,6 +12,10 @@ if(TARGET moe_plan_omp)
 endif()
 
 if(TARGET moe_kernels_cuda)
+  moe_add_test(NAME cuda_topk_row_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_topk_row_test.cc
+    LIBS moe_router
+    LABELS unit)
   foreach(name cuda_plan_gpu_test cuda_topk_gpu_test cuda_ffn_accuracy_test cuda_ffn_invariance_test)
     moe_add_test(NAME ${name}
       SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
