@@ -126,6 +126,11 @@ if(MOE_XXHASH_LIBRARY)
     set(MOE_PC_XXHASH "-L${xxhash_dir} -lxxhash")
   endif()
 endif()
+# A sanitizer build's libraries need the sanitizer runtime at link time (CMake consumers get it from moe::moe_flags).
+set(MOE_PC_EXTRA_LIBS "")
+if(MOE_SANITIZE)
+  set(MOE_PC_EXTRA_LIBS " -fsanitize=${MOE_SANITIZE}")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/moe.pc.in ${PROJECT_BINARY_DIR}/moe.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/moe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 

@@ -79,6 +79,7 @@ std::vector<Out> int_vector(const py::handle& obj, const char* what, int64_t n, 
     }
   }
   const char kind = a.dtype().kind();
+  if (n == 0 && a.ndim() == 1 && a.shape(0) == 0) return {};  // an empty list has numpy's default float dtype
   if (kind != 'i' && kind != 'u') {
     throw py::type_error(std::string(what) + " must have an integer dtype (got " + dtype_name(a) + ")");
   }

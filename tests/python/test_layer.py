@@ -267,6 +267,46 @@ class BadInputTest(unittest.TestCase):
         self.assertEqual(fp["version"], moe.__version__)
 
 
+class EdgeCaseTest(unittest.TestCase):
+    def test_empty_batch(self):
+        layer = moe.Layer.random(D, FF, E, seed=61)
+        y = layer.forward(np.zeros((0, D), np.float32), [], [])
+        self.assertEqual(y.shape, (0, D))
+        self.assertEqual(layer.last_stats()["num_tokens"], 0)
+        self.assertEqual(moe.plan(np.zeros((0, E), np.float32), [], [])["expert"].shape, (0, 2))
+
+    def test_batch_larger_than_max_tokens_grows_the_workspace(self):
+        small = moe.Layer.random(D, FF, E, seed=62, max_tokens=4)
+        large = moe.Layer.random(D, FF, E, seed=62, max_tokens=64)
+        x = tokens(63, 40)
+        ids, pos = np.arange(40) % 2, np.arange(40) // 2
+        self.assertEqual(small.forward(x, ids, pos).tobytes(), large.forward(x, ids, pos).tobytes())
+
+    def test_concurrent_python_threads_share_a_layer(self):
+        import threading
+        layer = moe.Layer.random(D, FF, E, seed=64, num_threads=2)
+        inputs = [tokens(70 + i, 16 + i) for i in range(4)]
+        expected = [layer.forward(x, np.zeros(len(x), int), np.arange(len(x))) for x in inputs]
+        results, errors = {}, []
+
+        def work(i):
+            try:
+                for _ in range(10):
+                    x = inputs[i]
+                    results[i] = layer.forward(x, np.zeros(len(x), int), np.arange(len(x)))
+            except Exception as e:  # pragma: no cover
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        for i in range(4):
+            self.assertEqual(results[i].tobytes(), expected[i].tobytes())
+
+
 def write_safetensors(path, tensors):
     """A minimal safetensors writer (F32 / BF16-as-uint16), enough for the loader test."""
     header, blobs, offset = {}, [], 0
