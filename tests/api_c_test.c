@@ -256,6 +256,60 @@ static void test_buffers(void) {
   moe_weights_destroy(weights);
 }
 
+/* Causal capacity: a prompt in one call or in chunks gives the same bits (the state carries the counts). */
+static void test_causal_chunks(void) {
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  moe_layer_t* other = NULL;
+  moe_causal_state_t* full_state = NULL;
+  moe_causal_state_t* chunk_state = NULL;
+  moe_causal_state_t* wrong_state = NULL;
+  moe_layer_config_t config;
+  enum { kLen = 20, kSplit = 7 };
+  float x[kLen * kHidden], y_full[kLen * kHidden], y_chunks[kLen * kHidden];
+  uint64_t ids[kLen];
+  uint32_t pos[kLen];
+  int t;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 21, &weights));
+  moe_layer_config_init(&config);
+  config.scope = "causal";
+  config.capacity_factor = 1.0;
+  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  moe_weights_destroy(weights);
+  fill(x, sizeof x / sizeof x[0], 23, 1.0f);
+  for (t = 0; t < kLen; ++t) {
+    ids[t] = 9;
+    pos[t] = (uint32_t)t;
+  }
+  CHECK_OK(moe_causal_state_create(layer, &full_state));
+  CHECK_OK(moe_causal_state_create(layer, &chunk_state));
+  CHECK_OK(moe_layer_forward(layer, x, kLen, kHidden, ids, pos, y_full, full_state));
+  CHECK_OK(moe_layer_forward(layer, x, kSplit, kHidden, ids, pos, y_chunks, chunk_state));
+  CHECK_OK(moe_layer_forward(layer, x + kSplit * kHidden, kLen - kSplit, kHidden, ids + kSplit, pos + kSplit,
+                             y_chunks + kSplit * kHidden, chunk_state));
+  CHECK(memcmp(y_full, y_chunks, sizeof y_full) == 0);
+  /* Positions out of sequence for the state: rejected. */
+  CHECK(moe_layer_forward(layer, x, 1, kHidden, ids, pos, y_chunks, chunk_state) == MOE_INVALID_ARGUMENT);
+  CHECK_OK(moe_causal_state_release(chunk_state, 9));
+  CHECK_OK(moe_layer_forward(layer, x, 1, kHidden, ids, pos, y_chunks, chunk_state));
+
+  /* A state sized for another expert count is rejected. */
+  shape.num_experts = kExperts + 2;
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 22, &weights));
+  CHECK_OK(moe_layer_create(weights, NULL, &other));
+  CHECK_OK(moe_causal_state_create(other, &wrong_state));
+  CHECK(moe_layer_forward(layer, x, 1, kHidden, ids, pos, y_chunks, wrong_state) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "causal state") != NULL);
+  moe_causal_state_destroy(wrong_state);
+  moe_causal_state_destroy(full_state);
+  moe_causal_state_destroy(chunk_state);
+  moe_layer_destroy(other);
+  moe_layer_destroy(layer);
+  moe_weights_destroy(weights);
+}
+
 static void test_io_errors(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
@@ -273,6 +327,7 @@ int main(void) {
   test_random_forward();
   test_batch_invariance();
   test_buffers();
+  test_causal_chunks();
   test_io_errors();
   if (g_failures) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);

@@ -329,6 +329,12 @@ moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_t
     if (request_ids == nullptr) return null_arg(kWhere, "request_ids");
     if (positions == nullptr) return null_arg(kWhere, "positions");
   }
+  if (state != nullptr && state->state.num_experts() != layer->layer->num_experts()) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": the causal state is for " +
+                                               std::to_string(state->state.num_experts()) +
+                                               " experts but the layer has " +
+                                               std::to_string(layer->layer->num_experts()));
+  }
   return guarded(kWhere, false, [&] {
     layer->meta.resize(static_cast<size_t>(num_tokens));
     for (int64_t t = 0; t < num_tokens; ++t) layer->meta[t] = moe::TokenMeta{request_ids[t], positions[t]};

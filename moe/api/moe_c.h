@@ -190,9 +190,12 @@ moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* 
  * stream of forward calls; not thread-safe. Ignored by the other scopes. */
 typedef struct moe_causal_state moe_causal_state_t;
 
+/* A new, empty state sized for `layer`'s experts (usable with any layer of the same expert count); the caller
+ * owns it (moe_causal_state_destroy). Errors: MOE_INVALID_ARGUMENT for a null pointer. */
 moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out);
 /* Forgets a finished request (unknown ids are ignored). Errors: MOE_INVALID_ARGUMENT for a null state. */
 moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id);
+/* NULL is ignored. */
 void moe_causal_state_destroy(moe_causal_state_t* state);
 
 /* One forward pass over num_tokens rows.
