@@ -108,6 +108,8 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "traffic and probe seed")->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();
+  cmd->add_option("--moe-gain", o.init.moe_norm_gain, "random weights: RMSNorm gain before the MoE layers")
+      ->capture_default_str();
   cmd->add_option("--weights", o.weights_path, "a moe-model/1 safetensors file instead of random weights");
   cmd->add_option("--model", flags->model,
                   "random model size: default (d 256, 4 layers) or tiny (d 64, 2 layers)")

@@ -102,7 +102,7 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
 
 std::shared_ptr<const model::ModelWeights> load_weights(const DivergeOptions& options) {
   if (!options.weights_path.empty()) return model::load_model(options.weights_path);
-  return model::random_model(options.shape, options.weights_seed);
+  return model::random_model(options.shape, options.weights_seed, options.init);
 }
 
 void summarize(ConfigResult& r, int gen_length) {
