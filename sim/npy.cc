@@ -170,7 +170,7 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   m.cols = shape[1];
   if (m.rows < 1 || m.cols < 1)
     fail("empty array (shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ")");
-  if (m.rows > (int64_t{1} << 31) / m.cols) fail("array too large");
+  if (m.rows > int64_t{2147483647} / m.cols) fail("array too large (more than 2^31 - 1 values)");
   const size_t data_bytes = static_cast<size_t>(m.rows * m.cols) * 4;
   if (bytes.size() - data_begin < data_bytes) {
     fail("truncated: shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + ") needs " +

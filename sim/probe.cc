@@ -36,6 +36,14 @@ void probe_outcome(const DispatchPlan& plan, const std::vector<TokenMeta>& rows,
   }
 }
 
+// Fisher-Yates with the trial's generator.
+template <typename T>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (size_t i = v.size(); i > 1; --i) {
+    std::swap(v[i - 1], v[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(i) - 1))]);
+  }
+}
+
 uint64_t hash_outcome(const std::vector<PairOutcome>& o) {
   uint64_t h = 0x6a09e667f3bcc908ull;
   for (const PairOutcome& p : o) {
@@ -86,26 +94,28 @@ std::vector<ProbeResult> run_probe(const SimConfig& config, const std::vector<Si
   }
 
   std::vector<PairOutcome> seen(probe_pairs);
-  std::vector<uint64_t> ids;
+  std::vector<std::pair<uint64_t, int64_t>> blocks;  // (request id, length)
+  const bool by_request = config.probe.shuffle == "requests";
   double batch_tokens = 0.0;
   for (int trial = 0; trial < config.probe.trials; ++trial) {
     Rng rng(stream_key(config.seed, kTrialTag, static_cast<uint64_t>(trial)));
     const int n = static_cast<int>(rng.uniform_int(config.probe.min_strangers, config.probe.max_strangers));
-    rows.assign(probe_pairs / k, TokenMeta{});
-    for (int p = 0; p < config.probe.probe_len; ++p) rows[p] = TokenMeta{probe_id, static_cast<uint32_t>(p)};
-    ids.clear();
+    // Requests as blocks of rows: the probe first, then the strangers.
+    blocks.assign(1, {probe_id, static_cast<int64_t>(config.probe.probe_len)});
     for (int s = 0; s < n; ++s) {
       uint64_t id;
       do {
         id = static_cast<uint64_t>(rng.uniform_int(0, 0xffffffffll));
-      } while (id == probe_id || std::find(ids.begin(), ids.end(), id) != ids.end());
-      ids.push_back(id);
-      const int64_t len = std::max<int64_t>(1, config.workload.prompt_len.sample(rng));
+      } while (id == probe_id || std::find_if(blocks.begin(), blocks.end(),
+                                              [&](const auto& b) { return b.first == id; }) != blocks.end());
+      blocks.emplace_back(id, std::max<int64_t>(1, config.workload.prompt_len.sample(rng)));
+    }
+    if (by_request) shuffle(blocks, rng);
+    rows.clear();
+    for (const auto& [id, len] : blocks) {
       for (int64_t p = 0; p < len; ++p) rows.push_back(TokenMeta{id, static_cast<uint32_t>(p)});
     }
-    for (size_t i = rows.size(); i > 1; --i) {
-      std::swap(rows[i - 1], rows[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(i) - 1))]);
-    }
+    if (!by_request) shuffle(rows, rng);
     batch_tokens += static_cast<double>(rows.size());
     scores.logits(rows, logits);
     router.route(logits.data(), static_cast<int>(rows.size()), routes);

@@ -28,7 +28,8 @@ struct ProbeResult {
 // One probe request (id probe.probe_id, positions 0..probe_len-1) is first planned alone, then co-batched in
 // `trials` random batches: trial i draws from stream_key(seed, kTrialTag, i) a stranger count in
 // [min_strangers, max_strangers], distinct stranger ids in [0, 2^32) (never the probe's), stranger lengths
-// from workload.prompt_len (>= 1), and a random row order (Fisher-Yates) of all rows. Logits come from the
+// from workload.prompt_len (>= 1), and a random order (Fisher-Yates): of all rows (probe.shuffle "rows"), or
+// of whole requests, each keeping its rows together in position order ("requests"). Logits come from the
 // score model, so the probe's logits are the same in every trial. Each mode in `modes` (policy: that mode
 // with the config's explicit policy settings on top, as build_config does) is planned on the same batches.
 // A pair is displaced when its expert, status or weight bits differ from the alone plan; an outcome is the

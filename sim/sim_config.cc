@@ -225,6 +225,16 @@ std::vector<Setting> make_settings() {
        [](SimConfig& c, const std::string& v) { c.probe.probe_id = parse_uint64(v, "--probe-id"); },
        [](const SimConfig& c) { return std::to_string(c.probe.probe_id); }});
 
+  add({"shuffle", "rows|requests", "probe batch order: all rows shuffled, or whole requests shuffled", kProbe,
+       false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         if (v != "rows" && v != "requests") {
+           throw UsageError("unknown shuffle '" + v + "' (known: rows, requests)");
+         }
+         c.probe.shuffle = v;
+       },
+       [](const SimConfig& c) { return c.probe.shuffle; }});
+
   // Replay.
   add({"logits", "FILE", "router logits, float32 [T, E] .npy", kReplay, false, false, true,
        [](SimConfig& c, const std::string& v) { c.replay.logits_path = v; },
@@ -413,6 +423,7 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
     j["min_strangers"] = c.probe.min_strangers;
     j["max_strangers"] = c.probe.max_strangers;
     j["probe_id"] = c.probe.probe_id;
+    j["shuffle"] = c.probe.shuffle;
   }
   return j;
 }

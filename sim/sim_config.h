@@ -34,6 +34,9 @@ struct ProbeOptions {
   int min_strangers = 1;
   int max_strangers = 16;
   uint64_t probe_id = uint64_t{1} << 31;  // strangers draw ids uniformly from [0, 2^32)
+  // "rows": every row of the batch in random order (the probe's own rows too); "requests": each request's
+  // rows stay together in position order and the requests come in random order (what a serving engine does).
+  std::string shuffle = "rows";
 };
 
 struct ReplayOptions {

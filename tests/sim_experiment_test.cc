@@ -106,6 +106,21 @@ TEST(SimProbe, StableIsInvariantGreedyIsNot) {
   }
 }
 
+TEST(SimProbe, ArrivalPriorityUnderRequestScopeNeedsTheRequestsRowsInOrder) {
+  // Request scope with arrival priority orders a request's own rows by arrival: invariant when each request's
+  // rows stay together in position order (shuffle=requests), not when the probe's own rows are permuted.
+  const Overrides base = {
+      {"mode", "stable"}, {"priority", "arrival"}, {"capacity-factor", "1"}, {"trials", "15"}};
+  Overrides by_request = base;
+  by_request["shuffle"] = "requests";
+  const auto kept_order = probe(by_request);
+  ASSERT_EQ(kept_order.size(), 1u);
+  EXPECT_EQ(kept_order[0].displaced_pairs, 0);
+  EXPECT_EQ(kept_order[0].distinct_outcomes, 1);
+  const auto permuted = probe(base);
+  EXPECT_GT(permuted[0].displaced_pairs, 0);
+}
+
 TEST(SimSweep, GridOrderAndAxes) {
   const auto points =
       run_sweep({{"capacity-factors", "0.5,2"}, {"modes", "greedy,stable"}, {"axis", "top-k=1,2"}}, false);

@@ -97,6 +97,31 @@ TEST(SimNpy, RejectsMalformedFilesNamingTheProblem) {
   expect_throw_with<DataError>([] { read_npy_f32("/nonexistent/file.npy"); }, "cannot open");
 }
 
+TEST(SimNpy, CorruptFilesNeverCrash) {
+  // Every truncation and many random byte flips of a valid file: either a clean parse or a DataError.
+  const std::string good = npy_image("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 48);
+  auto parse = [](const std::string& bytes) {
+    try {
+      const LogitsMatrix m = parse_npy_f32(bytes, "fuzz");
+      EXPECT_EQ(static_cast<int64_t>(m.values.size()), m.rows * m.cols);
+    } catch (const DataError&) {
+    }
+  };
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_THROW(parse_npy_f32(good.substr(0, n), "fuzz"), DataError) << "truncated to " << n;
+  }
+  uint64_t x = 12345;
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes = good;
+    for (int flips = 0; flips < 3; ++flips) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const size_t at = (x >> 33) % 80;  // the magic, version, length and header dict
+      bytes[at] = static_cast<char>(x >> 17);
+    }
+    parse(bytes);
+  }
+}
+
 TEST(SimMetaCsv, ReadsAndChecksRows) {
   ScratchDir dir;
   const auto ok = read_meta_csv(dir.write("m.csv", "request_id,position\n5,0\n5,1\n9,0\n"), 3);
