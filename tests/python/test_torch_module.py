@@ -110,6 +110,22 @@ class MoEBlockTest(unittest.TestCase):
             y1, _ = ours(xb[b:b + 1], request_ids=[b])
             self.assertTrue(torch.equal(y1[0].view(torch.int32), yb[b].view(torch.int32)))
 
+    def test_causal_scope_prefill_then_decode(self):
+        block = MixtralSparseMoeBlock(D, FF, E)
+        ours = MoEBlock.from_hf_block(block, scope="causal", capacity_factor=1.0)
+        x = torch.randn(2, 12, D)
+        full, _ = ours(x)  # both requests, positions 0..11
+        ours.reset_causal_state()
+        prefill, _ = ours(x[:, :9])
+        steps = [ours(x[:, p:p + 1], positions=torch.full((2, 1), p))[0] for p in range(9, 12)]
+        chunked = torch.cat([prefill] + steps, dim=1)
+        self.assertTrue(torch.equal(full.view(torch.int32), chunked.view(torch.int32)))
+        with self.assertRaisesRegex(ValueError, "position"):
+            ours(x[:, :1])  # position 0 again for live requests
+        ours.release_request(0)
+        ours.release_request(1)
+        ours(x[:, :1])
+
     def test_swap_blocks_of_a_tiny_model(self):
         model = TinyMixtral(vocab=100, d=D, ff=FF, num_experts=E, layers=2).eval()
         ids = torch.randint(0, 100, (2, 12))
