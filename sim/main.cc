@@ -75,16 +75,23 @@ int real_main(int argc, char** argv) {
   app.set_version_flag("--version", "moe-sim " MOE_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
-  const std::pair<Command, const char*> commands[] = {
-      {moe::sim::kRun, "one workload under one policy: a summary table (or --json)"},
-      {moe::sim::kSweep, "capacity factors x modes (x --axis ...): table, --csv, --svg plot"},
-      {moe::sim::kProbe, "one probe request co-batched with random strangers: displacement per mode"},
-      {moe::sim::kReplay, "plan real router logits (.npy) and write the plan as CSV"},
+  struct CommandInfo {
+    Command command;
+    const char* alias;
+    const char* help;
+  };
+  const CommandInfo commands[] = {
+      {moe::sim::kRun, "simulate", "one workload under one policy: a summary table (or --json)"},
+      {moe::sim::kSweep, "scan", "capacity factors x modes (x --axis ...): table, --csv, --svg plot"},
+      {moe::sim::kProbe, "invariance",
+       "one probe request co-batched with random strangers: displacement per mode"},
+      {moe::sim::kReplay, "plan", "plan real router logits (.npy) and write the plan as CSV"},
   };
   std::vector<SubcommandOptions> subs(4);
   for (size_t i = 0; i < 4; ++i) {
-    subs[i].command = commands[i].first;
-    subs[i].app = app.add_subcommand(moe::sim::command_name(commands[i].first), commands[i].second);
+    subs[i].command = commands[i].command;
+    subs[i].app = app.add_subcommand(moe::sim::command_name(commands[i].command), commands[i].help);
+    subs[i].app->alias(commands[i].alias);
     add_settings(subs[i]);
   }
   try {
