@@ -537,10 +537,28 @@ T* at(void* base, size_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
 }
 
-// Plans one batch. `shape` is validated by the caller; `workspace` holds PlanWorkspaceLayout(shape).bytes.
+// Stable sort of (key, value) pairs by the key's low `end_bit` bits (every key the planner sorts is below
+// 2^end_bit, except kNoKey, whose low bits are all ones and so still sort last). The generic version sorts with
+// Thrust by the masked key; the CUDA launcher passes CUB's radix sort over bits [0, end_bit) instead, which
+// orders identically (LSD radix sort is stable).
+struct MaskedLess {
+  uint64_t mask;
+  MOE_HD bool operator()(uint64_t a, uint64_t b) const { return (a & mask) < (b & mask); }
+};
 template <class Exec>
-void run_plan(const Exec& exec, const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out,
-              void* workspace) {
+struct ThrustSorter {
+  const Exec& exec;
+  void operator()(uint64_t* keys, int32_t* vals, int n, int end_bit) const {
+    const uint64_t mask = end_bit >= 64 ? ~uint64_t{0} : (uint64_t{1} << end_bit) - 1;
+    thrust::stable_sort_by_key(exec, keys, keys + n, vals, MaskedLess{mask});
+  }
+};
+
+// Plans one batch. `shape` is validated by the caller; `workspace` holds PlanWorkspaceLayout(shape).bytes.
+// sort(keys, vals, n, end_bit): a stable sort as ThrustSorter's, on the same stream/policy as `exec`.
+template <class Exec, class Sort>
+void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const PlanInputs& in,
+              const PlanOutputs& out, void* workspace) {
   const DispatchPolicy& policy = shape.policy;
   const PlanWorkspaceLayout layout(shape);
   Ctx c{};
@@ -605,7 +623,7 @@ void run_plan(const Exec& exec, const PlanShape& shape, const PlanInputs& in, co
   for_n(exec, T, Iota{c.order});
   auto sort_tokens = [&](TokenKey kind) {
     for_n(exec, T, MakeTokenKey{c, kind});
-    thrust::stable_sort_by_key(exec, c.token_key, c.token_key + T, c.order);
+    sort(c.token_key, c.order, T, kind == TokenKey::kPosition || kind == TokenKey::kScore ? 32 : 64);
   };
   if (by_request) {
     sort_tokens(TokenKey::kPosition);
@@ -648,7 +666,7 @@ void run_plan(const Exec& exec, const PlanShape& shape, const PlanInputs& in, co
     if (keep_counts) for_n(exec, int64_t{count_rows} * E, FillInt{c.group_counts, 0});
     if (c.reroute) for_n(exec, P, FillInt{c.overflow, -1});
     for_n(exec, P, ClaimKeys{c});
-    thrust::stable_sort_by_key(exec, c.pair_key, c.pair_key + P, c.pair_val);
+    sort(c.pair_key, c.pair_val, P, c.bits.claim_total() + 1);
     for_n(exec, P, RunHeads{c.pair_key, c.pair_aux, c.bits.choice + c.bits.index});
     thrust::inclusive_scan(exec, c.pair_aux, c.pair_aux + P, c.pair_aux, thrust::maximum<int32_t>());
     for_n(exec, P, DecidePooled{c, keep_counts});
@@ -669,7 +687,7 @@ void run_plan(const Exec& exec, const PlanShape& shape, const PlanInputs& in, co
   if (c.scope == CapacityScope::kRequest || c.scope == CapacityScope::kCausal) {
     // 6. Slots across pools: sort placed pairs by [expert | group | slot in group].
     for_n(exec, P, SlotKeys{c});
-    thrust::stable_sort_by_key(exec, c.pair_key, c.pair_key + P, c.pair_val);
+    sort(c.pair_key, c.pair_val, P, c.bits.slot_total() + 1);
     const int shift = c.bits.group + c.bits.local;
     for_n(exec, P, RunHeads{c.pair_key, c.pair_aux, shift});
     thrust::inclusive_scan(exec, c.pair_aux, c.pair_aux + P, c.pair_aux, thrust::maximum<int32_t>());

@@ -1,5 +1,5 @@
 // The planner's algorithm (plan_core.h) on the CUDA backend of Thrust, on an explicit stream with
-// workspace-backed temporary storage. Thrust's sorts of integer keys run CUB's radix sort.
+// workspace-backed temporary storage; the sorts are CUB radix sorts over only the key bits in use.
 #include "kernels/cuda/plan_dispatch.h"
 
 #include <thrust/system/cuda/execution_policy.h>
@@ -46,6 +46,30 @@ struct ArenaAllocator {
   }
 };
 
+// CUB radix sort over key bits [0, end_bit), in place on (keys, vals): alternate buffers and CUB's temporary
+// storage come from the arena; when the result lands in the alternates it is copied back (asynchronously).
+struct CubSorter {
+  ArenaAllocator* arena;
+  cudaStream_t stream;
+  void operator()(uint64_t* keys, int32_t* vals, int n, int end_bit) const {
+    if (n <= 1) return;
+    const size_t key_bytes = static_cast<size_t>(n) * sizeof(uint64_t), val_bytes = static_cast<size_t>(n) * sizeof(int32_t);
+    auto* keys_alt = reinterpret_cast<uint64_t*>(arena->allocate(static_cast<std::ptrdiff_t>(key_bytes)));
+    auto* vals_alt = reinterpret_cast<int32_t*>(arena->allocate(static_cast<std::ptrdiff_t>(val_bytes)));
+    cub::DoubleBuffer<uint64_t> k(keys, keys_alt);
+    cub::DoubleBuffer<int32_t> v(vals, vals_alt);
+    size_t temp_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, end_bit, stream));
+    char* temp = arena->allocate(static_cast<std::ptrdiff_t>(temp_bytes));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, k, v, n, 0, end_bit, stream));
+    if (k.Current() != keys) CUDA_CHECK(cudaMemcpyAsync(keys, k.Current(), key_bytes, cudaMemcpyDeviceToDevice, stream));
+    if (v.Current() != vals) CUDA_CHECK(cudaMemcpyAsync(vals, v.Current(), val_bytes, cudaMemcpyDeviceToDevice, stream));
+    arena->deallocate(temp, temp_bytes);
+    arena->deallocate(reinterpret_cast<char*>(vals_alt), val_bytes);
+    arena->deallocate(reinterpret_cast<char*>(keys_alt), key_bytes);
+  }
+};
+
 // Bound on the largest temporary storage one Thrust algorithm of the plan asks for: a radix sort of the pair
 // keys needs alternate key/value buffers plus CUB's own storage; scans need a little.
 size_t arena_bytes(const PlanShape& shape) {
@@ -79,7 +103,7 @@ void plan_dispatch(const PlanShape& shape, const PlanInputs& in, const PlanOutpu
   }
   size_t top = 0;
   ArenaAllocator arena{static_cast<char*>(workspace) + arrays, workspace_bytes - arrays, &top};
-  detail::run_plan(thrust::cuda::par_nosync(arena).on(stream), shape, in, out, workspace);
+  detail::run_plan(thrust::cuda::par_nosync(arena).on(stream), CubSorter{&arena, stream}, shape, in, out, workspace);
   CUDA_CHECK(cudaGetLastError());
 }
 

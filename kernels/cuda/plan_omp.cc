@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/plan_core.h"
@@ -27,7 +28,8 @@ void plan_dispatch_omp(const PlanShape& shape, const PlanInputs& in, const PlanO
     throw std::invalid_argument("gpu planner: workspace of " + std::to_string(workspace_bytes) +
                                 " bytes is below plan_workspace_bytes_omp()");
   }
-  detail::run_plan(thrust::omp::par, shape, in, out, workspace);
+  const auto& exec = thrust::omp::par;
+  detail::run_plan(exec, detail::ThrustSorter<std::decay_t<decltype(exec)>>{exec}, shape, in, out, workspace);
 }
 
 ArrayPlanRunner omp_plan_runner() {
