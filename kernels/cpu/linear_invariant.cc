@@ -106,74 +106,52 @@ inline float hsum(__m512 a) {
   return _mm_cvtss_f32(e);
 }
 
-// One MR x NR register tile over the whole reduction. Chunk c (16 lanes) of x row m starts at
-// x + m * x_row + c * x_chunk, and of W row n at w + n * w_row + c * w_chunk: the same code reads
-// row-major operands in place (x_chunk = w_chunk = 16) and interleaved packed blocks. kTail: `in` may
-// end inside a chunk (masked, zero-filled loads); packed blocks are zero-padded and pass kTail = false.
-// `next` (or null) is the first W row of the following tile, prefetched chunk by chunk alongside.
-// A long reduction may be cut into consecutive pieces: the 16-lane accumulators start from acc_in
-// (zero when null) and, unless acc_out is null, are stored there instead of being reduced into y.
-// Storing and reloading is exact, so the per-element sequence is the same as in one piece.
-template <int MR, int NR, class W, bool kTail>
-void tile(const float* x, int64_t x_row, int64_t x_chunk, const typename W::T* w, int64_t w_row,
-          int64_t w_chunk, int64_t in, float* y, int64_t y_stride, const typename W::T* next,
-          const float* acc_in, float* acc_out) {
+// One MR x NR register tile over the whole reduction, reading x and W in place (row-major, any
+// alignment). The last chunk may end inside `in`: masked loads fill it with zeros, as the contract says.
+// `next` (or null) is the first W row of the following tile; its rows are prefetched chunk by chunk,
+// since each W row is only a page or two long and the hardware prefetcher stops at page boundaries.
+template <int MR, int NR, class W>
+void direct_tile(const float* x, int64_t x_stride, const typename W::T* w, int64_t w_stride, int64_t in,
+                 float* y, int64_t y_stride, const typename W::T* next) {
   __m512 acc[MR][NR];
-  if (acc_in == nullptr) {
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
+  for (int m = 0; m < MR; ++m) {
 #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
-    }
-  } else {
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_load_ps(acc_in + (m * NR + n) * kLanes);
-    }
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
   }
-  const int64_t full_chunks = in / kLanes;
-  for (int64_t c = 0; c < full_chunks; ++c) {
+  int64_t k = 0;
+  for (; k + kLanes <= in; k += kLanes) {
     if (next != nullptr) {
 #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) {
-        if (sizeof(typename W::T) == 4 || (c & 1) == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + n * w_row + c * w_chunk), _MM_HINT_T0);
+        if (sizeof(typename W::T) == 4 || (k & 31) == 0) {  // one prefetch per 64-byte line
+          _mm_prefetch(reinterpret_cast<const char*>(next + n * w_stride + k), _MM_HINT_T0);
         }
       }
     }
     __m512 xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * x_row + c * x_chunk);
+    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * x_stride + k);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      __m512 wv = W::load(w + n * w_row + c * w_chunk);
+      __m512 wv = W::load(w + n * w_stride + k);
       // Keep wv in a register: otherwise GCC folds the load into each of the MR FMAs (MR loads).
       asm("" : "+v"(wv));
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_fmadd_ps(xv[m], wv, acc[m][n]);
     }
   }
-  if (kTail && full_chunks * kLanes < in) {
-    const int64_t c = full_chunks;
-    const __mmask16 mask = static_cast<__mmask16>((1u << (in - c * kLanes)) - 1u);
+  if (k < in) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (in - k)) - 1u);
     __m512 xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_maskz_loadu_ps(mask, x + m * x_row + c * x_chunk);
+    for (int m = 0; m < MR; ++m) xv[m] = _mm512_maskz_loadu_ps(mask, x + m * x_stride + k);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      const __m512 wv = W::load_masked(w + n * w_row + c * w_chunk, mask);
+      const __m512 wv = W::load_masked(w + n * w_stride + k, mask);
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_fmadd_ps(xv[m], wv, acc[m][n]);
     }
-  }
-  if (acc_out != nullptr) {
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) _mm512_store_ps(acc_out + (m * NR + n) * kLanes, acc[m][n]);
-    }
-    return;
   }
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m) {
@@ -184,7 +162,10 @@ void tile(const float* x, int64_t x_row, int64_t x_chunk, const typename W::T* w
 
 // The tile for packed, interleaved blocks: chunk c of x row m at xp[(c * MR + m) * 16], of W row n at
 // wp[(c * NR + n) * 16]; `chunks` whole chunks (zero-padded), 64-byte aligned. Same per-element
-// sequence as tile(); the compile-time layout keeps every operand and pointer in registers.
+// sequence as direct_tile(); the compile-time layout keeps every operand and pointer in registers.
+// A long reduction may be cut into consecutive pieces: the 16-lane accumulators start from acc_in
+// (zero when null) and, unless acc_out is null, are stored there instead of being reduced into y.
+// Storing and reloading is exact, so the per-element sequence is the same as in one piece.
 template <int MR, int NR, class W>
 void packed_tile(const float* xp, const typename W::T* wp, int64_t chunks, float* y, int64_t y_stride,
                  const float* acc_in, float* acc_out) {
@@ -250,18 +231,18 @@ constexpr auto packed_tile_table(std::integer_sequence<int, MRs...>) {
 }
 
 template <class W>
-using TileFn = void (*)(const float*, int64_t, int64_t, const typename W::T*, int64_t, int64_t, int64_t,
-                        float*, int64_t, const typename W::T*, const float*, float*);
+using DirectTileFn = void (*)(const float*, int64_t, const typename W::T*, int64_t, int64_t, float*, int64_t,
+                              const typename W::T*);
 
-template <class W, bool kTail, int MR, int... NRs>
-constexpr auto tile_row(std::integer_sequence<int, NRs...>) {
-  return std::array<TileFn<W>, sizeof...(NRs)>{&tile<MR, NRs + 1, W, kTail>...};
+template <class W, int MR, int... NRs>
+constexpr auto direct_tile_row(std::integer_sequence<int, NRs...>) {
+  return std::array<DirectTileFn<W>, sizeof...(NRs)>{&direct_tile<MR, NRs + 1, W>...};
 }
 
-template <class W, bool kTail, int NR, int... MRs>
-constexpr auto tile_table(std::integer_sequence<int, MRs...>) {
-  return std::array<std::array<TileFn<W>, NR>, sizeof...(MRs)>{
-      tile_row<W, kTail, MRs + 1>(std::make_integer_sequence<int, NR>{})...};
+template <class W, int NR, int... MRs>
+constexpr auto direct_tile_table(std::integer_sequence<int, MRs...>) {
+  return std::array<std::array<DirectTileFn<W>, NR>, sizeof...(MRs)>{
+      direct_tile_row<W, MRs + 1>(std::make_integer_sequence<int, NR>{})...};
 }
 
 // Packed path: tiles up to kMR x kNR on interleaved, zero-padded blocks; table[mr - 1][nr - 1].
@@ -275,7 +256,7 @@ constexpr int64_t kPackMinRows = 4;
 constexpr int kDirectNR = 8;
 template <class W>
 constexpr auto kDirectTiles =
-    tile_table<W, true, kDirectNR>(std::make_integer_sequence<int, kPackMinRows - 1>{});
+    direct_tile_table<W, kDirectNR>(std::make_integer_sequence<int, kPackMinRows - 1>{});
 
 // A per-thread, 64-byte aligned buffer that grows to the largest request and is then reused, so that
 // steady-state calls allocate nothing.
@@ -363,8 +344,7 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
     for (int64_t o = o_begin; o < o_end; o += kDirectNR) {
       const int nr = static_cast<int>(std::min<int64_t>(kDirectNR, o_end - o));
       const T* next = o + kDirectNR < o_end ? w + (o + kDirectNR) * w_stride : nullptr;
-      tiles[mr - 1][nr - 1](x, x_stride, kLanes, w + o * w_stride, w_stride, kLanes, in, y + o, y_stride,
-                            next, nullptr, nullptr);
+      tiles[mr - 1][nr - 1](x, x_stride, w + o * w_stride, w_stride, in, y + o, y_stride, next);
     }
     return;
   }
