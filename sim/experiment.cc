@@ -1,6 +1,7 @@
 #include "sim/experiment.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "router/causal_state.h"
 #include "router/dispatch_planner.h"
@@ -40,6 +41,10 @@ PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool 
   Progress progress("route", static_cast<int64_t>(w.steps.size()), show_progress && w.steps.size() > 50);
   w.routes.resize(w.steps.size());
   for (size_t s = 0; s < w.steps.size(); ++s) {
+    if (w.steps[s].rows.size() > static_cast<size_t>(INT32_MAX / std::max(1, config.router.num_experts))) {
+      throw UsageError("a step of " + std::to_string(w.steps[s].rows.size()) +
+                       " tokens is too large; use --token-budget to split the workload into steps");
+    }
     scores.logits(w.steps[s].rows, logits);
     router.route(logits.data(), static_cast<int>(w.steps[s].rows.size()), w.routes[s]);
     w.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());
