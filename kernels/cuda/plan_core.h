@@ -49,6 +49,7 @@ constexpr uint8_t kStatusKept = 0;      // moe::PairStatus::kKept
 constexpr uint8_t kStatusRerouted = 1;  // moe::PairStatus::kRerouted
 constexpr uint8_t kStatusDropped = 2;   // moe::PairStatus::kDropped
 constexpr int64_t kUnlimited = INT64_MAX;
+constexpr int kCapacityChunk = 256;  // requests per partial sum of the causal capacity
 
 struct TokenStats {
   int64_t kept, rerouted, dropped, fully_dropped;
@@ -104,6 +105,7 @@ struct Ctx {
   int32_t* pair_aux;
   int32_t* overflow;
   int32_t* group_counts;
+  int64_t* capacity_partial;
 
   MOE_HD bool grouped() const { return scope == CapacityScope::kRequest || scope == CapacityScope::kCausal; }
   MOE_HD int num_groups() const { return group_of[T - 1] + 1; }
@@ -307,22 +309,46 @@ struct ExpertCapacity {
         c.capacity[e] = c.T > 0 ? c.group_cap_sum[c.T - 1] : 0;
         break;
       case CapacityScope::kCausal: {
-        // Sum over requests of (budget at the last position - slots held before this batch), at least 0.
+        // Sum over requests of (budget at the last position - slots held before this batch), at least 0:
+        // the partial sums of CausalCapacityPartial, added in chunk order.
         int64_t sum = 0;
         if (c.T > 0) {
-          const int groups = c.num_groups();
-          for (int g = 0; g < groups; ++g) {
-            const int b = c.group_begin[g], bn = c.group_begin[g + 1];
-            const int row = c.state_row ? c.state_row[c.order[b]] : -1;
-            const int64_t held = row >= 0 ? c.held[static_cast<int64_t>(row) * c.E + e] : 0;
-            const int64_t room = c.budget(c.meta[c.order[bn - 1]].position) - held;
-            sum += room > 0 ? room : 0;
-          }
+          const int chunks = (c.num_groups() + kCapacityChunk - 1) / kCapacityChunk;
+          for (int chunk = 0; chunk < chunks; ++chunk) sum += c.capacity_partial[static_cast<int64_t>(chunk) * c.E + e];
         }
         c.capacity[e] = sum;
         break;
       }
     }
+  }
+};
+
+// Causal capacity in two parallel passes (requests x experts can be 16k x 256 in a decode batch): per request,
+// its last budget (group_cap) and state row (pair_aux); then per (chunk of requests, expert) a partial sum.
+struct CausalGroupInfo {
+  Ctx c;
+  MOE_HD void operator()(int g) const {
+    if (g >= c.num_groups()) return;
+    const int b = c.group_begin[g], bn = c.group_begin[g + 1];
+    c.pair_aux[g] = c.state_row ? c.state_row[c.order[b]] : -1;
+    c.group_cap[g] = c.budget(c.meta[c.order[bn - 1]].position);
+  }
+};
+struct CausalCapacityPartial {
+  Ctx c;
+  MOE_HD void operator()(int x) const {
+    const int chunk = x / c.E, e = x % c.E;
+    const int groups = c.num_groups();
+    const int g0 = chunk * kCapacityChunk;
+    const int g1 = g0 + kCapacityChunk < groups ? g0 + kCapacityChunk : groups;
+    int64_t sum = 0;
+    for (int g = g0; g < g1; ++g) {
+      const int row = c.pair_aux[g];
+      const int64_t held = row >= 0 ? c.held[static_cast<int64_t>(row) * c.E + e] : 0;
+      const int64_t room = c.group_cap[g] - held;
+      sum += room > 0 ? room : 0;
+    }
+    c.capacity_partial[x] = sum;
   }
 };
 
@@ -608,6 +634,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.pair_aux = at<int32_t>(workspace, layout.pair_aux);
   c.overflow = at<int32_t>(workspace, layout.overflow);
   c.group_counts = at<int32_t>(workspace, layout.group_counts);
+  c.capacity_partial = at<int64_t>(workspace, layout.capacity_partial);
 
   const int T = c.T, P = c.P, E = c.E;
   for_n(exec, 1, InitScalars{c});
@@ -652,6 +679,9 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   if (c.scope == CapacityScope::kRequest) {
     for_n(exec, T, GroupCapacity{c});
     thrust::inclusive_scan(exec, c.group_cap, c.group_cap + T, c.group_cap_sum);
+  } else if (c.scope == CapacityScope::kCausal) {
+    for_n(exec, T, CausalGroupInfo{c});
+    for_n(exec, int64_t{(T + kCapacityChunk - 1) / kCapacityChunk} * E, CausalCapacityPartial{c});
   }
   for_n(exec, E, ExpertCapacity{c});
 

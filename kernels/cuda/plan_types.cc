@@ -81,6 +81,7 @@ PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
   pair_aux = take((P + 1) * 4);
   overflow = take(P * 4);
   group_counts = take(count_rows * E * 4);
+  capacity_partial = take(scope == CapacityScope::kCausal ? ((T + 255) / 256) * E * 8 : 8);
   bytes = at;
 }
 

@@ -97,6 +97,7 @@ struct PlanWorkspaceLayout {
   size_t pair_aux = 0;      // int32  [max_pairs + 1]
   size_t overflow = 0;      // int32  [max_pairs]
   size_t group_counts = 0;  // int32  [count_rows * E]
+  size_t capacity_partial = 0;  // int64 [ceil(max_tokens / 256) * E] (causal scope)
   size_t bytes = 0;         // total
 
   explicit PlanWorkspaceLayout(const PlanShape& shape);
