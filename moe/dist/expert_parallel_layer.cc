@@ -358,7 +358,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
                                " differs from rank 0's (diverged causal routing state?)");
     }
   }
-  build_layout(Tg);
+  build_layout();
   step_.plan_ms = ms_since(t0);
   t0 = Clock::now();
 
@@ -437,7 +437,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
 // rows for owner o in that order; owner o receives rank h's block in that order too, so both sides agree
 // on every row's place without exchanging indices. Results return in the order they were received, so the
 // home rank finds pair (t, j)'s result at the same row index it sent it from.
-void ExpertParallelLayer::build_layout(int64_t global_tokens) {
+void ExpertParallelLayer::build_layout() {
   const int P = comm_.size(), me = comm_.rank(), E = num_experts(), k = top_k();
   const int64_t my_first = token_offset_[me];
   const int64_t my_tokens = token_offset_[me + 1] - my_first;
@@ -463,7 +463,6 @@ void ExpertParallelLayer::build_layout(int64_t global_tokens) {
     local_slot_base_[e] = base;
     base += plan_.expert_load[e];
   }
-  (void)global_tokens;
   std::fill(return_row_.begin(), return_row_.begin() + my_tokens * k, -1);
   for (int e = 0; e < E; ++e) {
     const int owner = placement_.owner(e);

@@ -156,7 +156,7 @@ class ExpertParallelLayer {
  private:
   void ensure_local(int num_tokens);
   void ensure_global(int64_t global_tokens);
-  void build_layout(int64_t global_tokens);
+  void build_layout();
   void run_experts();
 
   MoELayerConfig config_;

@@ -105,3 +105,13 @@ if(TARGET moe_dist_ep AND TARGET moe_dist_mpi)
       dist_ep_fault_mismatch_np${np} PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np})
   endforeach()
 endif()
+
+# Expert parallelism over the NCCL transport (HostStagedCommunicator), world size 1; skips without a GPU.
+if(TARGET moe_dist_ep AND TARGET moe_dist_staged AND TARGET moe_dist_nccl)
+  moe_add_test(NAME dist_ep_nccl_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/dist_ep_nccl_test.cc
+    LIBS moe_dist_ep moe_dist_staged moe_dist_nccl
+    LABELS gpu
+    TIMEOUT 120)
+  set_tests_properties(dist_ep_nccl_test PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device|no CUDA device")
+endif()
