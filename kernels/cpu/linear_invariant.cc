@@ -297,6 +297,9 @@ PackBuffer& accumulator_buffer() {
 // Reduction chunks per piece in the packed path (a row group's piece: kMR x kKC x 64 bytes = 24 KB).
 constexpr int64_t kKC = 64;
 
+// Rows per outer row block of the packed path (a multiple of kMR).
+constexpr int64_t kRowBlock = 192;
+
 // Copies 16 elements of src (fewer when `count` < 16, zero-filling the rest) to 64-byte-aligned dst.
 template <class T>
 inline void copy_chunk(const T* src, int64_t count, T* dst) {
@@ -363,24 +366,29 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
   float* acc_buffer = chunks > kKC
                           ? accumulator_buffer().get<float>(static_cast<size_t>(block_alloc * kMR * kLanes))
                           : nullptr;
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
-    const int64_t o1 = std::min(o0 + block, o_end);
-    for (int64_t o = o0; o < o1; o += kNR) {
-      const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
-      pack_interleaved(w + o * w_stride, w_stride, nr, in, chunks, w_packed + (o - o0) * chunks * kLanes);
-    }
-    for (int64_t r = 0; r < rows; r += kMR) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
-      pack_interleaved(x + r * x_stride, x_stride, mr, in, chunks, x_packed);
-      for (int64_t c0 = 0; c0 < chunks; c0 += kKC) {
-        const int64_t piece = std::min<int64_t>(kKC, chunks - c0);
-        const bool first = c0 == 0, last = c0 + piece == chunks;
-        for (int64_t o = o0; o < o1; o += kNR) {
-          const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
-          float* acc = acc_buffer == nullptr ? nullptr : acc_buffer + (o - o0) * kMR * kLanes;
-          tiles[mr - 1][nr - 1](x_packed + c0 * mr * kLanes,
-                                w_packed + (o - o0) * chunks * kLanes + c0 * nr * kLanes, piece,
-                                y + r * y_stride + o, y_stride, first ? nullptr : acc, last ? nullptr : acc);
+  // Rows are taken in blocks of kRowBlock so that the x rows re-read for every weight block stay in L3
+  // (the weights are re-packed once per row block instead, which costs little).
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t r1 = std::min(r0 + kRowBlock, rows);
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
+      const int64_t o1 = std::min(o0 + block, o_end);
+      for (int64_t o = o0; o < o1; o += kNR) {
+        const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
+        pack_interleaved(w + o * w_stride, w_stride, nr, in, chunks, w_packed + (o - o0) * chunks * kLanes);
+      }
+      for (int64_t r = r0; r < r1; r += kMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - r));
+        pack_interleaved(x + r * x_stride, x_stride, mr, in, chunks, x_packed);
+        for (int64_t c0 = 0; c0 < chunks; c0 += kKC) {
+          const int64_t piece = std::min<int64_t>(kKC, chunks - c0);
+          const bool first = c0 == 0, last = c0 + piece == chunks;
+          for (int64_t o = o0; o < o1; o += kNR) {
+            const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
+            float* acc = acc_buffer == nullptr ? nullptr : acc_buffer + (o - o0) * kMR * kLanes;
+            tiles[mr - 1][nr - 1](
+                x_packed + c0 * mr * kLanes, w_packed + (o - o0) * chunks * kLanes + c0 * nr * kLanes, piece,
+                y + r * y_stride + o, y_stride, first ? nullptr : acc, last ? nullptr : acc);
+          }
         }
       }
     }
