@@ -2,10 +2,12 @@
 //
 //   mpirun -np N build/bin/dist_ep_bench [--hidden 1024] [--ff 1408] [--experts 16] [--top-k 2]
 //       [--tokens 256] [--steps 20] [--warmup 3] [--preset deterministic|greedy] [--threads 1] [--cf 1.25]
-//       [--markdown-header]
+//       [--global-tokens G] [--markdown-header]
 //
 // A plain program with its own timing (Google Benchmark does not know about ranks). Every rank routes
-// --tokens tokens of its own (weak scaling: the global batch is N * tokens), requests of 64 tokens.
+// --tokens tokens of its own (weak scaling: the global batch is N * tokens), or G / N of --global-tokens G
+// (strong scaling), in requests of 64 tokens. With one rank, a single-process MoELayer on the same batch is
+// timed too (the row "MoELayer"), which prices the expert-parallel machinery itself.
 // Before each step all ranks meet at a barrier; the step time is the slowest rank's forward(). Per phase
 // (ExpertParallelStepStats), the mean over steps of the slowest rank's time is printed; waiting for a
 // slower peer shows up in the phase whose collective waits (mostly "plan": its first collective is where
@@ -42,6 +44,7 @@ struct Args {
   std::string preset = "deterministic";
   int threads = 1;
   double cf = 1.25;
+  int global_tokens = 0;
   bool header = false;
 };
 
@@ -53,24 +56,39 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--hidden") a.hidden = std::stoll(next());
-    else if (k == "--ff") a.ff = std::stoll(next());
-    else if (k == "--experts") a.experts = std::stoi(next());
-    else if (k == "--top-k") a.top_k = std::stoi(next());
-    else if (k == "--tokens") a.tokens = std::stoi(next());
-    else if (k == "--steps") a.steps = std::stoi(next());
-    else if (k == "--warmup") a.warmup = std::stoi(next());
-    else if (k == "--preset") a.preset = next();
-    else if (k == "--threads") a.threads = std::stoi(next());
-    else if (k == "--cf") a.cf = std::stod(next());
-    else if (k == "--markdown-header") a.header = true;
-    else throw std::invalid_argument("unknown argument " + k);
+    if (k == "--hidden")
+      a.hidden = std::stoll(next());
+    else if (k == "--ff")
+      a.ff = std::stoll(next());
+    else if (k == "--experts")
+      a.experts = std::stoi(next());
+    else if (k == "--top-k")
+      a.top_k = std::stoi(next());
+    else if (k == "--tokens")
+      a.tokens = std::stoi(next());
+    else if (k == "--steps")
+      a.steps = std::stoi(next());
+    else if (k == "--warmup")
+      a.warmup = std::stoi(next());
+    else if (k == "--preset")
+      a.preset = next();
+    else if (k == "--threads")
+      a.threads = std::stoi(next());
+    else if (k == "--cf")
+      a.cf = std::stod(next());
+    else if (k == "--global-tokens")
+      a.global_tokens = std::stoi(next());
+    else if (k == "--markdown-header")
+      a.header = true;
+    else
+      throw std::invalid_argument("unknown argument " + k);
   }
   return a;
 }
 
-// Phase times of one step on one rank, in the order they are printed.
-constexpr int kPhases = 8;  // route, plan, dispatch, experts, return, shared, combine, total
+// Phase times of one step on one rank: route, metadata, plan, dispatch, experts, return, shared, combine,
+// total.
+constexpr int kPhases = 9;
 
 }  // namespace
 
@@ -86,6 +104,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int P = comm.size(), me = comm.rank();
+  if (args.global_tokens > 0) {
+    if (args.global_tokens % P != 0) {
+      if (me == 0)
+        std::fprintf(stderr, "dist_ep_bench: --global-tokens must be a multiple of the rank count\n");
+      return 2;
+    }
+    args.tokens = args.global_tokens / P;
+  }
 
   io::LayerShape shape;
   shape.hidden = args.hidden;
@@ -110,8 +136,8 @@ int main(int argc, char** argv) {
   }
   std::vector<TokenMeta> meta;
   for (int t = 0; t < T; ++t) {
-    meta.push_back({static_cast<uint64_t>(me) * 1000000 + static_cast<uint64_t>(t / 64),
-                    static_cast<uint32_t>(t % 64)});
+    meta.push_back(
+        {static_cast<uint64_t>(me) * 1000000 + static_cast<uint64_t>(t / 64), static_cast<uint32_t>(t % 64)});
   }
 
   std::vector<double> sums(kPhases, 0.0), mine(kPhases), all(static_cast<size_t>(kPhases) * P);
@@ -120,9 +146,11 @@ int main(int argc, char** argv) {
     comm.barrier();
     const auto start = std::chrono::steady_clock::now();
     layer.forward(x.data(), T, meta, y.data());
-    const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double total =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     const dist::ExpertParallelStepStats& st = layer.last_step();
-    mine = {st.route_ms, st.plan_ms, st.dispatch_ms, st.experts_ms, st.return_ms, st.shared_ms, st.combine_ms, total};
+    mine = {st.route_ms,  st.metadata_ms, st.plan_ms,    st.dispatch_ms, st.experts_ms,
+            st.return_ms, st.shared_ms,   st.combine_ms, total};
     comm.all_gather_v(mine.data(), kPhases * sizeof(double), all.data(), bytes);
     if (s < args.warmup) continue;
     for (int p = 0; p < kPhases; ++p) {
@@ -152,19 +180,41 @@ int main(int argc, char** argv) {
     const double sent_per_token = rows_total * row_bytes / global_tokens;
     const double remote_per_token = remote_total * row_bytes / global_tokens;
     const double meta_per_token = meta_total / global_tokens;  // all ranks' receipts per token
-    const double payload = rows_total * row_bytes * 2;          // dispatch + return
+    const double payload = rows_total * row_bytes * 2;         // dispatch + return
     if (args.header) {
       std::printf(
-          "| ranks | preset | T/rank | step ms | route | plan+meta | dispatch a2a | experts | return a2a | combine"
-          " (+shared) | B/token each way (all / remote / min) | metadata B/token | metadata / payload |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+          "| ranks | preset | T/rank | step ms | tokens/s | route | metadata | plan | dispatch a2a | experts "
+          "|"
+          " return a2a | shared + combine | B/token each way (all / remote / min) | metadata B/token |"
+          " metadata / payload |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     std::printf(
-        "| %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f / %.0f / %.0f | %.0f (%zu per "
-        "rank) | %.4f |\n",
-        P, args.preset.c_str(), T, sums[7], sums[0], sums[1], sums[2], sums[3], sums[4], sums[5] + sums[6],
-        sent_per_token, remote_per_token, min_per_token, meta_per_token, layer.record_bytes(),
-        meta_total / payload);
+        "| %d | %s | %d | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f / %.0f / %.0f "
+        "| "
+        "%.0f (%zu x %d ranks) | %.4f |\n",
+        P, args.preset.c_str(), T, sums[8], global_tokens / sums[8] * 1e3, sums[0], sums[1], sums[2], sums[3],
+        sums[4], sums[5], sums[6] + sums[7], sent_per_token, remote_per_token, min_per_token, meta_per_token,
+        layer.record_bytes(), P, meta_total / payload);
+    if (P == 1) {
+      // The same batch through a single-process MoELayer: what the expert-parallel machinery costs.
+      MoELayer single(config, weights);
+      std::vector<float> y_single(y.size());
+      double total = 0;
+      for (int s = 0; s < args.warmup + args.steps; ++s) {
+        const auto start = std::chrono::steady_clock::now();
+        single.forward(x.data(), T, meta, y_single.data());
+        if (s >= args.warmup) {
+          total +=
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        }
+      }
+      total /= args.steps;
+      std::printf("| 1 (MoELayer) | %s | %d | %.1f | %.0f | | | | | | | | | | %s |\n", args.preset.c_str(), T,
+                  total, T / total * 1e3,
+                  std::memcmp(y.data(), y_single.data(), y.size() * sizeof(float)) == 0 ? "bits equal"
+                                                                                        : "bits differ");
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -13,12 +13,22 @@ mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 {
   echo "dist_ep_bench on $(uname -m), ${cores} cores, $(date -u +%Y-%m-%dT%H:%MZ); times in ms (mean over steps of the slowest rank)"
   echo
+  echo "Weak scaling: 256 tokens per rank (the global batch grows with the ranks)."
+  echo
   header=--markdown-header
   for preset in deterministic greedy; do
     for np in 1 2 4; do
       "${mpirun_cmd[@]}" -np "$np" "$build/bin/dist_ep_bench" --preset "$preset" $header "$@"
       header=""
     done
+  done
+  echo
+  echo "Strong scaling: a global batch of 512 tokens split over the ranks."
+  echo
+  header=--markdown-header
+  for np in 1 2 4; do
+    "${mpirun_cmd[@]}" -np "$np" "$build/bin/dist_ep_bench" --global-tokens 512 $header "$@"
+    header=""
   done
   echo
   for np in 1 2 4; do

@@ -326,6 +326,8 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
   step_.global_tokens = Tg;
   step_.metadata_bytes_sent = static_cast<int64_t>(record_bytes_per_rank_[me]);
   step_.metadata_bytes_received = Tg * static_cast<int64_t>(record_bytes_);
+  step_.metadata_ms = ms_since(t0);
+  t0 = Clock::now();
 
   // 3. The global plan, the same on every rank.
   global_routes_.resize(static_cast<int>(Tg), E, k, R);

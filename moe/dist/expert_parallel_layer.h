@@ -70,11 +70,17 @@ struct ExpertParallelOptions {
 struct ExpertParallelStepStats {
   int64_t local_tokens = 0;
   int64_t global_tokens = 0;
-  // Milliseconds (steady clock) of: gate + route + packing the metadata; token-count exchange + metadata
-  // all-gather + planning + exchange layout; packing + all_to_all_v + unpacking of hidden rows; routed
-  // expert FFNs; results packing + all_to_all_v back; shared expert (and its gate); combine.
-  double route_ms = 0, plan_ms = 0, dispatch_ms = 0, experts_ms = 0, return_ms = 0, shared_ms = 0,
-         combine_ms = 0;
+  // Milliseconds (steady clock) of each phase. A collective's time includes waiting for the slowest peer.
+  //   route     gate GEMM + router + packing the routing records
+  //   metadata  token-count exchange + all-gather of the records
+  //   plan      unpacking, DispatchPlanner on the global batch, (verify_plan), exchange layout
+  //   dispatch  packing + all_to_all_v + unpacking of hidden rows
+  //   experts   this rank's routed expert FFNs
+  //   return    packing results + all_to_all_v back
+  //   shared    shared expert (and its gate) on the local rows
+  //   combine   combine_row per local token
+  double route_ms = 0, metadata_ms = 0, plan_ms = 0, dispatch_ms = 0, experts_ms = 0, return_ms = 0,
+         shared_ms = 0, combine_ms = 0;
   // Metadata bytes this rank received in the all-gather (its own included), and sent (its own records).
   int64_t metadata_bytes_received = 0;
   int64_t metadata_bytes_sent = 0;
