@@ -100,8 +100,14 @@ install(EXPORT moeTargets NAMESPACE moe:: DESTINATION ${MOE_INSTALL_CMAKEDIR} FI
 get_property(moe_public_headers GLOBAL PROPERTY MOE_PUBLIC_HEADERS)
 if(MOE_PACKAGE_HAS_CUDA)
   # The CUDA backend's headers (they need the CUDA toolkit's include directories, which CUDA::cudart brings).
+  # Headers whose first line says they are internal, and plan_omp.h (its test library is not installed), stay out.
   file(GLOB moe_cuda_headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/kernels/cuda/*.h)
-  list(APPEND moe_public_headers ${moe_cuda_headers})
+  foreach(h ${moe_cuda_headers})
+    file(STRINGS ${PROJECT_SOURCE_DIR}/${h} first_line LIMIT_COUNT 1)
+    if(NOT first_line MATCHES "[Ii]nternal" AND NOT h MATCHES "plan_omp\\.h$")
+      list(APPEND moe_public_headers ${h})
+    endif()
+  endforeach()
 endif()
 foreach(header ${moe_public_headers})
   get_filename_component(dir ${header} DIRECTORY)
