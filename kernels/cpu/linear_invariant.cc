@@ -131,7 +131,10 @@ void direct_tile(const float* x, int64_t x_stride, const typename W::T* w, int64
     }
     __m512 xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * x_stride + k);
+    for (int m = 0; m < MR; ++m) {
+      xv[m] = _mm512_loadu_ps(x + m * x_stride + k);
+      asm("" : "+v"(xv[m]));  // one load per x vector, not one per FMA
+    }
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
       __m512 wv = W::load(w + n * w_stride + k);
@@ -250,13 +253,13 @@ template <class W>
 constexpr auto kPackedTiles = packed_tile_table<W>(std::make_integer_sequence<int, kMR>{});
 
 // Batches with fewer than kPackMinRows rows read x and W in place (memory-bound: each weight is used by
-// at most 3 rows), with wider tiles of up to kDirectNR outputs and a prefetch of the next tile's rows.
-// Both paths run the same per-element sequence, so an element's bits do not depend on the path.
-constexpr int64_t kPackMinRows = 4;
-constexpr int kDirectNR = 8;
+// a few rows only): up to 3 rows in tiles of up to 8 outputs, 4-7 rows in groups of up to kMR rows x
+// kNR outputs, with a prefetch of the next tile's weight rows. Both paths run the same per-element
+// sequence, so an element's bits do not depend on the path.
+constexpr int64_t kPackMinRows = 16;
+constexpr int kDirectNR = 8;  // outputs per tile for 1-3 rows; 4-7 rows use kNR
 template <class W>
-constexpr auto kDirectTiles =
-    direct_tile_table<W, kDirectNR>(std::make_integer_sequence<int, kPackMinRows - 1>{});
+constexpr auto kDirectTiles = direct_tile_table<W, kDirectNR>(std::make_integer_sequence<int, kMR>{});
 
 // A per-thread, 64-byte aligned buffer that grows to the largest request and is then reused, so that
 // steady-state calls allocate nothing.
@@ -342,12 +345,22 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
                   int64_t in, float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   using T = typename W::T;
   if (rows < kPackMinRows) {
+    // x is copied to an aligned buffer (cheap: W dominates the traffic); W is read in place.
+    const int64_t x_copy_stride = (in + kLanes - 1) / kLanes * kLanes + kLanes;
+    float* x_copy = input_pack().get<float>(static_cast<size_t>(rows * x_copy_stride));
+    for (int64_t r = 0; r < rows; ++r) {
+      pack_interleaved(x + r * x_stride, x_stride, 1, in, x_copy_stride / kLanes, x_copy + r * x_copy_stride);
+    }
     const auto& tiles = kDirectTiles<W>;
-    const int mr = static_cast<int>(rows);
-    for (int64_t o = o_begin; o < o_end; o += kDirectNR) {
-      const int nr = static_cast<int>(std::min<int64_t>(kDirectNR, o_end - o));
-      const T* next = o + kDirectNR < o_end ? w + (o + kDirectNR) * w_stride : nullptr;
-      tiles[mr - 1][nr - 1](x, x_stride, w + o * w_stride, w_stride, in, y + o, y_stride, next);
+    const int64_t tile_outputs = rows <= 3 ? kDirectNR : kNR;  // at most 24 accumulators
+    for (int64_t o = o_begin; o < o_end; o += tile_outputs) {
+      const int nr = static_cast<int>(std::min<int64_t>(tile_outputs, o_end - o));
+      const T* next = o + tile_outputs < o_end ? w + (o + tile_outputs) * w_stride : nullptr;
+      for (int64_t r = 0; r < rows; r += kMR) {  // the tile's weight rows stay in L1 for later groups
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
+        tiles[mr - 1][nr - 1](x_copy + r * x_copy_stride, x_copy_stride, w + o * w_stride, w_stride, in,
+                              y + r * y_stride + o, y_stride, r == 0 ? next : nullptr);
+      }
     }
     return;
   }
