@@ -52,6 +52,16 @@ std::string MessageOf(const std::function<void()>& f) {
   return "<no exception>";
 }
 
+template <typename Fn>
+void ExpectInvalidEverywhere(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected std::invalid_argument containing '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 struct Case {
   const char* name;
   io::LayerShape shape;
@@ -380,6 +390,56 @@ TEST(ExpertParallel, MismatchAcrossRanksDetectedAtStartUp) {
   }
   // The communicator still works.
   EXPECT_NO_THROW(comm.barrier());
+}
+
+// Causal states that diverge (one rank's state touched alone) are caught by verify_plan on every rank: a
+// rank whose planner rejects the batch, or a rank whose plan differs.
+TEST(ExpertParallel, VerifyPlanCatchesDivergedCausalState) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int victim = comm.size() - 1;
+  Case c = Cases()[0];
+  c.config.policy.scope = CapacityScope::kCausal;
+  ExpertParallelOptions options;
+  options.verify_plan = true;
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm, std::nullopt, options);
+  std::vector<TokenMeta> meta;
+  for (uint32_t p = 0; p < 4; ++p) meta.push_back({static_cast<uint64_t>(50 + comm.rank()), p});
+  const moe::testing::Batch b = moe::testing::MakeBatch(meta, kHidden);
+  std::vector<float> y(b.x.size());
+
+  // The victim believes request 50 is already at position 2: its planner rejects the batch, the others don't.
+  CausalRoutingState state(8);
+  if (comm.rank() == victim) state.get_or_create(50).next_position = 2;
+  std::string msg = MessageOf([&] { ep.forward(b.x.data(), 4, meta, y.data(), &state); });
+  EXPECT_NE(msg.find("the dispatch plan of rank(s) " + std::to_string(victim) + " differs from rank 0's"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("rank(s) " + std::to_string(victim) + " rejected the batch"), std::string::npos) << msg;
+
+  // The victim believes request 50 already holds a slot of every expert: same positions, different plan.
+  CausalRoutingState fresh(8);
+  if (comm.rank() == victim) fresh.get_or_create(50).slots_held.assign(8, 1);
+  msg = MessageOf([&] { ep.forward(b.x.data(), 4, meta, y.data(), &fresh); });
+  EXPECT_NE(msg.find("differs from rank 0's; the causal routing states have diverged"), std::string::npos)
+      << msg;
+
+  // Equal states: no error, and a batch every rank rejects is an invalid_argument everywhere.
+  CausalRoutingState good(8);
+  EXPECT_NO_THROW(ep.forward(b.x.data(), 4, meta, y.data(), &good));
+  CausalRoutingState again(8);
+  std::vector<TokenMeta> gap = meta;
+  gap[3].position = 9;
+  ExpectInvalidEverywhere([&] { ep.forward(b.x.data(), 4, gap, y.data(), &again); }, "contiguous");
+}
+
+// Ranks may run different thread counts (num_threads is not part of the config hash): same bits.
+TEST(ExpertParallel, MixedThreadCountsAcrossRanks) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  Case c = Cases()[1];
+  c.config.num_threads = 1 + comm.rank() % 2;
+  const Outcome o = RunAgainstReference(comm, c, 2, 700);
+  EXPECT_EQ(o.mismatched_batches, 0);
 }
 
 class FailurePrinter : public ::testing::EmptyTestEventListener {

@@ -345,19 +345,35 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
     for (int64_t t = token_offset_[r]; t < token_offset_[r + 1]; ++t) token_home_[t] = r;
   }
   // Throws the same std::invalid_argument on every rank for a batch it rejects (inputs are identical).
-  planner_->plan(global_routes_, std::span<const TokenMeta>(global_meta_.data(), static_cast<size_t>(Tg)),
-                 state, plan_);
+  // Without verify_plan, every rank trusts that its inputs equal the others' (they do unless the causal
+  // states diverged), so a planner error is the same on every rank. With verify_plan, the planner's outcome
+  // (plan hash, or a rejection) is compared across ranks, which also catches a rejection on some ranks only.
+  std::string plan_error;
+  try {
+    planner_->plan(global_routes_, std::span<const TokenMeta>(global_meta_.data(), static_cast<size_t>(Tg)),
+                   state, plan_);
+  } catch (const std::invalid_argument& e) {
+    if (!options_.verify_plan) throw;
+    plan_error = e.what();
+  }
   if (options_.verify_plan) {
-    comm_.all_gather_sizes(static_cast<size_t>(plan_hash(plan_)), hash_gather_);
+    const size_t hash = std::min<size_t>(static_cast<size_t>(plan_hash(plan_)), kRejected - 1);
+    comm_.all_gather_sizes(plan_error.empty() ? hash : kRejected, hash_gather_);
+    const std::string rejecting = rank_list(hash_gather_, kRejected);
+    int num_rejecting = 0;
+    for (size_t h : hash_gather_) num_rejecting += h == kRejected;
+    if (num_rejecting == P) throw std::invalid_argument(plan_error);  // the same error everywhere
     std::string differing;
     for (int r = 1; r < P; ++r) {
       if (hash_gather_[r] != hash_gather_[0])
         differing += (differing.empty() ? "" : ", ") + std::to_string(r);
     }
     if (!differing.empty()) {
-      throw std::runtime_error("expert parallel layer: rank " + std::to_string(me) + " of " +
-                               std::to_string(P) + ": the dispatch plan of rank(s) " + differing +
-                               " differs from rank 0's (diverged causal routing state?)");
+      throw std::runtime_error(
+          "expert parallel layer: rank " + std::to_string(me) + " of " + std::to_string(P) +
+          ": the dispatch plan of rank(s) " + differing + " differs from rank 0's" +
+          (rejecting.empty() ? std::string() : " (rank(s) " + rejecting + " rejected the batch)") +
+          "; the causal routing states have diverged" + (plan_error.empty() ? "" : ": " + plan_error));
     }
   }
   build_layout();
