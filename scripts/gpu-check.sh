@@ -73,7 +73,8 @@ else
   note "tests FAILED ($(elapsed)); see ctest-gpu.log"
 fi
 # -V keeps every test's output; the [ info ] lines report ulp and relative-error figures.
-grep -E "tests passed|Test +#.*(Passed|Failed|Skipped|Not Run)|SKIPPED|\[ info \]" "$out/ctest-gpu.log" >> "$summary"
+grep -E "tests passed|Test +#.*(Passed|Failed|Skipped|Not Run)|no usable CUDA device|\[ info \]" "$out/ctest-gpu.log" \
+  | sort -u >> "$summary"
 
 if [[ "${MOE_GPU_SKIP_BENCH:-0}" != 1 ]]; then
   if timeout 180 "$build/bin/cuda_moe_bench" --benchmark_out="$out/bench.json" --benchmark_out_format=json \

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cuda/check.h"
@@ -92,6 +93,33 @@ TEST(CudaPlanGpu, CausalStateAcrossCalls) {
       next[r] = cpu_state.find(ids[r])->next_position;
       EXPECT_EQ(next[r], gpu_state.find(ids[r])->next_position);
     }
+  }
+}
+
+TEST(CudaPlanGpu, RejectsWhatTheCpuRejects) {
+  MOE_REQUIRE_GPU();
+  std::mt19937_64 rng(3);
+  const int E = 8, k = 2;
+  TokenRoutes routes = testing::RandomRoutes(rng, 4, E, k, k, 0.0, 0.0);
+  {
+    const DispatchPolicy policy = DispatchPolicy::mode("stable");
+    const std::vector<TokenMeta> meta = {{1, 0}, {2, 0}, {1, 0}, {2, 1}};
+    ArrayPlanner gpu(E, k, policy, GpuRunner());
+    DispatchPlan plan;
+    EXPECT_THROW(gpu.plan(routes, meta, nullptr, plan), std::invalid_argument);
+  }
+  {
+    DispatchPolicy policy;
+    policy.scope = CapacityScope::kCausal;
+    ArrayPlanner gpu(E, k, policy, GpuRunner());
+    CausalRoutingState state(E);
+    DispatchPlan plan;
+    gpu.plan(routes, std::vector<TokenMeta>{{9, 0}, {9, 1}, {4, 0}, {4, 1}}, &state, plan);
+    const std::vector<int32_t> held = state.find(9)->slots_held;
+    EXPECT_THROW(gpu.plan(routes, std::vector<TokenMeta>{{9, 2}, {9, 3}, {4, 1}, {4, 2}}, &state, plan),
+                 std::invalid_argument);
+    EXPECT_EQ(state.find(9)->next_position, 2u);  // untouched by the failed call
+    EXPECT_EQ(state.find(9)->slots_held, held);
   }
 }
 
