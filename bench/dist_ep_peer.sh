@@ -8,6 +8,10 @@ build=${1:-build}
 shift || true
 out="$build/bench"
 mkdir -p "$out"
+if [[ ! -x "$build/bin/dist_ep_bench" ]]; then
+  echo "dist_ep_peer.sh: $build/bin/dist_ep_bench not built (needs MPI); skipping"
+  exit 0
+fi
 cores=$(nproc)
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 {

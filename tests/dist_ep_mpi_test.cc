@@ -90,6 +90,26 @@ io::LayerShape SharedShape() {
   return s;
 }
 
+// DeepSeek-V3 style: sigmoid scores, selection bias from the weights, group-limited choice (4 groups, 2
+// kept), top-4 of 16, a fused shared expert without gate, bf16, reroute with depth 2 (records of 6 ranked
+// experts).
+Case DeepSeekLike() {
+  io::LayerShape s = moe::testing::SmallShape(kHidden, 48, 16);
+  s.num_shared_experts = 1;
+  s.shared_ff = 64;
+  s.score_bias = true;
+  MoELayerConfig c = MoELayerConfig::preset("deterministic", io::Architecture::kDeepseekV3);
+  c.router.num_experts = 16;
+  c.router.top_k = 4;
+  c.router.num_groups = 4;
+  c.router.topk_groups = 2;
+  c.policy.capacity_factor = 1.0;
+  c.policy.overflow = Overflow::kReroute;
+  c.policy.reroute_depth = 2;
+  c.max_tokens = 32;
+  return {"deepseek_like_bf16_bias_groups_reroute2", s, kernels::DType::kBF16, c};
+}
+
 std::vector<Case> Cases() {
   const io::LayerShape plain = moe::testing::SmallShape(kHidden, 96, 8);
   return {
@@ -104,6 +124,7 @@ std::vector<Case> Cases() {
        Config("greedy", CapacityScope::kBatch, Priority::kArrival, Overflow::kReroute)},
       {"score_priority", plain, kernels::DType::kF32,
        Config("deterministic", CapacityScope::kBatch, Priority::kScore, Overflow::kDrop)},
+      DeepSeekLike(),
   };
 }
 
