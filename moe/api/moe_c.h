@@ -1,25 +1,26 @@
 /* The C API of the MoE runtime: weights, a layer, forward passes, stats and provenance.
  *
- * A C (C99) interface over the C++ library, for embedding the layer in another inference stack or binding it
- * from another language. Link moe::moe_c (CMake) or `pkg-config --libs moe` (which lists the C++ runtime
- * too).
+ * A C (C99) interface over the C++ library, for embedding the layer in another inference stack or binding
+ * it from another language. Link moe::moe_c (CMake) or `pkg-config --libs moe` (which lists the C++
+ * runtime too).
  *
  * Conventions for every function of this header:
  *   - Errors: every call returns a moe_status_t. On anything but MOE_OK, the calling thread's last-error
- * message (moe_last_error()) says what was wrong in words, and the call's outputs are left as documented for
- * that call (output handles are set to NULL; output buffers are unchanged unless stated otherwise). No C++
- *     exception ever crosses this interface.
+ *     message (moe_last_error()) says what was wrong in words, and the call's outputs are left as
+ *     documented for that call (output handles are set to NULL; output buffers are unchanged unless
+ *     stated otherwise). No C++ exception ever crosses this interface.
  *   - Ownership: a handle returned through an `out` pointer belongs to the caller, who frees it with the
- *     matching *_destroy function (which accepts NULL). Input buffers stay owned by the caller and are read
- *     during the call only, unless a function says it keeps them.
- *   - Threading: functions on different handles may run concurrently. A moe_weights_t is immutable and may be
- *     shared by any number of layers and threads. A moe_layer_t and a moe_causal_state_t serve one thread at
- * a time (the layer's forward is not reentrant; the layer runs its own worker threads inside a call).
+ *     matching *_destroy function (which accepts NULL). Input buffers stay owned by the caller and are
+ *     read during the call only, unless a function says it keeps them.
+ *   - Threading: functions on different handles may run concurrently. A moe_weights_t is immutable and
+ *     may be shared by any number of layers and threads. A moe_layer_t and a moe_causal_state_t serve
+ *     one thread at a time (the layer's forward is not reentrant; the layer runs its own worker threads
+ *     inside a call).
  *   - Shapes are row-major and contiguous. Sizes are counts of elements, not bytes, unless named *_bytes.
  *
  * What a forward pass computes (docs/routing.md, moe/layer/moe_layer.h):
- *   y[t] = sum_{j < k, pair (t, j) kept} w[t][j] * FFN_{e(t,j)}(x[t])  (+ the shared expert, if the layer has
- * one) The "deterministic" preset makes the bits of y[t] independent of the other requests in the batch, of
+ *   y[t] = sum_{j < k, pair (t, j) kept} w[t][j] * FFN_{e(t,j)}(x[t])   (+ the shared expert, if any)
+ * The "deterministic" preset makes the bits of y[t] independent of the other requests in the batch, of
  * the row order, of the batch size and of the thread count.
  */
 #ifndef MOE_API_MOE_C_H_
@@ -96,13 +97,16 @@ moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t stor
                                 moe_weights_t** out);
 
 /* Caller-provided weight buffers, all row-major, nn.Linear layout [out_features, in_features].
- *   dtype               dtype of the expert and shared-expert matrices below (fp32: float, bf16: uint16_t
- * bits) router_gate         [num_experts, hidden] fp32 (required) score_bias          [num_experts] fp32,
- * required iff shape.score_bias, else NULL expert_gate_proj    num_experts pointers, each [expert_ff, hidden]
- * (Mixtral w1) expert_up_proj      num_experts pointers, each [expert_ff, hidden]   (Mixtral w3)
+ *   dtype               dtype of the expert and shared-expert matrices below
+ *                       (MOE_DTYPE_F32: float; MOE_DTYPE_BF16: uint16_t bit patterns)
+ *   router_gate         [num_experts, hidden] fp32 (required)
+ *   score_bias          [num_experts] fp32, required iff shape.score_bias, else NULL
+ *   expert_gate_proj    num_experts pointers, each [expert_ff, hidden]   (Mixtral w1)
+ *   expert_up_proj      num_experts pointers, each [expert_ff, hidden]   (Mixtral w3)
  *   expert_down_proj    num_experts pointers, each [hidden, expert_ff]   (Mixtral w2)
- *   shared_gate_proj    [shared_ff, hidden], shared_up_proj [shared_ff, hidden], shared_down_proj
- *                       [hidden, shared_ff]: required iff shape.num_shared_experts > 0, else NULL
+ *   shared_gate_proj    [shared_ff, hidden]  } required iff shape.num_shared_experts > 0,
+ *   shared_up_proj      [shared_ff, hidden]  } else NULL
+ *   shared_down_proj    [hidden, shared_ff]  }
  *   shared_expert_gate  [1, hidden] fp32, required iff shape.shared_expert_gate, else NULL */
 typedef struct {
   moe_dtype_t dtype;
@@ -139,36 +143,27 @@ void moe_weights_destroy(moe_weights_t* weights);
 
 typedef struct moe_layer moe_layer_t;
 
-/* How a layer routes and computes. Initialise with moe_layer_config_init(), then change fields; a field left
- * at its "keep" value takes the preset's value. preset           "deterministic" (request-scoped capacity,
- * request priority, drop, invariant kernels) or "greedy" (batch-scoped capacity, arrival priority, drop, fast
- * kernels). NULL: deterministic. router           the routing rules of an architecture: "mixtral" (softmax,
- * top-2, renormalised), "qwen2-moe" (softmax, top-4, not renormalised), "deepseek-v3" (sigmoid + bias,
- * groups, scaling 2.5), "olmoe", or the router preset "switch". NULL: "mixtral". num_experts always comes
- * from the weights. top_k            0: the router's; else 1..num_experts renormalize      -1: the router's;
- * 0/1: renormalise the k weights to sum 1 num_groups, topk_groups   0: the router's (DeepSeek-V3
- * group-limited choice; num_groups must divide E) capacity_factor  <= 0: the preset's (1.25) scope NULL or
- * "batch" | "request" | "causal" | "none" (none = dropless) priority         NULL or "arrival" | "request" |
- * "score" | "random" overflow         NULL or "drop" | "reroute" kernel           NULL or "invariant" |
- * "fast" (experts and router gate) num_threads      0: 1 thread (the calling one); else threads used inside a
- * forward pass max_tokens       0: 256; the workspace is sized for batches of this many rows at creation (a
- * larger batch grows it once) */
-typedef struct {
-  const char* preset;
-  const char* router;
-  int32_t top_k;
-  int32_t renormalize;
-  int32_t num_groups;
-  int32_t topk_groups;
-  double capacity_factor;
-  const char* scope;
-  const char* priority;
-  const char* overflow;
-  const char* kernel;
-  int32_t num_threads;
-  int32_t max_tokens;
-} moe_layer_config_t;
-
+/* How a layer routes and computes. Initialise with moe_layer_config_init(), then change fields; a field
+ * left at its "keep" value (NULL, 0, -1 as listed) takes the preset's or the router's value.
+ *   preset           "deterministic" (request-scoped capacity, request priority, drop, invariant
+ *                    kernels) or "greedy" (batch-scoped capacity, arrival priority, drop, fast kernels).
+ *                    NULL: "deterministic".
+ *   router           the routing rules of an architecture: "mixtral" (softmax, top-2, renormalised),
+ *                    "qwen2-moe" (softmax, top-4, not renormalised), "deepseek-v3" (sigmoid + bias,
+ *                    groups, scaling 2.5), "olmoe", or the router preset "switch". NULL: "mixtral".
+ *                    num_experts always comes from the weights.
+ *   top_k            0: the router's (capped at num_experts); else 1..num_experts
+ *   renormalize      -1: the router's; 0 or 1: renormalise the k weights to sum 1
+ *   num_groups       0: the router's (DeepSeek-V3 group-limited choice; must divide num_experts)
+ *   topk_groups      0: the router's
+ *   capacity_factor  <= 0: the preset's (1.25)
+ *   scope            NULL or "batch" | "request" | "causal" | "none" (none = dropless)
+ *   priority         NULL or "arrival" | "request" | "score" | "random"
+ *   overflow         NULL or "drop" | "reroute"
+ *   kernel           NULL or "invariant" | "fast" (experts and router gate)
+ *   num_threads      0: 1 thread (the calling one); else the threads used inside a forward pass
+ *   max_tokens       0: 256. The workspace is sized for batches of this many rows at creation; a larger
+ *                    batch grows it once. */
 /* Fills `config` with the "keep" values above (the deterministic preset with the mixtral router). NULL is
  * ignored. */
 void moe_layer_config_init(moe_layer_config_t* config);
@@ -231,9 +226,12 @@ typedef struct {
 moe_status_t moe_layer_stats(const moe_layer_t* layer, moe_stats_t* stats, int32_t* expert_load,
                              int64_t expert_load_len);
 
-/* The plan of the last forward pass per (token, choice) pair p = t * top_k + j, num_pairs = num_tokens *
- * top_k: pair_expert  expert of the pair (-1 if dropped)      pair_weight  its combine weight (0 if dropped)
- *   pair_slot    slot within that expert (-1 if dropped) pair_status  0 kept, 1 rerouted, 2 dropped
+/* The plan of the last forward pass, per (token, choice) pair p = t * top_k + j
+ * (num_pairs = num_tokens * top_k):
+ *   pair_expert  the pair's expert (-1 if dropped)
+ *   pair_slot    its slot within that expert (-1 if dropped)
+ *   pair_weight  its combine weight (0 if dropped)
+ *   pair_status  0 kept, 1 rerouted, 2 dropped
  * Any output may be NULL. Each non-NULL output must hold `capacity` >= num_pairs elements, else
  * MOE_BUFFER_TOO_SMALL with *num_pairs set and nothing written. num_pairs (required) receives the count. */
 moe_status_t moe_layer_last_plan(const moe_layer_t* layer, int32_t* pair_expert, int32_t* pair_slot,
@@ -241,9 +239,10 @@ moe_status_t moe_layer_last_plan(const moe_layer_t* layer, int32_t* pair_expert,
                                  int64_t* num_pairs);
 
 /* The provenance of this layer's results as one JSON object (config and weights hashes, version, build,
- * kernel, dispatch, device, threads), NUL-terminated. Required-size semantics: *required (if not NULL)
- * receives strlen(json) + 1. With buffer == NULL and buffer_size == 0 the call only reports the size
- * (MOE_OK). If buffer_size < the required size, nothing is written and MOE_BUFFER_TOO_SMALL is returned. */
+ * kernel, dispatch, device, threads), NUL-terminated.
+ * Required-size semantics: *required (if not NULL) receives strlen(json) + 1. With buffer == NULL and
+ * buffer_size == 0 the call only reports the size (MOE_OK). If buffer_size is smaller than the required
+ * size, nothing is written and MOE_BUFFER_TOO_SMALL is returned. */
 moe_status_t moe_layer_fingerprint(const moe_layer_t* layer, char* buffer, size_t buffer_size,
                                    size_t* required);
 
