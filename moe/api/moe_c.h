@@ -164,6 +164,22 @@ typedef struct moe_layer moe_layer_t;
  *   num_threads      0: 1 thread (the calling one); else the threads used inside a forward pass
  *   max_tokens       0: 256. The workspace is sized for batches of this many rows at creation; a larger
  *                    batch grows it once. */
+typedef struct {
+  const char* preset;
+  const char* router;
+  int32_t top_k;
+  int32_t renormalize;
+  int32_t num_groups;
+  int32_t topk_groups;
+  double capacity_factor;
+  const char* scope;
+  const char* priority;
+  const char* overflow;
+  const char* kernel;
+  int32_t num_threads;
+  int32_t max_tokens;
+} moe_layer_config_t;
+
 /* Fills `config` with the "keep" values above (the deterministic preset with the mixtral router). NULL is
  * ignored. */
 void moe_layer_config_init(moe_layer_config_t* config);
