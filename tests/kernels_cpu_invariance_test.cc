@@ -83,8 +83,8 @@ void check_batch_invariance(const Op& op, int64_t in, int64_t out, int64_t n, ui
     ASSERT_TRUE(same_row(y.row(perm[static_cast<size_t>(r)]), ys.row(r), out)) << "shuffled row " << r;
   }
 
-  // Prefixes of the batch: every remainder of the row tiling.
-  for (int64_t m : {2, 3, 4, 5, 6, 7, 8, 9, 63, 65, 255}) {
+  // Prefixes of the batch: every remainder of the row tiling, both sides of the in-place/packed switch.
+  for (int64_t m : {2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 63, 65, 255}) {
     if (m >= n) continue;
     Buffer yp(m, out, 1, 5);
     op(xs.data, m, xs.stride, yp.data, yp.stride, pool2);
