@@ -388,9 +388,22 @@ std::string svg_length_plot(const DivergeReport& report) {
   c.x_label = "generated tokens (log2 scale)";
   c.y_label = "distinct completions";
   c.log2_x = true;
+  // A fast-kernel row whose curve equals its invariant twin's is folded into the twin's legend entry.
+  auto twin = [&](const ConfigResult& r) -> const ConfigResult* {
+    for (const auto& other : report.grid) {
+      if (&other != &r && other.spec.mode == r.spec.mode && other.spec.vary_chunks == r.spec.vary_chunks &&
+          other.spec.capacity_factor == r.spec.capacity_factor && other.spec.kernel != r.spec.kernel) {
+        return &other;
+      }
+    }
+    return nullptr;
+  };
   for (const auto& r : report.grid) {
+    const ConfigResult* t = twin(r);
+    const bool same = t && t->distinct_at == r.distinct_at;
+    if (same && r.spec.kernel == kernels::KernelKind::kFast) continue;
     Series s;
-    s.name = r.spec.label();
+    s.name = r.spec.label() + (same ? " (= fast)" : "");
     for (size_t k = 0; k < r.gen_points.size(); ++k) {
       s.x.push_back(r.gen_points[k]);
       s.y.push_back(r.distinct_at[k]);

@@ -46,7 +46,7 @@ struct DivergeOptions {
   TrafficConfig traffic;
   model::ModelShape shape;  // random weights of this shape, unless weights_path is set
   uint64_t weights_seed = 0;
-  model::RandomInit init;      // scales of the random weights
+  model::RandomInit init;        // scales of the random weights
   std::string weights_path;      // a moe-model/1 safetensors file (model_weights.h)
   std::vector<ConfigSpec> grid;  // empty: default_grid()
   // Capacity-factor sweep (invariant kernels, one row per mode and factor); empty disables it.
