@@ -1,6 +1,6 @@
-// GPU benchmarks: the expert FFN (invariant kernel against cuBLAS) at real model shapes, and dispatch planning
-// (stable against greedy) at T = 16384, E = 256, k = 8. Times are CUDA-event times of the device work
-// (manual time); counters give TFLOP/s and GB/s of the expert FFN.
+// GPU benchmarks: the expert FFN (invariant kernel against cuBLAS) at real model shapes, and dispatch
+// planning (stable against greedy) at T = 16384, E = 256, k = 8. Times are CUDA-event times of the device
+// work (manual time); counters give TFLOP/s and GB/s of the expert FFN.
 //
 //   Mixtral-8x7B:  hidden 4096, ffn 14336, E 8,   k 2
 //   DeepSeek-V3:   hidden 7168, ffn 2048,  E 256, k 8  (routed experts only)
@@ -59,7 +59,8 @@ ModelWeights& Weights(const ModelShape& m) {
     fill_uniform(WeightType::kBF16, w->w3.data(), n, 2, 0.02f, Stream());
     fill_uniform(WeightType::kBF16, w->w2.data(), n, 3, 0.02f, Stream());
     CUDA_CHECK(cudaStreamSynchronize(Stream()));
-    w->view = ExpertWeightsView{WeightType::kBF16, m.E, m.hidden, m.ffn, w->w1.data(), w->w3.data(), w->w2.data()};
+    w->view =
+        ExpertWeightsView{WeightType::kBF16, m.E, m.hidden, m.ffn, w->w1.data(), w->w3.data(), w->w2.data()};
     cache[m.name] = std::move(w);
     return *cache[m.name];
   }
@@ -94,12 +95,14 @@ void BM_ExpertFfn(benchmark::State& state, ModelShape m, FfnKind kind) {
   d_offsets.upload(offsets);
   DeviceBuffer<float> x(static_cast<size_t>(rows) * m.hidden), y(static_cast<size_t>(rows) * m.hidden);
   fill_uniform(WeightType::kF32, x.data(), x.size(), 7, 1.0f, Stream());
-  DeviceBuffer<std::byte> ws(kind == FfnKind::kInvariant ? expert_ffn_invariant_workspace_bytes(m.E, rows, m.ffn) : 0);
+  DeviceBuffer<std::byte> ws(
+      kind == FfnKind::kInvariant ? expert_ffn_invariant_workspace_bytes(m.E, rows, m.ffn) : 0);
   std::unique_ptr<CublasExpertFfn> fast;
   if (kind == FfnKind::kCublas) fast = std::make_unique<CublasExpertFfn>(w.view, rows);
   auto run = [&] {
     if (kind == FfnKind::kInvariant) {
-      expert_ffn_invariant(w.view, x.data(), d_offsets.data(), rows, y.data(), ws.data(), ws.size(), Stream());
+      expert_ffn_invariant(w.view, x.data(), d_offsets.data(), rows, y.data(), ws.data(), ws.size(),
+                           Stream());
     } else {
       fast->forward(x.data(), d_offsets.data(), y.data(), Stream());
     }
@@ -126,8 +129,9 @@ void BM_ExpertFfn(benchmark::State& state, ModelShape m, FfnKind kind) {
   for (int e = 0; e < m.E; ++e) active += offsets[e + 1] > offsets[e];
   const double per_iter = total_s / static_cast<double>(state.iterations());
   const double flops = 2.0 * rows * m.hidden * m.ffn * 3.0;
-  const double bytes = static_cast<double>(active) * 3.0 * m.hidden * m.ffn * 2.0 +  // weights of used experts
-                       2.0 * rows * m.hidden * 4.0;                                     // x in, y out
+  const double bytes =
+      static_cast<double>(active) * 3.0 * m.hidden * m.ffn * 2.0 +  // weights of used experts
+      2.0 * rows * m.hidden * 4.0;                                  // x in, y out
   state.counters["TFLOP/s"] = flops / per_iter * 1e-12;
   state.counters["GB/s"] = bytes / per_iter * 1e-9;
   state.counters["rows"] = rows;
@@ -153,9 +157,10 @@ void BM_Plan(benchmark::State& state, const char* mode) {
     }
   }
   std::vector<TokenMeta> meta(T);
-  for (int t = 0; t < T; ++t) meta[t] = TokenMeta{static_cast<uint64_t>(t % 64), static_cast<uint32_t>(t / 64)};
-  DeviceBuffer<int32_t> d_experts(experts.size()), pair_expert(experts.size()), pair_slot(experts.size()), load(E),
-      offsets(E + 1), slot_pairs(experts.size());
+  for (int t = 0; t < T; ++t)
+    meta[t] = TokenMeta{static_cast<uint64_t>(t % 64), static_cast<uint32_t>(t / 64)};
+  DeviceBuffer<int32_t> d_experts(experts.size()), pair_expert(experts.size()), pair_slot(experts.size()),
+      load(E), offsets(E + 1), slot_pairs(experts.size());
   DeviceBuffer<float> d_weights(weights.size()), d_top1(T), pair_weight(experts.size());
   DeviceBuffer<TokenMeta> d_meta(T);
   DeviceBuffer<uint8_t> status(experts.size());
@@ -199,7 +204,8 @@ void BM_Plan(benchmark::State& state, const char* mode) {
 void Register() {
   for (const ModelShape& m : {kMixtral, kDeepSeek}) {
     for (FfnKind kind : {FfnKind::kInvariant, FfnKind::kCublas}) {
-      const std::string name = std::string("ExpertFfn/") + m.name + (kind == FfnKind::kInvariant ? "/invariant" : "/cublas");
+      const std::string name =
+          std::string("ExpertFfn/") + m.name + (kind == FfnKind::kInvariant ? "/invariant" : "/cublas");
       for (int T : {1, 64, 1024, 16384}) {
         auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_ExpertFfn, m, kind);
         b->Arg(T)->UseManualTime()->Unit(benchmark::kMillisecond);

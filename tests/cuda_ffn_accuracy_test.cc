@@ -42,9 +42,10 @@ void CheckAccuracy(Kind kind, WeightType type, double tolerance) {
     const std::vector<double> ref = testing::ReferenceMoe(*ex, x, plan);
     const std::vector<float> y = testing::RunMoe(kind, *ex, x, plan);
     const double rel = RelativeError(y, ref);
-    EXPECT_LT(rel, tolerance) << "E " << c.E << " k " << c.k << " hidden " << c.hidden << " ffn " << c.ffn << " T "
-                              << c.T;
-    std::printf("[ info ] E %d k %d d %d ff %d T %d: relative error %.3g\n", c.E, c.k, c.hidden, c.ffn, c.T, rel);
+    EXPECT_LT(rel, tolerance) << "E " << c.E << " k " << c.k << " hidden " << c.hidden << " ffn " << c.ffn
+                              << " T " << c.T;
+    std::printf("[ info ] E %d k %d d %d ff %d T %d: relative error %.3g\n", c.E, c.k, c.hidden, c.ffn, c.T,
+                rel);
   }
 }
 

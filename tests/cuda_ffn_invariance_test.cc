@@ -18,7 +18,8 @@ using testing::Kind;
 
 std::vector<float> Rows(const std::vector<float>& x, const std::vector<int>& rows, int d) {
   std::vector<float> out;
-  for (int r : rows) out.insert(out.end(), x.begin() + static_cast<size_t>(r) * d, x.begin() + static_cast<size_t>(r + 1) * d);
+  for (int r : rows)
+    out.insert(out.end(), x.begin() + static_cast<size_t>(r) * d, x.begin() + static_cast<size_t>(r + 1) * d);
   return out;
 }
 
@@ -34,20 +35,25 @@ void CheckInvariance(WeightType type) {
   const TokenRoutes routes = testing::RandomFfnRoutes(rng, T, E, k);
   std::vector<int> all(T);
   std::iota(all.begin(), all.end(), 0);
-  const std::vector<float> full = testing::RunMoe(Kind::kInvariant, *ex, x, testing::PlanFor(routes, dropless));
+  const std::vector<float> full =
+      testing::RunMoe(Kind::kInvariant, *ex, x, testing::PlanFor(routes, dropless));
 
   // Repeated runs, and a larger launch (max_rows padded).
-  EXPECT_EQ(0, std::memcmp(full.data(), testing::RunMoe(Kind::kInvariant, *ex, x, testing::PlanFor(routes, dropless)).data(),
-                           full.size() * 4));
-  EXPECT_EQ(0, std::memcmp(full.data(),
-                           testing::RunMoe(Kind::kInvariant, *ex, x, testing::PlanFor(routes, dropless), 1000).data(),
-                           full.size() * 4));
+  EXPECT_EQ(0,
+            std::memcmp(full.data(),
+                        testing::RunMoe(Kind::kInvariant, *ex, x, testing::PlanFor(routes, dropless)).data(),
+                        full.size() * 4));
+  EXPECT_EQ(0, std::memcmp(
+                   full.data(),
+                   testing::RunMoe(Kind::kInvariant, *ex, x, testing::PlanFor(routes, dropless), 1000).data(),
+                   full.size() * 4));
 
   // Batch of one against its row of the batch of T.
   for (int t : {0, 1, 77, T - 1}) {
     const std::vector<int> one = {t};
     const std::vector<float> y1 =
-        testing::RunMoe(Kind::kInvariant, *ex, Rows(x, one, d), testing::PlanFor(testing::SliceRoutes(routes, one), dropless));
+        testing::RunMoe(Kind::kInvariant, *ex, Rows(x, one, d),
+                        testing::PlanFor(testing::SliceRoutes(routes, one), dropless));
     EXPECT_EQ(0, std::memcmp(y1.data(), full.data() + static_cast<size_t>(t) * d, d * 4)) << "token " << t;
   }
 
@@ -56,8 +62,9 @@ void CheckInvariance(WeightType type) {
     std::vector<int> rows = all;
     std::shuffle(rows.begin(), rows.end(), rng);
     rows.resize(1 + rng() % T);
-    const std::vector<float> y = testing::RunMoe(Kind::kInvariant, *ex, Rows(x, rows, d),
-                                                 testing::PlanFor(testing::SliceRoutes(routes, rows), dropless));
+    const std::vector<float> y =
+        testing::RunMoe(Kind::kInvariant, *ex, Rows(x, rows, d),
+                        testing::PlanFor(testing::SliceRoutes(routes, rows), dropless));
     for (size_t i = 0; i < rows.size(); ++i) {
       ASSERT_EQ(0, std::memcmp(y.data() + i * d, full.data() + static_cast<size_t>(rows[i]) * d, d * 4))
           << "token " << rows[i] << " in a shuffled batch of " << rows.size();

@@ -1,10 +1,10 @@
-// Shared pieces of the expert FFN GPU tests: random experts, plans, the float64 reference, and one helper that
-// runs gather -> expert FFN -> combine on the device.
+// Shared pieces of the expert FFN GPU tests: random experts, plans, the float64 reference, and one helper
+// that runs gather -> expert FFN -> combine on the device.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -43,7 +43,8 @@ struct Experts {
   }
 };
 
-inline std::unique_ptr<Experts> RandomExperts(std::mt19937_64& rng, int E, int hidden, int ffn, WeightType type) {
+inline std::unique_ptr<Experts> RandomExperts(std::mt19937_64& rng, int E, int hidden, int ffn,
+                                              WeightType type) {
   auto ex = std::make_unique<Experts>();
   ex->E = E;
   ex->hidden = hidden;
@@ -74,7 +75,8 @@ inline std::unique_ptr<Experts> RandomExperts(std::mt19937_64& rng, int E, int h
 }
 
 // y = sum_j w_j * FFN_{e_j}(x) in float64, dropped pairs adding nothing.
-inline std::vector<double> ReferenceMoe(const Experts& ex, const std::vector<float>& x, const DispatchPlan& plan) {
+inline std::vector<double> ReferenceMoe(const Experts& ex, const std::vector<float>& x,
+                                        const DispatchPlan& plan) {
   const int d = ex.hidden, f = ex.ffn, k = plan.top_k;
   std::vector<double> y(static_cast<size_t>(plan.num_tokens) * d, 0.0), h(f);
   for (int t = 0; t < plan.num_tokens; ++t) {
@@ -108,14 +110,15 @@ enum class Kind { kInvariant, kFast };
 
 // gather -> expert FFN (kind) -> combine on the device, for a CPU plan; returns y [T, hidden].
 // `extra_rows` pads max_rows (and so the launch grid), which must not change invariant results.
-inline std::vector<float> RunMoe(Kind kind, const Experts& ex, const std::vector<float>& x, const DispatchPlan& plan,
-                                 int extra_rows = 0) {
+inline std::vector<float> RunMoe(Kind kind, const Experts& ex, const std::vector<float>& x,
+                                 const DispatchPlan& plan, int extra_rows = 0) {
   const int T = plan.num_tokens, k = plan.top_k, d = ex.hidden, E = ex.E;
   const int max_rows = T * k + extra_rows;
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DeviceBuffer<float> d_x(x.size()), x_rows(static_cast<size_t>(max_rows) * d + 1),
-      y_rows(static_cast<size_t>(max_rows) * d + 1), y(static_cast<size_t>(T) * d + 1), pw(plan.pair_weight.size());
+      y_rows(static_cast<size_t>(max_rows) * d + 1), y(static_cast<size_t>(T) * d + 1),
+      pw(plan.pair_weight.size());
   DeviceBuffer<int32_t> pe(plan.pair_expert.size()), ps(plan.pair_slot.size()), off(E + 1),
       sp(plan.slot_pairs.size() + 1);
   d_x.upload(x);
@@ -127,7 +130,8 @@ inline std::vector<float> RunMoe(Kind kind, const Experts& ex, const std::vector
   gather_rows(d_x.data(), d, sp.data(), off.data(), E, k, max_rows, x_rows.data(), stream);
   if (kind == Kind::kInvariant) {
     DeviceBuffer<std::byte> ws(expert_ffn_invariant_workspace_bytes(E, max_rows, ex.ffn));
-    expert_ffn_invariant(ex.view(), x_rows.data(), off.data(), max_rows, y_rows.data(), ws.data(), ws.size(), stream);
+    expert_ffn_invariant(ex.view(), x_rows.data(), off.data(), max_rows, y_rows.data(), ws.data(), ws.size(),
+                         stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
   } else {
     CublasExpertFfn fast(ex.view(), max_rows);

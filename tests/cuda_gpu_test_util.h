@@ -7,9 +7,9 @@
 
 #include "kernels/cuda/device.h"
 
-#define MOE_REQUIRE_GPU()                                                                         \
-  do {                                                                                            \
-    std::string moe_gpu_why_;                                                                     \
-    if (!::moe::cuda::device_available(&moe_gpu_why_)) GTEST_SKIP() << "no usable CUDA device: " \
-                                                                     << moe_gpu_why_;           \
+#define MOE_REQUIRE_GPU()                                        \
+  do {                                                           \
+    std::string moe_gpu_why_;                                    \
+    if (!::moe::cuda::device_available(&moe_gpu_why_))           \
+      GTEST_SKIP() << "no usable CUDA device: " << moe_gpu_why_; \
   } while (0)

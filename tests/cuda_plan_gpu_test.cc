@@ -50,7 +50,8 @@ TEST(CudaPlanGpu, EqualsCpuPlannerOnRandomBatches) {
             DispatchPlanner cpu(E, k, policy);
             ArrayPlanner gpu(E, k, policy, GpuRunner());
             TokenRoutes routes = testing::RandomRoutes(rng, T, E, k, cpu.num_ranked_needed(), 0.7, 0.1);
-            std::vector<TokenMeta> meta = testing::RandomMeta(rng, T, 1 + static_cast<int>(rng() % (T / 3 + 1)), nullptr);
+            std::vector<TokenMeta> meta =
+                testing::RandomMeta(rng, T, 1 + static_cast<int>(rng() % (T / 3 + 1)), nullptr);
             DispatchPlan want, got;
             cpu.plan(routes, meta, nullptr, want);
             gpu.plan(routes, meta, nullptr, got);
@@ -82,7 +83,8 @@ TEST(CudaPlanGpu, CausalStateAcrossCalls) {
       meta.clear();
       for (int r = 0; r < 3; ++r) meta.push_back(TokenMeta{ids[r], next[r]});
     }
-    TokenRoutes routes = testing::RandomRoutes(rng, static_cast<int>(meta.size()), E, k, cpu.num_ranked_needed(), 0.8, 0.0);
+    TokenRoutes routes =
+        testing::RandomRoutes(rng, static_cast<int>(meta.size()), E, k, cpu.num_ranked_needed(), 0.8, 0.0);
     DispatchPlan want, got;
     cpu.plan(routes, meta, &cpu_state, want);
     gpu.plan(routes, meta, &gpu_state, got);

@@ -60,7 +60,8 @@ TEST(CudaPlanOmp, EqualsCpuPlannerOnRandomBatches) {
               const int E = shape.E, k = shape.k;
               DispatchPlanner cpu(E, k, policy);
               ArrayPlanner gpu(E, k, policy, omp_plan_runner());
-              const int R = cpu.num_ranked_needed() + static_cast<int>(rng() % 2 && cpu.num_ranked_needed() < E);
+              const int R =
+                  cpu.num_ranked_needed() + static_cast<int>(rng() % 2 && cpu.num_ranked_needed() < E);
               const double skew = rep == 0 ? 0.0 : (rep == 1 ? 0.6 : 0.95);
               testing::Batch b;
               b.routes = RandomRoutes(rng, T, E, k, R, skew, 0.15);
@@ -147,7 +148,8 @@ TEST(CudaPlanOmp, CausalStateAcrossCalls) {
         for (int r = 0; r < num_requests; ++r) meta.push_back(TokenMeta{ids[r], next[r]});
         std::shuffle(meta.begin(), meta.end(), rng);
       }
-      TokenRoutes routes = RandomRoutes(rng, static_cast<int>(meta.size()), E, k, cpu.num_ranked_needed(), 0.8, 0.1);
+      TokenRoutes routes =
+          RandomRoutes(rng, static_cast<int>(meta.size()), E, k, cpu.num_ranked_needed(), 0.8, 0.1);
       DispatchPlan want, got;
       cpu.plan(routes, meta, &cpu_state, want);
       gpu.plan(routes, meta, &gpu_state, got);
@@ -223,7 +225,8 @@ TEST(CudaPlanOmp, CapacityArithmeticMatchesTheRouter) {
       for (int k : {1, 2, 6, 8}) {
         for (int E : {1, 3, 8, 64, 256}) {
           for (CapacityRounding r : {CapacityRounding::kCeil, CapacityRounding::kFloor}) {
-            ASSERT_EQ(rounded_capacity(cf, n, k, E, r), rounded_capacity_hd(cf, n, k, E, r == CapacityRounding::kCeil))
+            ASSERT_EQ(rounded_capacity(cf, n, k, E, r),
+                      rounded_capacity_hd(cf, n, k, E, r == CapacityRounding::kCeil))
                 << cf << " " << n << " " << k << " " << E;
           }
         }
@@ -232,7 +235,8 @@ TEST(CudaPlanOmp, CapacityArithmeticMatchesTheRouter) {
   }
   // descending_key: higher floats sort first; +0 and -0 share a key.
   const float values[] = {-1e30f, -2.0f, -0.5f, -0.0f, 0.0f, 1e-30f, 0.5f, 2.0f, 1e30f};
-  for (size_t i = 1; i < std::size(values); ++i) EXPECT_LE(descending_key(values[i]), descending_key(values[i - 1]));
+  for (size_t i = 1; i < std::size(values); ++i)
+    EXPECT_LE(descending_key(values[i]), descending_key(values[i - 1]));
   EXPECT_EQ(descending_key(-0.0f), descending_key(0.0f));
   EXPECT_EQ(bits_below(1), 0);
   EXPECT_EQ(bits_below(2), 1);

@@ -24,7 +24,8 @@ struct Batch {
 
 // Routes with a hot expert (skew) so capacities overflow; ranks are distinct experts, with unavailable
 // ranks (-1) as a suffix on some rows; top-1 scores drawn from few values so score ties occur.
-inline TokenRoutes RandomRoutes(std::mt19937_64& rng, int T, int E, int k, int R, double skew, double unavailable) {
+inline TokenRoutes RandomRoutes(std::mt19937_64& rng, int T, int E, int k, int R, double skew,
+                                double unavailable) {
   TokenRoutes routes;
   routes.resize(T, E, k, R);
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -55,8 +56,9 @@ inline TokenRoutes RandomRoutes(std::mt19937_64& rng, int T, int E, int k, int R
 }
 
 // Distinct (request_id, position) with contiguous positions from `start[r]`, rows shuffled.
-inline std::vector<TokenMeta> RandomMeta(std::mt19937_64& rng, int T, int num_requests, std::vector<uint64_t>* ids_out,
-                                  const std::vector<uint32_t>* start = nullptr) {
+inline std::vector<TokenMeta> RandomMeta(std::mt19937_64& rng, int T, int num_requests,
+                                         std::vector<uint64_t>* ids_out,
+                                         const std::vector<uint32_t>* start = nullptr) {
   std::vector<uint64_t> ids;
   while (static_cast<int>(ids.size()) < num_requests) {
     const uint64_t id = (rng() % 4 == 0) ? rng() : rng() % 1000;  // some huge, some small ids
@@ -89,7 +91,8 @@ inline void ExpectSamePlan(const DispatchPlan& cpu, const DispatchPlan& gpu, con
   EXPECT_EQ(cpu.pair_expert, gpu.pair_expert) << what;
   EXPECT_EQ(cpu.pair_slot, gpu.pair_slot) << what;
   ASSERT_EQ(cpu.pair_weight.size(), gpu.pair_weight.size()) << what;
-  EXPECT_EQ(0, std::memcmp(cpu.pair_weight.data(), gpu.pair_weight.data(), cpu.pair_weight.size() * sizeof(float)))
+  EXPECT_EQ(
+      0, std::memcmp(cpu.pair_weight.data(), gpu.pair_weight.data(), cpu.pair_weight.size() * sizeof(float)))
       << what << ": weights differ bitwise";
   EXPECT_EQ(cpu.pair_status, gpu.pair_status) << what;
   EXPECT_EQ(cpu.expert_load, gpu.expert_load) << what;
@@ -106,8 +109,9 @@ inline std::string Describe(const DispatchPolicy& p, int E, int k, int T, int se
   return std::string(to_string(p.scope)) + "/" + std::string(to_string(p.priority)) + "/" +
          std::string(to_string(p.overflow)) + " depth " + std::to_string(p.reroute_depth) + " cf " +
          std::to_string(p.capacity_factor) + " " + std::string(to_string(p.rounding)) + " min " +
-         std::to_string(p.min_capacity) + (p.renormalize_survivors ? " renorm" : "") + " E " + std::to_string(E) +
-         " k " + std::to_string(k) + " T " + std::to_string(T) + " case " + std::to_string(seed);
+         std::to_string(p.min_capacity) + (p.renormalize_survivors ? " renorm" : "") + " E " +
+         std::to_string(E) + " k " + std::to_string(k) + " T " + std::to_string(T) + " case " +
+         std::to_string(seed);
 }
 
 }  // namespace moe::cuda::testing

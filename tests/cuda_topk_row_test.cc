@@ -22,8 +22,8 @@ std::vector<float> RandomLogits(std::mt19937_64& rng, int T, int E, double non_f
   std::vector<float> logits(static_cast<size_t>(T) * E);
   for (auto& x : logits) {
     x = u(rng) < non_finite ? specials[rng() % 3] : normal(rng);
-    if (u(rng) < 0.05) x = 1.0f;                     // exact ties
-    if (u(rng) < 0.01) x = -120.0f;                  // sigmoid underflow
+    if (u(rng) < 0.05) x = 1.0f;     // exact ties
+    if (u(rng) < 0.01) x = -120.0f;  // sigmoid underflow
   }
   for (int t = 0; t < T; ++t) {
     if (all_bad_rows && t % 5 == 3) {
@@ -59,7 +59,8 @@ void CompareRows(const RouterConfig& config, int num_ranked, const std::vector<f
     for (int r = 0; r < R; ++r) {
       ASSERT_EQ(experts[r], want.expert(t, r)) << "row " << t << " rank " << r;
       const float w = want.weight(t, r);
-      ASSERT_EQ(0, std::memcmp(&weights[r], &w, 4)) << "row " << t << " rank " << r << ": " << weights[r] << " vs " << w;
+      ASSERT_EQ(0, std::memcmp(&weights[r], &w, 4))
+          << "row " << t << " rank " << r << ": " << weights[r] << " vs " << w;
     }
     ASSERT_EQ(0, std::memcmp(&top1, &want.top1_score[t], 4)) << "row " << t;
   }
@@ -100,7 +101,8 @@ TEST(CudaTopKRow, GroupLimitBiasScalingAndFewAvailable) {
     }
     SCOPED_TRACE("case " + std::to_string(rep));
     const int ranked = config.top_k + static_cast<int>(rng() % 3);
-    CompareRows(config, ranked, RandomLogits(rng, 150, config.num_experts, rep % 3 == 0 ? 0.6 : 0.1, false), 150);
+    CompareRows(config, ranked, RandomLogits(rng, 150, config.num_experts, rep % 3 == 0 ? 0.6 : 0.1, false),
+                150);
     ++ran;
   }
   EXPECT_GE(ran, 20);
@@ -112,7 +114,8 @@ TEST(CudaTopKRow, RowWithoutFiniteLogitReportsFalse) {
   p.top_k = 2;
   p.num_ranked = 3;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const float row[4] = {nan, std::numeric_limits<float>::infinity(), nan, -std::numeric_limits<float>::infinity()};
+  const float row[4] = {nan, std::numeric_limits<float>::infinity(), nan,
+                        -std::numeric_limits<float>::infinity()};
   int32_t experts[3];
   float weights[3], top1 = 1;
   EXPECT_FALSE(topk_route_row(p, row, experts, weights, &top1));

@@ -12,8 +12,12 @@ namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256, kPad = 4;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 __device__ __forceinline__ float silu_mul(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
@@ -30,9 +34,10 @@ __global__ void gather_kernel(const float* __restrict__ x, int hidden, const int
   for (int d = threadIdx.x; d < hidden; d += blockDim.x) dst[d] = src[d];
 }
 
-__global__ void combine_kernel(const float* __restrict__ y_rows, int hidden, const int32_t* __restrict__ pair_expert,
-                               const int32_t* __restrict__ pair_slot, const float* __restrict__ pair_weight,
-                               const int32_t* __restrict__ offsets, int top_k, float* __restrict__ y) {
+__global__ void combine_kernel(const float* __restrict__ y_rows, int hidden,
+                               const int32_t* __restrict__ pair_expert, const int32_t* __restrict__ pair_slot,
+                               const float* __restrict__ pair_weight, const int32_t* __restrict__ offsets,
+                               int top_k, float* __restrict__ y) {
   const int64_t t = blockIdx.x;
   for (int d = threadIdx.x; d < hidden; d += blockDim.x) {
     float acc = 0.0f;
@@ -48,7 +53,8 @@ __global__ void combine_kernel(const float* __restrict__ y_rows, int hidden, con
 }
 
 // tile_table[e] = first tile of expert e; tile_table[E] = total tiles. One thread: E is small.
-__global__ void tile_table_kernel(const int32_t* __restrict__ offsets, int num_experts, int32_t* __restrict__ tiles) {
+__global__ void tile_table_kernel(const int32_t* __restrict__ offsets, int num_experts,
+                                  int32_t* __restrict__ tiles) {
   int32_t total = 0;
   for (int e = 0; e < num_experts; ++e) {
     tiles[e] = total;
@@ -61,9 +67,9 @@ __global__ void tile_table_kernel(const int32_t* __restrict__ offsets, int num_e
 // kSwiGLU: C[r, n] = silu(A B0_e^T) * (A B1_e^T), both accumulated side by side.
 template <typename W, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads)
-    grouped_gemm_kernel(const float* __restrict__ A, const W* __restrict__ B0, const W* __restrict__ B1, int N, int K,
-                        const int32_t* __restrict__ offsets, const int32_t* __restrict__ tiles, int num_experts,
-                        float* __restrict__ C) {
+    grouped_gemm_kernel(const float* __restrict__ A, const W* __restrict__ B0, const W* __restrict__ B1,
+                        int N, int K, const int32_t* __restrict__ offsets, const int32_t* __restrict__ tiles,
+                        int num_experts, float* __restrict__ C) {
   const int tile = blockIdx.x;
   if (tile >= tiles[num_experts]) return;
   int lo = 0, hi = num_experts - 1;  // the expert whose tiles hold `tile`
@@ -153,13 +159,13 @@ void launch_grouped(const void* w0, const void* w1, int num_experts, int n, int 
   const int max_tiles = (max_rows + kBM - 1) / kBM + num_experts;
   if (max_tiles <= 0 || n <= 0) return;
   const dim3 grid(max_tiles, (n + kBN - 1) / kBN);
-  grouped_gemm_kernel<W, kSwiGLU><<<grid, kThreads, 0, stream>>>(x_rows, static_cast<const W*>(w0),
-                                                                  static_cast<const W*>(w1), n, k, offsets, tiles,
-                                                                  num_experts, out);
+  grouped_gemm_kernel<W, kSwiGLU><<<grid, kThreads, 0, stream>>>(
+      x_rows, static_cast<const W*>(w0), static_cast<const W*>(w1), n, k, offsets, tiles, num_experts, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
-__global__ void cast_bf16_kernel(const float* __restrict__ in, size_t count, __nv_bfloat16* __restrict__ out) {
+__global__ void cast_bf16_kernel(const float* __restrict__ in, size_t count,
+                                 __nv_bfloat16* __restrict__ out) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     out[i] = __float2bfloat16(in[i]);
@@ -167,8 +173,8 @@ __global__ void cast_bf16_kernel(const float* __restrict__ in, size_t count, __n
 }
 
 __global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, int ffn,
-                              const int32_t* __restrict__ offsets, int num_experts, float* __restrict__ out_f32,
-                              __nv_bfloat16* __restrict__ out_bf16) {
+                              const int32_t* __restrict__ offsets, int num_experts,
+                              float* __restrict__ out_f32, __nv_bfloat16* __restrict__ out_bf16) {
   const size_t count = static_cast<size_t>(offsets[num_experts]) * ffn;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -208,25 +214,26 @@ size_t align_up(size_t n) {
 void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const int32_t* expert_offsets,
                  int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream) {
   if (max_rows <= 0) return;
-  gather_kernel<<<max_rows, 256, 0, stream>>>(x, hidden, slot_pairs, expert_offsets, num_experts, top_k, x_rows);
+  gather_kernel<<<max_rows, 256, 0, stream>>>(x, hidden, slot_pairs, expert_offsets, num_experts, top_k,
+                                              x_rows);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, const int32_t* pair_slot,
-                  const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k, float* y,
-                  cudaStream_t stream) {
+                  const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k,
+                  float* y, cudaStream_t stream) {
   if (num_tokens <= 0) return;
-  combine_kernel<<<num_tokens, 256, 0, stream>>>(y_rows, hidden, pair_expert, pair_slot, pair_weight, expert_offsets,
-                                                 top_k, y);
+  combine_kernel<<<num_tokens, 256, 0, stream>>>(y_rows, hidden, pair_expert, pair_slot, pair_weight,
+                                                 expert_offsets, top_k, y);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k, const float* x_rows,
-                              const int32_t* expert_offsets, int max_rows, float* out, int32_t* tile_table,
-                              cudaStream_t stream) {
+void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k,
+                              const float* x_rows, const int32_t* expert_offsets, int max_rows, float* out,
+                              int32_t* tile_table, cudaStream_t stream) {
   if (type == WeightType::kF32) {
-    launch_grouped<float, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out, tile_table,
-                                 stream);
+    launch_grouped<float, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
+                                 tile_table, stream);
   } else {
     launch_grouped<__nv_bfloat16, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
                                          tile_table, stream);
@@ -247,20 +254,21 @@ void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const
                                 " bytes is below " + std::to_string(needed));
   }
   float* h = static_cast<float*>(workspace);
-  int32_t* tiles = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) +
-                                              align_up(static_cast<size_t>(max_rows) * w.ffn * sizeof(float)));
+  int32_t* tiles = reinterpret_cast<int32_t*>(
+      static_cast<char*>(workspace) + align_up(static_cast<size_t>(max_rows) * w.ffn * sizeof(float)));
   if (w.type == WeightType::kF32) {
-    launch_grouped<float, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets, max_rows, h,
-                                tiles, stream);
+    launch_grouped<float, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets, max_rows,
+                                h, tiles, stream);
   } else {
-    launch_grouped<__nv_bfloat16, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets, max_rows,
-                                        h, tiles, stream);
+    launch_grouped<__nv_bfloat16, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
+                                        max_rows, h, tiles, stream);
   }
-  grouped_linear_invariant(w.type, w.w2, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows, y_rows, tiles,
-                           stream);
+  grouped_linear_invariant(w.type, w.w2, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows, y_rows,
+                           tiles, stream);
 }
 
-void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
+void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale,
+                  cudaStream_t stream) {
   if (count == 0) return;
   fill_kernel<<<grid_for(count), 256, 0, stream>>>(type == WeightType::kBF16, data, count, seed, scale);
   CUDA_CHECK(cudaGetLastError());

@@ -40,36 +40,38 @@ void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const in
 // p = t * top_k + j, e = pair_expert[p]; dropped pairs (expert -1) add nothing. fmaf per term, no atomics:
 // each y[t] depends only on its own pairs.
 void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, const int32_t* pair_slot,
-                  const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k, float* y,
-                  cudaStream_t stream);
+                  const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k,
+                  float* y, cudaStream_t stream);
 
-// ---- invariant kind ------------------------------------------------------------------------------------------
-// NOTES: one fixed tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics.
-// Each output element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that
-// order, so its bits depend only on its own input row and the weights, not on how many rows the expert
-// has, where the row sits in the buffer, or what else is in the batch.
+// ---- invariant kind
+// ------------------------------------------------------------------------------------------ NOTES: one fixed
+// tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics. Each output
+// element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that order, so its
+// bits depend only on its own input row and the weights, not on how many rows the expert has, where the row
+// sits in the buffer, or what else is in the batch.
 
-// Grouped linear: out[r] = W_e @ x_rows[r] for the expert e of row r; W [E][n][k] of `type`, out [max_rows, n].
-// `tile_table` is device int32 [num_experts + 1] scratch.
-void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k, const float* x_rows,
-                              const int32_t* expert_offsets, int max_rows, float* out, int32_t* tile_table,
-                              cudaStream_t stream);
+// Grouped linear: out[r] = W_e @ x_rows[r] for the expert e of row r; W [E][n][k] of `type`, out [max_rows,
+// n]. `tile_table` is device int32 [num_experts + 1] scratch.
+void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k,
+                              const float* x_rows, const int32_t* expert_offsets, int max_rows, float* out,
+                              int32_t* tile_table, cudaStream_t stream);
 
 // Bytes of workspace expert_ffn_invariant needs (the [max_rows, ffn] activation and the tile table).
 size_t expert_ffn_invariant_workspace_bytes(int num_experts, int max_rows, int ffn);
 
 // y_rows[r] = expert FFN of x_rows[r] (SwiGLU fused into the gate/up GEMM's epilogue). x_rows [max_rows,
 // hidden], y_rows [max_rows, hidden]. Throws std::invalid_argument for a short workspace.
-void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows, const int32_t* expert_offsets,
-                          int max_rows, float* y_rows, void* workspace, size_t workspace_bytes,
-                          cudaStream_t stream);
+void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows,
+                          const int32_t* expert_offsets, int max_rows, float* y_rows, void* workspace,
+                          size_t workspace_bytes, cudaStream_t stream);
 
 // Fills count elements of `type` with uniform values in [-scale, scale), a pure function of (seed, index):
 // for benchmarks and tests that need large weights without a host copy.
 void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 
-// ---- fast kind ----------------------------------------------------------------------------------------------
-// Element-wise helpers of the fast path.
+// ---- fast kind
+// ---------------------------------------------------------------------------------------------- Element-wise
+// helpers of the fast path.
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
 // h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
@@ -82,7 +84,8 @@ void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* exp
 // and synchronises the stream once (per-expert GEMM shapes live on the host); it is not graph-capturable.
 class CublasExpertFfn {
  public:
-  // Allocates its buffers and cuBLAS handle (setup, not per forward). Throws std::runtime_error on CUDA errors.
+  // Allocates its buffers and cuBLAS handle (setup, not per forward). Throws std::runtime_error on CUDA
+  // errors.
   CublasExpertFfn(const ExpertWeightsView& weights, int max_rows);
   ~CublasExpertFfn();
   CublasExpertFfn(const CublasExpertFfn&) = delete;

@@ -16,7 +16,8 @@ CublasExpertFfn::CublasExpertFfn(const ExpertWeightsView& weights, int max_rows)
     CUDA_CHECK(cudaMalloc(&x_bf16_, static_cast<size_t>(max_rows) * weights.hidden * 2));
     CUDA_CHECK(cudaMalloc(&h_bf16_, h * 2));
   }
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (weights.num_experts + 1) * sizeof(int32_t)));
+  CUDA_CHECK(
+      cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (weights.num_experts + 1) * sizeof(int32_t)));
 }
 
 CublasExpertFfn::~CublasExpertFfn() {
@@ -33,8 +34,8 @@ CublasExpertFfn::~CublasExpertFfn() {
 void CublasExpertFfn::gemm(const void* w, int n, int k, const void* x, int rows, float* out) {
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType_t type = weights_.type == WeightType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
-  CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, type, k, x, type, k, &beta, out,
-                            CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, type, k, x, type, k,
+                            &beta, out, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets, float* y_rows,
@@ -63,7 +64,8 @@ void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets
     gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, gate_ + r0 * f);
     gemm(w3 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);
   }
-  swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr, stream);
+  swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr,
+              stream);
   const char* h = bf16 ? static_cast<const char*>(h_bf16_) : reinterpret_cast<const char*>(up_);
   for (int e = 0; e < E; ++e) {
     const int rows = host_offsets_[e + 1] - host_offsets_[e];

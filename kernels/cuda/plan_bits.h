@@ -42,8 +42,8 @@ MOE_HD inline uint64_t descending_key(float f) {
 }
 
 // moe::rounded_capacity with the same double operations in the same order (IEEE on host and device).
-MOE_HD inline int64_t rounded_capacity_hd(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
-                                          bool ceil_rounding) {
+MOE_HD inline int64_t rounded_capacity_hd(double capacity_factor, int64_t num_tokens, int top_k,
+                                          int num_experts, bool ceil_rounding) {
   const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
   const double nearest = ::round(exact);
   const double magnitude = ::fabs(exact) > 1.0 ? ::fabs(exact) : 1.0;
@@ -55,7 +55,6 @@ MOE_HD inline int64_t max3(int64_t a, int64_t b, int64_t c) {
   const int64_t m = a > b ? a : b;
   return m > c ? m : c;
 }
-
 
 // Bits needed to hold every value in [0, n).
 MOE_HD inline int bits_below(int64_t n) {

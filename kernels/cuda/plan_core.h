@@ -212,7 +212,8 @@ struct GroupHeads {
   Ctx c;
   MOE_HD void operator()(int i) const {
     c.inv_order[c.order[i]] = i;
-    const bool head = i == 0 || (c.grouped() && c.meta[c.order[i]].request_id != c.meta[c.order[i - 1]].request_id);
+    const bool head =
+        i == 0 || (c.grouped() && c.meta[c.order[i]].request_id != c.meta[c.order[i - 1]].request_id);
     c.pair_aux[i] = head ? 1 : 0;
   }
 };
@@ -292,7 +293,8 @@ struct GroupCapacity {  // request scope: each pool's budget from its own token 
       return;
     }
     const int64_t size = c.group_begin[g + 1] - c.group_begin[g];
-    c.group_cap[g] = max3(1, c.min_capacity, rounded_capacity_hd(c.capacity_factor, size, c.k, c.E, c.ceil_rounding));
+    c.group_cap[g] =
+        max3(1, c.min_capacity, rounded_capacity_hd(c.capacity_factor, size, c.k, c.E, c.ceil_rounding));
   }
 };
 struct ExpertCapacity {
@@ -314,7 +316,8 @@ struct ExpertCapacity {
         int64_t sum = 0;
         if (c.T > 0) {
           const int chunks = (c.num_groups() + kCapacityChunk - 1) / kCapacityChunk;
-          for (int chunk = 0; chunk < chunks; ++chunk) sum += c.capacity_partial[static_cast<int64_t>(chunk) * c.E + e];
+          for (int chunk = 0; chunk < chunks; ++chunk)
+            sum += c.capacity_partial[static_cast<int64_t>(chunk) * c.E + e];
         }
         c.capacity[e] = sum;
         break;
@@ -323,8 +326,9 @@ struct ExpertCapacity {
   }
 };
 
-// Causal capacity in two parallel passes (requests x experts can be 16k x 256 in a decode batch): per request,
-// its last budget (group_cap) and state row (pair_aux); then per (chunk of requests, expert) a partial sum.
+// Causal capacity in two parallel passes (requests x experts can be 16k x 256 in a decode batch): per
+// request, its last budget (group_cap) and state row (pair_aux); then per (chunk of requests, expert) a
+// partial sum.
 struct CausalGroupInfo {
   Ctx c;
   MOE_HD void operator()(int g) const {
@@ -352,7 +356,8 @@ struct CausalCapacityPartial {
   }
 };
 
-// ---- Pooled scopes: kept pairs by rank ---------------------------------------------------------------------
+// ---- Pooled scopes: kept pairs by rank
+// ---------------------------------------------------------------------
 struct ClaimKeys {
   Ctx c;
   MOE_HD void operator()(int p) const {
@@ -431,7 +436,8 @@ struct ReroutePooled {
   }
 };
 
-// ---- Causal scope: one thread per request --------------------------------------------------------------------
+// ---- Causal scope: one thread per request
+// --------------------------------------------------------------------
 struct DecideCausal {
   Ctx c;
   MOE_HD void operator()(int g) const {
@@ -470,7 +476,8 @@ struct DecideCausal {
   }
 };
 
-// ---- Slots ----------------------------------------------------------------------------------------------------
+// ---- Slots
+// ----------------------------------------------------------------------------------------------------
 struct LoadFromCounts {  // batch/none: the single pool's counts are the loads
   Ctx c;
   MOE_HD void operator()(int e) const { c.load[e] = c.group_counts[e]; }
@@ -512,7 +519,8 @@ struct AssignSlots {
   }
 };
 
-// ---- Totals ----------------------------------------------------------------------------------------------------
+// ---- Totals
+// ----------------------------------------------------------------------------------------------------
 struct FinishTokens {
   Ctx c;
   MOE_HD void operator()(int t) const {
@@ -564,9 +572,9 @@ T* at(void* base, size_t offset) {
 }
 
 // Stable sort of (key, value) pairs by the key's low `end_bit` bits (every key the planner sorts is below
-// 2^end_bit, except kNoKey, whose low bits are all ones and so still sort last). The generic version sorts with
-// Thrust by the masked key; the CUDA launcher passes CUB's radix sort over bits [0, end_bit) instead, which
-// orders identically (LSD radix sort is stable).
+// 2^end_bit, except kNoKey, whose low bits are all ones and so still sort last). The generic version sorts
+// with Thrust by the masked key; the CUDA launcher passes CUB's radix sort over bits [0, end_bit) instead,
+// which orders identically (LSD radix sort is stable).
 struct MaskedLess {
   uint64_t mask;
   MOE_HD bool operator()(uint64_t a, uint64_t b) const { return (a & mask) < (b & mask); }

@@ -1,7 +1,5 @@
 // The planner's algorithm (plan_core.h) on the CUDA backend of Thrust, on an explicit stream with
 // workspace-backed temporary storage; the sorts are CUB radix sorts over only the key bits in use.
-#include "kernels/cuda/plan_dispatch.h"
-
 #include <thrust/system/cuda/execution_policy.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -11,6 +9,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/plan_core.h"
+#include "kernels/cuda/plan_dispatch.h"
 
 namespace moe::cuda {
 namespace {
@@ -23,7 +22,8 @@ size_t align_up(size_t n) {
 
 // Stack allocator over a fixed device buffer for Thrust's temporary storage. Thrust frees each algorithm's
 // storage before the next algorithm starts, so the last allocation is always the one freed and the peak is
-// one algorithm's need. Running out throws (the workspace query was wrong), it never falls back to cudaMalloc.
+// one algorithm's need. Running out throws (the workspace query was wrong), it never falls back to
+// cudaMalloc.
 struct ArenaAllocator {
   using value_type = char;
   char* base;
@@ -53,7 +53,8 @@ struct CubSorter {
   cudaStream_t stream;
   void operator()(uint64_t* keys, int32_t* vals, int n, int end_bit) const {
     if (n <= 1) return;
-    const size_t key_bytes = static_cast<size_t>(n) * sizeof(uint64_t), val_bytes = static_cast<size_t>(n) * sizeof(int32_t);
+    const size_t key_bytes = static_cast<size_t>(n) * sizeof(uint64_t),
+                 val_bytes = static_cast<size_t>(n) * sizeof(int32_t);
     auto* keys_alt = reinterpret_cast<uint64_t*>(arena->allocate(static_cast<std::ptrdiff_t>(key_bytes)));
     auto* vals_alt = reinterpret_cast<int32_t*>(arena->allocate(static_cast<std::ptrdiff_t>(val_bytes)));
     cub::DoubleBuffer<uint64_t> k(keys, keys_alt);
@@ -62,8 +63,10 @@ struct CubSorter {
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, end_bit, stream));
     char* temp = arena->allocate(static_cast<std::ptrdiff_t>(temp_bytes));
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, k, v, n, 0, end_bit, stream));
-    if (k.Current() != keys) CUDA_CHECK(cudaMemcpyAsync(keys, k.Current(), key_bytes, cudaMemcpyDeviceToDevice, stream));
-    if (v.Current() != vals) CUDA_CHECK(cudaMemcpyAsync(vals, v.Current(), val_bytes, cudaMemcpyDeviceToDevice, stream));
+    if (k.Current() != keys)
+      CUDA_CHECK(cudaMemcpyAsync(keys, k.Current(), key_bytes, cudaMemcpyDeviceToDevice, stream));
+    if (v.Current() != vals)
+      CUDA_CHECK(cudaMemcpyAsync(vals, v.Current(), val_bytes, cudaMemcpyDeviceToDevice, stream));
     arena->deallocate(temp, temp_bytes);
     arena->deallocate(reinterpret_cast<char*>(vals_alt), val_bytes);
     arena->deallocate(reinterpret_cast<char*>(keys_alt), key_bytes);
@@ -75,9 +78,9 @@ struct CubSorter {
 size_t arena_bytes(const PlanShape& shape) {
   const size_t pairs = static_cast<size_t>(std::max(shape.max_tokens, 1)) * shape.top_k;
   size_t sort_bytes = 0;
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const uint64_t*>(nullptr),
-                                             static_cast<uint64_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                             static_cast<int32_t*>(nullptr), static_cast<int64_t>(pairs)));
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort_bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int64_t>(pairs)));
   return 2 * (align_up(sort_bytes) + align_up(pairs * 8) + align_up(pairs * 4)) + (size_t{4} << 20);
 }
 
@@ -103,7 +106,8 @@ void plan_dispatch(const PlanShape& shape, const PlanInputs& in, const PlanOutpu
   }
   size_t top = 0;
   ArenaAllocator arena{static_cast<char*>(workspace) + arrays, workspace_bytes - arrays, &top};
-  detail::run_plan(thrust::cuda::par_nosync(arena).on(stream), CubSorter{&arena, stream}, shape, in, out, workspace);
+  detail::run_plan(thrust::cuda::par_nosync(arena).on(stream), CubSorter{&arena, stream}, shape, in, out,
+                   workspace);
   CUDA_CHECK(cudaGetLastError());
 }
 

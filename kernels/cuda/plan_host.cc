@@ -6,7 +6,6 @@
 #include <unordered_map>
 #include <vector>
 
-
 namespace moe::cuda {
 namespace {
 
@@ -32,12 +31,13 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
                         DispatchPlan& out) const {
   if (routes.num_experts != num_experts_ || routes.top_k != top_k_) {
     fail("routes are for " + std::to_string(routes.num_experts) + " experts, top_k " +
-         std::to_string(routes.top_k) + " but the planner for " + std::to_string(num_experts_) + " experts, top_k " +
-         std::to_string(top_k_));
+         std::to_string(routes.top_k) + " but the planner for " + std::to_string(num_experts_) +
+         " experts, top_k " + std::to_string(top_k_));
   }
   const int T = routes.num_tokens;
   if (static_cast<int64_t>(meta.size()) != T) {
-    fail("token metadata has " + std::to_string(meta.size()) + " rows but the routes have " + std::to_string(T));
+    fail("token metadata has " + std::to_string(meta.size()) + " rows but the routes have " +
+         std::to_string(T));
   }
   if (state != nullptr && state->num_experts() != num_experts_) {
     fail("causal routing state is for " + std::to_string(state->num_experts()) + " experts, not " +
@@ -114,12 +114,14 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
     case kPlanOk:
       break;
     case kPlanDuplicateToken:
-      fail("rows " + std::to_string(error.row_a) + " and " + std::to_string(error.row_b) + " both claim request " +
-           std::to_string(error.request_id) + " position " + std::to_string(error.position));
+      fail("rows " + std::to_string(error.row_a) + " and " + std::to_string(error.row_b) +
+           " both claim request " + std::to_string(error.request_id) + " position " +
+           std::to_string(error.position));
     case kPlanNonContiguousPosition:
-      fail("request " + std::to_string(error.request_id) + ": causal scope needs contiguous positions, but row " +
-           std::to_string(error.row_b) + " has position " + std::to_string(error.position) + " where " +
-           std::to_string(error.expected) + " was expected");
+      fail("request " + std::to_string(error.request_id) +
+           ": causal scope needs contiguous positions, but row " + std::to_string(error.row_b) +
+           " has position " + std::to_string(error.position) + " where " + std::to_string(error.expected) +
+           " was expected");
     case kPlanStateRowMismatch:
       fail("request " + std::to_string(error.request_id) + ": rows " + std::to_string(error.row_a) + " and " +
            std::to_string(error.row_b) + " name different routing-state rows");

@@ -28,7 +28,8 @@ int PlanShape::num_ranked_needed() const {
 void PlanShape::validate() const {
   if (num_experts < 1) fail("num_experts must be >= 1 (got " + std::to_string(num_experts) + ")");
   if (top_k < 1 || top_k > num_experts) {
-    fail("top_k (" + std::to_string(top_k) + ") must be in [1, num_experts=" + std::to_string(num_experts) + "]");
+    fail("top_k (" + std::to_string(top_k) + ") must be in [1, num_experts=" + std::to_string(num_experts) +
+         "]");
   }
   if (max_tokens < 0) fail("max_tokens must be >= 0 (got " + std::to_string(max_tokens) + ")");
   policy.validate();
@@ -37,7 +38,8 @@ void PlanShape::validate() const {
          std::to_string(num_ranked_needed()) + " = top_k + reroute_depth)");
   }
   const int64_t pairs = int64_t{max_tokens} * top_k;
-  if (pairs > (int64_t{1} << 30)) fail("max_tokens * top_k must be <= 2^30 (got " + std::to_string(pairs) + ")");
+  if (pairs > (int64_t{1} << 30))
+    fail("max_tokens * top_k must be <= 2^30 (got " + std::to_string(pairs) + ")");
   const PlanKeyBits bits(max_tokens, num_experts, top_k, policy.scope);
   if (bits.claim_total() > 63 || bits.slot_total() > 63) {
     fail("shape too large for 63-bit sort keys (max_tokens " + std::to_string(max_tokens) + ", num_experts " +

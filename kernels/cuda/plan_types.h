@@ -30,7 +30,7 @@ struct PlanShape {
 
 // Inputs, all in the backend's memory (device memory for CUDA, host memory for OpenMP).
 struct PlanInputs {
-  int num_tokens = 0;                    // T <= shape.max_tokens
+  int num_tokens = 0;                      // T <= shape.max_tokens
   const int32_t* route_experts = nullptr;  // [T * num_ranked], -1 = unavailable rank (TokenRoutes::experts)
   const float* route_weights = nullptr;    // [T * num_ranked]
   const float* top1_score = nullptr;       // [T]; read only under Priority::kScore
@@ -52,7 +52,7 @@ struct PlanInputs {
 // learns of it only when it reads the struct back (the one documented synchronisation point).
 enum PlanErrorCode : int32_t {
   kPlanOk = 0,
-  kPlanDuplicateToken = 1,         // two rows with the same (request_id, position) where the policy ranks by it
+  kPlanDuplicateToken = 1,  // two rows with the same (request_id, position) where the policy ranks by it
   kPlanNonContiguousPosition = 2,  // causal: positions not contiguous from the request's next position
   kPlanStateRowMismatch = 3,       // causal: tokens of one request name different state rows
 };
@@ -84,21 +84,21 @@ int64_t plan_batch_capacity(const PlanShape& shape, int num_tokens);
 
 // Byte offsets of the planner's scratch arrays inside one workspace (shared by both backends).
 struct PlanWorkspaceLayout {
-  size_t token_key = 0;     // uint64 [max_tokens]
-  size_t order = 0;         // int32  [max_tokens]
-  size_t inv_order = 0;     // int32  [max_tokens]
-  size_t group_of = 0;      // int32  [max_tokens]
-  size_t group_begin = 0;   // int32  [max_tokens + 1]
-  size_t group_cap = 0;     // int64  [max_tokens]
-  size_t group_cap_sum = 0; // int64  [max_tokens]
-  size_t token_stats = 0;   // 4 x int64 [max_tokens]
-  size_t pair_key = 0;      // uint64 [max_pairs]
-  size_t pair_val = 0;      // int32  [max_pairs]
-  size_t pair_aux = 0;      // int32  [max_pairs + 1]
-  size_t overflow = 0;      // int32  [max_pairs]
-  size_t group_counts = 0;  // int32  [count_rows * E]
+  size_t token_key = 0;         // uint64 [max_tokens]
+  size_t order = 0;             // int32  [max_tokens]
+  size_t inv_order = 0;         // int32  [max_tokens]
+  size_t group_of = 0;          // int32  [max_tokens]
+  size_t group_begin = 0;       // int32  [max_tokens + 1]
+  size_t group_cap = 0;         // int64  [max_tokens]
+  size_t group_cap_sum = 0;     // int64  [max_tokens]
+  size_t token_stats = 0;       // 4 x int64 [max_tokens]
+  size_t pair_key = 0;          // uint64 [max_pairs]
+  size_t pair_val = 0;          // int32  [max_pairs]
+  size_t pair_aux = 0;          // int32  [max_pairs + 1]
+  size_t overflow = 0;          // int32  [max_pairs]
+  size_t group_counts = 0;      // int32  [count_rows * E]
   size_t capacity_partial = 0;  // int64 [ceil(max_tokens / 256) * E] (causal scope)
-  size_t bytes = 0;         // total
+  size_t bytes = 0;             // total
 
   explicit PlanWorkspaceLayout(const PlanShape& shape);
 };

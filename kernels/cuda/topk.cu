@@ -1,5 +1,3 @@
-#include "kernels/cuda/topk.h"
-
 #include <climits>
 #include <cmath>
 #include <stdexcept>
@@ -7,6 +5,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/topk.h"
 
 namespace moe::cuda {
 namespace {
@@ -17,9 +16,9 @@ __global__ void reset_error(int32_t* error_row) {
   *error_row = INT32_MAX;
 }
 
-__global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p, const float* __restrict__ logits, int num_tokens,
-                                                        int32_t* __restrict__ experts, float* __restrict__ weights,
-                                                        float* __restrict__ top1_score, int32_t* error_row) {
+__global__ void __launch_bounds__(kThreads)
+    topk_kernel(TopKParams p, const float* __restrict__ logits, int num_tokens, int32_t* __restrict__ experts,
+                float* __restrict__ weights, float* __restrict__ top1_score, int32_t* error_row) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= num_tokens) return;
   const int64_t R = p.num_ranked;
@@ -35,8 +34,8 @@ TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* 
   config.validate();
   if (num_ranked == 0) num_ranked = config.top_k;
   if (num_ranked < config.top_k) {
-    throw std::invalid_argument("gpu router: num_ranked (" + std::to_string(num_ranked) + ") is below top_k (" +
-                                std::to_string(config.top_k) + ")");
+    throw std::invalid_argument("gpu router: num_ranked (" + std::to_string(num_ranked) +
+                                ") is below top_k (" + std::to_string(config.top_k) + ")");
   }
   if (config.num_groups > kTopKMaxGroups) {
     throw std::invalid_argument("gpu router: num_groups (" + std::to_string(config.num_groups) +
@@ -58,14 +57,15 @@ TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* 
   return p;
 }
 
-void topk_route(const TopKParams& params, const float* logits, int num_tokens, int32_t* experts, float* weights,
-                float* top1_score, int32_t* error_row, cudaStream_t stream) {
+void topk_route(const TopKParams& params, const float* logits, int num_tokens, int32_t* experts,
+                float* weights, float* top1_score, int32_t* error_row, cudaStream_t stream) {
   if (num_tokens < 0) throw std::invalid_argument("gpu router: num_tokens must be >= 0");
   reset_error<<<1, 1, 0, stream>>>(error_row);
   CUDA_CHECK(cudaGetLastError());
   if (num_tokens == 0) return;
   const int blocks = (num_tokens + kThreads - 1) / kThreads;
-  topk_kernel<<<blocks, kThreads, 0, stream>>>(params, logits, num_tokens, experts, weights, top1_score, error_row);
+  topk_kernel<<<blocks, kThreads, 0, stream>>>(params, logits, num_tokens, experts, weights, top1_score,
+                                               error_row);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -78,8 +78,8 @@ void topk_route_from_host(const RouterConfig& config, int num_ranked, const floa
   DeviceBuffer<float> d_logits(T * p.num_experts), d_weights(T * p.num_ranked), d_top1(T);
   DeviceBuffer<int32_t> d_experts(T * p.num_ranked), d_error(1);
   d_logits.upload(logits, T * p.num_experts);
-  topk_route(p, d_logits.data(), num_tokens, d_experts.data(), d_weights.data(), d_top1.data(), d_error.data(),
-             stream);
+  topk_route(p, d_logits.data(), num_tokens, d_experts.data(), d_weights.data(), d_top1.data(),
+             d_error.data(), stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   int32_t error_row = 0;
   d_error.download(&error_row, 1);

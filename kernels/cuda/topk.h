@@ -16,15 +16,15 @@ namespace moe::cuda {
 // when that is non-empty (else it is ignored). Throws std::invalid_argument.
 TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* device_bias);
 
-// Routes num_tokens rows of logits [num_tokens, num_experts] (device) on `stream`, writing TokenRoutes' arrays
-// (device): experts/weights [num_tokens * num_ranked], top1_score [num_tokens].
-// Same float operations in the same order as TopKRouter; the one difference is expf (CUDA's, within 2 ulp)
-// against the host libm's exp, so a weight may differ in its last bits, and an exact near-tie between two
-// experts could in principle resolve differently.
-// A row with no finite logit is an error: *error_row (device int32) receives the lowest such row, or stays
-// INT32_MAX (this launcher resets it first). Asynchronous; the host sees the error when it reads error_row.
-void topk_route(const TopKParams& params, const float* logits, int num_tokens, int32_t* experts, float* weights,
-                float* top1_score, int32_t* error_row, cudaStream_t stream);
+// Routes num_tokens rows of logits [num_tokens, num_experts] (device) on `stream`, writing TokenRoutes'
+// arrays (device): experts/weights [num_tokens * num_ranked], top1_score [num_tokens]. Same float operations
+// in the same order as TopKRouter; the one difference is expf (CUDA's, within 2 ulp) against the host libm's
+// exp, so a weight may differ in its last bits, and an exact near-tie between two experts could in principle
+// resolve differently. A row with no finite logit is an error: *error_row (device int32) receives the lowest
+// such row, or stays INT32_MAX (this launcher resets it first). Asynchronous; the host sees the error when it
+// reads error_row.
+void topk_route(const TopKParams& params, const float* logits, int num_tokens, int32_t* experts,
+                float* weights, float* top1_score, int32_t* error_row, cudaStream_t stream);
 
 // Test convenience: host logits in, host TokenRoutes out; copies, routes, synchronises and throws
 // std::invalid_argument naming the row (as TopKRouter) for a row with no finite logit.

@@ -74,7 +74,9 @@ struct Row {
     if (p->sigmoid) return 1.0f / (1.0f + exp_f(-x));
     return exp_f(x - max_logit) / sum;
   }
-  MOE_TOPK_HD float select(int e) const { return p->selection_bias ? score(e) + p->selection_bias[e] : score(e); }
+  MOE_TOPK_HD float select(int e) const {
+    return p->selection_bias ? score(e) + p->selection_bias[e] : score(e);
+  }
 };
 
 }  // namespace topk_detail
@@ -137,7 +139,8 @@ MOE_TOPK_HD inline bool topk_route_row(const TopKParams& p, const float* logits,
         if (pick < 0 || before(value[g], g, value[pick], pick)) pick = g;
       }
       taken |= uint64_t{1} << pick;
-      if (!is_inf(value[pick])) kept_groups |= uint64_t{1} << pick;  // a kept group with nothing available adds none
+      if (!is_inf(value[pick]))
+        kept_groups |= uint64_t{1} << pick;  // a kept group with nothing available adds none
     }
   }
 
