@@ -115,6 +115,29 @@ TEST(CudaPlanOmp, EqualsCpuPlannerUnderHeavyOverflow) {
   }
 }
 
+// Large batches: wider sort keys (more pools, more pairs) than the small cases reach.
+TEST(CudaPlanOmp, EqualsCpuPlannerOnLargeBatches) {
+  std::mt19937_64 rng(41);
+  for (int n = 0; n < 16; ++n) {
+    DispatchPolicy policy;
+    policy.scope = static_cast<CapacityScope>(n % 4);
+    policy.priority = static_cast<Priority>((n / 4) % 4);
+    policy.overflow = n % 3 ? Overflow::kReroute : Overflow::kDrop;
+    policy.reroute_depth = 2;
+    policy.seed = rng();
+    const int E = 256, k = 8, T = n % 2 ? 5000 : 2048;
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    TokenRoutes routes = RandomRoutes(rng, T, E, k, cpu.num_ranked_needed(), 0.7, 0.02);
+    std::vector<TokenMeta> meta = RandomMeta(rng, T, n % 2 ? 3000 : 17, nullptr);
+    DispatchPlan want, got;
+    cpu.plan(routes, meta, nullptr, want);
+    gpu.plan(routes, meta, nullptr, got);
+    ExpectSamePlan(want, got, Describe(policy, E, k, T, n));
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // Causal scope across calls: prompts chunked into several forward passes, then decode steps, with the
 // routing state carried by both planners; plans and states must agree after every call.
 TEST(CudaPlanOmp, CausalStateAcrossCalls) {
