@@ -6,6 +6,15 @@
 // Register tiles of any shape (MR rows x NR outputs) run exactly this sequence per element, only
 // interleaved with other elements, so neither the tile shape, the row count, the thread split nor the
 // pointer alignment can change an element's bits. The portable path below spells the same sequence out.
+//
+// Layout of the AVX-512 code:
+//   - in place (fewer than 16 rows, memory-bound): x is copied to an aligned buffer, W rows are read
+//     where they are with the next tile's rows prefetched; tiles of up to 3x8 or 6x4;
+//   - packed (16 rows or more, compute-bound): row blocks of 192 (x stays in L3) x weight blocks of
+//     ~720 KB (packed, interleaved per 4-row group, zero-padded: stays in L2) x groups of 6 rows (packed:
+//     stays in L1), with the reduction cut into pieces of 1024 inputs whose 16-lane accumulators wait in
+//     a buffer between pieces (an exact store and reload).
+// Threads split the outputs into contiguous ranges of whole 4-output groups.
 #include "kernels/cpu/linear_invariant.h"
 
 #include <algorithm>
