@@ -16,7 +16,8 @@ if(TARGET moe_kernels_cuda)
     SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_topk_row_test.cc
     LIBS moe_router
     LABELS unit)
-  foreach(name cuda_plan_gpu_test cuda_topk_gpu_test cuda_ffn_accuracy_test cuda_ffn_invariance_test)
+  foreach(name cuda_plan_gpu_test cuda_topk_gpu_test cuda_ffn_accuracy_test cuda_ffn_invariance_test
+      cuda_moe_pipeline_gpu_test)
     moe_add_test(NAME ${name}
       SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
       LIBS moe_kernels_cuda moe_router
