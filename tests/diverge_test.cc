@@ -97,6 +97,38 @@ TEST(Scheduler, BudgetSplitsChunks) {
   EXPECT_EQ(r[4].position, 2u);
 }
 
+// Under this first-come-first-served policy with ids given in arrival order, every batch is already in
+// ascending (request_id, position) order: arrival priority equals request priority, which is why rank-only
+// and greedy give identical results in the lab (docs/divergence.md, finding 4).
+TEST(Scheduler, RowsFollowRequestOrderUnderFcfs) {
+  TrafficConfig t;
+  t.horizon_steps = 60;
+  Request probe;
+  probe.prompt = std::vector<int32_t>(20, 3);
+  probe.max_new_tokens = 10;
+  uint64_t probe_id = 0;
+  SchedulerConfig c;
+  c.token_budget = 48;
+  c.chunk_size = 8;
+  Scheduler s(c, make_traffic(t, 64, 5, probe, &probe_id));
+  std::vector<uint64_t> finished;
+  int checked = 0;
+  while (!s.all_finished() && s.step() < 2000) {
+    const Rows& rows = s.next_batch();
+    for (size_t r = 1; r < rows.size(); ++r) {
+      const bool ordered =
+          rows[r - 1].request_id < rows[r].request_id ||
+          (rows[r - 1].request_id == rows[r].request_id && rows[r - 1].position < rows[r].position);
+      ASSERT_TRUE(ordered) << "step " << s.step() << " row " << r;
+      ++checked;
+    }
+    auto lr = last_rows(rows);
+    s.complete(lr, one_hot_logits(lr.size(), 64, 1), 64, finished);
+  }
+  EXPECT_TRUE(s.all_finished());
+  EXPECT_GT(checked, 1000);
+}
+
 TEST(Scheduler, RejectsBadRequests) {
   SchedulerConfig c;
   EXPECT_THROW(Scheduler(c, {{1, 0, {}, 1}}), std::invalid_argument);
