@@ -23,6 +23,15 @@ namespace {
 using test_util::random_floats;
 using test_util::TestWeights;
 
+// Sanitizer builds (make asan, make tsan) run 5-20x slower: the largest shapes use fewer rows there.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kBigRows = 64;
+constexpr int64_t kBigFfnRows = 20;
+#else
+constexpr int64_t kBigRows = 512;
+constexpr int64_t kBigFfnRows = 70;
+#endif
+
 // A rows x cols matrix at an arbitrary float offset from a 64-byte boundary, with a padded stride.
 struct Buffer {
   std::vector<float> storage;
@@ -99,7 +108,7 @@ TEST(LinearInvariant, BatchInvariantBits) {
   struct Case {
     int64_t in, out, n;
   };
-  for (const Case& c : {Case{1, 7, 37}, Case{17, 33, 130}, Case{1000, 70, 512}, Case{1024, 2816, 512},
+  for (const Case& c : {Case{1, 7, 37}, Case{17, 33, 130}, Case{1000, 70, 512}, Case{1024, 2816, kBigRows},
                         Case{2816, 1024, 96}}) {
     const TestWeights tw(c.out, c.in, c.in % 2 ? 1 : 0, static_cast<uint32_t>(c.in + c.out));
     for (DType dt : {DType::kF32, DType::kBF16}) {
@@ -136,7 +145,7 @@ TEST(FfnInvariant, BatchInvariantBits) {
   struct Case {
     int64_t d, ff, n, singles;
   };
-  for (const Case& c : {Case{17, 33, 100, 100}, Case{64, 160, 512, 64}, Case{1024, 2816, 70, 6}}) {
+  for (const Case& c : {Case{17, 33, 100, 100}, Case{64, 160, 512, 64}, Case{1024, 2816, kBigFfnRows, 6}}) {
     const TestWeights w1(c.ff, c.d, 0, 1), w3(c.ff, c.d, 2, 2), w2(c.d, c.ff, 0, 3);
     for (DType dt : {DType::kF32, DType::kBF16}) {
       for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {

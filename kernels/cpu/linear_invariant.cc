@@ -117,11 +117,11 @@ inline float hsum(__m512 a) {
 
 // One MR x NR register tile over the whole reduction, reading x and W in place (row-major, any
 // alignment). The last chunk may end inside `in`: masked loads fill it with zeros, as the contract says.
-// `next` (or null) is the first W row of the following tile; its rows are prefetched chunk by chunk,
-// since each W row is only a page or two long and the hardware prefetcher stops at page boundaries.
+// `next` (or null) is the first of the following tile's `next_rows` W rows; they are prefetched chunk by
+// chunk, since each W row is only a page or two long and the hardware prefetcher stops at page boundaries.
 template <int MR, int NR, class W>
 void direct_tile(const float* x, int64_t x_stride, const typename W::T* w, int64_t w_stride, int64_t in,
-                 float* y, int64_t y_stride, const typename W::T* next) {
+                 float* y, int64_t y_stride, const typename W::T* next, int next_rows) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m) {
@@ -133,7 +133,8 @@ void direct_tile(const float* x, int64_t x_stride, const typename W::T* w, int64
     if (next != nullptr) {
 #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) {
-        if (sizeof(typename W::T) == 4 || (k & 31) == 0) {  // one prefetch per 64-byte line
+        if (n < next_rows &&
+            (sizeof(typename W::T) == 4 || (k & 31) == 0)) {  // one prefetch per 64-byte line
           _mm_prefetch(reinterpret_cast<const char*>(next + n * w_stride + k), _MM_HINT_T0);
         }
       }
@@ -244,7 +245,7 @@ constexpr auto packed_tile_table(std::integer_sequence<int, MRs...>) {
 
 template <class W>
 using DirectTileFn = void (*)(const float*, int64_t, const typename W::T*, int64_t, int64_t, float*, int64_t,
-                              const typename W::T*);
+                              const typename W::T*, int);
 
 template <class W, int MR, int... NRs>
 constexpr auto direct_tile_row(std::integer_sequence<int, NRs...>) {
@@ -334,6 +335,16 @@ inline void copy_chunk(const T* src, int64_t count, T* dst) {
   }
 }
 
+// Zeros the 16 elements at 64-byte-aligned dst.
+template <class T>
+inline void zero_chunk(T* dst) {
+  if constexpr (sizeof(T) == 4) {
+    _mm512_store_ps(reinterpret_cast<float*>(dst), _mm512_setzero_ps());
+  } else {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_setzero_si256());
+  }
+}
+
 // Packs `n` rows (n <= 16) of `len` elements, row r at src + r * src_stride, into the interleaved layout
 // dst[(c * n + r) * 16 + l] = src[r][16 c + l], zero-filled past `len` up to `chunks` chunks. Zero
 // padding reproduces exactly the zero-filled tail chunk of the contract.
@@ -344,7 +355,11 @@ void pack_interleaved(const T* src, int64_t src_stride, int n, int64_t len, int6
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t count = std::max<int64_t>(0, std::min<int64_t>(kLanes, len - c * kLanes));
     for (int r = 0; r < n; ++r)
-      copy_chunk(src + r * src_stride + c * kLanes, count, dst + (c * n + r) * kLanes);
+      if (count > 0) {
+        copy_chunk(src + r * src_stride + c * kLanes, count, dst + (c * n + r) * kLanes);
+      } else {
+        zero_chunk(dst + (c * n + r) * kLanes);
+      }
   }
 }
 
@@ -365,10 +380,11 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
     for (int64_t o = o_begin; o < o_end; o += tile_outputs) {
       const int nr = static_cast<int>(std::min<int64_t>(tile_outputs, o_end - o));
       const T* next = o + tile_outputs < o_end ? w + (o + tile_outputs) * w_stride : nullptr;
+      const int next_rows = static_cast<int>(std::clamp<int64_t>(o_end - o - tile_outputs, 0, tile_outputs));
       for (int64_t r = 0; r < rows; r += kMR) {  // the tile's weight rows stay in L1 for later groups
         const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
         tiles[mr - 1][nr - 1](x_copy + r * x_copy_stride, x_copy_stride, w + o * w_stride, w_stride, in,
-                              y + r * y_stride + o, y_stride, r == 0 ? next : nullptr);
+                              y + r * y_stride + o, y_stride, r == 0 ? next : nullptr, next_rows);
       }
     }
     return;

@@ -3,14 +3,15 @@
 moe_add_test(NAME kernels_cpu_bf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_test.cc
              LIBS moe_kernels_cpu LABELS unit)
 moe_add_test(NAME kernels_cpu_thread_pool_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_thread_pool_test.cc
-             LIBS moe_kernels_cpu LABELS unit)
+             LIBS moe_kernels_cpu LABELS unit threaded)
 moe_add_test(NAME kernels_cpu_activations_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_activations_test.cc
              LIBS moe_kernels_cpu LABELS unit)
 moe_add_test(NAME kernels_cpu_linear_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_linear_test.cc
              LIBS moe_kernels_cpu LABELS unit)
 moe_add_test(NAME kernels_cpu_expert_ffn_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_expert_ffn_test.cc
              LIBS moe_kernels_cpu LABELS unit)
+# `threaded`: also run under ThreadSanitizer by `make tsan` (slow there, hence the long timeout).
 moe_add_test(NAME kernels_cpu_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_invariance_test.cc
-             LIBS moe_kernels_cpu LABELS invariance)
+             LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)
 moe_add_test(NAME kernels_cpu_alloc_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_alloc_test.cc
              LIBS moe_kernels_cpu LABELS unit)
