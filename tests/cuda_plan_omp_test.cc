@@ -281,6 +281,32 @@ TEST(CudaPlanOmp, ShapeValidationNamesTheField) {
   reroute.num_ranked = 3;
   EXPECT_NO_THROW(reroute.validate());
   EXPECT_GT(plan_workspace_bytes_omp(reroute), 0u);
+
+  // Missing arrays are named before anything runs.
+  PlanShape score{4, 8, 2, 2, DispatchPolicy{}};
+  score.policy.priority = Priority::kScore;
+  std::vector<int32_t> ints(64, 0);
+  std::vector<float> floats(64, 0.0f);
+  std::vector<TokenMeta> meta(4);
+  std::vector<uint8_t> status(8);
+  int64_t counts[4];
+  int64_t capacity[8];
+  PlanError error;
+  PlanInputs in;
+  in.num_tokens = 4;
+  in.route_experts = ints.data();
+  in.route_weights = floats.data();
+  in.meta = meta.data();
+  PlanOutputs out{ints.data(), ints.data(), floats.data(), status.data(), ints.data(),
+                  capacity,    ints.data(), ints.data(),   counts,        &error};
+  try {
+    check_plan_args(score, in, out);
+    FAIL() << "expected a throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("top1_score"), std::string::npos) << e.what();
+  }
+  in.num_tokens = 5;
+  EXPECT_THROW(check_plan_args(score, in, out), std::invalid_argument);  // above max_tokens
 }
 
 }  // namespace

@@ -94,10 +94,7 @@ size_t plan_workspace_bytes(const PlanShape& shape) {
 void plan_dispatch(const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out, void* workspace,
                    size_t workspace_bytes, cudaStream_t stream) {
   shape.validate();
-  if (in.num_tokens < 0 || in.num_tokens > shape.max_tokens) {
-    throw std::invalid_argument("gpu planner: num_tokens (" + std::to_string(in.num_tokens) +
-                                ") must be in [0, max_tokens=" + std::to_string(shape.max_tokens) + "]");
-  }
+  check_plan_args(shape, in, out);
   const size_t arrays = align_up(PlanWorkspaceLayout(shape).bytes);
   const size_t needed = arrays + arena_bytes(shape);
   if (workspace == nullptr || workspace_bytes < needed) {

@@ -20,10 +20,7 @@ size_t plan_workspace_bytes_omp(const PlanShape& shape) {
 void plan_dispatch_omp(const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out, void* workspace,
                        size_t workspace_bytes) {
   shape.validate();
-  if (in.num_tokens < 0 || in.num_tokens > shape.max_tokens) {
-    throw std::invalid_argument("gpu planner: num_tokens (" + std::to_string(in.num_tokens) +
-                                ") must be in [0, max_tokens=" + std::to_string(shape.max_tokens) + "]");
-  }
+  check_plan_args(shape, in, out);
   if (workspace_bytes < PlanWorkspaceLayout(shape).bytes) {
     throw std::invalid_argument("gpu planner: workspace of " + std::to_string(workspace_bytes) +
                                 " bytes is below plan_workspace_bytes_omp()");

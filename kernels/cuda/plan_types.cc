@@ -47,6 +47,35 @@ void PlanShape::validate() const {
   }
 }
 
+void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out) {
+  if (in.num_tokens < 0 || in.num_tokens > shape.max_tokens) {
+    fail("num_tokens (" + std::to_string(in.num_tokens) +
+         ") must be in [0, max_tokens=" + std::to_string(shape.max_tokens) + "]");
+  }
+  auto need = [](const void* p, const char* name) {
+    if (p == nullptr) fail(std::string(name) + " is null");
+  };
+  need(out.expert_load, "outputs.expert_load");
+  need(out.expert_capacity, "outputs.expert_capacity");
+  need(out.expert_offsets, "outputs.expert_offsets");
+  need(out.counts, "outputs.counts");
+  need(out.error, "outputs.error");
+  if (in.num_tokens == 0) return;
+  need(in.route_experts, "inputs.route_experts");
+  need(in.route_weights, "inputs.route_weights");
+  need(in.meta, "inputs.meta");
+  if (shape.policy.priority == Priority::kScore) need(in.top1_score, "inputs.top1_score (score priority)");
+  if (shape.policy.scope == CapacityScope::kCausal && in.token_state_row != nullptr) {
+    need(in.state_slots_held, "inputs.state_slots_held (token_state_row is set)");
+    need(in.state_next_position, "inputs.state_next_position (token_state_row is set)");
+  }
+  need(out.pair_expert, "outputs.pair_expert");
+  need(out.pair_slot, "outputs.pair_slot");
+  need(out.pair_weight, "outputs.pair_weight");
+  need(out.pair_status, "outputs.pair_status");
+  need(out.slot_pairs, "outputs.slot_pairs");
+}
+
 int64_t plan_batch_capacity(const PlanShape& shape, int num_tokens) {
   if (shape.policy.scope != CapacityScope::kBatch) return -1;
   return std::max<int64_t>(shape.policy.min_capacity,

@@ -79,6 +79,11 @@ struct PlanOutputs {
   PlanError* error = nullptr;          // [1]
 };
 
+// Checks the arguments both launchers share: num_tokens in [0, max_tokens], the pointers the policy reads are
+// set (top1_score under score priority; the state table when token_state_row is given), every output is set.
+// Throws std::invalid_argument naming the first missing one. Does not read device memory.
+void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOutputs& out);
+
 // Batch scope's C for a batch of num_tokens (host arithmetic, identical to the CPU planner); -1 otherwise.
 int64_t plan_batch_capacity(const PlanShape& shape, int num_tokens);
 
