@@ -538,18 +538,25 @@ PYBIND11_MODULE(_moe, m) {
            "[T]. Returns a new float32 [T, hidden] array, or writes into `out`. Releases the GIL.")
       .def(
           "last_stats",
-          [](const PyLayer& self) {
+          [](PyLayer& self) {
+            MoEStats s;
+            bool has_run = false;
+            {
+              py::gil_scoped_release release;  // (lock order: GIL released before the layer's mutex)
+              std::lock_guard<std::mutex> lock(self.mutex);
+              s = self.stats;
+              has_run = self.has_run;
+            }
             py::dict d;
-            const MoEStats& s = self.stats;
-            d["num_tokens"] = self.has_run ? s.num_tokens : 0;
-            d["num_kept"] = self.has_run ? s.num_kept : 0;
-            d["num_rerouted"] = self.has_run ? s.num_rerouted : 0;
-            d["num_dropped"] = self.has_run ? s.num_dropped : 0;
-            d["num_tokens_fully_dropped"] = self.has_run ? s.num_tokens_fully_dropped : 0;
+            d["num_tokens"] = has_run ? s.num_tokens : 0;
+            d["num_kept"] = has_run ? s.num_kept : 0;
+            d["num_rerouted"] = has_run ? s.num_rerouted : 0;
+            d["num_dropped"] = has_run ? s.num_dropped : 0;
+            d["num_tokens_fully_dropped"] = has_run ? s.num_tokens_fully_dropped : 0;
             py::array_t<int32_t> load(self.layer->num_experts());
             for (int e = 0; e < self.layer->num_experts(); ++e) {
               load.mutable_data()[e] =
-                  self.has_run && e < static_cast<int>(s.expert_load.size()) ? s.expert_load[e] : 0;
+                  has_run && e < static_cast<int>(s.expert_load.size()) ? s.expert_load[e] : 0;
             }
             d["expert_load"] = load;
             return d;
@@ -557,9 +564,17 @@ PYBIND11_MODULE(_moe, m) {
           "Routing outcome of the last forward pass.")
       .def(
           "last_plan",
-          [](const PyLayer& self) {
-            if (!self.has_run) throw py::value_error("no forward pass has run yet");
-            return plan_dict(self.layer->last_plan());
+          [](PyLayer& self) {
+            DispatchPlan plan;
+            bool has_run = false;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard<std::mutex> lock(self.mutex);
+              has_run = self.has_run;
+              if (has_run) plan = self.layer->last_plan();
+            }
+            if (!has_run) throw py::value_error("no forward pass has run yet");
+            return plan_dict(plan);
           },
           "The dispatch plan of the last forward pass (arrays [T, top_k]: expert, slot, weight, status).")
       .def(
