@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace moe {
@@ -48,7 +50,7 @@ std::string_view name_of(Enum v, const std::pair<std::string_view, Enum> (&table
 
 void DispatchPolicy::validate() const {
   if (!std::isfinite(capacity_factor) || capacity_factor <= 0.0) {
-    fail("capacity_factor must be finite and > 0 (got " + std::to_string(capacity_factor) + ")");
+    fail("capacity_factor must be finite and > 0 (got " + number(capacity_factor) + ")");
   }
   if (min_capacity < 0) fail("min_capacity must be >= 0 (got " + std::to_string(min_capacity) + ")");
   if (overflow == Overflow::kReroute && reroute_depth < 1) {

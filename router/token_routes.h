@@ -1,6 +1,7 @@
 // The router's output: per token, experts in rank order and the weight each would carry.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
