@@ -13,6 +13,17 @@ namespace {
   throw std::invalid_argument("dispatch policy: " + msg);
 }
 
+// Shortest spelling of a double that reads back exactly ("0", "1e-09", "1.25"), for messages.
+std::string number(double v) {
+  char buf[32];
+  for (int precision = 1; precision < 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 template <typename Enum, size_t N>
 Enum parse_enum(std::string_view what, std::string_view s,
                 const std::pair<std::string_view, Enum> (&table)[N]) {
