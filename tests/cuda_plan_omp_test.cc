@@ -107,6 +107,12 @@ TEST(CudaPlanOmp, EqualsCpuPlannerUnderHeavyOverflow) {
     const int R = cpu.num_ranked_needed();
     TokenRoutes routes = RandomRoutes(rng, T, E, k, R, 0.9, 0.3);
     std::vector<TokenMeta> meta = RandomMeta(rng, T, 1 + static_cast<int>(rng() % 6), nullptr);
+    if (n % 3 == 0) {
+      // Rows already in (request_id, position) order: the CPU planner's no-sort path.
+      std::sort(meta.begin(), meta.end(), [](const TokenMeta& a, const TokenMeta& b) {
+        return a.request_id != b.request_id ? a.request_id < b.request_id : a.position < b.position;
+      });
+    }
     DispatchPlan want, got;
     cpu.plan(routes, meta, nullptr, want);
     gpu.plan(routes, meta, nullptr, got);
