@@ -1,6 +1,10 @@
 // moe-sim: the command-line front end. Parsing only; the subcommands live in commands.cc.
 #include <CLI/CLI.hpp>
 #include <iostream>
+
+#ifdef MOE_SIM_HAVE_DIVERGE
+#include "sim/diverge/command.h"
+#endif
 #include <map>
 #include <string>
 #include <vector>
@@ -94,6 +98,10 @@ int real_main(int argc, char** argv) {
     subs[i].app->alias(commands[i].alias);
     add_settings(subs[i]);
   }
+#ifdef MOE_SIM_HAVE_DIVERGE
+  // The divergence lab (sim/diverge): its callback runs the experiment while parsing.
+  moe::sim::add_diverge_command(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -109,6 +117,7 @@ int real_main(int argc, char** argv) {
   for (const auto& sub : subs) {
     if (sub.app->parsed()) return moe::sim::run_command(sub.command, collect(sub), std::cout);
   }
+  if (app.got_subcommand("diverge")) return 0;
   return 2;
 }
 
