@@ -21,6 +21,7 @@ build: configure
 
 demo: build
 	bash scripts/demo.sh $(BUILD)
+	bash scripts/demo-diverge.sh $(BUILD)
 
 # Every test: unit, invariance, mpi (under mpirun with 1, 2 and 4 ranks), python, and gpu (skips without a GPU).
 test: build
