@@ -13,7 +13,7 @@ namespace {
   throw std::invalid_argument("dispatch planner: " + msg);
 }
 
-// A seeded 64-bit mix (splitmix64's finaliser): the random priority's permutation key of a row.
+// A 64-bit mix (splitmix64's finaliser), used for the random priority's keys.
 uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -99,8 +99,10 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
       } else if (policy_.priority == Priority::kScore) {
         key.major = descending_key(routes.top1_score[t]);
         key.minor = 0;
-      } else {  // kRandom: a permutation of the rows that depends only on the seed and the row index
-        key.major = mix64(policy_.seed ^ mix64(static_cast<uint64_t>(t)));
+      } else {
+        // kRandom: a seeded shuffle keyed by the token's identity, not its row, so a request's own order does
+        // not move when strangers join the batch (kernels/cuda/plan_core.h computes the same key).
+        key.major = mix64(policy_.seed ^ mix64(meta[t].request_id ^ mix64(meta[t].position)));
         key.minor = 0;
       }
     }

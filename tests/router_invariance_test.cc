@@ -162,6 +162,12 @@ INSTANTIATE_TEST_SUITE_P(Router, InvariantPolicies,
                                             ::testing::Values(Priority::kRequest),
                                             ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
 
+// A random priority keyed by (request_id, position) keeps request scope invariant too.
+INSTANTIATE_TEST_SUITE_P(RouterRandomPriority, InvariantPolicies,
+                         ::testing::Combine(::testing::Values(CapacityScope::kRequest),
+                                            ::testing::Values(Priority::kRandom),
+                                            ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
+
 // Causal and dropless scopes decide by position whatever the priority says.
 INSTANTIATE_TEST_SUITE_P(RouterAnyPriority, InvariantPolicies,
                          ::testing::Combine(::testing::Values(CapacityScope::kCausal),

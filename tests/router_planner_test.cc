@@ -1,6 +1,7 @@
 // Dispatch planning rules, each on a hand-computed batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -139,6 +140,11 @@ TEST(Planner, RandomPriorityIsASeededPermutation) {
   bool arrival_order = true;
   for (int s = 0; s < 8; ++s) arrival_order &= a.slot_pairs[s] == s;
   EXPECT_FALSE(arrival_order) << "seeded permutation should not be the identity";
+  // The key is the token's identity, not its row: reversing the rows keeps the same tokens.
+  std::vector<TokenMeta> reversed = OneRequest(64);
+  std::reverse(reversed.begin(), reversed.end());
+  const DispatchPlan r = Plan(p, routes, reversed);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(r.pair_status[63 - t], a.pair_status[t]) << t;
   p.seed = 8;
   EXPECT_NE(Plan(p, routes, OneRequest(64)).slot_pairs, a.slot_pairs);
 }

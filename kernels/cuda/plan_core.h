@@ -200,7 +200,7 @@ struct MakeTokenKey {
         key = descending_key(c.top1[t]);
         break;
       case TokenKey::kRandom:
-        key = mix64(c.seed ^ mix64(static_cast<uint64_t>(t)));
+        key = mix64(c.seed ^ mix64(c.meta[t].request_id ^ mix64(c.meta[t].position)));  // as the CPU planner
         break;
     }
     c.token_key[i] = key;
