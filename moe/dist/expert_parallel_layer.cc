@@ -16,8 +16,6 @@ namespace {
 
 // As in MoELayer: experts with at most this many rows run one per thread when there are enough of them.
 constexpr int64_t kSmallExpertRows = 32;
-// combine keeps a row's k expert-row pointers on the stack.
-constexpr int kMaxTopK = 64;
 // A rank's token count in the first exchange of a step when its input was rejected.
 constexpr size_t kRejected = std::numeric_limits<size_t>::max();
 
@@ -34,31 +32,6 @@ constexpr size_t kRecordHeaderBytes = 16;
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-kernels::FfnWeights ffn_of(const io::ExpertTensors& t, kernels::Activation act) {
-  if (act == kernels::Activation::kGELU) return {t.up_proj, kernels::MatrixView{}, t.down_proj};
-  return {t.gate_proj, t.up_proj, t.down_proj};
-}
-
-// The checks and the selection-bias adoption of MoELayer's constructor, so that both compute the same thing
-// and hash the same config.
-MoELayerConfig checked(MoELayerConfig config, const io::LayerWeights& weights) {
-  config.validate();
-  const io::LayerShape& shape = weights.shape();
-  if (config.router.num_experts != shape.num_experts) {
-    fail("the router has " + std::to_string(config.router.num_experts) + " experts but the weights have " +
-         std::to_string(shape.num_experts));
-  }
-  if (!weights.score_bias().empty()) {
-    config.router.selection_bias.assign(weights.score_bias().begin(), weights.score_bias().end());
-  }
-  if (config.router.top_k > kMaxTopK) {
-    fail("top_k (" + std::to_string(config.router.top_k) + ") exceeds the supported maximum " +
-         std::to_string(kMaxTopK));
-  }
-  config.validate();
-  return config;
 }
 
 template <class T>
@@ -154,7 +127,7 @@ ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,
            " memory; this CPU layer needs a host-memory communicator (single, mpi). The GPU layer will use "
            "device-memory communicators (docs/expert-parallel.md)");
     }
-    config_ = checked(std::move(config), *weights_);
+    config_ = config.fitted_to(*weights_);
     const int E = config_.router.num_experts;
     placement_ = placement ? *placement : ExpertPlacement::contiguous(E, P);
     if (placement_.num_experts() != E) {
@@ -167,12 +140,12 @@ ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,
     }
     hidden_ = weights_->shape().hidden;
     for (const io::ExpertTensors& t : weights_->experts()) {
-      experts_.push_back(ffn_of(t, config_.activation));
+      experts_.push_back(expert_ffn_weights(t, config_.activation));
       int64_t d = 0, ff = 0;
       kernels::validate_ffn_weights(config_.activation, experts_.back(), &d, &ff);
     }
     if (weights_->shared()) {
-      shared_ = ffn_of(*weights_->shared(), config_.activation);
+      shared_ = expert_ffn_weights(*weights_->shared(), config_.activation);
       has_shared_ = true;
     }
     local_experts_ = placement_.experts_of(comm_.rank());
@@ -430,7 +403,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
   const int64_t first_pair = token_offset_[me] * k;
   const bool gated = has_shared_ && weights_->shared_gate().has_value();
   pool_->parallel_for(num_tokens, [&](int64_t t, int) {
-    const float* rows[kMaxTopK];
+    const float* rows[MoELayerConfig::kMaxTopK];
     for (int j = 0; j < k; ++j) {
       const int32_t row = return_row_[t * k + j];
       rows[j] = row < 0 ? nullptr : home_rows_.data() + static_cast<int64_t>(row) * hidden_;

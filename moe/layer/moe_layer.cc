@@ -14,41 +14,15 @@ namespace {
 // Experts with at most this many rows are run one per thread when there are enough of them to share out;
 // larger experts split their output columns over the pool instead.
 constexpr int64_t kSmallExpertRows = 32;
-// combine() keeps a row's k expert-row pointers on the stack.
-constexpr int kMaxTopK = 64;
 
 [[noreturn]] void fail(const std::string& msg) {
   throw std::invalid_argument("moe layer: " + msg);
 }
 
-kernels::FfnWeights ffn_of(const io::ExpertTensors& t, kernels::Activation act) {
-  if (act == kernels::Activation::kGELU) return {t.up_proj, kernels::MatrixView{}, t.down_proj};
-  return {t.gate_proj, t.up_proj, t.down_proj};
-}
-
-MoELayerConfig checked(MoELayerConfig config, const io::LayerWeights& weights) {
-  config.validate();
-  const io::LayerShape& shape = weights.shape();
-  if (config.router.num_experts != shape.num_experts) {
-    fail("the router has " + std::to_string(config.router.num_experts) + " experts but the weights have " +
-         std::to_string(shape.num_experts));
-  }
-  // The weights' selection bias (DeepSeek-V3 e_score_correction_bias) is the router's.
-  if (!weights.score_bias().empty()) {
-    config.router.selection_bias.assign(weights.score_bias().begin(), weights.score_bias().end());
-  }
-  if (config.router.top_k > kMaxTopK) {
-    fail("top_k (" + std::to_string(config.router.top_k) + ") exceeds the supported maximum " +
-         std::to_string(kMaxTopK));
-  }
-  config.validate();
-  return config;
-}
-
 }  // namespace
 
 MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights)
-    : config_(checked(std::move(config), *weights)),
+    : config_(config.fitted_to(*weights)),
       weights_(std::move(weights)),
       hidden_(weights_->shape().hidden),
       pool_(config_.num_threads),
@@ -57,12 +31,12 @@ MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights
                   .num_ranked_needed()),
       planner_(config_.router.num_experts, config_.router.top_k, config_.policy) {
   for (const io::ExpertTensors& t : weights_->experts()) {
-    experts_.push_back(ffn_of(t, config_.activation));
+    experts_.push_back(expert_ffn_weights(t, config_.activation));
     int64_t d = 0, ff = 0;
     kernels::validate_ffn_weights(config_.activation, experts_.back(), &d, &ff);
   }
   if (weights_->shared()) {
-    shared_ = ffn_of(*weights_->shared(), config_.activation);
+    shared_ = expert_ffn_weights(*weights_->shared(), config_.activation);
     has_shared_ = true;
   }
   active_experts_.reserve(config_.router.num_experts);
@@ -187,7 +161,7 @@ void MoELayer::combine(int num_tokens, float* y) {
   const int k = top_k();
   const bool gated = has_shared_ && weights_->shared_gate().has_value();
   pool_.parallel_for(num_tokens, [&](int64_t t, int) {
-    const float* rows[kMaxTopK];
+    const float* rows[MoELayerConfig::kMaxTopK];
     for (int j = 0; j < k; ++j) {
       const int64_t pair = t * k + j;
       rows[j] =

@@ -62,6 +62,31 @@ const std::vector<std::string>& MoELayerConfig::preset_names() {
   return names;
 }
 
+MoELayerConfig MoELayerConfig::fitted_to(const io::LayerWeights& weights) const {
+  MoELayerConfig config = *this;
+  config.validate();
+  const io::LayerShape& shape = weights.shape();
+  if (config.router.num_experts != shape.num_experts) {
+    throw std::invalid_argument("moe layer config: the router has " +
+                                std::to_string(config.router.num_experts) + " experts but the weights have " +
+                                std::to_string(shape.num_experts));
+  }
+  if (config.router.top_k > kMaxTopK) {
+    throw std::invalid_argument("moe layer config: top_k (" + std::to_string(config.router.top_k) +
+                                ") exceeds the supported maximum " + std::to_string(kMaxTopK));
+  }
+  if (!weights.score_bias().empty()) {
+    config.router.selection_bias.assign(weights.score_bias().begin(), weights.score_bias().end());
+  }
+  config.validate();
+  return config;
+}
+
+kernels::FfnWeights expert_ffn_weights(const io::ExpertTensors& t, kernels::Activation activation) {
+  if (activation == kernels::Activation::kGELU) return {t.up_proj, kernels::MatrixView{}, t.down_proj};
+  return {t.gate_proj, t.up_proj, t.down_proj};
+}
+
 std::string MoELayerConfig::describe() const {
   std::ostringstream s;
   s.precision(17);

@@ -42,10 +42,22 @@ struct MoELayerConfig {
   static RouterConfig router_for(io::Architecture arch);
   static const std::vector<std::string>& preset_names();
 
+  // This config made to fit `weights`: validated, the expert count checked against the weights, and the
+  // weights' selection bias (DeepSeek-V3 e_score_correction_bias) adopted as the router's. Every layer
+  // (single process or expert-parallel) builds from the fitted config, so all hash and compute the same
+  // thing. Throws std::invalid_argument naming the mismatch, or a top_k above kMaxTopK.
+  MoELayerConfig fitted_to(const io::LayerWeights& weights) const;
+  // The largest top_k a layer supports (combine keeps a row's k expert rows on the stack).
+  static constexpr int kMaxTopK = 64;
+
   // A canonical one-line description of every field, the input of config_hash().
   std::string describe() const;
   // XXH3-64 of describe(): equal configs give equal hashes on every machine.
   uint64_t config_hash() const;
 };
+
+// The FFN matrices of one expert for `activation`: SwiGLU uses gate, up and down; GELU uses up and down (the
+// gate projection is ignored).
+kernels::FfnWeights expert_ffn_weights(const io::ExpertTensors& tensors, kernels::Activation activation);
 
 }  // namespace moe

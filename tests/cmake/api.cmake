@@ -26,7 +26,7 @@ endforeach()
 file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/header_check/moe_c_as_c.c
      CONTENT "#include \"moe/api/moe_c.h\"\nint moe_c_header_compiles_as_c(void) { return MOE_OK; }\n")
 file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/header_check/main.cc
-     CONTENT "int moe_c_header_compiles_as_c(void);\nint main() { return moe_c_header_compiles_as_c(); }\n")
+     CONTENT "extern \"C\" int moe_c_header_compiles_as_c(void);\nint main() { return moe_c_header_compiles_as_c(); }\n")
 add_executable(api_headers_test ${moe_api_header_sources} ${CMAKE_CURRENT_BINARY_DIR}/header_check/moe_c_as_c.c
                ${CMAKE_CURRENT_BINARY_DIR}/header_check/main.cc)
 target_include_directories(api_headers_test PRIVATE ${PROJECT_SOURCE_DIR})
