@@ -5,34 +5,10 @@
 #include <cstdio>
 #include <string>
 
+#include "sim/svg_plot.h"
+
 namespace moe::sim::diverge {
 namespace {
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 std::string num(double v) {
   char buf[32];
@@ -93,11 +69,11 @@ std::string render_chart(const Chart& chart) {
        "\" font-family=\"sans-serif\">\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"" + num(width / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">" +
-       escape(chart.title) + "</text>\n";
+       moe::sim::xml_escape(chart.title) + "</text>\n";
   if (!chart.note.empty()) {
     o += "<text x=\"" + num(width / 2) +
-         "\" y=\"42\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">" + escape(chart.note) +
-         "</text>\n";
+         "\" y=\"42\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">" +
+         moe::sim::xml_escape(chart.note) + "</text>\n";
   }
   // Axes and grid.
   o += "<g stroke=\"#000\" stroke-width=\"1\">\n";
@@ -124,10 +100,10 @@ std::string render_chart(const Chart& chart) {
   }
   o += "</g>\n";
   o += "<text x=\"" + num(left + plot_w / 2) + "\" y=\"" + num(height - 16) +
-       "\" text-anchor=\"middle\" font-size=\"13\">" + escape(chart.x_label) + "</text>\n";
+       "\" text-anchor=\"middle\" font-size=\"13\">" + moe::sim::xml_escape(chart.x_label) + "</text>\n";
   o += "<text x=\"18\" y=\"" + num(top + plot_h / 2) +
        "\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 " + num(top + plot_h / 2) +
-       ")\">" + escape(chart.y_label) + "</text>\n";
+       ")\">" + moe::sim::xml_escape(chart.y_label) + "</text>\n";
   // Series.
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const Series& ser = chart.series[s];
@@ -140,7 +116,7 @@ std::string render_chart(const Chart& chart) {
       points += num(py(ser.y[i]));
     }
     o += "<polyline class=\"series\" fill=\"none\" stroke=\"" + std::string(color) +
-         "\" stroke-width=\"2\" points=\"" + points + "\"><title>" + escape(ser.name) +
+         "\" stroke-width=\"2\" points=\"" + points + "\"><title>" + moe::sim::xml_escape(ser.name) +
          "</title></polyline>\n";
     for (size_t i = 0; i < ser.x.size(); ++i) {
       o += "<circle cx=\"" + num(px(ser.x[i])) + "\" cy=\"" + num(py(ser.y[i])) + "\" r=\"3\" fill=\"" +
@@ -151,7 +127,7 @@ std::string render_chart(const Chart& chart) {
          num(left + plot_w + 35) + "\" y2=\"" + num(ly) + "\" stroke=\"" + color +
          "\" stroke-width=\"2\"/>\n";
     o += "<text x=\"" + num(left + plot_w + 40) + "\" y=\"" + num(ly + 4) + "\" font-size=\"11\">" +
-         escape(ser.name) + "</text>\n";
+         moe::sim::xml_escape(ser.name) + "</text>\n";
   }
   o += "</svg>\n";
   return o;
