@@ -72,19 +72,27 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
   order_.resize(T);
   const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
   // Engines form batches request by request, so rows are usually in (request_id, position) order already:
-  // a linear check then replaces the sort.
+  // one linear pass checks it and records where each request starts, replacing the sort and the grouping
+  // pass.
   auto rows_in_request_order = [&] {
+    group_begin_.clear();
+    if (T > 0) group_begin_.push_back(0);
     for (int t = 1; t < T; ++t) {
       const TokenMeta& a = meta[t - 1];
       const TokenMeta& b = meta[t];
-      if (a.request_id > b.request_id || (a.request_id == b.request_id && a.position >= b.position))
+      if (a.request_id != b.request_id) {
+        if (a.request_id > b.request_id) return false;
+        group_begin_.push_back(t);
+      } else if (a.position >= b.position) {
         return false;
+      }
     }
+    group_begin_.push_back(T);
     return true;
   };
   rows_distinct_ = false;
   if (by_request && rows_in_request_order()) {
-    rows_distinct_ = true;  // strictly ascending (request_id, position)
+    rows_distinct_ = true;  // strictly ascending (request_id, position); group_begin_ holds the requests
     for (int t = 0; t < T; ++t) order_[t] = t;
   } else if (policy_.priority == Priority::kArrival && !by_request) {
     for (int t = 0; t < T; ++t) order_[t] = t;
@@ -121,9 +129,10 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
 
 void DispatchPlanner::split_groups(std::span<const TokenMeta> meta) {
   const int T = static_cast<int>(order_.size());
-  group_begin_.clear();
   const bool per_request =
       policy_.scope == CapacityScope::kRequest || policy_.scope == CapacityScope::kCausal;
+  if (per_request && rows_distinct_) return;  // order_tokens() recorded the requests while checking the order
+  group_begin_.clear();
   for (int i = 0; i < T; ++i) {
     if (i == 0 || (per_request && meta[order_[i]].request_id != meta[order_[i - 1]].request_id)) {
       group_begin_.push_back(i);
