@@ -414,14 +414,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
   });
   step_.combine_ms = ms_since(t0);
 
-  if (stats != nullptr) {
-    stats->num_tokens = Tg;
-    stats->num_kept = plan_.num_kept;
-    stats->num_rerouted = plan_.num_rerouted;
-    stats->num_dropped = plan_.num_dropped;
-    stats->num_tokens_fully_dropped = plan_.num_tokens_fully_dropped;
-    stats->expert_load.assign(plan_.expert_load.begin(), plan_.expert_load.end());
-  }
+  if (stats != nullptr) collect_stats(plan_, stats);
 }
 
 // NOTES: every rank walks the global slots in one order, ascending (expert, slot). A home rank packs its

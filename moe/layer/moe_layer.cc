@@ -110,14 +110,7 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   if (has_shared_) run_shared(x, num_tokens);
   combine(num_tokens, y);
 
-  if (stats != nullptr) {
-    stats->num_tokens = num_tokens;
-    stats->num_kept = plan_.num_kept;
-    stats->num_rerouted = plan_.num_rerouted;
-    stats->num_dropped = plan_.num_dropped;
-    stats->num_tokens_fully_dropped = plan_.num_tokens_fully_dropped;
-    stats->expert_load.assign(plan_.expert_load.begin(), plan_.expert_load.end());
-  }
+  if (stats != nullptr) collect_stats(plan_, stats);
 }
 
 void MoELayer::run_experts() {
@@ -175,6 +168,15 @@ void MoELayer::combine(int num_tokens, float* y) {
                 has_shared_ ? shared_out_.data() + t * hidden_ : nullptr,
                 gated ? shared_gate_scale(shared_gate_logit_[t]) : 1.0f, hidden_, y + t * hidden_);
   });
+}
+
+void collect_stats(const DispatchPlan& plan, MoEStats* stats) {
+  stats->num_tokens = plan.num_tokens;
+  stats->num_kept = plan.num_kept;
+  stats->num_rerouted = plan.num_rerouted;
+  stats->num_dropped = plan.num_dropped;
+  stats->num_tokens_fully_dropped = plan.num_tokens_fully_dropped;
+  stats->expert_load.assign(plan.expert_load.begin(), plan.expert_load.end());
 }
 
 Fingerprint MoELayer::fingerprint() const {

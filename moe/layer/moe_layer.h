@@ -29,6 +29,9 @@ struct MoEStats {
   std::vector<int32_t> expert_load;  // slots used per expert
 };
 
+// Fills `stats` from a plan (num_tokens is the plan's batch). Reuses stats->expert_load's capacity.
+void collect_stats(const DispatchPlan& plan, MoEStats* stats);
+
 // One MoE layer with its weights, workspace and thread pool.
 //
 // forward() computes, for every row t of x:
