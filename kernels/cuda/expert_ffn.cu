@@ -23,6 +23,14 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
 
+// gelu(x) = x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation in the CPU's form.
+__device__ __forceinline__ float gelu(float x) {
+  return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * (x * x * x))));
+}
+
+// What the grouped GEMM's epilogue does with its accumulators.
+enum Epilogue : int { kPlain = 0, kSwiGLUEpi = 1, kGeluEpi = 2 };
+
 __global__ void gather_kernel(const float* __restrict__ x, int hidden, const int32_t* __restrict__ slot_pairs,
                               const int32_t* __restrict__ offsets, int num_experts, int top_k,
                               float* __restrict__ x_rows) {
@@ -37,8 +45,10 @@ __global__ void gather_kernel(const float* __restrict__ x, int hidden, const int
 __global__ void combine_kernel(const float* __restrict__ y_rows, int hidden,
                                const int32_t* __restrict__ pair_expert, const int32_t* __restrict__ pair_slot,
                                const float* __restrict__ pair_weight, const int32_t* __restrict__ offsets,
-                               int top_k, float* __restrict__ y) {
+                               int top_k, const float* __restrict__ shared,
+                               const float* __restrict__ shared_gate_logit, float* __restrict__ y) {
   const int64_t t = blockIdx.x;
+  const float scale = shared_gate_logit ? 1.0f / (1.0f + expf(-shared_gate_logit[t])) : 1.0f;
   for (int d = threadIdx.x; d < hidden; d += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < top_k; ++j) {
@@ -48,8 +58,14 @@ __global__ void combine_kernel(const float* __restrict__ y_rows, int hidden,
       const int64_t row = offsets[e] + pair_slot[p];
       acc = fmaf(pair_weight[p], y_rows[row * hidden + d], acc);
     }
+    if (shared) acc = fmaf(scale, shared[t * hidden + d], acc);
     y[t * hidden + d] = acc;
   }
+}
+
+__global__ void single_group_kernel(int32_t* offsets, int num_rows) {
+  offsets[0] = 0;
+  offsets[1] = num_rows;
 }
 
 // tile_table[e] = first tile of expert e; tile_table[E] = total tiles. One thread: E is small.
@@ -64,12 +80,14 @@ __global__ void tile_table_kernel(const int32_t* __restrict__ offsets, int num_e
 }
 
 // C[r, n] = sum_k A[r, k] * B_e[n, k] over the rows r of each expert e, with B_e = B + e * N * K.
-// kSwiGLU: C[r, n] = silu(A B0_e^T) * (A B1_e^T), both accumulated side by side.
-template <typename W, bool kSwiGLU>
+// kSwiGLUEpi: C[r, n] = silu(A B0_e^T) * (A B1_e^T), both accumulated side by side.
+// kGeluEpi: C[r, n] = gelu(A B0_e^T).
+template <typename W, int kEpilogue>
 __global__ void __launch_bounds__(kThreads)
     grouped_gemm_kernel(const float* __restrict__ A, const W* __restrict__ B0, const W* __restrict__ B1,
                         int N, int K, const int32_t* __restrict__ offsets, const int32_t* __restrict__ tiles,
                         int num_experts, float* __restrict__ C) {
+  constexpr bool kSwiGLU = kEpilogue == kSwiGLUEpi;
   const int tile = blockIdx.x;
   if (tile >= tiles[num_experts]) return;
   int lo = 0, hi = num_experts - 1;  // the expert whose tiles hold `tile`
@@ -145,12 +163,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) {
       const int n = n0 + tx + 16 * j;
       if (n >= N) continue;
-      C[static_cast<int64_t>(row) * N + n] = kSwiGLU ? silu_mul(acc0[i][j], acc1[i][j]) : acc0[i][j];
+      float v = acc0[i][j];
+      if constexpr (kEpilogue == kSwiGLUEpi) v = silu_mul(acc0[i][j], acc1[i][j]);
+      if constexpr (kEpilogue == kGeluEpi) v = gelu(acc0[i][j]);
+      C[static_cast<int64_t>(row) * N + n] = v;
     }
   }
 }
 
-template <typename W, bool kSwiGLU>
+template <typename W, int kEpilogue>
 void launch_grouped(const void* w0, const void* w1, int num_experts, int n, int k, const float* x_rows,
                     const int32_t* offsets, int max_rows, float* out, int32_t* tiles, cudaStream_t stream) {
   tile_table_kernel<<<1, 1, 0, stream>>>(offsets, num_experts, tiles);
@@ -159,7 +180,7 @@ void launch_grouped(const void* w0, const void* w1, int num_experts, int n, int 
   const int max_tiles = (max_rows + kBM - 1) / kBM + num_experts;
   if (max_tiles <= 0 || n <= 0) return;
   const dim3 grid(max_tiles, (n + kBN - 1) / kBN);
-  grouped_gemm_kernel<W, kSwiGLU><<<grid, kThreads, 0, stream>>>(
+  grouped_gemm_kernel<W, kEpilogue><<<grid, kThreads, 0, stream>>>(
       x_rows, static_cast<const W*>(w0), static_cast<const W*>(w1), n, k, offsets, tiles, num_experts, out);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -179,6 +200,18 @@ __global__ void swiglu_kernel(const float* __restrict__ gate, const float* __res
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float h = silu_mul(gate[i], up[i]);
+    if (out_f32) out_f32[i] = h;
+    if (out_bf16) out_bf16[i] = __float2bfloat16(h);
+  }
+}
+
+// NOTES: out_f32 may alias up (the fast path activates in place), so neither is __restrict__.
+__global__ void gelu_kernel(const float* up, int ffn, const int32_t* __restrict__ offsets, int num_experts,
+                            float* out_f32, __nv_bfloat16* __restrict__ out_bf16) {
+  const size_t count = static_cast<size_t>(offsets[num_experts]) * ffn;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float h = gelu(up[i]);
     if (out_f32) out_f32[i] = h;
     if (out_bf16) out_bf16[i] = __float2bfloat16(h);
   }
@@ -224,7 +257,23 @@ void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, c
                   float* y, cudaStream_t stream) {
   if (num_tokens <= 0) return;
   combine_kernel<<<num_tokens, 256, 0, stream>>>(y_rows, hidden, pair_expert, pair_slot, pair_weight,
-                                                 expert_offsets, top_k, y);
+                                                 expert_offsets, top_k, nullptr, nullptr, y);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void combine_rows_with_shared(const float* y_rows, int hidden, const int32_t* pair_expert,
+                              const int32_t* pair_slot, const float* pair_weight,
+                              const int32_t* expert_offsets, int num_tokens, int top_k, const float* shared,
+                              const float* shared_gate_logit, float* y, cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  combine_kernel<<<num_tokens, 256, 0, stream>>>(y_rows, hidden, pair_expert, pair_slot, pair_weight,
+                                                 expert_offsets, top_k, shared,
+                                                 shared ? shared_gate_logit : nullptr, y);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void single_group_offsets(int32_t* offsets, int num_rows, cudaStream_t stream) {
+  single_group_kernel<<<1, 1, 0, stream>>>(offsets, num_rows);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -232,11 +281,11 @@ void grouped_linear_invariant(WeightType type, const void* w, int num_experts, i
                               const float* x_rows, const int32_t* expert_offsets, int max_rows, float* out,
                               int32_t* tile_table, cudaStream_t stream) {
   if (type == WeightType::kF32) {
-    launch_grouped<float, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
-                                 tile_table, stream);
+    launch_grouped<float, kPlain>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
+                                  tile_table, stream);
   } else {
-    launch_grouped<__nv_bfloat16, false>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
-                                         tile_table, stream);
+    launch_grouped<__nv_bfloat16, kPlain>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows,
+                                          out, tile_table, stream);
   }
 }
 
@@ -256,12 +305,23 @@ void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const
   float* h = static_cast<float*>(workspace);
   int32_t* tiles = reinterpret_cast<int32_t*>(
       static_cast<char*>(workspace) + align_up(static_cast<size_t>(max_rows) * w.ffn * sizeof(float)));
+  const bool gelu_act = w.activation == FfnActivation::kGELU;
   if (w.type == WeightType::kF32) {
-    launch_grouped<float, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets, max_rows,
-                                h, tiles, stream);
-  } else {
-    launch_grouped<__nv_bfloat16, true>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
+    if (gelu_act) {
+      launch_grouped<float, kGeluEpi>(w.w1, nullptr, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
+                                      max_rows, h, tiles, stream);
+    } else {
+      launch_grouped<float, kSwiGLUEpi>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
                                         max_rows, h, tiles, stream);
+    }
+  } else {
+    if (gelu_act) {
+      launch_grouped<__nv_bfloat16, kGeluEpi>(w.w1, nullptr, w.num_experts, w.ffn, w.hidden, x_rows,
+                                              expert_offsets, max_rows, h, tiles, stream);
+    } else {
+      launch_grouped<__nv_bfloat16, kSwiGLUEpi>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows,
+                                                expert_offsets, max_rows, h, tiles, stream);
+    }
   }
   grouped_linear_invariant(w.type, w.w2, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows, y_rows,
                            tiles, stream);
@@ -286,6 +346,15 @@ void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* exp
   if (count == 0) return;
   swiglu_kernel<<<grid_for(count), 256, 0, stream>>>(gate, up, ffn, expert_offsets, num_experts, out_f32,
                                                      static_cast<__nv_bfloat16*>(out_bf16));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_experts, int max_rows,
+               float* out_f32, void* out_bf16, cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(max_rows) * ffn;
+  if (count == 0) return;
+  gelu_kernel<<<grid_for(count), 256, 0, stream>>>(up, ffn, expert_offsets, num_experts, out_f32,
+                                                   static_cast<__nv_bfloat16*>(out_bf16));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,10 +18,15 @@ namespace moe::cuda {
 
 enum class WeightType { kF32, kBF16 };
 
-// E SwiGLU experts, HuggingFace [out, in] layout, contiguous per expert:
-//   w1 (gate) [E][ffn][hidden], w3 (up) [E][ffn][hidden], w2 (down) [E][hidden][ffn]
+// The expert's activation, as kernels/cpu/activations.h defines it (the GPU uses CUDA's expf where the CPU
+// uses its own polynomial exp, so the two agree to a few ulp, not bitwise).
+//   kSwiGLU  y = w2 @ (silu(w1 @ x) * (w3 @ x))
+//   kGELU    y = w2 @ gelu(w1 @ x), gelu the tanh approximation; w1 holds the up projection, w3 is unused
+enum class FfnActivation { kSwiGLU, kGELU };
+
+// E experts, HuggingFace [out, in] layout, contiguous per expert:
+//   w1 (gate; GELU: up) [E][ffn][hidden], w3 (up; GELU: unused) [E][ffn][hidden], w2 (down) [E][hidden][ffn]
 // Elements are float (kF32) or bfloat16 (kBF16) bits; accumulation is always fp32.
-//   expert e: y = w2 @ (silu(w1 @ x) * (w3 @ x))
 struct ExpertWeightsView {
   WeightType type = WeightType::kF32;
   int num_experts = 0;
@@ -30,6 +35,7 @@ struct ExpertWeightsView {
   const void* w1 = nullptr;
   const void* w3 = nullptr;
   const void* w2 = nullptr;
+  FfnActivation activation = FfnActivation::kSwiGLU;
 };
 
 // x_rows[r] = x[slot_pairs[r] / top_k] for r < expert_offsets[E] (slot_pairs and offsets from the plan).
@@ -42,6 +48,18 @@ void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const in
 void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, const int32_t* pair_slot,
                   const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k,
                   float* y, cudaStream_t stream);
+
+// combine_rows, then the shared expert: y[t] = fmaf(s(t), shared[t], routed sum), s(t) =
+// 1 / (1 + expf(-shared_gate_logit[t])) (Qwen2-MoE's sigmoid gate) or 1 when shared_gate_logit is null
+// (DeepSeek-V3). shared [num_tokens, hidden]; shared == nullptr is combine_rows.
+void combine_rows_with_shared(const float* y_rows, int hidden, const int32_t* pair_expert,
+                              const int32_t* pair_slot, const float* pair_weight,
+                              const int32_t* expert_offsets, int num_tokens, int top_k, const float* shared,
+                              const float* shared_gate_logit, float* y, cudaStream_t stream);
+
+// offsets[0] = 0, offsets[1] = num_rows: the expert offsets of one group holding every row, so the grouped
+// launchers below serve a plain (dense) layer, e.g. the router gate or a shared expert. Asynchronous.
+void single_group_offsets(int32_t* offsets, int num_rows, cudaStream_t stream);
 
 // ---- invariant kind
 // ------------------------------------------------------------------------------------------ NOTES: one fixed
@@ -59,8 +77,8 @@ void grouped_linear_invariant(WeightType type, const void* w, int num_experts, i
 // Bytes of workspace expert_ffn_invariant needs (the [max_rows, ffn] activation and the tile table).
 size_t expert_ffn_invariant_workspace_bytes(int num_experts, int max_rows, int ffn);
 
-// y_rows[r] = expert FFN of x_rows[r] (SwiGLU fused into the gate/up GEMM's epilogue). x_rows [max_rows,
-// hidden], y_rows [max_rows, hidden]. Throws std::invalid_argument for a short workspace.
+// y_rows[r] = expert FFN of x_rows[r] (the activation fused into the first GEMM's epilogue). x_rows
+// [max_rows, hidden], y_rows [max_rows, hidden]. Throws std::invalid_argument for a short workspace.
 void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows,
                           const int32_t* expert_offsets, int max_rows, float* y_rows, void* workspace,
                           size_t workspace_bytes, cudaStream_t stream);
@@ -76,12 +94,16 @@ void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t st
 // h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
                  int max_rows, float* out_f32, void* out_bf16, cudaStream_t stream);
+// h[i] = gelu(up[i]) for i < expert_offsets[E] * ffn, as swiglu_rows.
+void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_experts, int max_rows,
+               float* out_f32, void* out_bf16, cudaStream_t stream);
 
-// cuBLAS expert FFN: per expert, three cublasGemmEx calls (gate, up, down) with fp32 accumulation, and a
-// SwiGLU kernel between them. With bf16 weights the activations are rounded to bf16 for the tensor cores.
-// NOTES: cuBLAS picks its algorithm by shape, so results may change with the number of rows: this is the
-// `fast` kind, never used where batch invariance is promised. forward() copies expert_offsets to the host
-// and synchronises the stream once (per-expert GEMM shapes live on the host); it is not graph-capturable.
+// cuBLAS expert FFN: per expert, three cublasGemmEx calls (gate, up, down; GELU: two) with fp32
+// accumulation, and an activation kernel between them. With bf16 weights the activations are rounded to bf16
+// for the tensor cores. NOTES: cuBLAS picks its algorithm by shape, so results may change with the number of
+// rows: this is the `fast` kind, never used where batch invariance is promised. forward() copies
+// expert_offsets to the host and synchronises the stream once (per-expert GEMM shapes live on the host); it
+// is not graph-capturable.
 class CublasExpertFfn {
  public:
   // Allocates its buffers and cuBLAS handle (setup, not per forward). Throws std::runtime_error on CUDA

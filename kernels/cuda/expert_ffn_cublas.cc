@@ -43,6 +43,7 @@ void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets
   const int E = weights_.num_experts, d = weights_.hidden, f = weights_.ffn;
   const bool bf16 = weights_.type == WeightType::kBF16;
   const size_t wsize = bf16 ? 2 : 4;
+  const bool gelu_act = weights_.activation == FfnActivation::kGELU;
   CUDA_CHECK(cudaMemcpyAsync(host_offsets_, expert_offsets, (E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                              stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the one documented synchronisation of the fast path
@@ -61,11 +62,19 @@ void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets
     const int rows = host_offsets_[e + 1] - host_offsets_[e];
     if (rows == 0) continue;
     const size_t r0 = host_offsets_[e];
-    gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, gate_ + r0 * f);
-    gemm(w3 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);
+    if (gelu_act) {
+      gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);  // GELU: w1 is the up proj
+    } else {
+      gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, gate_ + r0 * f);
+      gemm(w3 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);
+    }
   }
-  swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr,
-              stream);
+  if (gelu_act) {
+    gelu_rows(up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr, stream);
+  } else {
+    swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr,
+                stream);
+  }
   const char* h = bf16 ? static_cast<const char*>(h_bf16_) : reinterpret_cast<const char*>(up_);
   for (int e = 0; e < E; ++e) {
     const int rows = host_offsets_[e + 1] - host_offsets_[e];

@@ -15,6 +15,57 @@ namespace {
 
 }  // namespace
 
+void CausalStateTable::build(std::span<const TokenMeta> meta, const CausalRoutingState& state,
+                             int num_experts) {
+  row_of_.clear();
+  request_ids.clear();
+  token_row.resize(meta.size());
+  for (size_t t = 0; t < meta.size(); ++t) {
+    auto [it, inserted] = row_of_.try_emplace(meta[t].request_id, static_cast<int32_t>(request_ids.size()));
+    if (inserted) request_ids.push_back(meta[t].request_id);
+    token_row[t] = it->second;
+  }
+  const size_t E = static_cast<size_t>(num_experts);
+  slots_held.assign(request_ids.size() * E, 0);
+  next_position.assign(request_ids.size(), 0);
+  for (size_t r = 0; r < request_ids.size(); ++r) {
+    if (const CausalRoutingState::Request* known = state.find(request_ids[r])) {
+      std::copy(known->slots_held.begin(), known->slots_held.end(), slots_held.begin() + r * E);
+      next_position[r] = known->next_position;
+    }
+  }
+}
+
+void CausalStateTable::write_back(CausalRoutingState& state) const {
+  const size_t E = static_cast<size_t>(state.num_experts());
+  for (size_t r = 0; r < request_ids.size(); ++r) {
+    CausalRoutingState::Request& request = state.get_or_create(request_ids[r]);
+    std::copy(slots_held.begin() + r * E, slots_held.begin() + (r + 1) * E, request.slots_held.begin());
+    request.next_position = next_position[r];
+  }
+}
+
+void throw_if_plan_error(const PlanError& error) {
+  switch (error.code) {
+    case kPlanOk:
+      return;
+    case kPlanDuplicateToken:
+      fail("rows " + std::to_string(error.row_a) + " and " + std::to_string(error.row_b) +
+           " both claim request " + std::to_string(error.request_id) + " position " +
+           std::to_string(error.position));
+    case kPlanNonContiguousPosition:
+      fail("request " + std::to_string(error.request_id) +
+           ": causal scope needs contiguous positions, but row " + std::to_string(error.row_b) +
+           " has position " + std::to_string(error.position) + " where " + std::to_string(error.expected) +
+           " was expected");
+    case kPlanStateRowMismatch:
+      fail("request " + std::to_string(error.request_id) + ": rows " + std::to_string(error.row_a) + " and " +
+           std::to_string(error.row_b) + " name different routing-state rows");
+    default:
+      fail("unknown error code " + std::to_string(error.code));
+  }
+}
+
 ArrayPlanner::ArrayPlanner(int num_experts, int top_k, DispatchPolicy policy, ArrayPlanRunner runner)
     : num_experts_(num_experts), top_k_(top_k), policy_(policy), runner_(std::move(runner)) {
   PlanShape shape{0, num_experts, top_k, 0, policy};
@@ -48,29 +99,9 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   const int E = num_experts_;
   const size_t P = static_cast<size_t>(T) * top_k_;
 
-  // Routing-state table: one row per request of this batch that `state` tracks (or will track).
   const bool causal = policy_.scope == CapacityScope::kCausal;
-  std::vector<uint64_t> row_ids;
-  std::vector<int32_t> token_row;
-  std::vector<int32_t> held;
-  std::vector<uint32_t> next;
-  if (causal && state != nullptr) {
-    std::unordered_map<uint64_t, int32_t> rows;
-    token_row.resize(T);
-    for (int t = 0; t < T; ++t) {
-      auto [it, inserted] = rows.try_emplace(meta[t].request_id, static_cast<int32_t>(row_ids.size()));
-      if (inserted) row_ids.push_back(meta[t].request_id);
-      token_row[t] = it->second;
-    }
-    held.assign(row_ids.size() * E, 0);
-    next.assign(row_ids.size(), 0);
-    for (size_t r = 0; r < row_ids.size(); ++r) {
-      if (const CausalRoutingState::Request* known = state->find(row_ids[r])) {
-        std::copy(known->slots_held.begin(), known->slots_held.end(), held.begin() + r * E);
-        next[r] = known->next_position;
-      }
-    }
-  }
+  CausalStateTable table;
+  if (causal && state != nullptr) table.build(meta, *state, E);
 
   PlanInputs in;
   in.num_tokens = T;
@@ -78,10 +109,12 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   in.route_weights = routes.weights.data();
   in.top1_score = routes.top1_score.data();
   in.meta = meta.data();
-  in.token_state_row = token_row.empty() ? nullptr : token_row.data();
-  in.num_state_rows = static_cast<int>(row_ids.size());
-  in.state_slots_held = held.empty() ? nullptr : held.data();
-  in.state_next_position = next.empty() ? nullptr : next.data();
+  if (causal && state != nullptr) {
+    in.token_state_row = table.token_row.data();
+    in.num_state_rows = table.num_rows();
+    in.state_slots_held = table.slots_held.data();
+    in.state_next_position = table.next_position.data();
+  }
 
   out.num_tokens = T;
   out.top_k = top_k_;
@@ -110,37 +143,14 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   o.error = &error;
   runner_(shape, in, o);
 
-  switch (error.code) {
-    case kPlanOk:
-      break;
-    case kPlanDuplicateToken:
-      fail("rows " + std::to_string(error.row_a) + " and " + std::to_string(error.row_b) +
-           " both claim request " + std::to_string(error.request_id) + " position " +
-           std::to_string(error.position));
-    case kPlanNonContiguousPosition:
-      fail("request " + std::to_string(error.request_id) +
-           ": causal scope needs contiguous positions, but row " + std::to_string(error.row_b) +
-           " has position " + std::to_string(error.position) + " where " + std::to_string(error.expected) +
-           " was expected");
-    case kPlanStateRowMismatch:
-      fail("request " + std::to_string(error.request_id) + ": rows " + std::to_string(error.row_a) + " and " +
-           std::to_string(error.row_b) + " name different routing-state rows");
-    default:
-      fail("unknown error code " + std::to_string(error.code));
-  }
+  throw_if_plan_error(error);
 
   out.slot_pairs.resize(out.expert_offsets[E]);
   out.num_kept = counts[0];
   out.num_rerouted = counts[1];
   out.num_dropped = counts[2];
   out.num_tokens_fully_dropped = counts[3];
-  if (causal && state != nullptr) {
-    for (size_t r = 0; r < row_ids.size(); ++r) {
-      CausalRoutingState::Request& request = state->get_or_create(row_ids[r]);
-      std::copy(held.begin() + r * E, held.begin() + (r + 1) * E, request.slots_held.begin());
-      request.next_position = next[r];
-    }
-  }
+  if (causal && state != nullptr) table.write_back(*state);
 }
 
 }  // namespace moe::cuda

@@ -2,8 +2,11 @@
 // tests can compare its plans with the CPU planner's field by field.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
+#include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/plan_types.h"
 #include "router/causal_state.h"
@@ -13,6 +16,29 @@
 #include "router/token_routes.h"
 
 namespace moe::cuda {
+
+// The causal routing-state table of one batch, in the layout PlanInputs reads (one row per request of the
+// batch, in order of first appearance), filled from and written back to a CausalRoutingState. Reuses its
+// vectors' capacity from call to call.
+struct CausalStateTable {
+  std::vector<uint64_t> request_ids;    // row -> request id
+  std::vector<int32_t> token_row;       // [T]: the row of token t's request
+  std::vector<int32_t> slots_held;      // [rows * E]
+  std::vector<uint32_t> next_position;  // [rows]
+
+  // Rows for the requests of `meta`; a request `state` knows starts from its counts, a new one from zero.
+  void build(std::span<const TokenMeta> meta, const CausalRoutingState& state, int num_experts);
+  // Stores every row in `state` (creating the requests it does not know yet). Call after a successful plan.
+  void write_back(CausalRoutingState& state) const;
+  int num_rows() const { return static_cast<int>(request_ids.size()); }
+
+ private:
+  std::unordered_map<uint64_t, int32_t> row_of_;
+};
+
+// Throws std::invalid_argument with the CPU planner's wording for a PlanError whose code is not kPlanOk;
+// returns when it is.
+void throw_if_plan_error(const PlanError& error);
 
 // Executes one plan on host arrays: every pointer of `in` and `out` is host memory with the sizes that
 // plan_types.h gives. The OpenMP runner plans in place; a CUDA runner copies to the device and back.

@@ -69,6 +69,12 @@ void topk_route(const TopKParams& params, const float* logits, int num_tokens, i
   CUDA_CHECK(cudaGetLastError());
 }
 
+void throw_if_topk_error(int32_t row) {
+  if (row == INT32_MAX) return;
+  throw std::invalid_argument("router: token row " + std::to_string(row) +
+                              " has no finite logit (NaN or inf in every expert)");
+}
+
 void topk_route_from_host(const RouterConfig& config, int num_ranked, const float* logits, int num_tokens,
                           TokenRoutes& out, cudaStream_t stream) {
   DeviceBuffer<float> bias(config.selection_bias.size());
@@ -83,10 +89,7 @@ void topk_route_from_host(const RouterConfig& config, int num_ranked, const floa
   CUDA_CHECK(cudaStreamSynchronize(stream));
   int32_t error_row = 0;
   d_error.download(&error_row, 1);
-  if (error_row != INT32_MAX) {
-    throw std::invalid_argument("router: token row " + std::to_string(error_row) +
-                                " has no finite logit (NaN or inf in every expert)");
-  }
+  throw_if_topk_error(error_row);
   out.resize(num_tokens, p.num_experts, p.top_k, p.num_ranked);
   d_experts.download(out.experts.data(), out.experts.size());
   d_weights.download(out.weights.data(), out.weights.size());

@@ -26,6 +26,10 @@ TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* 
 void topk_route(const TopKParams& params, const float* logits, int num_tokens, int32_t* experts,
                 float* weights, float* top1_score, int32_t* error_row, cudaStream_t stream);
 
+// Throws std::invalid_argument naming `row` in TopKRouter's words ("router: token row R has no finite logit
+// ..."), for callers that read error_row back; returns when row is INT32_MAX (no error).
+void throw_if_topk_error(int32_t row);
+
 // Test convenience: host logits in, host TokenRoutes out; copies, routes, synchronises and throws
 // std::invalid_argument naming the row (as TopKRouter) for a row with no finite logit.
 void topk_route_from_host(const RouterConfig& config, int num_ranked, const float* logits, int num_tokens,

@@ -82,15 +82,7 @@ size_t MoELayer::workspace_bytes() const {
 
 void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
                        CausalRoutingState* state, MoEStats* stats) {
-  if (num_tokens < 0) fail("num_tokens must be >= 0 (got " + std::to_string(num_tokens) + ")");
-  if (num_tokens > 0 && (x == nullptr || y == nullptr)) fail("x and y must not be null");
-  if (static_cast<int64_t>(meta.size()) != num_tokens) {
-    fail("token metadata has " + std::to_string(meta.size()) + " rows but x has " +
-         std::to_string(num_tokens));
-  }
-  if (num_tokens > 0 && x < y + num_tokens * hidden_ && y < x + num_tokens * hidden_) {
-    fail("y must not overlap x");
-  }
+  check_forward_args(x, num_tokens, meta, y, hidden_);
   ensure_workspace(num_tokens);
 
   // Gate, route, plan. Everything that can reject the batch runs before y or the causal state is touched.
@@ -168,6 +160,19 @@ void MoELayer::combine(int num_tokens, float* y) {
                 has_shared_ ? shared_out_.data() + t * hidden_ : nullptr,
                 gated ? shared_gate_scale(shared_gate_logit_[t]) : 1.0f, hidden_, y + t * hidden_);
   });
+}
+
+void check_forward_args(const float* x, int num_tokens, std::span<const TokenMeta> meta, const float* y,
+                        int64_t hidden) {
+  if (num_tokens < 0) fail("num_tokens must be >= 0 (got " + std::to_string(num_tokens) + ")");
+  if (num_tokens > 0 && (x == nullptr || y == nullptr)) fail("x and y must not be null");
+  if (static_cast<int64_t>(meta.size()) != num_tokens) {
+    fail("token metadata has " + std::to_string(meta.size()) + " rows but x has " +
+         std::to_string(num_tokens));
+  }
+  if (num_tokens > 0 && x < y + num_tokens * hidden && y < x + num_tokens * hidden) {
+    fail("y must not overlap x");
+  }
 }
 
 void collect_stats(const DispatchPlan& plan, MoEStats* stats) {

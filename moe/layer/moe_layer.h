@@ -29,6 +29,11 @@ struct MoEStats {
   std::vector<int32_t> expert_load;  // slots used per expert
 };
 
+// The argument checks every layer's forward() makes, with MoELayer's messages (std::invalid_argument):
+// num_tokens >= 0, x and y set when there are rows, meta.size() == num_tokens, y not overlapping x.
+void check_forward_args(const float* x, int num_tokens, std::span<const TokenMeta> meta, const float* y,
+                        int64_t hidden);
+
 // Fills `stats` from a plan (num_tokens is the plan's batch). Reuses stats->expert_load's capacity.
 void collect_stats(const DispatchPlan& plan, MoEStats* stats);
 

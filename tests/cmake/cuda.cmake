@@ -26,3 +26,21 @@ if(TARGET moe_kernels_cuda)
     set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
   endforeach()
 endif()
+
+# The GPU layer (moe/gpu): host-side behaviour everywhere (unit); accuracy and bit equality on a GPU.
+if(TARGET moe_gpu_layer)
+  moe_add_test(NAME cuda_layer_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_layer_test.cc
+    LIBS moe_gpu_layer
+    LABELS unit)
+  foreach(pair "cuda_layer_accuracy_test;gpu" "cuda_layer_invariance_test;gpu,invariance")
+    list(GET pair 0 name)
+    list(GET pair 1 label)
+    string(REPLACE "," ";" label "${label}")
+    moe_add_test(NAME ${name}
+      SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
+      LIBS moe_gpu_layer
+      LABELS ${label})
+    set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
+  endforeach()
+endif()

@@ -1,0 +1,62 @@
+// The float64 reference of an MoE layer's output, computed from a plan (the oracle of the accuracy tests of
+// every backend), and the per-row relative error against it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/linear.h"
+#include "moe/io/layer_weights.h"
+#include "router/dispatch_plan.h"
+
+namespace moe::testing {
+
+// y_ref[t] = sum_j w * FFN_e(x[t]) + g(t) * Shared(x[t]) in double, with routing taken from the layer's plan.
+inline std::vector<double> Reference(const io::LayerWeights& w, kernels::Activation act,
+                                     const DispatchPlan& plan, const std::vector<float>& x, int T) {
+  const int64_t d = w.shape().hidden;
+  std::vector<double> y(static_cast<size_t>(T) * d, 0.0), row(d);
+  auto ffn_of = [&](const io::ExpertTensors& e) {
+    return act == kernels::Activation::kGELU ? kernels::FfnWeights{e.up_proj, {}, e.down_proj}
+                                             : kernels::FfnWeights{e.gate_proj, e.up_proj, e.down_proj};
+  };
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < plan.top_k; ++j) {
+      const int64_t p = static_cast<int64_t>(t) * plan.top_k + j;
+      if (plan.pair_status[p] == PairStatus::kDropped) continue;
+      kernels::ffn_reference_f64(act, &x[t * d], 1, ffn_of(w.experts()[plan.pair_expert[p]]), row.data());
+      for (int64_t i = 0; i < d; ++i) y[t * d + i] += plan.pair_weight[p] * row[i];
+    }
+    if (w.shared()) {
+      kernels::ffn_reference_f64(act, &x[t * d], 1, ffn_of(*w.shared()), row.data());
+      double g = 1.0;
+      if (w.shared_gate()) {
+        double logit;
+        kernels::linear_reference_f64(&x[t * d], 1, *w.shared_gate(), &logit);
+        g = 1.0 / (1.0 + std::exp(-logit));
+      }
+      for (int64_t i = 0; i < d; ++i) y[t * d + i] += g * row[i];
+    }
+  }
+  return y;
+}
+
+// Max over rows of ||y - ref|| / ||ref||.
+inline double MaxRowRelativeError(const std::vector<float>& y, const std::vector<double>& ref, int T,
+                                  int64_t d) {
+  double worst = 0.0;
+  for (int t = 0; t < T; ++t) {
+    double err = 0.0, norm = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double diff = y[t * d + i] - ref[t * d + i];
+      err += diff * diff;
+      norm += ref[t * d + i] * ref[t * d + i];
+    }
+    if (norm > 0) worst = std::max(worst, std::sqrt(err / norm));
+  }
+  return worst;
+}
+
+}  // namespace moe::testing
