@@ -1,6 +1,7 @@
-// GPU benchmarks: the expert FFN (invariant kernel against cuBLAS) at real model shapes, and dispatch
-// planning (stable against greedy) at T = 16384, E = 256, k = 8. Times are CUDA-event times of the device
-// work (manual time); counters give TFLOP/s and GB/s of the expert FFN.
+// GPU benchmarks: the expert FFN (invariant kernel against cuBLAS) at real model shapes, dispatch
+// planning (stable against greedy) at T = 16384, E = 256, k = 8, and the whole CudaMoELayer forward
+// (deterministic against greedy preset) at the CPU layer benchmark's shapes. Times are CUDA-event times of
+// the device work (manual time); counters give TFLOP/s and GB/s of the expert FFN.
 //
 //   Mixtral-8x7B:  hidden 4096, ffn 14336, E 8,   k 2
 //   DeepSeek-V3:   hidden 7168, ffn 2048,  E 256, k 8  (routed experts only)
@@ -19,6 +20,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/expert_ffn.h"
 #include "kernels/cuda/plan_dispatch.h"
+#include "moe/gpu/cuda_moe_layer.h"
 #include "router/dispatch_planner.h"
 
 namespace moe::cuda {
@@ -201,6 +203,70 @@ void BM_Plan(benchmark::State& state, const char* mode) {
   state.counters["dropped"] = static_cast<double>(host_counts[2]);
 }
 
+// The layer shapes of the CPU benchmark (bench/layer_bench.cc), bf16 weights.
+struct LayerCase {
+  const char* name;
+  io::LayerShape shape;
+  int top_k;
+};
+LayerCase MixtralLike() {
+  io::LayerShape s;
+  s.hidden = 1024;
+  s.expert_ff = 2816;
+  s.num_experts = 8;
+  return {"mixtral_like", s, 2};
+}
+LayerCase DeepSeekLike() {
+  io::LayerShape s;
+  s.hidden = 1024;
+  s.expert_ff = 512;
+  s.num_experts = 64;
+  s.num_shared_experts = 2;
+  s.shared_ff = 1024;
+  return {"deepseek_like", s, 6};
+}
+
+// CudaMoELayer::forward_device on device arrays (gate, route, plan, gather, experts, shared, combine);
+// requests of up to 128 tokens in request order, cf 1.25.
+void BM_Layer(benchmark::State& state, LayerCase c, const char* preset) {
+  const int T = static_cast<int>(state.range(0));
+  static std::map<std::string, std::shared_ptr<const io::LayerWeights>> cache;
+  auto& weights = cache[c.name];
+  if (!weights) {
+    weights = std::make_shared<const io::LayerWeights>(io::random_layer(c.shape, kernels::DType::kBF16, 11));
+  }
+  MoELayerConfig config = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
+  config.router.num_experts = c.shape.num_experts;
+  config.router.top_k = c.top_k;
+  config.policy.capacity_factor = 1.25;
+  config.max_tokens = T;
+  CudaMoELayer layer(config, weights);
+  std::vector<TokenMeta> meta(T);
+  for (int t = 0; t < T; ++t)
+    meta[t] = TokenMeta{static_cast<uint64_t>(t / 128), static_cast<uint32_t>(t % 128)};
+  DeviceBuffer<float> x(static_cast<size_t>(T) * c.shape.hidden), y(x.size());
+  DeviceBuffer<TokenMeta> d_meta(T);
+  d_meta.upload(meta);
+  fill_uniform(WeightType::kF32, x.data(), x.size(), 9, 1.0f, Stream());
+  layer.forward_device(x.data(), T, d_meta.data(), y.data(), Stream());  // warm-up
+  layer.check_device_errors(Stream());
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (auto _ : state) {
+    CUDA_CHECK(cudaEventRecord(start, Stream()));
+    layer.forward_device(x.data(), T, d_meta.data(), y.data(), Stream());
+    CUDA_CHECK(cudaEventRecord(stop, Stream()));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms * 1e-3);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  layer.check_device_errors(Stream());
+}
+
 void Register() {
   for (const ModelShape& m : {kMixtral, kDeepSeek}) {
     for (FfnKind kind : {FfnKind::kInvariant, FfnKind::kCublas}) {
@@ -218,6 +284,17 @@ void Register() {
         ->Arg(16384)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (const LayerCase& c : {MixtralLike(), DeepSeekLike()}) {
+    for (const char* preset : {"greedy", "deterministic"}) {
+      for (int T : {1, 16, 256, 2048}) {
+        const std::string name = std::string("Layer/") + c.name + "/" + preset + "/" + std::to_string(T);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Layer, c, preset)
+            ->UseManualTime()
+            ->MinTime(0.2)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
   }
 }
 
