@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "router/dispatch_planner.h"
@@ -41,6 +44,16 @@ Workload MakeWorkload(int T, int E, int k, bool shuffled) {
   return w;
 }
 
+// The workload of a shape, generated once and shared by every mode planned on it: generating and routing
+// T x E logits costs far more than planning them, which matters under callgrind
+// (bench/planner_instructions.sh).
+const Workload& CachedWorkload(int T, int E, int k, bool shuffled) {
+  static std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Workload>> cache;
+  std::unique_ptr<Workload>& w = cache[{T, E, k, shuffled}];
+  if (!w) w = std::make_unique<Workload>(MakeWorkload(T, E, k, shuffled));
+  return *w;
+}
+
 DispatchPolicy PolicyFor(const std::string& mode) {
   if (mode == "causal") {
     DispatchPolicy p = DispatchPolicy::mode("stable");
@@ -54,7 +67,7 @@ void BM_Plan(benchmark::State& state, std::string mode, bool shuffled) {
   const int T = static_cast<int>(state.range(0));
   const int E = static_cast<int>(state.range(1));
   const int k = static_cast<int>(state.range(2));
-  const Workload w = MakeWorkload(T, E, k, shuffled);
+  const Workload& w = CachedWorkload(T, E, k, shuffled);
   DispatchPlanner planner(E, k, PolicyFor(mode));
   planner.reserve(T);
   DispatchPlan plan;
