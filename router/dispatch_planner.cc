@@ -133,10 +133,13 @@ void DispatchPlanner::split_groups(std::span<const TokenMeta> meta) {
       policy_.scope == CapacityScope::kRequest || policy_.scope == CapacityScope::kCausal;
   if (per_request && rows_distinct_) return;  // order_tokens() recorded the requests while checking the order
   group_begin_.clear();
+  if (!per_request) {  // one pool for the whole batch
+    if (T > 0) group_begin_.push_back(0);
+    group_begin_.push_back(T);
+    return;
+  }
   for (int i = 0; i < T; ++i) {
-    if (i == 0 || (per_request && meta[order_[i]].request_id != meta[order_[i - 1]].request_id)) {
-      group_begin_.push_back(i);
-    }
+    if (i == 0 || meta[order_[i]].request_id != meta[order_[i - 1]].request_id) group_begin_.push_back(i);
   }
   group_begin_.push_back(T);
 }
