@@ -77,15 +77,34 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
   auto rows_in_request_order = [&] {
     group_begin_.clear();
     if (T > 0) group_begin_.push_back(0);
-    for (int t = 1; t < T; ++t) {
+    // Row t against row t - 1; records t when it starts a request.
+    auto follows = [&](int t) {
       const TokenMeta& a = meta[t - 1];
       const TokenMeta& b = meta[t];
       if (a.request_id != b.request_id) {
         if (a.request_id > b.request_id) return false;
         group_begin_.push_back(t);
-      } else if (a.position >= b.position) {
-        return false;
+        return true;
       }
+      return a.position < b.position;
+    };
+    int t = 1;
+    // Most rows continue the previous row's request: four such rows take one branch; four rows with a
+    // request boundary (or out of order) take the row-by-row check.
+    for (; t + 4 <= T; t += 4) {
+      const TokenMeta* m = meta.data() + t - 1;
+      const uint64_t id = m[0].request_id;
+      const bool same = (m[1].request_id == id) & (m[2].request_id == id) & (m[3].request_id == id) &
+                        (m[4].request_id == id);
+      const bool rising = (m[0].position < m[1].position) & (m[1].position < m[2].position) &
+                          (m[2].position < m[3].position) & (m[3].position < m[4].position);
+      if (same & rising) continue;
+      for (int u = t; u < t + 4; ++u) {
+        if (!follows(u)) return false;
+      }
+    }
+    for (; t < T; ++t) {
+      if (!follows(t)) return false;
     }
     group_begin_.push_back(T);
     return true;
@@ -202,6 +221,23 @@ void DispatchPlanner::plan_pooled_group(const TokenRoutes& routes, int32_t begin
   for (int64_t pair : overflow_) try_reroute(routes, pair, capacity, out);
 }
 
+void DispatchPlanner::reset_pool(int32_t begin, int32_t end, const DispatchPlan& out) {
+  // A request with few pairs (a decode step's single token) among many experts touches at most k * rows
+  // counts: clearing those beats clearing all E once k * rows is well below E (a vectorised fill clears
+  // 8 counts per store; visiting a pair takes several instructions). Every count the pool raised belongs
+  // to a placed pair of its rows.
+  if (static_cast<int64_t>(end - begin) * top_k_ * 32 > num_experts_) {
+    std::fill(pool_count_.begin(), pool_count_.end(), 0);
+    return;
+  }
+  for (int32_t i = begin; i < end; ++i) {
+    const int32_t* experts = out.pair_expert.data() + static_cast<int64_t>(order_[i]) * top_k_;
+    for (int j = 0; j < top_k_; ++j) {
+      if (experts[j] >= 0) pool_count_[experts[j]] = 0;
+    }
+  }
+}
+
 void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
                                         int32_t begin, int32_t end, CausalRoutingState::Request& request,
                                         DispatchPlan& out) {
@@ -314,17 +350,21 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       if (T > 0) plan_pooled_group(routes, 0, T, std::numeric_limits<int64_t>::max(), out);
       std::fill(pool_count_.begin(), pool_count_.end(), 0);
       break;
-    case CapacityScope::kRequest:
+    case CapacityScope::kRequest: {
+      // Every expert offers each request the same budget, so one sum serves all experts.
+      int64_t total_capacity = 0;
       for (int g = 0; g < num_groups; ++g) {
         const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
         const int64_t capacity = std::max<int64_t>(
             {1, policy_.min_capacity,
              rounded_capacity(policy_.capacity_factor, end - begin, top_k_, num_experts_, policy_.rounding)});
-        for (int e = 0; e < num_experts_; ++e) out.expert_capacity[e] += capacity;
+        total_capacity += capacity;
         plan_pooled_group(routes, begin, end, capacity, out);
-        std::fill(pool_count_.begin(), pool_count_.end(), 0);
+        reset_pool(begin, end, out);
       }
+      out.expert_capacity.assign(num_experts_, total_capacity);
       break;
+    }
     case CapacityScope::kCausal: {
       CausalRoutingState::Request fresh;
       for (int g = 0; g < num_groups; ++g) {

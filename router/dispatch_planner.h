@@ -61,6 +61,8 @@ class DispatchPlanner {
                          DispatchPlan& out);
   void plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
                          int32_t end, CausalRoutingState::Request& request, DispatchPlan& out);
+  // Zeroes pool_count_ after the pool of order_[begin .. end) was planned into `out`.
+  void reset_pool(int32_t begin, int32_t end, const DispatchPlan& out);
   bool try_reroute(const TokenRoutes& routes, int64_t pair, int64_t capacity, DispatchPlan& out);
   void place(int64_t pair, int32_t expert, float weight, PairStatus status, DispatchPlan& out);
   void finish(const TokenRoutes& routes, DispatchPlan& out);
