@@ -3,14 +3,23 @@
 
 softmax -> top-k -> renormalise -> loop over experts -> SwiGLU, as transformers' MixtralSparseMoeBlock
 (plus an always-on shared expert for the DeepSeek-like shape). Prints one JSON object per line:
-{"shape", "T", "threads", "ms"} with the median of repeated runs.
+{"shape", "T", "threads", "ms", "torch_threads", "blas_threads"} with the median of repeated runs.
+
+`threads` is the peer's core budget, the same as our benchmark's thread count. torch.set_num_threads does
+not reach OpenBLAS's own pthreads (they default to every core), so the BLAS thread count is fixed by the
+environment: bench/layer_peer.sh runs this script once per budget N with OPENBLAS_NUM_THREADS=N and
+--threads N. Within a budget the peer gets its best configuration: every torch intra-op thread count 1..N
+is timed and the fastest reported (with 2 cores, torch's OpenMP threads and OpenBLAS's pthreads compete
+when both are 2, so torch 1 + BLAS 2 usually wins).
 
 Run with OPENBLAS_CORETYPE=SkylakeX (Debian's torch uses the system BLAS; with libopenblas0-pthread installed
 that is OpenBLAS).
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -63,29 +72,40 @@ SHAPES = {
 }
 
 
+def time_block(block, x, min_seconds):
+    block(x)  # warm-up
+    times = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < min_seconds or len(times) < 3:
+        t0 = time.perf_counter()
+        block(x)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tokens", default="1,16,256,2048")
-    p.add_argument("--threads", default="1,2")
+    p.add_argument("--threads", type=int, default=1, help="core budget (set OPENBLAS_NUM_THREADS to match)")
     p.add_argument("--min-seconds", type=float, default=1.0)
     args = p.parse_args()
+    blas = os.environ.get("OPENBLAS_NUM_THREADS")
+    if blas is None or int(blas) != args.threads:
+        sys.exit(f"layer_peer.py: set OPENBLAS_NUM_THREADS={args.threads} to match --threads (got {blas})")
     torch.manual_seed(0)
     with torch.inference_mode():
         for name, s in SHAPES.items():
             block = SparseMoeBlock(s["d"], s["ff"], s["experts"], s["top_k"], s["shared_ff"]).eval()
-            for threads in [int(v) for v in args.threads.split(",")]:
-                torch.set_num_threads(threads)
-                for T in [int(v) for v in args.tokens.split(",")]:
-                    x = torch.randn(T, s["d"])
-                    block(x)  # warm-up
-                    times = []
-                    start = time.perf_counter()
-                    while time.perf_counter() - start < args.min_seconds or len(times) < 3:
-                        t0 = time.perf_counter()
-                        block(x)
-                        times.append(time.perf_counter() - t0)
-                    print(json.dumps({"shape": name, "T": T, "threads": threads,
-                                      "ms": 1e3 * statistics.median(times)}), flush=True)
+            for T in [int(v) for v in args.tokens.split(",")]:
+                x = torch.randn(T, s["d"])
+                best = None
+                for torch_threads in range(1, args.threads + 1):
+                    torch.set_num_threads(torch_threads)
+                    sec = time_block(block, x, args.min_seconds)
+                    if best is None or sec < best[0]:
+                        best = (sec, torch_threads)
+                print(json.dumps({"shape": name, "T": T, "threads": args.threads, "ms": 1e3 * best[0],
+                                  "torch_threads": best[1], "blas_threads": int(blas)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,12 @@ out="$build/bench"
 mkdir -p "$out"
 "$build/bin/layer_bench" --benchmark_min_time=0.3 --benchmark_format=json --benchmark_out="$out/layer_bench.json" \
   --benchmark_out_format=json > /dev/null
-OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$(dirname "$0")/layer_peer.py" > "$out/layer_peer.jsonl"
+# The peer's BLAS threads are pinned to each core budget (torch.set_num_threads does not reach them).
+: > "$out/layer_peer.jsonl"
+for threads in 1 2; do
+  OPENBLAS_NUM_THREADS=$threads OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$(dirname "$0")/layer_peer.py" \
+    --threads "$threads" >> "$out/layer_peer.jsonl"
+done
 /usr/bin/python3 "$(dirname "$0")/../scripts/layer_report.py" "$out/layer_bench.json" "$out/layer_peer.jsonl" \
   --markdown "$out/layer_results.md" --svg "$out/layer_results.svg"
 cat "$out/layer_results.md"
