@@ -9,15 +9,15 @@
 #   JOBS=1               parallel jobs for the build
 #
 # Needs valgrind (callgrind). Valgrind cannot decode AVX-512, so the script configures BUILD_DIR itself with
-# MOE_NATIVE=OFF and -march=x86-64-v3 (AVX2) and builds only router_planner_bench there: the counts are those of
-# that build, not of the -march=native one. One callgrind run: --benchmark_min_time=0 makes every case call
+# MOE_NATIVE=OFF and -march=x86-64-v3 (AVX2) and builds only router_planner_bench there: the counts are those
+# of that build, not of the -march=native one. One callgrind run: --benchmark_min_time=0 makes every case call
 # plan() exactly once (a plan is deterministic, so one call is exact), callgrind collects only inside plan()
 # and writes one profile per call; the profiles come in the order of --benchmark_list_tests.
 #
-# Columns: instructions (Ir) per plan() per mode, and the ratios. Valgrind counts each iteration of the
-# `rep stosb` in glibc's memset as an instruction, so the output's initialisation (the same bytes in every
-# mode) weighs more than on the CPU; that pulls ratios towards 1, so the last two columns repeat them with
-# memset left out.
+# Columns: instructions (Ir) per plan() per mode, and the ratios. Caveat: valgrind counts each iteration of
+# the `rep stosb` in glibc's memset as an instruction, so the output's initialisation (the same bytes in
+# every mode, 11-13 % of greedy's count at T = 4096, k <= 2) weighs more than on the CPU, which pulls the
+# ratios slightly towards 1 (docs/results.md section 1 gives the ratios without it for those rows).
 set -euo pipefail
 build=${1:-build-callgrind}
 tokens=${TOKENS:-4096 65536}
@@ -36,8 +36,8 @@ trap 'rm -rf "$work"' EXIT
 # (--dump-after needs the leading '*': valgrind 3.19 does not fire on the 'moe::...' spelling.)
 valgrind --tool=callgrind --callgrind-out-file="$work/cg" --toggle-collect='moe::DispatchPlanner::plan(*' \
   --dump-after='*DispatchPlanner::plan(*' \
-  "$build/bin/router_planner_bench" --benchmark_filter="$filter" --benchmark_min_time=0 >/dev/null 2>"$work/log" ||
-  { cat "$work/log" >&2; exit 1; }
+  "$build/bin/router_planner_bench" --benchmark_filter="$filter" --benchmark_min_time=0 \
+  >/dev/null 2>"$work/log" || { cat "$work/log" >&2; exit 1; }
 
 # Profile i (cg.i, i = 1..) is the i-th plan() call, i.e. the i-th case.
 n=$(wc -l <"$work/cases")
@@ -46,24 +46,21 @@ while read -r name; do
   i=$((i + 1))
   f="$work/cg.$i"
   [ -f "$f" ] || { echo "planner_instructions: missing profile $i of $n ($name)" >&2; exit 1; }
-  total=$(awk '/^(totals|summary):/ {print $2; exit}' "$f")
-  memset=$(callgrind_annotate "$f" 2>/dev/null | awk '/memset/ {gsub(",", "", $1); s += $1} END {print s + 0}')
-  echo "$name $total $memset"
+  echo "$name $(awk '/^(totals|summary):/ {print $2; exit}' "$f")"
 done <"$work/cases" >"$work/counts"
 [ ! -f "$work/cg.$((n + 1))" ] || { echo "planner_instructions: more plan() calls than cases" >&2; exit 1; }
 
 awk '
   {
-    split($1, a, "/"); key = a[3] " " a[4] " " a[5]
-    ir[a[2], key] = $2; rest[a[2], key] = $2 - $3
+    split($1, a, "/"); key = a[3] " " a[4] " " a[5]; ir[a[2], key] = $2
     if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
   }
   END {
-    printf "%-21s %11s %11s %11s %13s %13s %15s %15s\n", "shape", "greedy Ir", "stable Ir", "causal Ir",
-      "stable/greedy", "causal/greedy", "s/g w/o memset", "c/g w/o memset"
+    printf "%-21s %11s %11s %11s %13s %13s\n", "shape", "greedy Ir", "stable Ir", "causal Ir",
+      "stable/greedy", "causal/greedy"
     for (i = 1; i <= nk; ++i) {
-      k = keys[i]; g = ir["greedy", k]; r = rest["greedy", k]
-      printf "%-21s %11d %11d %11d %13.3f %13.3f %15.3f %15.3f\n", k, g, ir["stable", k], ir["causal", k],
-        ir["stable", k] / g, ir["causal", k] / g, rest["stable", k] / r, rest["causal", k] / r
+      k = keys[i]; g = ir["greedy", k]
+      printf "%-21s %11d %11d %11d %13.3f %13.3f\n", k, g, ir["stable", k], ir["causal", k],
+        ir["stable", k] / g, ir["causal", k] / g
     }
   }' "$work/counts"

@@ -17,3 +17,9 @@ for script in bench/*_peer.sh; do
   echo "== $script"
   "$script" "$build"
 done
+# Planning's instruction counts (greedy vs stable vs causal), immune to the noise of a shared machine. Needs
+# valgrind; the script builds its own non-AVX-512 tree ($build-callgrind), as valgrind cannot decode AVX-512.
+if command -v valgrind >/dev/null; then
+  echo "== bench/planner_instructions.sh"
+  bench/planner_instructions.sh "$build-callgrind" | tee "$out/planner_instructions.txt"
+fi
