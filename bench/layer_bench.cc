@@ -5,7 +5,11 @@
 // Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
 // weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second.
 // scripts/layer-report.py turns them into ratios against greedy, the FMA peak (170 GFLOP/s per thread) and
-// memory bandwidth (13 GB/s per thread) measured on this machine class (docs/results.md). Batches are requests of up to 128 tokens, rows in request order.
+// memory bandwidth (13 GB/s per thread) measured on this machine class (docs/results.md). Batches are
+// requests of up to 128 tokens, rows in request order. Iterations cycle through kInputs different batches, so
+// that a small batch does not find its experts' weights in cache from the previous iteration (the same token
+// again would route to the same experts and time the cache, not memory); the counters average over the
+// batches.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -45,7 +49,8 @@ std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape) {
   // Cached: random init of ~300 MB is slower than the benchmarks themselves.
   static std::shared_ptr<const io::LayerWeights> mixtral, deepseek;
   auto& slot = shape.layer.num_experts == 8 ? mixtral : deepseek;
-  if (!slot) slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, kernels::DType::kF32, 7));
+  if (!slot)
+    slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, kernels::DType::kF32, 7));
   return slot;
 }
 
@@ -61,33 +66,47 @@ void BM_Layer(benchmark::State& state, Shape shape, std::string preset) {
   MoELayer layer(config, weights);
 
   const int64_t d = shape.layer.hidden;
-  std::vector<float> x(static_cast<size_t>(T) * d), y(x.size());
+  constexpr int kInputs = 8;
+  std::vector<std::vector<float>> xs(kInputs, std::vector<float>(static_cast<size_t>(T) * d));
+  std::vector<float> y(static_cast<size_t>(T) * d);
   uint64_t h = 12345;
-  for (float& v : x) {
-    h = h * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<float>(static_cast<int64_t>(h >> 40) - (1ll << 23)) / static_cast<float>(1 << 23);
+  for (auto& x : xs) {
+    for (float& v : x) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      v = static_cast<float>(static_cast<int64_t>(h >> 40) - (1ll << 23)) / static_cast<float>(1 << 23);
+    }
   }
   std::vector<TokenMeta> meta;
-  for (int t = 0; t < T; ++t) meta.push_back({static_cast<uint64_t>(t / 128), static_cast<uint32_t>(t % 128)});
+  for (int t = 0; t < T; ++t)
+    meta.push_back({static_cast<uint64_t>(t / 128), static_cast<uint32_t>(t % 128)});
 
-  layer.forward(x.data(), T, meta, y.data());  // warm-up
-  for (auto _ : state) {
-    layer.forward(x.data(), T, meta, y.data());
-    benchmark::DoNotOptimize(y.data());
-  }
-
-  const DispatchPlan& plan = layer.last_plan();
-  const double pairs = static_cast<double>(plan.num_kept + plan.num_rerouted);
+  // Warm-up, and the work of each batch for the counters.
+  double flops = 0, bytes = 0, drop_rate = 0;
   const double sff = static_cast<double>(shape.layer.shared_ff);
-  const double flops = 2.0 * T * d * shape.layer.num_experts + pairs * 6.0 * d * shape.layer.expert_ff +
-                       (shape.layer.num_shared_experts ? 6.0 * T * d * sff : 0.0);
-  int active = 0;
-  for (int32_t load : plan.expert_load) active += load > 0;
-  const double bytes = 4.0 * (static_cast<double>(d) * shape.layer.num_experts + active * 3.0 * d * shape.layer.expert_ff +
-                              (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
-  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["weight_GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["drop_rate"] = plan.num_dropped / static_cast<double>(plan.num_pairs());
+  for (const auto& x : xs) {
+    layer.forward(x.data(), T, meta, y.data());
+    const DispatchPlan& plan = layer.last_plan();
+    const double pairs = static_cast<double>(plan.num_kept + plan.num_rerouted);
+    flops += 2.0 * T * d * shape.layer.num_experts + pairs * 6.0 * d * shape.layer.expert_ff +
+             (shape.layer.num_shared_experts ? 6.0 * T * d * sff : 0.0);
+    int active = 0;
+    for (int32_t load : plan.expert_load) active += load > 0;
+    bytes +=
+        4.0 * (static_cast<double>(d) * shape.layer.num_experts + active * 3.0 * d * shape.layer.expert_ff +
+               (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
+    drop_rate += plan.num_dropped / static_cast<double>(plan.num_pairs());
+  }
+  size_t next = 0;
+  for (auto _ : state) {
+    layer.forward(xs[next].data(), T, meta, y.data());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % kInputs;
+  }
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops / kInputs / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GBps"] =
+      benchmark::Counter(bytes / kInputs / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["drop_rate"] = drop_rate / kInputs;
   state.SetLabel(std::string(shape.name) + " " + preset);
 }
 
@@ -99,9 +118,11 @@ void Args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK_CAPTURE(BM_Layer, mixtral_like_greedy, MixtralLike(), std::string("greedy"))->Apply(Args);
-BENCHMARK_CAPTURE(BM_Layer, mixtral_like_deterministic, MixtralLike(), std::string("deterministic"))->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_deterministic, MixtralLike(), std::string("deterministic"))
+    ->Apply(Args);
 BENCHMARK_CAPTURE(BM_Layer, deepseek_like_greedy, DeepSeekLike(), std::string("greedy"))->Apply(Args);
-BENCHMARK_CAPTURE(BM_Layer, deepseek_like_deterministic, DeepSeekLike(), std::string("deterministic"))->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_deterministic, DeepSeekLike(), std::string("deterministic"))
+    ->Apply(Args);
 
 }  // namespace
 }  // namespace moe

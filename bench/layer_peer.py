@@ -72,14 +72,19 @@ SHAPES = {
 }
 
 
-def time_block(block, x, min_seconds):
-    block(x)  # warm-up
+def time_block(block, xs, min_seconds):
+    """Median time of block(x), cycling through the inputs xs (as layer_bench does, so that a small batch
+    does not find its experts' weights in cache from the previous call)."""
+    for x in xs:
+        block(x)  # warm-up
     times = []
     start = time.perf_counter()
+    i = 0
     while time.perf_counter() - start < min_seconds or len(times) < 3:
         t0 = time.perf_counter()
-        block(x)
+        block(xs[i % len(xs)])
         times.append(time.perf_counter() - t0)
+        i += 1
     return statistics.median(times)
 
 
@@ -97,11 +102,11 @@ def main():
         for name, s in SHAPES.items():
             block = SparseMoeBlock(s["d"], s["ff"], s["experts"], s["top_k"], s["shared_ff"]).eval()
             for T in [int(v) for v in args.tokens.split(",")]:
-                x = torch.randn(T, s["d"])
+                xs = [torch.randn(T, s["d"]) for _ in range(8)]
                 best = None
                 for torch_threads in range(1, args.threads + 1):
                     torch.set_num_threads(torch_threads)
-                    sec = time_block(block, x, args.min_seconds)
+                    sec = time_block(block, xs, args.min_seconds)
                     if best is None or sec < best[0]:
                         best = (sec, torch_threads)
                 print(json.dumps({"shape": name, "T": T, "threads": args.threads, "ms": 1e3 * best[0],

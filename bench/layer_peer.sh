@@ -5,7 +5,10 @@ set -euo pipefail
 build=${1:-build}
 out="$build/bench"
 mkdir -p "$out"
-"$build/bin/layer_bench" --benchmark_min_time=0.3 --benchmark_format=json --benchmark_out="$out/layer_bench.json" \
+# Medians of 5 repetitions in random interleaved order: this VM's speed drifts by 10-20 % over a minute,
+# which would otherwise land on whichever preset ran later.
+"$build/bin/layer_bench" --benchmark_min_time=0.3 --benchmark_repetitions=5 \
+  --benchmark_enable_random_interleaving=true --benchmark_format=json --benchmark_out="$out/layer_bench.json" \
   --benchmark_out_format=json > /dev/null
 # The peer's BLAS threads are pinned to each core budget (torch.set_num_threads does not reach them).
 : > "$out/layer_peer.jsonl"

@@ -15,6 +15,12 @@ MEM_GBPS_PER_THREAD = 13.0
 def load_ours(path):
     rows = {}
     for b in json.load(open(path))["benchmarks"]:
+        # With repetitions only the median aggregate counts (the runs are interleaved at random, so that
+        # the machine's drift spreads over every case alike).
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        if b.get("run_type") == "iteration" and b.get("repetitions", 1) > 1:
+            continue
         m = re.match(r"BM_Layer/(\w+?)_(greedy|deterministic)/T:(\d+)/threads:(\d+)", b["name"])
         if not m:
             continue
