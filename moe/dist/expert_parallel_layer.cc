@@ -10,12 +10,11 @@
 
 #include "kernels/cpu/linear.h"
 #include "moe/layer/combine.h"
+#include "moe/layer/expert_schedule.h"
 
 namespace moe::dist {
 namespace {
 
-// As in MoELayer: experts with at most this many rows run one per thread when there are enough of them.
-constexpr int64_t kSmallExpertRows = 32;
 // A rank's token count in the first exchange of a step when its input was rejected.
 constexpr size_t kRejected = std::numeric_limits<size_t>::max();
 
@@ -212,7 +211,7 @@ void ExpertParallelLayer::ensure_global(int64_t global_tokens) {
   expert_out_.resize(rows * hidden_);
   if (!local_experts_.empty()) {
     const int64_t ff = weights_->shape().expert_ff;
-    per_thread_scratch_ = kernels::ffn_scratch_floats(std::min<int64_t>(global_tokens, kSmallExpertRows), ff);
+    per_thread_scratch_ = per_thread_ffn_scratch(global_tokens, ff);
     grow(scratch_, std::max(kernels::ffn_scratch_floats(global_tokens, ff),
                             per_thread_scratch_ * static_cast<size_t>(config_.num_threads)));
   }
@@ -481,17 +480,7 @@ void ExpertParallelLayer::run_experts() {
                          plan_.expert_load[e], hidden_, experts_[e], expert_out_.data() + first * hidden_,
                          hidden_, scratch, *pool_);
   };
-  const int threads = pool_->num_threads();
-  const bool one_expert_per_thread =
-      threads > 1 && max_rows <= kSmallExpertRows && static_cast<int>(active_experts_.size()) >= 2 * threads;
-  if (one_expert_per_thread) {
-    // As in MoELayer: only the schedule changes; invariant kernels give the same bits.
-    pool_->parallel_for(static_cast<int64_t>(active_experts_.size()), [&](int64_t i, int thread) {
-      run_expert(active_experts_[i], scratch_.data() + static_cast<size_t>(thread) * per_thread_scratch_);
-    });
-  } else {
-    for (int e : active_experts_) run_expert(e, scratch_.data());
-  }
+  run_experts_scheduled(active_experts_, max_rows, *pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
 void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, CausalRoutingState& state) {

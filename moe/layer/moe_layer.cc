@@ -7,13 +7,10 @@
 #include <string>
 
 #include "moe/layer/combine.h"
+#include "moe/layer/expert_schedule.h"
 
 namespace moe {
 namespace {
-
-// Experts with at most this many rows are run one per thread when there are enough of them to share out;
-// larger experts split their output columns over the pool instead.
-constexpr int64_t kSmallExpertRows = 32;
 
 [[noreturn]] void fail(const std::string& msg) {
   throw std::invalid_argument("moe layer: " + msg);
@@ -60,7 +57,7 @@ void MoELayer::ensure_workspace(int num_tokens) {
   // An expert holds at most one pair per token, so at most T rows; experts run one per thread hold at most
   // kSmallExpertRows each.
   const int64_t ff = std::max(shape.expert_ff, has_shared_ ? shape.shared_ff : 0);
-  per_thread_scratch_ = kernels::ffn_scratch_floats(std::min(T, kSmallExpertRows), shape.expert_ff);
+  per_thread_scratch_ = per_thread_ffn_scratch(T, shape.expert_ff);
   scratch_.resize(std::max(kernels::ffn_scratch_floats(T, ff), per_thread_scratch_ * config_.num_threads));
   if (has_shared_) {
     shared_out_.resize(T * hidden_);
@@ -119,18 +116,7 @@ void MoELayer::run_experts() {
                          plan_.expert_load[e], hidden_, experts_[e], expert_out_.data() + first * hidden_,
                          hidden_, scratch, pool_);
   };
-  const int threads = pool_.num_threads();
-  const bool one_expert_per_thread =
-      threads > 1 && max_rows <= kSmallExpertRows && static_cast<int>(active_experts_.size()) >= 2 * threads;
-  if (one_expert_per_thread) {
-    // NOTES: ffn_forward called inside a pool task runs inline on that thread, so each expert is computed by
-    // one thread. Invariant kernels give the same bits either way; only the schedule changes.
-    pool_.parallel_for(static_cast<int64_t>(active_experts_.size()), [&](int64_t i, int thread) {
-      run_expert(active_experts_[i], scratch_.data() + static_cast<size_t>(thread) * per_thread_scratch_);
-    });
-  } else {
-    for (int e : active_experts_) run_expert(e, scratch_.data());
-  }
+  run_experts_scheduled(active_experts_, max_rows, pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
 void MoELayer::run_shared(const float* x, int num_tokens) {
