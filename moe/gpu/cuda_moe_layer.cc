@@ -47,6 +47,13 @@ class PinnedBuffer {
   size_t count_ = 0;
 };
 
+// Makes `device` current; a no-op (no runtime call that could disturb a stream capture) when it already is.
+void make_current(int device) {
+  int current = -1;
+  CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) CUDA_CHECK(cudaSetDevice(device));
+}
+
 cuda::WeightType weight_type(kernels::DType dtype) {
   return dtype == kernels::DType::kBF16 ? cuda::WeightType::kBF16 : cuda::WeightType::kF32;
 }
@@ -125,7 +132,7 @@ CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::Laye
     throw std::runtime_error("cuda moe layer: device " + std::to_string(device) + " does not exist (" +
                              std::to_string(count) + " visible)");
   }
-  CUDA_CHECK(cudaSetDevice(device_));
+  make_current(device_);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (config_.gate_kernel == kernels::KernelKind::kFast) {
     cublasHandle_t handle = nullptr;
@@ -331,7 +338,7 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
   if (num_tokens > 0 && (x == nullptr || y == nullptr || meta == nullptr)) {
     fail("forward_device: x, meta and y must not be null");
   }
-  CUDA_CHECK(cudaSetDevice(device_));
+  make_current(device_);
   Workspace& w = *ws_;
   const int k = top_k(), E = num_experts();
   const int max_rows = num_tokens * k;
@@ -398,7 +405,7 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
     fail("causal routing state is for " + std::to_string(state->num_experts()) + " experts, not " +
          std::to_string(num_experts()));
   }
-  CUDA_CHECK(cudaSetDevice(device_));
+  make_current(device_);
   ensure_workspace(num_tokens);
   Workspace& w = *ws_;
   const size_t T = static_cast<size_t>(num_tokens), d = static_cast<size_t>(hidden_);
@@ -461,7 +468,7 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
 }
 
 DispatchPlan CudaMoELayer::last_plan() {
-  CUDA_CHECK(cudaSetDevice(device_));
+  make_current(device_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   Workspace& w = *ws_;
   DispatchPlan plan;
