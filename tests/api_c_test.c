@@ -322,6 +322,54 @@ static void test_io_errors(void) {
   CHECK(moe_weights_random(NULL, MOE_DTYPE_F32, 1, &weights) == MOE_INVALID_ARGUMENT);
 }
 
+/* device: an unknown name is an argument error; "cuda" either works (a GPU build on a GPU machine: the
+ * result must match the CPU layer closely and its plan exactly) or fails with a message that says why. */
+static void test_device(void) {
+  enum { kT = 24 };
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t *cpu = NULL, *gpu = NULL;
+  moe_layer_config_t config;
+  float x[kT * kHidden], y_cpu[kT * kHidden], y_gpu[kT * kHidden];
+  uint64_t ids[kT];
+  uint32_t pos[kT];
+  moe_status_t rc;
+  int t;
+  size_t i;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 11, &weights));
+  moe_layer_config_init(&config);
+  config.device = "tpu";
+  CHECK(moe_layer_create(weights, &config, &gpu) == MOE_INVALID_ARGUMENT);
+  CHECK(gpu == NULL && strstr(moe_last_error(), "\"tpu\"") != NULL);
+  config.device = "cpu";
+  CHECK_OK(moe_layer_create(weights, &config, &cpu));
+  config.device = "cuda";
+  rc = moe_layer_create(weights, &config, &gpu);
+  if (rc != MOE_OK) {
+    /* No GPU build: an argument error saying so; a GPU build without a device: a runtime error naming why. */
+    CHECK(gpu == NULL);
+    CHECK((rc == MOE_INVALID_ARGUMENT && strstr(moe_last_error(), "no CUDA backend") != NULL) ||
+          (rc == MOE_RUNTIME_ERROR && strstr(moe_last_error(), "no usable CUDA device") != NULL));
+    printf("api_c_test: device \"cuda\" unavailable here: %s\n", moe_last_error());
+  } else {
+    fill(x, sizeof x / sizeof x[0], 5, 1.0f);
+    for (t = 0; t < kT; ++t) {
+      ids[t] = (uint64_t)(t % 3);
+      pos[t] = (uint32_t)(t / 3);
+    }
+    CHECK_OK(moe_layer_forward(cpu, x, kT, kHidden, ids, pos, y_cpu, NULL));
+    CHECK_OK(moe_layer_forward(gpu, x, kT, kHidden, ids, pos, y_gpu, NULL));
+    for (i = 0; i < sizeof x / sizeof x[0]; ++i) {
+      const float diff = y_gpu[i] - y_cpu[i];
+      CHECK(diff * diff <= 1e-8f * (1.0f + y_cpu[i] * y_cpu[i]));
+    }
+    moe_layer_destroy(gpu);
+  }
+  moe_layer_destroy(cpu);
+  moe_weights_destroy(weights);
+}
+
 int main(void) {
   printf("moe %s\n", moe_version());
   test_random_forward();
@@ -329,6 +377,7 @@ int main(void) {
   test_buffers();
   test_causal_chunks();
   test_io_errors();
+  test_device();
   if (g_failures) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "moe/api/backend_layer.h"
 #include "moe/api/builders.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
@@ -27,7 +28,7 @@ struct moe_weights {
 };
 
 struct moe_layer {
-  std::unique_ptr<moe::MoELayer> layer;
+  std::unique_ptr<moe::api::BackendLayer> layer;
   std::vector<moe::TokenMeta> meta;  // reused across calls
   moe::MoEStats stats;               // of the last successful forward
   bool has_run = false;
@@ -268,8 +269,8 @@ moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_conf
     o.num_threads = c.num_threads;
     o.max_tokens = c.max_tokens;
     auto handle = std::make_unique<moe_layer>();
-    handle->layer =
-        std::make_unique<moe::MoELayer>(moe::api::make_config(o, *weights->weights), weights->weights);
+    handle->layer = moe::api::make_backend_layer(
+        c.device ? c.device : "", moe::api::make_config(o, *weights->weights), weights->weights);
     handle->meta.reserve(handle->layer->config().max_tokens);
     handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
     *out = handle.release();

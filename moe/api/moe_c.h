@@ -163,7 +163,10 @@ typedef struct moe_layer moe_layer_t;
  *   kernel           NULL or "invariant" | "fast" (experts and router gate)
  *   num_threads      0: 1 thread (the calling one); else the threads used inside a forward pass
  *   max_tokens       0: 256. The workspace is sized for batches of this many rows at creation; a larger
- *                    batch grows it once. */
+ *                    batch grows it once.
+ *   device           NULL or "cpu"; "cuda" or "cuda:N": the same layer on CUDA device N (builds with CUDA;
+ *                    host arrays in and out, one synchronisation per forward; docs/cuda.md). No usable
+ *                    device: MOE_RUNTIME_ERROR naming the reason. num_threads is then ignored. */
 typedef struct {
   const char* preset;
   const char* router;
@@ -178,6 +181,7 @@ typedef struct {
   const char* kernel;
   int32_t num_threads;
   int32_t max_tokens;
+  const char* device;
 } moe_layer_config_t;
 
 /* Fills `config` with the "keep" values above (the deterministic preset with the mixtral router). NULL is

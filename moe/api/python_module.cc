@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/api/backend_layer.h"
 #include "moe/api/builders.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
@@ -293,7 +294,7 @@ struct PyCausalState {
 };
 
 struct PyLayer {
-  std::unique_ptr<MoELayer> layer;
+  std::unique_ptr<api::BackendLayer> layer;
   std::shared_ptr<const io::LayerWeights> weights;
   MoEStats stats;
   bool has_run = false;
@@ -517,20 +518,23 @@ PYBIND11_MODULE(_moe, m) {
                        std::optional<bool> renormalize, int num_groups, int topk_groups,
                        double capacity_factor, const std::optional<std::string>& scope,
                        const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
-                       const std::optional<std::string>& kernel, int num_threads, int max_tokens) {
+                       const std::optional<std::string>& kernel, int num_threads, int max_tokens,
+                       const std::string& device) {
              auto self = std::make_unique<PyLayer>();
              const LayerOptions o =
                  make_options(preset, router, top_k, renormalize, num_groups, topk_groups, capacity_factor,
                               scope, priority, overflow, kernel, num_threads, max_tokens);
              self->weights = w.weights;
-             self->layer = std::make_unique<MoELayer>(make_config(o, *w.weights), w.weights);
+             self->layer = api::make_backend_layer(device, make_config(o, *w.weights), w.weights);
              return self;
            }),
            py::arg("weights"), py::arg("preset") = "deterministic", py::arg("router") = "mixtral",
            py::arg("top_k") = 0, py::arg("renormalize") = py::none(), py::arg("num_groups") = 0,
            py::arg("topk_groups") = 0, py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(),
            py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
-           py::arg("num_threads") = 0, py::arg("max_tokens") = 0)
+           py::arg("num_threads") = 0, py::arg("max_tokens") = 0, py::arg("device") = "cpu",
+           "device: \"cpu\", or \"cuda\" / \"cuda:N\" for the same layer on a CUDA device (host arrays in "
+           "and out); RuntimeError naming the reason when no device is usable.")
       .def("forward", &layer_forward, py::arg("x"), py::arg("request_ids"), py::arg("positions"),
            py::arg("out") = py::none(), py::arg("state") = nullptr,
            "y = layer(x): x C-contiguous float32 [T, hidden] (read in place), request_ids and positions "

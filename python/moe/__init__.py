@@ -65,6 +65,8 @@ class Layer:
     scope            "batch" | "request" | "causal" | "none" (none = dropless).
     priority         "arrival" | "request" | "score" | "random".   overflow   "drop" | "reroute".
     kernel           "invariant" | "fast".   num_threads (0 = 1).   max_tokens (workspace rows, 0 = 256).
+    device           "cpu" (default), or "cuda" / "cuda:N": the same layer on a CUDA device (numpy arrays in
+                     and out; builds with CUDA; RuntimeError naming the reason when no device is usable).
     """
 
     def __init__(self, weights, **config):

@@ -187,6 +187,25 @@ class PlanTest(unittest.TestCase):
             moe.plan(bad, np.zeros(4, int), np.arange(4))
 
 
+class DeviceTest(unittest.TestCase):
+    def test_unknown_device_is_a_value_error(self):
+        with self.assertRaisesRegex(ValueError, '"tpu"'):
+            moe.Layer.from_arrays(**random_arrays(9), device="tpu")
+
+    def test_cuda_matches_cpu_or_says_why_not(self):
+        a = random_arrays(10)
+        x = tokens(11, 30)
+        ids, pos = np.arange(30) % 3, np.arange(30) // 3
+        y_cpu = moe.Layer.from_arrays(**a).forward(x, ids, pos)
+        try:
+            gpu = moe.Layer.from_arrays(**a, device="cuda")
+        except (RuntimeError, ValueError) as e:
+            self.assertRegex(str(e), "no usable CUDA device|no CUDA backend")
+            return
+        y_gpu = gpu.forward(x, ids, pos)
+        self.assertLess(rel_error(y_gpu, y_cpu), 1e-5)
+
+
 class BadInputTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
