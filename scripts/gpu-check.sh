@@ -40,12 +40,12 @@ if ! timeout 180 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOE_ENABLE_
 fi
 note "configure ok ($(elapsed))"
 
-# Targets: this backend's programs first (they must build), then the other areas' gpu-labelled tests (each
+# Targets: this backend's programs first (and api_c_test, whose device test runs the C API on the GPU) (they must build), then the other areas' gpu-labelled tests (each
 # may fail to build without stopping the check).
 gpu_tests=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | awk '/Test +#[0-9]+:/ {print $3}')
 own_tests=$(echo "$gpu_tests" | grep -E '^cuda_' || true)
 other_tests=$(echo "$gpu_tests" | grep -vE '^cuda_' || true)
-targets="$own_tests cuda_plan_omp_test cuda_topk_row_test cuda_layer_test"
+targets="$own_tests cuda_plan_omp_test cuda_topk_row_test cuda_layer_test api_c_test"
 [[ "${MOE_GPU_SKIP_BENCH:-0}" == 1 ]] || targets="$targets cuda_moe_bench"
 note "targets: $(echo $targets) | other gpu tests: $(echo $other_tests)"
 if ! timeout "${MOE_GPU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$jobs" --target $targets > "$out/build.log" 2>&1; then
@@ -54,7 +54,7 @@ if ! timeout "${MOE_GPU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$jobs" -
   exit 1
 fi
 note "build ok ($(elapsed))"
-built="$own_tests cuda_plan_omp_test cuda_topk_row_test cuda_layer_test"
+built="$own_tests cuda_plan_omp_test cuda_topk_row_test cuda_layer_test api_c_test"
 for t in $other_tests; do
   if timeout 90 cmake --build "$build" -j "$jobs" --target "$t" >> "$out/build.log" 2>&1; then
     built="$built $t"
