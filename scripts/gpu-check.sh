@@ -40,8 +40,8 @@ if ! timeout 180 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOE_ENABLE_
 fi
 note "configure ok ($(elapsed))"
 
-# Targets: this backend's programs first (and api_c_test, whose device test runs the C API on the GPU) (they must build), then the other areas' gpu-labelled tests (each
-# may fail to build without stopping the check).
+# Targets: this backend's programs first (they must build; api_c_test's device test drives the C API on the
+# GPU), then the other areas' gpu-labelled tests (each may fail to build without stopping the check).
 gpu_tests=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | awk '/Test +#[0-9]+:/ {print $3}')
 own_tests=$(echo "$gpu_tests" | grep -E '^cuda_' || true)
 other_tests=$(echo "$gpu_tests" | grep -vE '^cuda_' || true)
