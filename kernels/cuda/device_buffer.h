@@ -1,4 +1,5 @@
-// Owning device allocation for tests, benchmarks and setup code (never inside a forward pass).
+// Owning device and pinned host allocations for tests, benchmarks and setup code (never inside a forward
+// pass).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,6 +48,32 @@ class DeviceBuffer {
     download(host.data(), count_);
     return host;
   }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+// Owning page-locked host allocation, the staging of asynchronous device-to-host copies (setup code only).
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t count) : count_(count) {
+    if (count > 0) CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+  }
+  ~PinnedBuffer() {
+    if (data_) cudaFreeHost(data_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+  T* data() const { return data_; }
+  size_t size() const { return count_; }
 
  private:
   T* data_ = nullptr;

@@ -21,32 +21,6 @@ namespace {
   throw std::invalid_argument("cuda moe layer: " + msg);
 }
 
-// Page-locked host memory for asynchronous copies (setup-time allocation).
-template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t count) : count_(count) {
-    if (count > 0) CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(T)));
-  }
-  ~PinnedBuffer() {
-    if (data_) cudaFreeHost(data_);
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(count_, o.count_);
-    return *this;
-  }
-  T* data() const { return data_; }
-  size_t size() const { return count_; }
-
- private:
-  T* data_ = nullptr;
-  size_t count_ = 0;
-};
-
 // Makes `device` current; a no-op (no runtime call that could disturb a stream capture) when it already is.
 void make_current(int device) {
   int current = -1;
@@ -99,11 +73,11 @@ struct CudaMoELayer::Workspace {
   cuda::DeviceBuffer<std::byte> plan_ws, ffn_ws, shared_ffn_ws;
   std::unique_ptr<cuda::CublasExpertFfn> fast_experts, fast_shared;
   // Pinned staging: errors, counts, load, y.
-  PinnedBuffer<int32_t> host_error_row{1};
-  PinnedBuffer<cuda::PlanError> host_error{1};
-  PinnedBuffer<int64_t> host_counts{4};
-  PinnedBuffer<int32_t> host_load;
-  PinnedBuffer<float> host_y;
+  cuda::PinnedBuffer<int32_t> host_error_row{1};
+  cuda::PinnedBuffer<cuda::PlanError> host_error{1};
+  cuda::PinnedBuffer<int64_t> host_counts{4};
+  cuda::PinnedBuffer<int32_t> host_load;
+  cuda::PinnedBuffer<float> host_y;
 };
 
 CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights, int device)
@@ -255,8 +229,8 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
       w->shared_ffn_ws = cuda::DeviceBuffer<std::byte>(w->shared_ffn_bytes);
     }
   }
-  w->host_load = PinnedBuffer<int32_t>(E);
-  w->host_y = PinnedBuffer<float>(T * d);
+  w->host_load = cuda::PinnedBuffer<int32_t>(E);
+  w->host_y = cuda::PinnedBuffer<float>(T * d);
   ws_ = std::move(w);
 }
 
