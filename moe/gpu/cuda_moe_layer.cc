@@ -107,22 +107,33 @@ CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::Laye
                              std::to_string(count) + " visible)");
   }
   make_current(device_);
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  if (config_.gate_kernel == kernels::KernelKind::kFast) {
-    cublasHandle_t handle = nullptr;
-    CUBLAS_CHECK(cublasCreate(&handle));
-    cublas_ = handle;
+  try {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (config_.gate_kernel == kernels::KernelKind::kFast) {
+      cublasHandle_t handle = nullptr;
+      CUBLAS_CHECK(cublasCreate(&handle));
+      cublas_ = handle;
+    }
+    upload_weights();
+    ensure_workspace(std::max(config_.max_tokens, 1));
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
   }
-  upload_weights();
-  ensure_workspace(std::max(config_.max_tokens, 1));
 }
 
 CudaMoELayer::~CudaMoELayer() {
+  release();
+}
+
+void CudaMoELayer::release() noexcept {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   ws_.reset();
   if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
   if (stream_) cudaStreamDestroy(stream_);
+  cublas_ = nullptr;
+  stream_ = nullptr;
 }
 
 void CudaMoELayer::upload_weights() {

@@ -99,6 +99,7 @@ class CudaMoELayer {
 
  private:
   struct Workspace;
+  void release() noexcept;  // workspace, cuBLAS handle and stream (the weights free themselves)
   void upload_weights();
   void ensure_workspace(int num_tokens);
   void gate(const float* x, int num_tokens, cudaStream_t stream);
