@@ -498,18 +498,7 @@ void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, C
 }
 
 Fingerprint ExpertParallelLayer::fingerprint() const {
-  Fingerprint f;
-  f.config_hash = config_.config_hash();
-  f.weights_hash = weights_->content_hash();
-  f.version = MOE_VERSION;
-  f.build = build_description();
-  f.kernel = std::string(kernels::to_string(config_.expert_kernel)) + " (gate " +
-             std::string(kernels::to_string(config_.gate_kernel)) + ")";
-  f.dispatch = std::string(to_string(config_.policy.scope)) + "/" +
-               std::string(to_string(config_.policy.priority)) + "/" +
-               std::string(to_string(config_.policy.overflow));
-  f.device = "cpu (" + comm_.name() + ")";
-  f.num_threads = config_.num_threads;
+  Fingerprint f = layer_fingerprint(config_, *weights_, "cpu (" + comm_.name() + ")", config_.num_threads);
   f.world_size = comm_.size();
   return f;
 }

@@ -488,27 +488,16 @@ DispatchPlan CudaMoELayer::last_plan() {
 }
 
 Fingerprint CudaMoELayer::fingerprint() const {
-  Fingerprint f;
-  f.config_hash = config_.config_hash();
-  f.weights_hash = weights_->content_hash();
-  f.version = MOE_VERSION;
-  f.build = build_description();
-  f.kernel = std::string("cuda ") + std::string(kernels::to_string(config_.expert_kernel)) + " (gate " +
-             std::string(kernels::to_string(config_.gate_kernel)) + ")";
-  f.dispatch = std::string(to_string(config_.policy.scope)) + "/" +
-               std::string(to_string(config_.policy.priority)) + "/" +
-               std::string(to_string(config_.policy.overflow));
   cudaDeviceProp prop{};
-  const bool known = cudaGetDeviceProperties(&prop, device_) == cudaSuccess;
-  f.device = "cuda:";
-  f.device += std::to_string(device_);
-  if (known) {
-    f.device += ' ';
-    f.device += prop.name;
-    f.device += " sm_";
-    f.device += std::to_string(prop.major * 10 + prop.minor);
+  std::string device = "cuda:" + std::to_string(device_);
+  if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
+    device += ' ';
+    device += prop.name;
+    device += " sm_";
+    device += std::to_string(prop.major * 10 + prop.minor);
   }
-  f.num_threads = 0;
+  Fingerprint f = layer_fingerprint(config_, *weights_, std::move(device), 0);
+  f.kernel = "cuda " + f.kernel;
   return f;
 }
 

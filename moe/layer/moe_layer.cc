@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "moe/layer/combine.h"
 #include "moe/layer/expert_schedule.h"
@@ -170,20 +171,25 @@ void collect_stats(const DispatchPlan& plan, MoEStats* stats) {
   stats->expert_load.assign(plan.expert_load.begin(), plan.expert_load.end());
 }
 
-Fingerprint MoELayer::fingerprint() const {
+Fingerprint layer_fingerprint(const MoELayerConfig& config, const io::LayerWeights& weights,
+                              std::string device, int num_threads) {
   Fingerprint f;
-  f.config_hash = config_.config_hash();
-  f.weights_hash = weights_->content_hash();
+  f.config_hash = config.config_hash();
+  f.weights_hash = weights.content_hash();
   f.version = MOE_VERSION;
   f.build = build_description();
-  f.kernel = std::string(kernels::to_string(config_.expert_kernel)) + " (gate " +
-             std::string(kernels::to_string(config_.gate_kernel)) + ")";
-  f.dispatch = std::string(to_string(config_.policy.scope)) + "/" +
-               std::string(to_string(config_.policy.priority)) + "/" +
-               std::string(to_string(config_.policy.overflow));
-  f.device = "cpu";
-  f.num_threads = config_.num_threads;
+  f.kernel = std::string(kernels::to_string(config.expert_kernel)) + " (gate " +
+             std::string(kernels::to_string(config.gate_kernel)) + ")";
+  f.dispatch = std::string(to_string(config.policy.scope)) + "/" +
+               std::string(to_string(config.policy.priority)) + "/" +
+               std::string(to_string(config.policy.overflow));
+  f.device = std::move(device);
+  f.num_threads = num_threads;
   return f;
+}
+
+Fingerprint MoELayer::fingerprint() const {
+  return layer_fingerprint(config_, *weights_, "cpu", config_.num_threads);
 }
 
 }  // namespace moe

@@ -34,6 +34,13 @@ struct MoEStats {
 void check_forward_args(const float* x, int num_tokens, std::span<const TokenMeta> meta, const float* y,
                         int64_t hidden);
 
+// The provenance every layer records: config and weights hashes, version, build, kernel kinds
+// ("<expert kind> (gate <gate kind>)"), dispatch ("scope/priority/overflow"), and the given device and thread
+// count. Layers amend what is theirs (a GPU layer prefixes the kernel, an expert-parallel one sets
+// world_size).
+Fingerprint layer_fingerprint(const MoELayerConfig& config, const io::LayerWeights& weights,
+                              std::string device, int num_threads);
+
 // Fills `stats` from a plan (num_tokens is the plan's batch). Reuses stats->expert_load's capacity.
 void collect_stats(const DispatchPlan& plan, MoEStats* stats);
 
