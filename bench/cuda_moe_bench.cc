@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/layer_shapes.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
@@ -203,28 +204,8 @@ void BM_Plan(benchmark::State& state, const char* mode) {
   state.counters["dropped"] = static_cast<double>(host_counts[2]);
 }
 
-// The layer shapes of the CPU benchmark (bench/layer_bench.cc), bf16 weights.
-struct LayerCase {
-  const char* name;
-  io::LayerShape shape;
-  int top_k;
-};
-LayerCase MixtralLike() {
-  io::LayerShape s;
-  s.hidden = 1024;
-  s.expert_ff = 2816;
-  s.num_experts = 8;
-  return {"mixtral_like", s, 2};
-}
-LayerCase DeepSeekLike() {
-  io::LayerShape s;
-  s.hidden = 1024;
-  s.expert_ff = 512;
-  s.num_experts = 64;
-  s.num_shared_experts = 2;
-  s.shared_ff = 1024;
-  return {"deepseek_like", s, 6};
-}
+// The layer shapes of the CPU benchmark (bench/layer_shapes.h), bf16 weights.
+using LayerCase = bench::LayerBenchShape;
 
 // CudaMoELayer::forward_device on device arrays (gate, route, plan, gather, experts, shared, combine);
 // requests of up to 128 tokens in request order, cf 1.25.
@@ -233,10 +214,10 @@ void BM_Layer(benchmark::State& state, LayerCase c, const char* preset) {
   static std::map<std::string, std::shared_ptr<const io::LayerWeights>> cache;
   auto& weights = cache[c.name];
   if (!weights) {
-    weights = std::make_shared<const io::LayerWeights>(io::random_layer(c.shape, kernels::DType::kBF16, 11));
+    weights = std::make_shared<const io::LayerWeights>(io::random_layer(c.layer, kernels::DType::kBF16, 11));
   }
   MoELayerConfig config = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
-  config.router.num_experts = c.shape.num_experts;
+  config.router.num_experts = c.layer.num_experts;
   config.router.top_k = c.top_k;
   config.policy.capacity_factor = 1.25;
   config.max_tokens = T;
@@ -244,7 +225,7 @@ void BM_Layer(benchmark::State& state, LayerCase c, const char* preset) {
   std::vector<TokenMeta> meta(T);
   for (int t = 0; t < T; ++t)
     meta[t] = TokenMeta{static_cast<uint64_t>(t / 128), static_cast<uint32_t>(t % 128)};
-  DeviceBuffer<float> x(static_cast<size_t>(T) * c.shape.hidden), y(x.size());
+  DeviceBuffer<float> x(static_cast<size_t>(T) * c.layer.hidden), y(x.size());
   DeviceBuffer<TokenMeta> d_meta(T);
   d_meta.upload(meta);
   fill_uniform(WeightType::kF32, x.data(), x.size(), 9, 1.0f, Stream());
@@ -285,7 +266,7 @@ void Register() {
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }
-  for (const LayerCase& c : {MixtralLike(), DeepSeekLike()}) {
+  for (const LayerCase& c : {bench::MixtralLike(), bench::DeepSeekLike()}) {
     for (const char* preset : {"greedy", "deterministic"}) {
       for (int T : {1, 16, 256, 2048}) {
         const std::string name = std::string("Layer/") + c.name + "/" + preset + "/" + std::to_string(T);

@@ -16,34 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/layer_shapes.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe {
 namespace {
 
-struct Shape {
-  const char* name;
-  io::LayerShape layer;
-  int top_k;
-};
-
-Shape MixtralLike() {
-  io::LayerShape s;
-  s.hidden = 1024;
-  s.expert_ff = 2816;
-  s.num_experts = 8;
-  return {"mixtral_like", s, 2};
-}
-
-Shape DeepSeekLike() {
-  io::LayerShape s;
-  s.hidden = 1024;
-  s.expert_ff = 512;
-  s.num_experts = 64;
-  s.num_shared_experts = 2;
-  s.shared_ff = 1024;
-  return {"deepseek_like", s, 6};
-}
+using Shape = bench::LayerBenchShape;
+using bench::DeepSeekLike;
+using bench::MixtralLike;
 
 std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape) {
   // Cached: random init of ~300 MB is slower than the benchmarks themselves.

@@ -65,21 +65,6 @@ TEST_P(CudaLayerAccuracy, MatchesFloat64ReferenceAndTheCpuPlan) {
   }
 }
 
-io::LayerShape Qwen2Like() {
-  io::LayerShape s = testing::SmallShape(96, 64, 8);
-  s.num_shared_experts = 1;
-  s.shared_ff = 160;
-  s.shared_expert_gate = true;
-  return s;
-}
-
-io::LayerShape DeepSeekLike() {
-  io::LayerShape s = testing::SmallShape(64, 32, 16);
-  s.num_shared_experts = 2;
-  s.shared_ff = 64;
-  return s;
-}
-
 INSTANTIATE_TEST_SUITE_P(
     Layer, CudaLayerAccuracy,
     ::testing::Values(Case{"f32 invariant", testing::SmallShape(128, 160), kernels::DType::kF32,
@@ -92,12 +77,12 @@ INSTANTIATE_TEST_SUITE_P(
                            "deterministic", kernels::Activation::kGELU, CapacityScope::kRequest},
                       Case{"gelu fast", testing::SmallShape(64, 128), kernels::DType::kF32, "greedy",
                            kernels::Activation::kGELU, CapacityScope::kBatch},
-                      Case{"qwen2 shared + gate invariant", Qwen2Like(), kernels::DType::kF32,
+                      Case{"qwen2 shared + gate invariant", testing::Qwen2LikeShape(), kernels::DType::kF32,
                            "deterministic", kernels::Activation::kSwiGLU, CapacityScope::kRequest},
-                      Case{"qwen2 shared + gate fast", Qwen2Like(), kernels::DType::kF32, "greedy",
-                           kernels::Activation::kSwiGLU, CapacityScope::kBatch},
-                      Case{"deepseek shared invariant", DeepSeekLike(), kernels::DType::kF32, "deterministic",
-                           kernels::Activation::kSwiGLU, CapacityScope::kRequest}));
+                      Case{"qwen2 shared + gate fast", testing::Qwen2LikeShape(), kernels::DType::kF32,
+                           "greedy", kernels::Activation::kSwiGLU, CapacityScope::kBatch},
+                      Case{"deepseek shared invariant", testing::DeepSeekLikeShape(), kernels::DType::kF32,
+                           "deterministic", kernels::Activation::kSwiGLU, CapacityScope::kRequest}));
 
 TEST(CudaLayerErrors, NanRowIsNamedAndNothingIsWritten) {
   MOE_REQUIRE_GPU();

@@ -48,21 +48,6 @@ TEST_P(LayerAccuracy, MatchesFloat64Reference) {
   EXPECT_LE(err, c.tolerance) << c.name;
 }
 
-io::LayerShape Qwen2Like() {
-  io::LayerShape s = testing::SmallShape(96, 64, 8);
-  s.num_shared_experts = 1;
-  s.shared_ff = 160;
-  s.shared_expert_gate = true;
-  return s;
-}
-
-io::LayerShape DeepSeekLike() {
-  io::LayerShape s = testing::SmallShape(64, 32, 16);
-  s.num_shared_experts = 2;
-  s.shared_ff = 64;
-  return s;
-}
-
 // bf16 storage: the reference uses the same bf16-rounded weights, so the error is fp32 accumulation only and
 // the same 1e-5 bound holds (docs/determinism.md lists the error against the unrounded weights).
 INSTANTIATE_TEST_SUITE_P(
@@ -79,9 +64,9 @@ INSTANTIATE_TEST_SUITE_P(
                            kernels::Activation::kSwiGLU, 1, 1e-5},
                       Case{"gelu", testing::SmallShape(64, 128), kernels::DType::kF32, "deterministic",
                            kernels::Activation::kGELU, 1, 1e-5},
-                      Case{"qwen2 shared + gate", Qwen2Like(), kernels::DType::kF32, "deterministic",
-                           kernels::Activation::kSwiGLU, 2, 1e-5},
-                      Case{"deepseek shared", DeepSeekLike(), kernels::DType::kF32, "greedy",
+                      Case{"qwen2 shared + gate", testing::Qwen2LikeShape(), kernels::DType::kF32,
+                           "deterministic", kernels::Activation::kSwiGLU, 2, 1e-5},
+                      Case{"deepseek shared", testing::DeepSeekLikeShape(), kernels::DType::kF32, "greedy",
                            kernels::Activation::kSwiGLU, 2, 1e-5}));
 
 }  // namespace

@@ -20,6 +20,23 @@ inline io::LayerShape SmallShape(int64_t d = 64, int64_t ff = 96, int E = 8) {
   return s;
 }
 
+// Small Qwen2-MoE-like shape: one shared expert with its sigmoid gate.
+inline io::LayerShape Qwen2LikeShape() {
+  io::LayerShape s = SmallShape(96, 64, 8);
+  s.num_shared_experts = 1;
+  s.shared_ff = 160;
+  s.shared_expert_gate = true;
+  return s;
+}
+
+// Small DeepSeek-like shape: 16 experts, two ungated shared experts (fused into one MLP).
+inline io::LayerShape DeepSeekLikeShape() {
+  io::LayerShape s = SmallShape(64, 32, 16);
+  s.num_shared_experts = 2;
+  s.shared_ff = 64;
+  return s;
+}
+
 inline std::shared_ptr<const io::LayerWeights> RandomWeights(const io::LayerShape& shape,
                                                              kernels::DType storage = kernels::DType::kF32,
                                                              uint64_t seed = 1) {
