@@ -8,6 +8,7 @@
 #include "router/causal_state.h"
 #include "router/dispatch_plan.h"
 #include "router/dispatch_policy.h"
+#include "router/rules/plan_error.h"
 #include "router/token_meta.h"
 #include "router/token_routes.h"
 
@@ -56,15 +57,16 @@ class DispatchPlanner {
 
   void order_tokens(const TokenRoutes& routes, std::span<const TokenMeta> meta);
   void split_groups(std::span<const TokenMeta> meta);
-  void check_distinct(std::span<const TokenMeta> meta) const;
+  // The first duplicate (request_id, position) in claiming order, or kPlanOk.
+  PlanError find_duplicate(std::span<const TokenMeta> meta) const;
+  // Causal scope: the first request whose positions are not contiguous from its state's next position.
+  PlanError find_causal_gap(std::span<const TokenMeta> meta, const CausalRoutingState* state) const;
   void plan_pooled_group(const TokenRoutes& routes, int32_t begin, int32_t end, int64_t capacity,
                          DispatchPlan& out);
   void plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
                          int32_t end, CausalRoutingState::Request& request, DispatchPlan& out);
   // Zeroes pool_count_ after the pool of order_[begin .. end) was planned into `out`.
   void reset_pool(int32_t begin, int32_t end, const DispatchPlan& out);
-  bool try_reroute(const TokenRoutes& routes, int64_t pair, int64_t capacity, DispatchPlan& out);
-  void place(int64_t pair, int32_t expert, float weight, PairStatus status, DispatchPlan& out);
   void finish(const TokenRoutes& routes, DispatchPlan& out);
 
   int num_experts_;
@@ -77,7 +79,7 @@ class DispatchPlanner {
   std::vector<int32_t> group_begin_;   // group g is order_[group_begin_[g] .. group_begin_[g+1])
   std::vector<int32_t> pool_count_;    // [num_experts] slots taken in the current pool
   std::vector<int64_t> overflow_;      // pairs waiting to reroute, in claiming order
-  std::vector<int32_t> scratch_held_;  // [num_experts] causal counts of the request being planned
+  std::vector<int32_t> scratch_held_;  // [num_experts] causal counts of a request planned without a state
   bool rows_distinct_ = false;         // order_tokens() found the rows in strict (request, position) order
 };
 

@@ -120,13 +120,4 @@ Overflow parse_overflow(std::string_view s) {
   return parse_enum("overflow", s, kOverflows);
 }
 
-int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
-                         CapacityRounding rounding) {
-  const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
-  const double nearest = std::round(exact);
-  if (std::fabs(exact - nearest) <= 1e-9 * std::max(1.0, std::fabs(exact)))
-    return static_cast<int64_t>(nearest);
-  return static_cast<int64_t>(rounding == CapacityRounding::kCeil ? std::ceil(exact) : std::floor(exact));
-}
-
 }  // namespace moe

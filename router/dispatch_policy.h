@@ -9,6 +9,7 @@
 namespace moe {
 
 // Where capacity is counted (docs/routing.md):
+// (the formulas: router/rules/capacity.h)
 //   kBatch   one pool per expert for the whole batch: C = max(min_capacity, round(cf * T * k / E))
 //   kRequest one pool per (request, expert): C_r = max(1, min_capacity, round(cf * T_r * k / E))
 //   kCausal  a token at position p may take a slot at e while its request's earlier tokens hold fewer than
@@ -55,10 +56,6 @@ CapacityRounding parse_capacity_rounding(std::string_view s);
 Priority parse_priority(std::string_view s);
 Overflow parse_overflow(std::string_view s);
 
-// round(cf * num_tokens * top_k / num_experts) in double. NOTES: a product that is an integer in exact
-// arithmetic but lands a hair above it in binary (1.1 * 100 = 110.00000000000001) is taken as that
-// integer, so ceil does not add a phantom slot: values within 1e-9 (relative) of an integer snap to it.
-int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
-                         CapacityRounding rounding);
+// The capacity and budget formulas of every scope are router/rules/capacity.h (host and device code).
 
 }  // namespace moe

@@ -5,6 +5,7 @@
 
 #include "router/causal_state.h"
 #include "router/dispatch_planner.h"
+#include "router/rules/capacity.h"
 #include "router/topk_router.h"
 #include "sim/errors.h"
 #include "sim/score_model.h"
@@ -25,8 +26,7 @@ double imbalance(const std::vector<int64_t>& loads) {
 }  // namespace
 
 int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy) {
-  if (policy.overflow != Overflow::kReroute) return router.top_k;
-  return std::min(router.num_experts, router.top_k + policy.reroute_depth);
+  return rules::num_ranked_needed(policy, router.num_experts, router.top_k);
 }
 
 PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool show_progress) {

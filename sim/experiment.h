@@ -24,7 +24,7 @@ struct PreparedWorkload {
   int64_t num_tokens = 0;
 };
 
-// Ranks per token a policy needs (top_k, plus reroute_depth when rerouting; capped at num_experts).
+// Ranks per token a policy needs: rules::num_ranked_needed (router/rules/capacity.h) for this router.
 int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy);
 
 // Schedules config.workload and routes every step under config.router with `num_ranked` ranks.

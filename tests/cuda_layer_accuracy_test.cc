@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "moe/gpu/cuda_moe_layer.h"
+#include "moe/cuda/cuda_moe_layer.h"
 #include "tests/cuda_gpu_test_util.h"
 #include "tests/support/layer_fixtures.h"
 #include "tests/support/layer_reference.h"

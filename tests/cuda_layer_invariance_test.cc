@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device_buffer.h"
-#include "moe/gpu/cuda_moe_layer.h"
+#include "base/cuda/check.h"
+#include "base/cuda/device_buffer.h"
+#include "moe/cuda/cuda_moe_layer.h"
 #include "tests/cuda_gpu_test_util.h"
 #include "tests/support/layer_fixtures.h"
 #include "tests/support/layer_probe.h"

@@ -7,10 +7,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/plan_dispatch.h"
-#include "kernels/cuda/plan_host.h"
+#include "base/cuda/check.h"
+#include "base/cuda/device_buffer.h"
+#include "router/cuda/plan_dispatch.h"
+#include "router/cuda/plan_host.h"
 #include "router/dispatch_planner.h"
 #include "tests/cuda_gpu_test_util.h"
 #include "tests/cuda_plan_test_util.h"
@@ -160,7 +160,7 @@ TEST(CudaPlanGpu, CapturesIntoAGraph) {
     o.pair_expert = static_cast<int32_t*>(buf(P * 4));
     o.pair_slot = static_cast<int32_t*>(buf(P * 4));
     o.pair_weight = static_cast<float*>(buf(P * 4));
-    o.pair_status = static_cast<uint8_t*>(buf(P));
+    o.pair_status = static_cast<PairStatus*>(buf(P));
     o.expert_load = static_cast<int32_t*>(buf(E * 4));
     o.expert_capacity = static_cast<int64_t*>(buf(E * 8));
     o.expert_offsets = static_cast<int32_t*>(buf((E + 1) * 4));

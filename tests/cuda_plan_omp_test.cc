@@ -1,4 +1,4 @@
-// The GPU planner's algorithm (kernels/cuda/plan_core.h), run on Thrust's OpenMP backend, against the CPU
+// The GPU planner's algorithm (router/cuda/plan_core.h), run on Thrust's OpenMP backend, against the CPU
 // DispatchPlanner: every field of the plan must be equal (weights bitwise) for random batches over every
 // scope x priority x overflow, skewed routing that forces overflow, shuffled rows and unavailable ranks.
 #include <gtest/gtest.h>
@@ -11,10 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/plan_bits.h"
-#include "kernels/cuda/plan_host.h"
-#include "kernels/cuda/plan_omp.h"
+#include "router/cuda/plan_bits.h"
+#include "router/cuda/plan_host.h"
+#include "router/cuda/plan_omp.h"
 #include "router/dispatch_planner.h"
+#include "router/rules/sort_keys.h"
 #include "tests/cuda_plan_test_util.h"
 
 namespace moe::cuda {
@@ -246,27 +247,13 @@ TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
   }
 }
 
-// The planner's host/device integer helpers against the router's own.
-TEST(CudaPlanOmp, CapacityArithmeticMatchesTheRouter) {
-  const double cfs[] = {0.1, 0.5, 1.0, 1.1, 1.25, 1.5, 2.0, 3.3};
-  for (double cf : cfs) {
-    for (int64_t n = 0; n < 3000; n += 7) {
-      for (int k : {1, 2, 6, 8}) {
-        for (int E : {1, 3, 8, 64, 256}) {
-          for (CapacityRounding r : {CapacityRounding::kCeil, CapacityRounding::kFloor}) {
-            ASSERT_EQ(rounded_capacity(cf, n, k, E, r),
-                      rounded_capacity_hd(cf, n, k, E, r == CapacityRounding::kCeil))
-                << cf << " " << n << " " << k << " " << E;
-          }
-        }
-      }
-    }
-  }
+// The sort-key helpers the planner builds its keys from.
+TEST(CudaPlanOmp, SortKeyHelpers) {
   // descending_key: higher floats sort first; +0 and -0 share a key.
   const float values[] = {-1e30f, -2.0f, -0.5f, -0.0f, 0.0f, 1e-30f, 0.5f, 2.0f, 1e30f};
   for (size_t i = 1; i < std::size(values); ++i)
-    EXPECT_LE(descending_key(values[i]), descending_key(values[i - 1]));
-  EXPECT_EQ(descending_key(-0.0f), descending_key(0.0f));
+    EXPECT_LE(rules::descending_key(values[i]), rules::descending_key(values[i - 1]));
+  EXPECT_EQ(rules::descending_key(-0.0f), rules::descending_key(0.0f));
   EXPECT_EQ(bits_below(1), 0);
   EXPECT_EQ(bits_below(2), 1);
   EXPECT_EQ(bits_below(256), 8);
@@ -294,7 +281,7 @@ TEST(CudaPlanOmp, ShapeValidationNamesTheField) {
   std::vector<int32_t> ints(64, 0);
   std::vector<float> floats(64, 0.0f);
   std::vector<TokenMeta> meta(4);
-  std::vector<uint8_t> status(8);
+  std::vector<PairStatus> status(8);
   int64_t counts[4];
   int64_t capacity[8];
   PlanError error;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/layer_weights.h"
 #include "tests/io_test_util.h"
@@ -57,7 +58,7 @@ float at(const MatrixView& v, int64_t r, int64_t c) {
     }
     case DType::kBF16:
       std::memcpy(&h, p, 2);
-      return internal::bf16_to_f32(h);
+      return kernels::bf16_to_f32(h);
     case DType::kF16:
       std::memcpy(&h, p, 2);
       return internal::f16_to_f32(h);
@@ -365,7 +366,7 @@ TEST(LayerStorage, F16FileConvertsToF32) {
   EXPECT_EQ(at(w.router_gate(), 1, 2), at(MatrixView{g.data, DType::kF16, 4, 16, 16}, 1, 2));
   const LayerWeights b = load_layer(ckpt, arch, 0, s, DType::kBF16);
   EXPECT_EQ(b.experts()[2].down_proj.dtype, DType::kBF16);
-  EXPECT_EQ(at(b.experts()[2].down_proj, 3, 4), internal::bf16_to_f32(internal::f32_to_bf16(at(ref, 3, 4))));
+  EXPECT_EQ(at(b.experts()[2].down_proj, 3, 4), kernels::bf16_to_f32(kernels::f32_to_bf16(at(ref, 3, 4))));
 }
 
 TEST(LayerStorage, ShardedCheckpointLoadsLikeOneFile) {

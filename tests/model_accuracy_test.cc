@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "moe/model/model.h"
 #include "moe/model/ops.h"
-#include "moe/model/splitmix64.h"
 
 namespace moe::model {
 namespace {

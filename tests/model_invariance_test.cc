@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "moe/model/model.h"
-#include "moe/model/splitmix64.h"
 
 namespace moe::model {
 namespace {

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "router/dispatch_planner.h"
 #include "router/topk_router.h"
 
@@ -18,17 +19,10 @@ constexpr int kExperts = 8;
 constexpr int kTopK = 2;
 constexpr int kRanked = 4;  // top_k + reroute depth 2
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Logits of a token depend only on (request id, position): a skewed popularity so capacity binds.
 void TokenLogits(uint64_t request, uint32_t position, float* out) {
   for (int e = 0; e < kExperts; ++e) {
-    const uint64_t h = Mix(Mix(request * 1315423911ull + position) ^ static_cast<uint64_t>(e));
+    const uint64_t h = mix64(mix64(request * 1315423911ull + position) ^ static_cast<uint64_t>(e));
     const float noise = static_cast<float>(h >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
     out[e] = 2.0f * noise - 0.4f * static_cast<float>(e);                              // low ids are popular
   }

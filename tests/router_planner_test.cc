@@ -253,11 +253,15 @@ TEST(Planner, CausalRejectsGapsAndMisplacedChunks) {
         Plan(p, routes, {{1, 0}, {1, 2}});
       },
       "request 1: causal scope needs contiguous positions");
-  ExpectInvalid([&] { Plan(p, routes, {{1, 3}, {1, 4}}); }, "position 0, but position 0 is followed by 3");
+  ExpectInvalid([&] { Plan(p, routes, {{1, 3}, {1, 4}}); }, "but row 0 has position 3 where 0 was expected");
   CausalRoutingState state(2);
   Plan(p, routes, {{1, 0}, {1, 1}}, &state);
   const std::vector<int32_t> held = state.find(1)->slots_held;
-  ExpectInvalid([&] { Plan(p, routes, {{1, 5}, {1, 6}}, &state); }, "routing state's next position 2");
+  ExpectInvalid(
+      [&] {
+        Plan(p, routes, {{1, 5}, {1, 6}}, &state);
+      },
+      "but row 0 has position 5 where 2 was expected");
   EXPECT_EQ(state.find(1)->slots_held, held) << "a rejected batch must not touch the state";
   EXPECT_EQ(state.find(1)->next_position, 2u);
   state.release(1);

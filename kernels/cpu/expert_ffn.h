@@ -11,13 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/dtype.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels {
-
-enum class Activation : uint8_t { kSwiGLU, kGELU };
 
 struct FfnWeights {
   MatrixView w1;  // gate_proj [ff, d] (the up projection for kGELU)

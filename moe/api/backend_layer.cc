@@ -5,7 +5,7 @@
 #include <utility>
 
 #if MOE_API_WITH_CUDA
-#include "moe/gpu/cuda_moe_layer.h"
+#include "moe/cuda/cuda_moe_layer.h"
 #endif
 
 namespace moe::api {

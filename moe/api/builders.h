@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer_config.h"
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/splitmix64.h"
 #include "kernels/cpu/linear.h"
 #include "moe/layer/combine.h"
 #include "moe/layer/expert_schedule.h"
@@ -46,16 +47,9 @@ std::string rank_list(std::span<const size_t> values, size_t flag) {
   return out;
 }
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
 template <class T>
 uint64_t mix_all(uint64_t h, const std::vector<T>& v) {
-  h = mix(h, v.size());
+  h = hash_combine64(h, v.size());
   for (const T& x : v) {
     uint64_t bits = 0;
     if constexpr (std::is_same_v<T, float>) {
@@ -63,7 +57,7 @@ uint64_t mix_all(uint64_t h, const std::vector<T>& v) {
     } else {
       bits = static_cast<uint64_t>(x);
     }
-    h = mix(h, bits);
+    h = hash_combine64(h, bits);
   }
   return h;
 }
@@ -71,27 +65,27 @@ uint64_t mix_all(uint64_t h, const std::vector<T>& v) {
 }  // namespace
 
 uint64_t plan_hash(const DispatchPlan& plan) {
-  uint64_t h = mix(0x706c616e68617368ull, static_cast<uint64_t>(plan.num_tokens));
-  h = mix(h, static_cast<uint64_t>(plan.top_k));
-  h = mix(h, static_cast<uint64_t>(plan.num_experts));
-  h = mix(h, static_cast<uint64_t>(plan.batch_capacity));
+  uint64_t h = hash_combine64(0x706c616e68617368ull, static_cast<uint64_t>(plan.num_tokens));
+  h = hash_combine64(h, static_cast<uint64_t>(plan.top_k));
+  h = hash_combine64(h, static_cast<uint64_t>(plan.num_experts));
+  h = hash_combine64(h, static_cast<uint64_t>(plan.batch_capacity));
   const size_t pairs = static_cast<size_t>(plan.num_pairs());
   // Only the first num_pairs() entries are meaningful (the vectors may hold more capacity, never more size).
-  h = mix(h, pairs);
+  h = hash_combine64(h, pairs);
   for (size_t p = 0; p < pairs && p < plan.pair_expert.size(); ++p) {
-    h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(plan.pair_expert[p])));
-    h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(plan.pair_slot[p])));
-    h = mix(h, std::bit_cast<uint32_t>(plan.pair_weight[p]));
-    h = mix(h, static_cast<uint64_t>(plan.pair_status[p]));
+    h = hash_combine64(h, static_cast<uint64_t>(static_cast<uint32_t>(plan.pair_expert[p])));
+    h = hash_combine64(h, static_cast<uint64_t>(static_cast<uint32_t>(plan.pair_slot[p])));
+    h = hash_combine64(h, std::bit_cast<uint32_t>(plan.pair_weight[p]));
+    h = hash_combine64(h, static_cast<uint64_t>(plan.pair_status[p]));
   }
   h = mix_all(h, plan.expert_load);
   h = mix_all(h, plan.expert_capacity);
   h = mix_all(h, plan.expert_offsets);
   h = mix_all(h, plan.slot_pairs);
-  h = mix(h, static_cast<uint64_t>(plan.num_kept));
-  h = mix(h, static_cast<uint64_t>(plan.num_rerouted));
-  h = mix(h, static_cast<uint64_t>(plan.num_dropped));
-  return mix(h, static_cast<uint64_t>(plan.num_tokens_fully_dropped));
+  h = hash_combine64(h, static_cast<uint64_t>(plan.num_kept));
+  h = hash_combine64(h, static_cast<uint64_t>(plan.num_rerouted));
+  h = hash_combine64(h, static_cast<uint64_t>(plan.num_dropped));
+  return hash_combine64(h, static_cast<uint64_t>(plan.num_tokens_fully_dropped));
 }
 
 ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,

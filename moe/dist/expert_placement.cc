@@ -3,17 +3,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/splitmix64.h"
+
 namespace moe::dist {
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
-}  // namespace
 
 ExpertPlacement ExpertPlacement::contiguous(int num_experts, int world_size) {
   if (num_experts < 1) {
@@ -58,9 +50,9 @@ std::vector<int> ExpertPlacement::experts_of(int rank) const {
 }
 
 uint64_t ExpertPlacement::hash() const {
-  uint64_t h = mix(0x45505f706c616365ull, static_cast<uint64_t>(world_size_));
-  h = mix(h, owner_.size());
-  for (int o : owner_) h = mix(h, static_cast<uint64_t>(o));
+  uint64_t h = hash_combine64(0x45505f706c616365ull, static_cast<uint64_t>(world_size_));
+  h = hash_combine64(h, owner_.size());
+  for (int o : owner_) h = hash_combine64(h, static_cast<uint64_t>(o));
   return h;
 }
 

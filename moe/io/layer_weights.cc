@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/splitmix64.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/safetensors.h"
 
@@ -100,26 +101,12 @@ size_t checked_bytes(int64_t rows, int64_t cols, DType dtype) {
   return static_cast<size_t>(r * c * s);
 }
 
-// splitmix64 (Steele, Lea, Flood 2014): fixed arithmetic, the same stream on every platform.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-bound, bound): a 24-bit uniform in [0, 1) mapped in double (every step exact or correctly
-  // rounded IEEE arithmetic), then rounded once to float.
-  float uniform(double bound) {
-    const double u = static_cast<double>(next() >> 40) * 0x1p-24;
-    return static_cast<float>((2.0 * u - 1.0) * bound);
-  }
-
- private:
-  uint64_t state_;
-};
+// Uniform in [-bound, bound) from splitmix64 (base/splitmix64.h): a 24-bit uniform in [0, 1) mapped in
+// double (every step exact or correctly rounded IEEE arithmetic), then rounded once to float.
+float uniform_in(SplitMix64& rng, double bound) {
+  const double u = static_cast<double>(rng.next() >> 40) * 0x1p-24;
+  return static_cast<float>((2.0 * u - 1.0) * bound);
+}
 
 uint64_t stream_seed(uint64_t seed, const std::string& canonical_name) {
   return XXH3_64bits_withSeed(canonical_name.data(), canonical_name.size(), seed);
@@ -219,7 +206,7 @@ class LayerBuilder {
     std::vector<float> values(static_cast<size_t>(rows) * static_cast<size_t>(cols));
     SplitMix64 rng(stream_seed(seed, canonical));
     const double bound = 1.0 / std::sqrt(static_cast<double>(cols));
-    for (float& v : values) v = rng.uniform(bound);
+    for (float& v : values) v = uniform_in(rng, bound);
     return owned_matrix(reinterpret_cast<const std::byte*>(values.data()), DType::kF32, rows, cols, to);
   }
 
@@ -401,7 +388,7 @@ LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed)
   if (shape.score_bias) {
     std::vector<float> bias(static_cast<size_t>(shape.num_experts));
     SplitMix64 rng(stream_seed(seed, "score_bias"));
-    for (float& v : bias) v = rng.uniform(0.05);
+    for (float& v : bias) v = uniform_in(rng, 0.05);
     b.set_score_bias(std::move(bias));
   }
   for (int e = 0; e < shape.num_experts; ++e) {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "moe/io/checkpoint.h"
 
 namespace moe::io {

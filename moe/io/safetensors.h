@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 
 namespace moe::io {
 

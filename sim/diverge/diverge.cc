@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "base/splitmix64.h"
 #include "moe/model/model.h"
-#include "moe/model/splitmix64.h"
 #include "sim/diverge/svg.h"
 
 namespace moe::sim::diverge {
@@ -47,7 +47,7 @@ void parallel(int n, int threads, F&& fn) {
 }
 
 uint64_t trial_seed(uint64_t seed, int trial) {
-  return model::mix64(seed ^ model::mix64(0x7472ull + trial));
+  return mix64(seed ^ mix64(0x7472ull + trial));
 }
 
 std::string fmt(const char* f, double v) {

@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #include "router/dispatch_policy.h"
+#include "router/rules/plan_error.h"
+#include "router/rules/plan_rules.h"  // PairStatus
 #include "router/token_meta.h"
 
 namespace moe::cuda {
@@ -21,11 +23,10 @@ struct PlanShape {
   int num_ranked = 0;   // ranks per token in the routes (>= top_k; top_k + reroute_depth when rerouting)
   DispatchPolicy policy;
 
-  // Throws std::invalid_argument naming the bad field, e.g. "top_k (9) exceeds num_experts (8)", or
-  // when the shape does not fit the planner's 63-bit sort keys (max_tokens around 2^20 with E = 4096).
+  // Throws std::invalid_argument naming the bad field (router/plan_checks.h's check_planner_config, then
+  // num_ranked against rules::num_ranked_needed and max_tokens), or when the shape does not fit the planner's
+  // 63-bit sort keys (max_tokens around 2^20 with E = 4096).
   void validate() const;
-  // Ranks per token the policy reads: top_k, plus reroute_depth when rerouting (capped at num_experts).
-  int num_ranked_needed() const;
 };
 
 // Inputs, all in the backend's memory (device memory for CUDA, host memory for OpenMP).
@@ -48,29 +49,16 @@ struct PlanInputs {
   uint32_t* state_next_position = nullptr;
 };
 
-// Why a plan failed; written to PlanOutputs::error (code 0 = success). Detected on the device: the host
-// learns of it only when it reads the struct back (the one documented synchronisation point).
-enum PlanErrorCode : int32_t {
-  kPlanOk = 0,
-  kPlanDuplicateToken = 1,  // two rows with the same (request_id, position) where the policy ranks by it
-  kPlanNonContiguousPosition = 2,  // causal: positions not contiguous from the request's next position
-  kPlanStateRowMismatch = 3,       // causal: tokens of one request name different state rows
-};
-struct PlanError {
-  int32_t code = kPlanOk;
-  int32_t row_a = -1;     // duplicate: the earlier row; otherwise the offending row
-  int32_t row_b = -1;     // duplicate: the later row
-  uint32_t position = 0;  // the offending row's position
-  uint32_t expected = 0;  // causal: the position that was expected
-  uint64_t request_id = 0;
-};
+// Why a plan failed: PlanError (router/rules/plan_error.h), written to PlanOutputs::error (code kPlanOk =
+// success). Detected on the device: the host learns of it only when it reads the struct back (the one
+// documented synchronisation point).
 
 // Outputs, in the backend's memory. Pair p = t * top_k + j. Field meanings are those of moe::DispatchPlan.
 struct PlanOutputs {
   int32_t* pair_expert = nullptr;      // [T * k]
   int32_t* pair_slot = nullptr;        // [T * k]
   float* pair_weight = nullptr;        // [T * k]
-  uint8_t* pair_status = nullptr;      // [T * k], moe::PairStatus values
+  PairStatus* pair_status = nullptr;   // [T * k]
   int32_t* expert_load = nullptr;      // [E]
   int64_t* expert_capacity = nullptr;  // [E]
   int32_t* expert_offsets = nullptr;   // [E + 1]

@@ -1,4 +1,4 @@
-#include "kernels/cuda/device.h"
+#include "base/cuda/device.h"
 
 #include <cuda_runtime_api.h>
 

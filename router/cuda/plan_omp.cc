@@ -1,5 +1,5 @@
 // Compiled with THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP (see kernels/cuda/CMakeLists.txt).
-#include "kernels/cuda/plan_omp.h"
+#include "router/cuda/plan_omp.h"
 
 #include <thrust/system/omp/execution_policy.h>
 
@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cuda/plan_core.h"
+#include "router/cuda/plan_core.h"
 
 namespace moe::cuda {
 

@@ -7,8 +7,8 @@
 
 #include <cstddef>
 
-#include "kernels/cuda/plan_host.h"
-#include "kernels/cuda/plan_types.h"
+#include "router/cuda/plan_host.h"
+#include "router/cuda/plan_types.h"
 
 namespace moe::cuda {
 

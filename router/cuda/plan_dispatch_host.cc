@@ -1,7 +1,7 @@
 #include <algorithm>
 
-#include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/plan_dispatch.h"
+#include "base/cuda/device_buffer.h"
+#include "router/cuda/plan_dispatch.h"
 
 namespace moe::cuda {
 
@@ -37,7 +37,7 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
 
   DeviceBuffer<int32_t> pair_expert(P), pair_slot(P), load(E), offsets(E + 1), slot_pairs(P);
   DeviceBuffer<float> pair_weight(P);
-  DeviceBuffer<uint8_t> pair_status(P);
+  DeviceBuffer<PairStatus> pair_status(P);
   DeviceBuffer<int64_t> capacity(E), counts(4);
   DeviceBuffer<PlanError> error(1);
   PlanOutputs out{pair_expert.data(), pair_slot.data(), pair_weight.data(), pair_status.data(), load.data(),

@@ -1,17 +1,19 @@
-#include "kernels/cuda/plan_types.h"
+#include "router/cuda/plan_types.h"
 
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/plan_bits.h"
+#include "router/cuda/plan_bits.h"
+#include "router/plan_checks.h"
+#include "router/rules/capacity.h"
 
 namespace moe::cuda {
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) {
-  throw std::invalid_argument("gpu planner: " + msg);
+  throw std::invalid_argument("dispatch planner: " + msg);
 }
 
 size_t align_up(size_t n) {
@@ -20,22 +22,13 @@ size_t align_up(size_t n) {
 
 }  // namespace
 
-int PlanShape::num_ranked_needed() const {
-  if (policy.overflow != Overflow::kReroute) return top_k;
-  return std::min(num_experts, top_k + policy.reroute_depth);
-}
-
 void PlanShape::validate() const {
-  if (num_experts < 1) fail("num_experts must be >= 1 (got " + std::to_string(num_experts) + ")");
-  if (top_k < 1 || top_k > num_experts) {
-    fail("top_k (" + std::to_string(top_k) + ") must be in [1, num_experts=" + std::to_string(num_experts) +
-         "]");
-  }
+  check_planner_config(num_experts, top_k, policy);
   if (max_tokens < 0) fail("max_tokens must be >= 0 (got " + std::to_string(max_tokens) + ")");
-  policy.validate();
-  if (num_ranked < num_ranked_needed()) {
+  const int needed = rules::num_ranked_needed(policy, num_experts, top_k);
+  if (num_ranked < needed) {
     fail("num_ranked (" + std::to_string(num_ranked) + ") is below what the policy reads (" +
-         std::to_string(num_ranked_needed()) + " = top_k + reroute_depth)");
+         std::to_string(needed) + " = top_k + reroute_depth)");
   }
   const int64_t pairs = int64_t{max_tokens} * top_k;
   if (pairs > (int64_t{1} << 30))
@@ -78,9 +71,7 @@ void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOut
 
 int64_t plan_batch_capacity(const PlanShape& shape, int num_tokens) {
   if (shape.policy.scope != CapacityScope::kBatch) return -1;
-  return std::max<int64_t>(shape.policy.min_capacity,
-                           rounded_capacity(shape.policy.capacity_factor, num_tokens, shape.top_k,
-                                            shape.num_experts, shape.policy.rounding));
+  return rules::batch_capacity(shape.policy, num_tokens, shape.top_k, shape.num_experts);
 }
 
 PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {

@@ -1,4 +1,4 @@
-// bfloat16 <-> float32 conversion.
+// bfloat16 <-> float32 conversion: the project's one definition, for host code and CUDA device code.
 //
 // bf16 is the upper 16 bits of an IEEE-754 binary32: 1 sign, 8 exponent, 7 mantissa bits. Widening
 // bf16 -> f32 is exact (a shift). Narrowing f32 -> bf16 rounds to nearest, ties to even, as PyTorch and
@@ -8,20 +8,43 @@
 // All functions are pure, thread-safe and allocation-free.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "base/host_device.h"
 
 namespace moe::kernels {
 
+namespace bf16_detail {
+MOE_HD inline uint32_t bits_of(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+MOE_HD inline float float_of(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+}  // namespace bf16_detail
+
 // Exact widening: the bf16 bits become the upper half of the float.
-inline float bf16_to_f32(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+MOE_HD inline float bf16_to_f32(uint16_t bits) {
+  return bf16_detail::float_of(static_cast<uint32_t>(bits) << 16);
 }
 
 // Round-to-nearest-even narrowing; NaN -> quiet NaN with the same sign and the top payload bits.
-inline uint16_t f32_to_bf16(float value) {
-  const uint32_t u = std::bit_cast<uint32_t>(value);
+MOE_HD inline uint16_t f32_to_bf16(float value) {
+  const uint32_t u = bf16_detail::bits_of(value);
   if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: truncate and force the quiet bit
     return static_cast<uint16_t>((u >> 16) | 0x0040u);
   }
@@ -38,7 +61,7 @@ inline void f32_to_bf16(const float* src, uint16_t* dst, size_t n) {
 }
 
 // The float nearest to `value` that bf16 can represent (f32 -> bf16 -> f32).
-inline float round_to_bf16(float value) {
+MOE_HD inline float round_to_bf16(float value) {
   return bf16_to_f32(f32_to_bf16(value));
 }
 

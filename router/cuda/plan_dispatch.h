@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "kernels/cuda/plan_types.h"
+#include "router/cuda/plan_types.h"
 
 namespace moe::cuda {
 

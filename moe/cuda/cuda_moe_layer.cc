@@ -1,4 +1,4 @@
-#include "moe/gpu/cuda_moe_layer.h"
+#include "moe/cuda/cuda_moe_layer.h"
 
 #include <cublas_v2.h>
 
@@ -9,10 +9,12 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device.h"
-#include "kernels/cuda/plan_dispatch.h"
-#include "kernels/cuda/topk.h"
+#include "base/cuda/check.h"
+#include "base/cuda/device.h"
+#include "router/cuda/plan_dispatch.h"
+#include "router/cuda/topk.h"
+#include "router/plan_checks.h"
+#include "router/rules/capacity.h"
 
 namespace moe {
 namespace {
@@ -26,10 +28,6 @@ void make_current(int device) {
   int current = -1;
   CUDA_CHECK(cudaGetDevice(&current));
   if (current != device) CUDA_CHECK(cudaSetDevice(device));
-}
-
-cuda::WeightType weight_type(kernels::DType dtype) {
-  return dtype == kernels::DType::kBF16 ? cuda::WeightType::kBF16 : cuda::WeightType::kF32;
 }
 
 // Copies a row-major matrix view (any row stride) into dst at element offset `at` (dense rows).
@@ -67,14 +65,14 @@ struct CudaMoELayer::Workspace {
       dense_offsets, dense_tiles, token_state_row, slots_held;
   cuda::DeviceBuffer<uint32_t> next_position;
   cuda::DeviceBuffer<TokenMeta> meta;
-  cuda::DeviceBuffer<uint8_t> pair_status;
+  cuda::DeviceBuffer<PairStatus> pair_status;
   cuda::DeviceBuffer<int64_t> capacity, counts;
-  cuda::DeviceBuffer<cuda::PlanError> error;
+  cuda::DeviceBuffer<PlanError> error;
   cuda::DeviceBuffer<std::byte> plan_ws, ffn_ws, shared_ffn_ws;
   std::unique_ptr<cuda::CublasExpertFfn> fast_experts, fast_shared;
   // Pinned staging: errors, counts, load, y.
   cuda::PinnedBuffer<int32_t> host_error_row{1};
-  cuda::PinnedBuffer<cuda::PlanError> host_error{1};
+  cuda::PinnedBuffer<PlanError> host_error{1};
   cuda::PinnedBuffer<int64_t> host_counts{4};
   cuda::PinnedBuffer<int32_t> host_load;
   cuda::PinnedBuffer<float> host_y;
@@ -93,7 +91,7 @@ CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::Laye
     fail("hidden and expert sizes must fit the GPU kernels' int indices");
   }
   cuda::PlanShape shape{config_.max_tokens, num_experts(), top_k(), 0, config_.policy};
-  num_ranked_ = shape.num_ranked_needed();
+  num_ranked_ = rules::num_ranked_needed(config_.policy, shape.num_experts, shape.top_k);
   has_shared_ = weights_->shared().has_value();
   has_shared_gate_ = has_shared_ && weights_->shared_gate().has_value();
 
@@ -139,8 +137,8 @@ void CudaMoELayer::release() noexcept {
 void CudaMoELayer::upload_weights() {
   const io::LayerShape& s = weights_->shape();
   const bool gelu = config_.activation == kernels::Activation::kGELU;
-  const cuda::WeightType type = weight_type(weights_->storage());
-  const auto act = gelu ? cuda::FfnActivation::kGELU : cuda::FfnActivation::kSwiGLU;
+  const kernels::DType type = weights_->storage();  // kF32 or kBF16 (f16 files are converted when loaded)
+  const kernels::Activation act = config_.activation;
   // GELU experts read up and down (kernels/cuda/expert_ffn.h: w1 holds the up projection).
   auto first = [gelu](const io::ExpertTensors& t) -> const kernels::MatrixView& {
     return gelu ? t.up_proj : t.gate_proj;
@@ -202,13 +200,13 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
   w->pair_expert = cuda::DeviceBuffer<int32_t>(P);
   w->pair_slot = cuda::DeviceBuffer<int32_t>(P);
   w->pair_weight = cuda::DeviceBuffer<float>(P);
-  w->pair_status = cuda::DeviceBuffer<uint8_t>(P);
+  w->pair_status = cuda::DeviceBuffer<PairStatus>(P);
   w->load = cuda::DeviceBuffer<int32_t>(E);
   w->capacity = cuda::DeviceBuffer<int64_t>(E);
   w->offsets = cuda::DeviceBuffer<int32_t>(E + 1);
   w->slot_pairs = cuda::DeviceBuffer<int32_t>(P);
   w->counts = cuda::DeviceBuffer<int64_t>(4);
-  w->error = cuda::DeviceBuffer<cuda::PlanError>(1);
+  w->error = cuda::DeviceBuffer<PlanError>(1);
   w->dense_offsets = cuda::DeviceBuffer<int32_t>(2);
   w->dense_tiles = cuda::DeviceBuffer<int32_t>(2);
   if (config_.policy.scope == CapacityScope::kCausal) {
@@ -282,10 +280,10 @@ void CudaMoELayer::gate(const float* x, int num_tokens, cudaStream_t stream) {
   }
   // One group holding every row: the grouped invariant GEMM is a dense one with the same per-row order.
   cuda::single_group_offsets(w.dense_offsets.data(), num_tokens, stream);
-  cuda::grouped_linear_invariant(cuda::WeightType::kF32, gate_w_.data(), 1, E, d, x, w.dense_offsets.data(),
+  cuda::grouped_linear_invariant(kernels::DType::kF32, gate_w_.data(), 1, E, d, x, w.dense_offsets.data(),
                                  num_tokens, w.logits.data(), w.dense_tiles.data(), stream);
   if (has_shared_gate_) {
-    cuda::grouped_linear_invariant(cuda::WeightType::kF32, shared_gate_w_.data(), 1, 1, d, x,
+    cuda::grouped_linear_invariant(kernels::DType::kF32, shared_gate_w_.data(), 1, 1, d, x,
                                    w.dense_offsets.data(), num_tokens, w.shared_logit.data(),
                                    w.dense_tiles.data(), stream);
   }
@@ -366,15 +364,15 @@ void CudaMoELayer::enqueue_error_readback(cudaStream_t stream) {
   Workspace& w = *ws_;
   CUDA_CHECK(cudaMemcpyAsync(w.host_error_row.data(), w.error_row.data(), sizeof(int32_t),
                              cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaMemcpyAsync(w.host_error.data(), w.error.data(), sizeof(cuda::PlanError),
-                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(w.host_error.data(), w.error.data(), sizeof(PlanError), cudaMemcpyDeviceToHost,
+                             stream));
 }
 
 // Call after the readback has completed. The router's error comes first: the CPU layer routes before it
 // plans, so a bad row is what it reports even if the plan of the garbage routes also failed.
 void CudaMoELayer::throw_if_device_error() {
   cuda::throw_if_topk_error(*ws_->host_error_row.data());
-  cuda::throw_if_plan_error(*ws_->host_error.data());
+  throw_if_plan_error(*ws_->host_error.data());
 }
 
 void CudaMoELayer::check_device_errors(cudaStream_t stream) {
@@ -475,7 +473,7 @@ DispatchPlan CudaMoELayer::last_plan() {
   w.pair_slot.download(plan.pair_slot.data(), P);
   w.pair_weight.download(plan.pair_weight.data(), P);
   static_assert(sizeof(PairStatus) == 1);
-  w.pair_status.download(reinterpret_cast<uint8_t*>(plan.pair_status.data()), P);
+  w.pair_status.download(plan.pair_status.data(), P);
   plan.slot_pairs.resize(plan.expert_offsets[E]);
   w.slot_pairs.download(plan.slot_pairs.data(), plan.slot_pairs.size());
   plan.num_kept = counts[0];

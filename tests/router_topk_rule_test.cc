@@ -1,4 +1,5 @@
-// The GPU router's per-row routine (kernels/cuda/topk_row.h), run on the host, against TopKRouter: experts,
+// The top-k rule's device form (router/rules/topk_rule.h: route_row with RecomputedScores, what the GPU
+// kernel runs per thread), run on the host, against TopKRouter (route_row with StoredScores): experts,
 // weights and top-1 scores must be bitwise equal (on the host both use the same libm exp). On the device only
 // expf differs; cuda_topk_gpu_test measures that.
 #include <gtest/gtest.h>
@@ -8,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/topk_row.h"
+#include "router/rules/topk_rule.h"
 #include "router/topk_router.h"
 
-namespace moe::cuda {
+namespace moe {
 namespace {
 
 std::vector<float> RandomLogits(std::mt19937_64& rng, int T, int E, double non_finite, bool all_bad_rows) {
@@ -39,23 +40,17 @@ void CompareRows(const RouterConfig& config, int num_ranked, const std::vector<f
   TopKRouter cpu(config, num_ranked);
   TokenRoutes want;
   cpu.route(logits.data(), T, want);
-  TopKParams p;
-  p.num_experts = config.num_experts;
-  p.top_k = config.top_k;
-  p.num_ranked = cpu.num_ranked();
-  p.sigmoid = config.scoring == Scoring::kSigmoid;
-  p.renormalize = config.renormalize;
-  p.scaling_factor = config.scaling_factor;
-  p.num_groups = config.num_groups;
-  p.topk_groups = config.topk_groups;
-  p.selection_bias = config.selection_bias.empty() ? nullptr : config.selection_bias.data();
+  const rules::TopKParams p = make_topk_params(config, num_ranked);
+  ASSERT_EQ(p.num_ranked, cpu.num_ranked());
   const int R = p.num_ranked;
   std::vector<int32_t> experts(R);
   std::vector<float> weights(R);
   for (int t = 0; t < T; ++t) {
     float top1 = 0;
-    ASSERT_TRUE(topk_route_row(p, logits.data() + static_cast<size_t>(t) * p.num_experts, experts.data(),
-                               weights.data(), &top1));
+    const float* row = logits.data() + static_cast<size_t>(t) * p.num_experts;
+    const rules::RowStats stats = rules::row_stats(p, row);
+    ASSERT_TRUE((rules::route_row<64>(p, stats, rules::RecomputedScores{&p, row, stats}, experts.data(),
+                                      weights.data(), &top1)));
     for (int r = 0; r < R; ++r) {
       ASSERT_EQ(experts[r], want.expert(t, r)) << "row " << t << " rank " << r;
       const float w = want.weight(t, r);
@@ -66,7 +61,7 @@ void CompareRows(const RouterConfig& config, int num_ranked, const std::vector<f
   }
 }
 
-TEST(CudaTopKRow, PresetsMatchTheCpuRouterBitwise) {
+TEST(TopKRuleDeviceForm, PresetsMatchTheCpuRouterBitwise) {
   std::mt19937_64 rng(1);
   for (const std::string& name : RouterConfig::preset_names()) {
     const RouterConfig config = RouterConfig::preset(name);
@@ -77,7 +72,7 @@ TEST(CudaTopKRow, PresetsMatchTheCpuRouterBitwise) {
   }
 }
 
-TEST(CudaTopKRow, GroupLimitBiasScalingAndFewAvailable) {
+TEST(TopKRuleDeviceForm, GroupLimitBiasScalingAndFewAvailable) {
   std::mt19937_64 rng(2);
   int ran = 0;
   for (int rep = 0; rep < 60; ++rep) {
@@ -108,8 +103,8 @@ TEST(CudaTopKRow, GroupLimitBiasScalingAndFewAvailable) {
   EXPECT_GE(ran, 20);
 }
 
-TEST(CudaTopKRow, RowWithoutFiniteLogitReportsFalse) {
-  TopKParams p;
+TEST(TopKRuleDeviceForm, RowWithoutFiniteLogitReportsFalse) {
+  rules::TopKParams p;
   p.num_experts = 4;
   p.top_k = 2;
   p.num_ranked = 3;
@@ -118,9 +113,12 @@ TEST(CudaTopKRow, RowWithoutFiniteLogitReportsFalse) {
                         -std::numeric_limits<float>::infinity()};
   int32_t experts[3];
   float weights[3], top1 = 1;
-  EXPECT_FALSE(topk_route_row(p, row, experts, weights, &top1));
+  const rules::RowStats stats = rules::row_stats(p, row);
+  EXPECT_EQ(stats.num_available, 0);
+  EXPECT_FALSE(
+      (rules::route_row<64>(p, stats, rules::RecomputedScores{&p, row, stats}, experts, weights, &top1)));
   for (int r = 0; r < 3; ++r) EXPECT_EQ(experts[r], -1);
 }
 
 }  // namespace
-}  // namespace moe::cuda
+}  // namespace moe

@@ -2,7 +2,9 @@
 // two execution policies: thrust::cuda::par_nosync(arena).on(stream) in plan_dispatch.cu, and
 // thrust::omp::par in plan_omp.cc (so that the algorithm is tested on every machine).
 //
-// It reproduces router/dispatch_planner.cc exactly. How the sequential CPU rules become data-parallel:
+// It reproduces router/dispatch_planner.cc exactly; the rules both share are router/rules/ (sort keys,
+// capacity formulas, rerouting, the position-ordered walk of causal scope, token totals), called here as
+// there. How the sequential CPU rules become data-parallel:
 //
 //  1. Claiming order. The CPU sorts tokens by (major, minor, token). Here: start from the identity and apply
 //     stable sorts, least significant key first (position or score key or random key, then request_id),
@@ -39,38 +41,37 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cuda/plan_bits.h"
-#include "kernels/cuda/plan_types.h"
+#include "router/cuda/plan_bits.h"
+#include "router/cuda/plan_types.h"
+#include "router/rules/capacity.h"
+#include "router/rules/plan_rules.h"
+#include "router/rules/sort_keys.h"
 
 namespace moe::cuda::detail {
 
 constexpr uint64_t kNoKey = ~uint64_t{0};
-constexpr uint8_t kStatusKept = 0;      // moe::PairStatus::kKept
-constexpr uint8_t kStatusRerouted = 1;  // moe::PairStatus::kRerouted
-constexpr uint8_t kStatusDropped = 2;   // moe::PairStatus::kDropped
 constexpr int64_t kUnlimited = INT64_MAX;
 constexpr int kCapacityChunk = 256;  // requests per partial sum of the causal capacity
 
-struct TokenStats {
-  int64_t kept, rerouted, dropped, fully_dropped;
-};
+using TokenStats = rules::TokenTally;
 struct StatsSum {
   MOE_HD TokenStats operator()(const TokenStats& a, const TokenStats& b) const {
-    return TokenStats{a.kept + b.kept, a.rerouted + b.rerouted, a.dropped + b.dropped,
-                      a.fully_dropped + b.fully_dropped};
+    TokenStats s;
+    s.kept = a.kept + b.kept;
+    s.rerouted = a.rerouted + b.rerouted;
+    s.dropped = a.dropped + b.dropped;
+    s.fully_dropped = a.fully_dropped + b.fully_dropped;
+    return s;
   }
 };
 
 // Everything the steps read or write: shape, policy, inputs, outputs and workspace, as plain values.
 struct Ctx {
   int T, E, k, R, P;
-  CapacityScope scope;
-  Priority priority;
-  bool reroute, renormalize, ceil_rounding;
-  int depth;
-  uint64_t seed;
-  double capacity_factor;
-  int64_t min_capacity, batch_capacity;
+  DispatchPolicy policy;
+  CapacityScope scope;  // policy.scope
+  bool reroute;         // policy.overflow == Overflow::kReroute
+  int64_t batch_capacity;
   PlanKeyBits bits;
 
   const int32_t* experts;
@@ -84,7 +85,7 @@ struct Ctx {
   int32_t* pair_expert;
   int32_t* pair_slot;
   float* pair_weight;
-  uint8_t* pair_status;
+  PairStatus* pair_status;
   int32_t* load;
   int64_t* capacity;
   int32_t* offsets;
@@ -109,43 +110,30 @@ struct Ctx {
 
   MOE_HD bool grouped() const { return scope == CapacityScope::kRequest || scope == CapacityScope::kCausal; }
   MOE_HD int num_groups() const { return group_of[T - 1] + 1; }
+  MOE_HD rules::RouteArrays routes() const { return rules::RouteArrays{experts, weights, k, R}; }
   // Causal budget of a token at `position`.
-  MOE_HD int64_t budget(uint32_t position) const {
-    return max3(1, min_capacity,
-                rounded_capacity_hd(capacity_factor, int64_t{position} + 1, k, E, ceil_rounding));
-  }
+  MOE_HD int64_t budget(uint32_t position) const { return rules::causal_budget(policy, position, k, E); }
   // Capacity of pool g (pooled scopes).
   MOE_HD int64_t pool_capacity(int g) const {
     if (scope == CapacityScope::kBatch) return batch_capacity;
     if (scope == CapacityScope::kNone) return kUnlimited;
     return group_cap[g];
   }
-  MOE_HD void place(int64_t pair, int32_t e, int32_t slot, float w, uint8_t status) const {
+  MOE_HD void place(int64_t pair, int32_t e, int32_t slot, float w, PairStatus status) const {
     pair_expert[pair] = e;
     pair_slot[pair] = slot;
     pair_weight[pair] = w;
     pair_status[pair] = status;
   }
-  // The CPU's try_reroute: the token's ranks [k, k + depth) it does not already use, first with room.
-  // `count` is the pool's per-expert count; `base` (or null) what the pool held before this batch.
-  MOE_HD bool try_reroute(int64_t pair, int64_t cap, int32_t* count, const int32_t* base) const {
-    const int64_t t = pair / k;
-    const int32_t* used = pair_expert + t * k;
-    const int last_rank = R < k + depth ? R : k + depth;
-    for (int r = k; r < last_rank; ++r) {
-      const int32_t e = experts[t * R + r];
-      if (e < 0) return false;
-      bool in_use = false;
-      for (int j = 0; j < k; ++j) in_use = in_use || used[j] == e;
-      if (in_use) continue;
-      if (count[e] < cap) {
-        const int32_t slot = count[e] - (base ? base[e] : 0);
-        ++count[e];
-        place(pair, e, slot, weights[t * R + r], kStatusRerouted);
-        return true;
-      }
-    }
-    return false;
+};
+
+// Records pairs the rules place inside one pool: the slot within the pool is the pool's count before the pair
+// took it, less what the request held before this batch (`base`, causal scope; null otherwise).
+struct PoolPlacer {
+  const Ctx* c;
+  const int32_t* base;
+  MOE_HD void operator()(int64_t pair, int32_t e, float w, PairStatus status, int32_t held_before) const {
+    c->place(pair, e, held_before - (base ? base[e] : 0), w, status);
   }
 };
 
@@ -153,7 +141,7 @@ struct Ctx {
 struct InitPairs {
   Ctx c;
   MOE_HD void operator()(int p) const {
-    c.place(p, -1, -1, 0.0f, kStatusDropped);
+    c.place(p, -1, -1, 0.0f, PairStatus::kDropped);
     c.slot_pairs[p] = -1;
   }
 };
@@ -197,10 +185,10 @@ struct MakeTokenKey {
         key = c.meta[t].request_id;
         break;
       case TokenKey::kScore:
-        key = descending_key(c.top1[t]);
+        key = rules::descending_key(c.top1[t]);
         break;
       case TokenKey::kRandom:
-        key = mix64(c.seed ^ mix64(c.meta[t].request_id ^ mix64(c.meta[t].position)));  // as the CPU planner
+        key = rules::random_priority_key(c.policy.seed, c.meta[t].request_id, c.meta[t].position);
         break;
     }
     c.token_key[i] = key;
@@ -293,8 +281,7 @@ struct GroupCapacity {  // request scope: each pool's budget from its own token 
       return;
     }
     const int64_t size = c.group_begin[g + 1] - c.group_begin[g];
-    c.group_cap[g] =
-        max3(1, c.min_capacity, rounded_capacity_hd(c.capacity_factor, size, c.k, c.E, c.ceil_rounding));
+    c.group_cap[g] = rules::request_capacity(c.policy, size, c.k, c.E);
   }
 };
 struct ExpertCapacity {
@@ -399,7 +386,8 @@ struct DecidePooled {
     const int64_t rank = p - c.pair_aux[p];
     const int64_t cap = c.pool_capacity(g);
     if (rank < cap) {
-      c.place(pair, e, static_cast<int32_t>(rank), c.weights[static_cast<int64_t>(t) * c.R + j], kStatusKept);
+      c.place(pair, e, static_cast<int32_t>(rank), c.weights[static_cast<int64_t>(t) * c.R + j],
+              PairStatus::kKept);
     } else if (c.reroute) {
       // Position of this pair in its pool's claiming order (choice-major): the overflow queue's order.
       const int i = static_cast<int>(key & ((uint64_t{1} << b.index) - 1));
@@ -432,7 +420,10 @@ struct ReroutePooled {
     const int from = c.pair_aux[int64_t{c.k} * gb], to = c.pair_aux[int64_t{c.k} * ge];
     const int64_t cap = c.pool_capacity(g);
     int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
-    for (int q = from; q < to; ++q) c.try_reroute(c.pair_val[q], cap, count, nullptr);
+    const PoolPlacer place{&c, nullptr};
+    for (int q = from; q < to; ++q) {
+      rules::try_reroute(c.routes(), c.policy.reroute_depth, c.pair_val[q], c.pair_expert, cap, count, place);
+    }
   }
 };
 
@@ -447,27 +438,10 @@ struct DecideCausal {
     const int32_t* base = row >= 0 ? c.held + static_cast<int64_t>(row) * c.E : nullptr;
     int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
     for (int e = 0; e < c.E; ++e) count[e] = base ? base[e] : 0;
-    for (int i = gb; i < ge; ++i) {
-      const int t = c.order[i];
-      const int64_t cap = c.budget(c.meta[t].position);
-      for (int j = 0; j < c.k; ++j) {
-        const int32_t e = c.experts[static_cast<int64_t>(t) * c.R + j];
-        if (e < 0) continue;
-        if (count[e] < cap) {
-          const int32_t slot = count[e] - (base ? base[e] : 0);
-          ++count[e];
-          c.place(int64_t{t} * c.k + j, e, slot, c.weights[static_cast<int64_t>(t) * c.R + j], kStatusKept);
-        }
-      }
-      if (!c.reroute) continue;
-      // A pair with an available expert that is still dropped overflowed: reroute in j order.
-      for (int j = 0; j < c.k; ++j) {
-        const int64_t pair = int64_t{t} * c.k + j;
-        if (c.experts[static_cast<int64_t>(t) * c.R + j] >= 0 && c.pair_status[pair] == kStatusDropped) {
-          c.try_reroute(pair, cap, count, base);
-        }
-      }
-    }
+    const PoolPlacer place{&c, base};
+    auto budget = [&](uint32_t position) { return c.budget(position); };
+    rules::decide_in_position_order(c.routes(), c.policy, c.order, gb, ge, c.meta, budget, count,
+                                    c.pair_expert, c.pair_status, place);
     if (row >= 0) {
       int32_t* held = c.held + static_cast<int64_t>(row) * c.E;
       for (int e = 0; e < c.E; ++e) held[e] = count[e];
@@ -485,7 +459,7 @@ struct LoadFromCounts {  // batch/none: the single pool's counts are the loads
 struct ScatterSlots {
   Ctx c;
   MOE_HD void operator()(int p) const {
-    if (c.pair_status[p] == kStatusDropped) return;
+    if (c.pair_status[p] == PairStatus::kDropped) return;
     c.slot_pairs[c.offsets[c.pair_expert[p]] + c.pair_slot[p]] = p;
   }
 };
@@ -493,7 +467,7 @@ struct SlotKeys {  // request/causal: [expert | group | slot within group]
   Ctx c;
   MOE_HD void operator()(int p) const {
     uint64_t key = kNoKey;
-    if (c.pair_status[p] != kStatusDropped) {
+    if (c.pair_status[p] != PairStatus::kDropped) {
       const PlanKeyBits& b = c.bits;
       const uint64_t g = static_cast<uint64_t>(c.group_of[c.inv_order[p / c.k]]);
       key = (static_cast<uint64_t>(c.pair_expert[p]) << (b.group + b.local)) | (g << b.local) |
@@ -524,30 +498,8 @@ struct AssignSlots {
 struct FinishTokens {
   Ctx c;
   MOE_HD void operator()(int t) const {
-    TokenStats s{0, 0, 0, 0};
-    float survivors = 0.0f;
-    for (int j = 0; j < c.k; ++j) {
-      const int64_t pair = int64_t{t} * c.k + j;
-      const uint8_t status = c.pair_status[pair];
-      if (status == kStatusDropped) {
-        ++s.dropped;
-        continue;
-      }
-      if (status == kStatusKept) {
-        ++s.kept;
-      } else {
-        ++s.rerouted;
-      }
-      survivors += c.pair_weight[pair];
-    }
-    if (s.dropped == c.k) s.fully_dropped = 1;
-    if (c.renormalize && s.dropped > 0 && s.dropped < c.k && survivors > 0.0f) {
-      float chosen = 0.0f;
-      for (int j = 0; j < c.k; ++j) chosen += c.weights[static_cast<int64_t>(t) * c.R + j];
-      const float scale = chosen / survivors;
-      for (int j = 0; j < c.k; ++j) c.pair_weight[int64_t{t} * c.k + j] *= scale;
-    }
-    c.stats[t] = s;
+    c.stats[t] = rules::finish_token(t, c.routes(), c.policy.renormalize_survivors, c.pair_status,
+                                     c.pair_weight, [](int64_t) {});
   }
 };
 struct WriteCounts {
@@ -601,15 +553,9 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.k = shape.top_k;
   c.R = shape.num_ranked;
   c.P = c.T * c.k;
+  c.policy = policy;
   c.scope = policy.scope;
-  c.priority = policy.priority;
   c.reroute = policy.overflow == Overflow::kReroute;
-  c.renormalize = policy.renormalize_survivors;
-  c.ceil_rounding = policy.rounding == CapacityRounding::kCeil;
-  c.depth = policy.reroute_depth;
-  c.seed = policy.seed;
-  c.capacity_factor = policy.capacity_factor;
-  c.min_capacity = policy.min_capacity;
   c.batch_capacity = plan_batch_capacity(shape, c.T);
   c.bits = PlanKeyBits(c.T, c.E, c.k, c.scope);
   c.experts = in.route_experts;
@@ -654,7 +600,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   }
 
   // 1. Claiming order: stable sorts, least significant key first.
-  const bool by_request = c.priority == Priority::kRequest || c.scope == CapacityScope::kCausal;
+  const bool by_request = c.policy.priority == Priority::kRequest || c.scope == CapacityScope::kCausal;
   for_n(exec, T, Iota{c.order});
   auto sort_tokens = [&](TokenKey kind) {
     for_n(exec, T, MakeTokenKey{c, kind});
@@ -663,9 +609,9 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   if (by_request) {
     sort_tokens(TokenKey::kPosition);
     sort_tokens(TokenKey::kRequest);
-  } else if (c.priority == Priority::kScore) {
+  } else if (c.policy.priority == Priority::kScore) {
     sort_tokens(TokenKey::kScore);
-  } else if (c.priority == Priority::kRandom) {
+  } else if (c.policy.priority == Priority::kRandom) {
     sort_tokens(TokenKey::kRandom);
   }
   if (c.scope == CapacityScope::kRequest && !by_request) sort_tokens(TokenKey::kRequest);

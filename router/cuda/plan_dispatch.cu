@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/plan_core.h"
-#include "kernels/cuda/plan_dispatch.h"
+#include "base/cuda/check.h"
+#include "router/cuda/plan_core.h"
+#include "router/cuda/plan_dispatch.h"
 
 namespace moe::cuda {
 namespace {

@@ -9,21 +9,21 @@
 #include <span>
 #include <vector>
 
-#include "kernels/cuda/device_buffer.h"
+#include "base/cuda/device_buffer.h"
 #include "kernels/cuda/expert_ffn.h"
-#include "kernels/cuda/plan_host.h"
-#include "kernels/cuda/plan_types.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/fingerprint.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/moe_layer_config.h"
 #include "router/causal_state.h"
+#include "router/cuda/plan_host.h"
+#include "router/cuda/plan_types.h"
 #include "router/dispatch_plan.h"
 #include "router/token_meta.h"
 
 namespace moe {
 
-// A causal routing-state table in device memory, in the planner's layout (kernels/cuda/plan_types.h,
+// A causal routing-state table in device memory, in the planner's layout (router/cuda/plan_types.h,
 // PlanInputs): token_state_row[t] names the row of token t's request (or -1: starts fresh); rows are read
 // and, when the plan succeeds, advanced in place. For forward_device() under causal scope.
 struct DeviceCausalTable {

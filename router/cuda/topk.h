@@ -1,19 +1,26 @@
-// Top-k gating on the GPU: the rules of router/topk_router.cc (topk_row.h), one thread per token.
+// Top-k gating on the GPU: the top-k rule (router/rules/topk_rule.h, route_row with scores recomputed on the
+// device), one thread per token.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "kernels/cuda/topk_row.h"
 #include "router/router_config.h"
+#include "router/rules/topk_rule.h"
 #include "router/token_routes.h"
+#include "router/topk_router.h"
 
 namespace moe::cuda {
 
-// Validates `config` (as TopKRouter does) and the GPU kernel's limit of 64 expert groups; num_ranked as in
-// TopKRouter (0 = top_k; capped at num_experts). `device_bias` must hold config.selection_bias on the device
-// when that is non-empty (else it is ignored). Throws std::invalid_argument.
+// The kernel's limit on expert groups (per-thread group values in registers or local memory).
+constexpr int kTopKMaxGroups = 64;
+
+using rules::TopKParams;
+
+// make_topk_params (router/topk_router.h: validation, num_ranked as TopKRouter takes it) with the bias
+// pointer set to `device_bias`, which must hold config.selection_bias on the device when that is non-empty
+// (else it is ignored), and the kernel's group limit checked. Throws std::invalid_argument.
 TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* device_bias);
 
 // Routes num_tokens rows of logits [num_tokens, num_experts] (device) on `stream`, writing TokenRoutes'

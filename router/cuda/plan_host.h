@@ -8,10 +8,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cuda/plan_types.h"
 #include "router/causal_state.h"
+#include "router/cuda/plan_types.h"
 #include "router/dispatch_plan.h"
 #include "router/dispatch_policy.h"
+#include "router/plan_checks.h"  // throw_if_plan_error
 #include "router/token_meta.h"
 #include "router/token_routes.h"
 
@@ -36,10 +37,6 @@ struct CausalStateTable {
   std::unordered_map<uint64_t, int32_t> row_of_;
 };
 
-// Throws std::invalid_argument with the CPU planner's wording for a PlanError whose code is not kPlanOk;
-// returns when it is.
-void throw_if_plan_error(const PlanError& error);
-
 // Executes one plan on host arrays: every pointer of `in` and `out` is host memory with the sizes that
 // plan_types.h gives. The OpenMP runner plans in place; a CUDA runner copies to the device and back.
 using ArrayPlanRunner = std::function<void(const PlanShape&, const PlanInputs&, const PlanOutputs&)>;
@@ -53,7 +50,6 @@ class ArrayPlanner {
   // Throws std::invalid_argument for an invalid policy or shape.
   ArrayPlanner(int num_experts, int top_k, DispatchPolicy policy, ArrayPlanRunner runner);
 
-  int num_ranked_needed() const;
   void plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, CausalRoutingState* state,
             DispatchPlan& out) const;
 

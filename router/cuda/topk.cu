@@ -3,9 +3,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/topk.h"
+#include "base/cuda/check.h"
+#include "base/cuda/device_buffer.h"
+#include "router/cuda/topk.h"
 
 namespace moe::cuda {
 namespace {
@@ -22,8 +22,10 @@ __global__ void __launch_bounds__(kThreads)
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= num_tokens) return;
   const int64_t R = p.num_ranked;
-  if (!topk_route_row(p, logits + static_cast<int64_t>(t) * p.num_experts, experts + t * R, weights + t * R,
-                      top1_score + t)) {
+  const float* row = logits + static_cast<int64_t>(t) * p.num_experts;
+  const rules::RowStats stats = rules::row_stats(p, row);
+  if (!rules::route_row<kTopKMaxGroups>(p, stats, rules::RecomputedScores{&p, row, stats}, experts + t * R,
+                                        weights + t * R, top1_score + t)) {
     atomicMin(error_row, t);  // integer minimum: the same row whatever the thread order
   }
 }
@@ -31,12 +33,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* device_bias) {
-  config.validate();
-  if (num_ranked == 0) num_ranked = config.top_k;
-  if (num_ranked < config.top_k) {
-    throw std::invalid_argument("gpu router: num_ranked (" + std::to_string(num_ranked) +
-                                ") is below top_k (" + std::to_string(config.top_k) + ")");
-  }
+  TopKParams p = make_topk_params(config, num_ranked);
   if (config.num_groups > kTopKMaxGroups) {
     throw std::invalid_argument("gpu router: num_groups (" + std::to_string(config.num_groups) +
                                 ") exceeds the kernel's limit of " + std::to_string(kTopKMaxGroups));
@@ -44,15 +41,6 @@ TopKParams topk_params(const RouterConfig& config, int num_ranked, const float* 
   if (!config.selection_bias.empty() && device_bias == nullptr) {
     throw std::invalid_argument("gpu router: the config has a selection bias but no device copy was given");
   }
-  TopKParams p;
-  p.num_experts = config.num_experts;
-  p.top_k = config.top_k;
-  p.num_ranked = num_ranked < config.num_experts ? num_ranked : config.num_experts;
-  p.sigmoid = config.scoring == Scoring::kSigmoid;
-  p.renormalize = config.renormalize;
-  p.scaling_factor = config.scaling_factor;
-  p.num_groups = config.num_groups;
-  p.topk_groups = config.topk_groups;
   p.selection_bias = config.selection_bias.empty() ? nullptr : device_bias;
   return p;
 }

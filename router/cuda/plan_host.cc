@@ -1,4 +1,4 @@
-#include "kernels/cuda/plan_host.h"
+#include "router/cuda/plan_host.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -7,13 +7,6 @@
 #include <vector>
 
 namespace moe::cuda {
-namespace {
-
-[[noreturn]] void fail(const std::string& msg) {
-  throw std::invalid_argument("gpu planner: " + msg);
-}
-
-}  // namespace
 
 void CausalStateTable::build(std::span<const TokenMeta> meta, const CausalRoutingState& state,
                              int num_experts) {
@@ -45,57 +38,17 @@ void CausalStateTable::write_back(CausalRoutingState& state) const {
   }
 }
 
-void throw_if_plan_error(const PlanError& error) {
-  switch (error.code) {
-    case kPlanOk:
-      return;
-    case kPlanDuplicateToken:
-      fail("rows " + std::to_string(error.row_a) + " and " + std::to_string(error.row_b) +
-           " both claim request " + std::to_string(error.request_id) + " position " +
-           std::to_string(error.position));
-    case kPlanNonContiguousPosition:
-      fail("request " + std::to_string(error.request_id) +
-           ": causal scope needs contiguous positions, but row " + std::to_string(error.row_b) +
-           " has position " + std::to_string(error.position) + " where " + std::to_string(error.expected) +
-           " was expected");
-    case kPlanStateRowMismatch:
-      fail("request " + std::to_string(error.request_id) + ": rows " + std::to_string(error.row_a) + " and " +
-           std::to_string(error.row_b) + " name different routing-state rows");
-    default:
-      fail("unknown error code " + std::to_string(error.code));
-  }
-}
-
 ArrayPlanner::ArrayPlanner(int num_experts, int top_k, DispatchPolicy policy, ArrayPlanRunner runner)
     : num_experts_(num_experts), top_k_(top_k), policy_(policy), runner_(std::move(runner)) {
-  PlanShape shape{0, num_experts, top_k, 0, policy};
-  shape.num_ranked = shape.num_ranked_needed();
-  shape.validate();
-}
-
-int ArrayPlanner::num_ranked_needed() const {
-  PlanShape shape{0, num_experts_, top_k_, 0, policy_};
-  return shape.num_ranked_needed();
+  check_planner_config(num_experts, top_k, policy_);
 }
 
 void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, CausalRoutingState* state,
                         DispatchPlan& out) const {
-  if (routes.num_experts != num_experts_ || routes.top_k != top_k_) {
-    fail("routes are for " + std::to_string(routes.num_experts) + " experts, top_k " +
-         std::to_string(routes.top_k) + " but the planner for " + std::to_string(num_experts_) +
-         " experts, top_k " + std::to_string(top_k_));
-  }
+  check_plan_inputs(num_experts_, top_k_, policy_, routes, meta.size(), state);
   const int T = routes.num_tokens;
-  if (static_cast<int64_t>(meta.size()) != T) {
-    fail("token metadata has " + std::to_string(meta.size()) + " rows but the routes have " +
-         std::to_string(T));
-  }
-  if (state != nullptr && state->num_experts() != num_experts_) {
-    fail("causal routing state is for " + std::to_string(state->num_experts()) + " experts, not " +
-         std::to_string(num_experts_));
-  }
   PlanShape shape{T, num_experts_, top_k_, routes.num_ranked, policy_};
-  shape.validate();  // also checks num_ranked against the policy
+  shape.validate();  // the sort keys' limits
   const int E = num_experts_;
   const size_t P = static_cast<size_t>(T) * top_k_;
 
@@ -134,7 +87,7 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   o.pair_expert = out.pair_expert.data();
   o.pair_slot = out.pair_slot.data();
   o.pair_weight = out.pair_weight.data();
-  o.pair_status = reinterpret_cast<uint8_t*>(out.pair_status.data());
+  o.pair_status = out.pair_status.data();
   o.expert_load = out.expert_load.data();
   o.expert_capacity = out.expert_capacity.data();
   o.expert_offsets = out.expert_offsets.data();

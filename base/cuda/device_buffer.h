@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/check.h"
+#include "base/cuda/check.h"
 
 namespace moe::cuda {
 
