@@ -1,5 +1,5 @@
-/* The C API from a C program (compiled as C99, using only moe/api/moe_c.h): a forward pass on random weights and
- * on caller buffers, stats, plan, fingerprint sizing, batch invariance, and the error paths. */
+/* The C API from a C program (compiled as C99, using only moe/api/moe_c.h): a forward pass on random weights
+ * and on caller buffers, stats, plan, fingerprint sizing, batch invariance, and the error paths. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,23 +9,23 @@
 
 static int g_failures = 0;
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-              #cond, moe_last_error());                                              \
-      ++g_failures;                                                                  \
-    }                                                                                \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              moe_last_error());                                                               \
+      ++g_failures;                                                                            \
+    }                                                                                          \
   } while (0)
 
-#define CHECK_OK(call)                                                                       \
-  do {                                                                                       \
-    moe_status_t s_ = (call);                                                                \
-    if (s_ != MOE_OK) {                                                                      \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call,               \
-              moe_status_string(s_), moe_last_error());                                      \
-      exit(1);                                                                               \
-    }                                                                                        \
+#define CHECK_OK(call)                                                                                 \
+  do {                                                                                                 \
+    moe_status_t s_ = (call);                                                                          \
+    if (s_ != MOE_OK) {                                                                                \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, moe_status_string(s_), \
+              moe_last_error());                                                                       \
+      exit(1);                                                                                         \
+    }                                                                                                  \
   } while (0)
 
 enum { kHidden = 32, kFf = 48, kExperts = 4, kTokens = 12 };
@@ -52,7 +52,7 @@ static void test_random_forward(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
   moe_layer_t* layer = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   float x[kTokens * kHidden], y[kTokens * kHidden];
   uint64_t ids[kTokens];
   uint32_t pos[kTokens];
@@ -63,10 +63,11 @@ static void test_random_forward(void) {
   int t;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 7, &weights));
-  moe_layer_config_init(&config);
-  config.scope = "none"; /* dropless */
-  CHECK_OK(moe_layer_create(weights, &config, &layer));
-  moe_weights_destroy(weights); /* the layer keeps its own reference */
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_scope(config, "none")); /* dropless */
+  CHECK_OK(moe_layer_create(weights, config, &layer));
+  moe_layer_config_destroy(config); /* the layer keeps nothing of the config */
+  moe_weights_destroy(weights);     /* the layer keeps its own reference */
   CHECK_OK(moe_layer_dims(layer, &hidden, &experts, &top_k));
   CHECK(hidden == kHidden && experts == kExperts && top_k == 2);
 
@@ -131,7 +132,8 @@ static void test_random_forward(void) {
   moe_layer_destroy(layer);
 }
 
-/* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset). */
+/* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset).
+ */
 static void test_batch_invariance(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
@@ -189,7 +191,7 @@ static void test_buffers(void) {
   float shared_gate[kHidden];
   moe_weights_t* weights = NULL;
   moe_layer_t* layer = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   float x[4 * kHidden], y[4 * kHidden];
   uint64_t ids[4] = {0, 0, 1, 1};
   uint32_t pos[4] = {0, 1, 0, 1};
@@ -236,23 +238,36 @@ static void test_buffers(void) {
   for (e = 0; e < 3 * kExperts; ++e) free(mats[e]);
   for (e = 0; e < 3; ++e) free(shared[e]);
 
-  moe_layer_config_init(&config);
-  config.router = "qwen2-moe";
-  config.top_k = 2;
-  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_router(config, "qwen2-moe"));
+  CHECK_OK(moe_layer_config_set_top_k(config, 2));
+  CHECK_OK(moe_layer_create(weights, config, &layer));
   fill(x, sizeof x / sizeof x[0], 9, 1.0f);
   CHECK_OK(moe_layer_forward(layer, x, 4, kHidden, ids, pos, y, NULL));
   CHECK(all_finite(y, sizeof y / sizeof y[0]));
   moe_layer_destroy(layer);
 
-  /* Bad config: unknown preset / router, top_k too large. */
-  config.preset = "fastest";
-  CHECK(moe_layer_create(weights, &config, &layer) == MOE_INVALID_ARGUMENT && layer == NULL);
+  /* Bad config: an unknown preset / router / scope / kernel is refused by its setter, naming it, and leaves
+   * the config as it was; top_k too large for the weights is refused by moe_layer_create. */
+  CHECK(moe_layer_config_set_preset(config, "fastest") == MOE_INVALID_ARGUMENT);
   CHECK(strstr(moe_last_error(), "fastest") != NULL);
-  config.preset = "deterministic";
-  config.top_k = 9;
-  CHECK(moe_layer_create(weights, &config, &layer) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_router(config, "gpt") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "gpt") != NULL);
+  CHECK(moe_layer_config_set_scope(config, "global") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "global") != NULL);
+  CHECK(moe_layer_config_set_kernel(config, "turbo") == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_capacity_factor(config, -1.0) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_top_k(config, 0) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_groups(config, 2, 3) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_preset(NULL, "greedy") == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_preset(config, NULL) == MOE_INVALID_ARGUMENT);
+  CHECK_OK(moe_layer_create(weights, config, &layer)); /* the refused values changed nothing */
+  moe_layer_destroy(layer);
+  layer = NULL;
+  CHECK_OK(moe_layer_config_set_top_k(config, 9));
+  CHECK(moe_layer_create(weights, config, &layer) == MOE_INVALID_ARGUMENT && layer == NULL);
   CHECK(strstr(moe_last_error(), "top_k") != NULL);
+  moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
 }
 
@@ -265,7 +280,7 @@ static void test_causal_chunks(void) {
   moe_causal_state_t* full_state = NULL;
   moe_causal_state_t* chunk_state = NULL;
   moe_causal_state_t* wrong_state = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   enum { kLen = 20, kSplit = 7 };
   float x[kLen * kHidden], y_full[kLen * kHidden], y_chunks[kLen * kHidden];
   uint64_t ids[kLen];
@@ -273,10 +288,11 @@ static void test_causal_chunks(void) {
   int t;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 21, &weights));
-  moe_layer_config_init(&config);
-  config.scope = "causal";
-  config.capacity_factor = 1.0;
-  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_scope(config, "causal"));
+  CHECK_OK(moe_layer_config_set_capacity_factor(config, 1.0));
+  CHECK_OK(moe_layer_create(weights, config, &layer));
+  moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
   fill(x, sizeof x / sizeof x[0], 23, 1.0f);
   for (t = 0; t < kLen; ++t) {
@@ -313,9 +329,11 @@ static void test_causal_chunks(void) {
 static void test_io_errors(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
-  CHECK(moe_weights_load("/nonexistent/dir/model.safetensors", "mixtral", 0, &shape, -1, &weights) == MOE_IO_ERROR);
+  CHECK(moe_weights_load("/nonexistent/dir/model.safetensors", "mixtral", 0, &shape, -1, &weights) ==
+        MOE_IO_ERROR);
   CHECK(weights == NULL && strlen(moe_last_error()) > 0);
-  CHECK(moe_weights_load("/nonexistent.safetensors", "gpt5", 0, &shape, -1, &weights) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_weights_load("/nonexistent.safetensors", "gpt5", 0, &shape, -1, &weights) ==
+        MOE_INVALID_ARGUMENT);
   shape.hidden = 0;
   CHECK(moe_weights_random(&shape, MOE_DTYPE_F32, 1, &weights) == MOE_INVALID_ARGUMENT);
   CHECK(strstr(moe_last_error(), "hidden") != NULL);
@@ -329,7 +347,7 @@ static void test_device(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
   moe_layer_t *cpu = NULL, *gpu = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   float x[kT * kHidden], y_cpu[kT * kHidden], y_gpu[kT * kHidden];
   uint64_t ids[kT];
   uint32_t pos[kT];
@@ -338,14 +356,13 @@ static void test_device(void) {
   size_t i;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 11, &weights));
-  moe_layer_config_init(&config);
-  config.device = "tpu";
-  CHECK(moe_layer_create(weights, &config, &gpu) == MOE_INVALID_ARGUMENT);
-  CHECK(gpu == NULL && strstr(moe_last_error(), "\"tpu\"") != NULL);
-  config.device = "cpu";
-  CHECK_OK(moe_layer_create(weights, &config, &cpu));
-  config.device = "cuda";
-  rc = moe_layer_create(weights, &config, &gpu);
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK(moe_layer_config_set_device(config, "tpu") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "\"tpu\"") != NULL);
+  CHECK_OK(moe_layer_config_set_device(config, "cpu"));
+  CHECK_OK(moe_layer_create(weights, config, &cpu));
+  rc = moe_layer_config_set_device(config, "cuda");
+  if (rc == MOE_OK) rc = moe_layer_create(weights, config, &gpu);
   if (rc != MOE_OK) {
     /* No GPU build: an argument error saying so; a GPU build without a device: a runtime error naming why. */
     CHECK(gpu == NULL);
@@ -367,6 +384,7 @@ static void test_device(void) {
     moe_layer_destroy(gpu);
   }
   moe_layer_destroy(cpu);
+  moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
 }
 

@@ -57,12 +57,11 @@ void combine_rows_with_shared(const float* y_rows, int hidden, const int32_t* pa
 // launchers below serve a plain (dense) layer, e.g. the router gate or a shared expert. Asynchronous.
 void single_group_offsets(int32_t* offsets, int num_rows, cudaStream_t stream);
 
-// ---- invariant kind
-// ------------------------------------------------------------------------------------------ NOTES: one fixed
-// tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics. Each output
-// element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that order, so its
-// bits depend only on its own input row and the weights, not on how many rows the expert has, where the row
-// sits in the buffer, or what else is in the batch.
+// ---- invariant kind ---------------------------------------------------------------------------------------
+// NOTES: one fixed tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics.
+// Each output element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that
+// order, so its bits depend only on its own input row and the weights, not on how many rows the expert has,
+// where the row sits in the buffer, or what else is in the batch.
 
 // Grouped linear: out[r] = W_e @ x_rows[r] for the expert e of row r; W [E][n][k] of `type`, out [max_rows,
 // n]. `tile_table` is device int32 [num_experts + 1] scratch.
@@ -84,9 +83,8 @@ void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows,
 void fill_uniform(kernels::DType type, void* data, size_t count, uint64_t seed, float scale,
                   cudaStream_t stream);
 
-// ---- fast kind
-// ---------------------------------------------------------------------------------------------- Element-wise
-// helpers of the fast path.
+// ---- fast kind --------------------------------------------------------------------------------------------
+// Element-wise helpers of the fast path.
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
 // h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,

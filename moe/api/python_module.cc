@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "moe/api/backend_layer.h"
 #include "moe/api/builders.h"
+#include "moe/api/layer_factory.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer.h"
@@ -294,33 +294,44 @@ struct PyCausalState {
 };
 
 struct PyLayer {
-  std::unique_ptr<api::BackendLayer> layer;
+  std::unique_ptr<Layer> layer;
   std::shared_ptr<const io::LayerWeights> weights;
   MoEStats stats;
   bool has_run = false;
   std::mutex mutex;  // forward() is not reentrant
 };
 
+// moe.Layer's keyword arguments as LayerOptions: 0 / None keep the preset's or the router's value.
 LayerOptions make_options(const std::string& preset, const std::string& router, int top_k,
                           std::optional<bool> renormalize, int num_groups, int topk_groups,
                           double capacity_factor, const std::optional<std::string>& scope,
                           const std::optional<std::string>& priority,
                           const std::optional<std::string>& overflow,
-                          const std::optional<std::string>& kernel, int num_threads, int max_tokens) {
+                          const std::optional<std::string>& kernel, int num_threads, int max_tokens,
+                          const std::string& device) {
   LayerOptions o;
-  o.preset = preset;
-  o.router = router;
-  o.top_k = top_k;
-  o.renormalize = renormalize ? (*renormalize ? 1 : 0) : -1;
-  o.num_groups = num_groups;
-  o.topk_groups = topk_groups;
-  o.capacity_factor = capacity_factor;
-  o.scope = scope.value_or("");
-  o.priority = priority.value_or("");
-  o.overflow = overflow.value_or("");
-  o.kernel = kernel.value_or("");
-  o.num_threads = num_threads;
-  o.max_tokens = max_tokens;
+  o.set_preset(preset);
+  o.set_router(router);
+  if (top_k < 0)
+    throw std::invalid_argument("top_k must be >= 0 (0 keeps the router's; got " + std::to_string(top_k) +
+                                ")");
+  if (top_k > 0) o.set_top_k(top_k);
+  if (renormalize) o.set_renormalize(*renormalize ? 1 : 0);
+  if (num_groups > 0) o.set_num_groups(num_groups);
+  if (topk_groups > 0) o.set_topk_groups(topk_groups);
+  if (capacity_factor > 0) o.set_capacity_factor(capacity_factor);
+  if (scope) o.set_scope(*scope);
+  if (priority) o.set_priority(*priority);
+  if (overflow) o.set_overflow(*overflow);
+  if (kernel) o.set_kernel(*kernel);
+  if (num_threads < 0)
+    throw std::invalid_argument("num_threads must be >= 0 (0 = 1 thread; got " + std::to_string(num_threads) +
+                                ")");
+  if (num_threads > 0) o.set_num_threads(num_threads);
+  if (max_tokens < 0)
+    throw std::invalid_argument("max_tokens must be >= 0 (0 = 256; got " + std::to_string(max_tokens) + ")");
+  if (max_tokens > 0) o.set_max_tokens(max_tokens);
+  o.set_device(device);
   return o;
 }
 
@@ -523,9 +534,9 @@ PYBIND11_MODULE(_moe, m) {
              auto self = std::make_unique<PyLayer>();
              const LayerOptions o =
                  make_options(preset, router, top_k, renormalize, num_groups, topk_groups, capacity_factor,
-                              scope, priority, overflow, kernel, num_threads, max_tokens);
+                              scope, priority, overflow, kernel, num_threads, max_tokens, device);
              self->weights = w.weights;
-             self->layer = api::make_backend_layer(device, make_config(o, *w.weights), w.weights);
+             self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
              return self;
            }),
            py::arg("weights"), py::arg("preset") = "deterministic", py::arg("router") = "mixtral",

@@ -326,6 +326,7 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
   const int k = top_k(), E = num_experts();
   const int max_rows = num_tokens * k;
   last_tokens_ = num_tokens;
+  plan_stale_ = true;
 
   gate(x, num_tokens, stream);
   const cuda::TopKParams params = cuda::topk_params(config_.router, num_ranked_, bias_.data());
@@ -450,11 +451,12 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
   }
 }
 
-DispatchPlan CudaMoELayer::last_plan() {
+const DispatchPlan& CudaMoELayer::last_plan() {
+  if (!plan_stale_) return plan_;
   make_current(device_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   Workspace& w = *ws_;
-  DispatchPlan plan;
+  DispatchPlan& plan = plan_;
   int64_t counts[4] = {0, 0, 0, 0};
   CUDA_CHECK(cudaMemcpy(counts, w.counts.data(), sizeof(counts), cudaMemcpyDeviceToHost));
   const int E = num_experts(), k = top_k();
@@ -482,6 +484,7 @@ DispatchPlan CudaMoELayer::last_plan() {
   plan.num_tokens_fully_dropped = counts[3];
   const cuda::PlanShape shape{w.tokens, E, k, num_ranked_, config_.policy};
   plan.batch_capacity = cuda::plan_batch_capacity(shape, plan.num_tokens);
+  plan_stale_ = false;
   return plan;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cuda/expert_ffn.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/fingerprint.h"
+#include "moe/layer/layer.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/moe_layer_config.h"
 #include "router/causal_state.h"
@@ -56,7 +57,7 @@ struct DeviceCausalTable {
 // forward on up to that many rows allocates nothing. A larger batch grows the workspace once (forward()
 // only; forward_device() throws instead, since it may be running inside a graph capture).
 // Threading: one host thread at a time per layer. The layer's calls make `device` current.
-class CudaMoELayer {
+class CudaMoELayer final : public Layer {
  public:
   // Throws std::invalid_argument if the config is invalid or does not fit the weights (as MoELayer), and
   // std::runtime_error naming the reason when no usable CUDA device exists (or `device` is out of range).
@@ -69,7 +70,7 @@ class CudaMoELayer {
   // exceptions; y and state unchanged on a throw). A row with no finite gate logit and the planner's data
   // errors are detected on the device and thrown here after the synchronisation.
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr);
+               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr) override;
 
   // Device arrays: x [num_tokens, hidden], meta [num_tokens], y [num_tokens, hidden] (not overlapping x),
   // all device memory; asynchronous on `stream`. Under causal scope `causal` is the request table (null:
@@ -82,20 +83,19 @@ class CudaMoELayer {
   // forward_device() found a row with no finite gate logit or a planner error.
   void check_device_errors(cudaStream_t stream);
 
-  const MoELayerConfig& config() const { return config_; }
-  const io::LayerWeights& weights() const { return *weights_; }
-  int64_t hidden() const { return hidden_; }
-  int num_experts() const { return config_.router.num_experts; }
-  int top_k() const { return config_.router.top_k; }
+  const MoELayerConfig& config() const override { return config_; }
+  const io::LayerWeights& weights() const override { return *weights_; }
+  int64_t hidden() const override { return hidden_; }
   int device() const { return device_; }
   // The stream forward() runs on (created non-blocking by the layer).
   cudaStream_t stream() const { return stream_; }
-  // The plan of the last forward (copied from the device; synchronises the layer's stream).
-  DispatchPlan last_plan();
+  // The plan of the last forward: copied from the device on the first call after a forward (synchronises the
+  // layer's stream), then kept until the next forward.
+  const DispatchPlan& last_plan() override;
   // Device bytes held: weights and workspace.
   size_t device_bytes() const;
   // Provenance; device = "cuda:<index> <name> sm_<major><minor>".
-  Fingerprint fingerprint() const;
+  Fingerprint fingerprint() const override;
 
  private:
   struct Workspace;
@@ -114,6 +114,8 @@ class CudaMoELayer {
   int64_t hidden_ = 0;
   int num_ranked_ = 0;
   int last_tokens_ = 0;  // rows of the last forward_device()
+  DispatchPlan plan_;    // last_plan()'s copy
+  bool plan_stale_ = true;
   bool has_shared_ = false;
   bool has_shared_gate_ = false;
   cudaStream_t stream_ = nullptr;

@@ -50,6 +50,7 @@
 #include "moe/dist/expert_placement.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/fingerprint.h"
+#include "moe/layer/layer.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/moe_layer_config.h"
 #include "router/causal_state.h"
@@ -96,7 +97,7 @@ struct ExpertParallelStepStats {
 // load/capacity/offsets, slot_pairs, counts). Equal plans hash equal on every machine.
 uint64_t plan_hash(const DispatchPlan& plan);
 
-class ExpertParallelLayer {
+class ExpertParallelLayer final : public Layer {
  public:
   // Collective: every rank of `comm` constructs its layer at the same time.
   //   config:    as for MoELayer (validated against the weights the same way).
@@ -131,23 +132,23 @@ class ExpertParallelLayer {
   //     under verify_plan. The communicator is then broken; y is unspecified and the causal state may have
   //     advanced: the caller aborts (Communicator::abort).
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr);
+               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr) override;
 
   // Collective: every rank passes the requests it saw finish (any may pass none); every rank then releases
   // the union from `state`, so the global states stay equal. Allocates (not a hot-path call).
   void release_requests(std::span<const uint64_t> finished, CausalRoutingState& state);
 
-  const MoELayerConfig& config() const { return config_; }
+  const MoELayerConfig& config() const override { return config_; }
+  const io::LayerWeights& weights() const override { return *weights_; }
   const ExpertPlacement& placement() const { return placement_; }
   Communicator& communicator() const { return comm_; }
-  int64_t hidden() const { return hidden_; }
-  int num_experts() const { return config_.router.num_experts; }
-  int top_k() const { return config_.router.top_k; }
+  int64_t hidden() const override { return hidden_; }
   // The experts this rank computes, ascending.
   const std::vector<int>& local_experts() const { return local_experts_; }
 
   // The global plan of the last forward() (identical on every rank), valid until the next call.
   const DispatchPlan& last_plan() const { return plan_; }
+  const DispatchPlan& last_plan() override { return plan_; }
   // Row of this rank's first token in the last global batch, and that batch's size.
   int64_t last_token_offset() const { return token_offset_[comm_.rank()]; }
   int64_t last_global_tokens() const { return token_offset_[comm_.size()]; }
@@ -157,7 +158,7 @@ class ExpertParallelLayer {
   // Bytes of workspace held now.
   size_t workspace_bytes() const;
   // Provenance: as MoELayer's, with world_size = comm.size().
-  Fingerprint fingerprint() const;
+  Fingerprint fingerprint() const override;
 
  private:
   void ensure_local(int num_tokens);

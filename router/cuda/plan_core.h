@@ -343,8 +343,7 @@ struct CausalCapacityPartial {
   }
 };
 
-// ---- Pooled scopes: kept pairs by rank
-// ---------------------------------------------------------------------
+// ---- Pooled scopes: kept pairs by rank --------------------------------------------------------------------
 struct ClaimKeys {
   Ctx c;
   MOE_HD void operator()(int p) const {
@@ -427,8 +426,7 @@ struct ReroutePooled {
   }
 };
 
-// ---- Causal scope: one thread per request
-// --------------------------------------------------------------------
+// ---- Causal scope: one thread per request -----------------------------------------------------------------
 struct DecideCausal {
   Ctx c;
   MOE_HD void operator()(int g) const {
@@ -450,8 +448,7 @@ struct DecideCausal {
   }
 };
 
-// ---- Slots
-// ----------------------------------------------------------------------------------------------------
+// ---- Slots ------------------------------------------------------------------------------------------------
 struct LoadFromCounts {  // batch/none: the single pool's counts are the loads
   Ctx c;
   MOE_HD void operator()(int e) const { c.load[e] = c.group_counts[e]; }
@@ -493,8 +490,7 @@ struct AssignSlots {
   }
 };
 
-// ---- Totals
-// ----------------------------------------------------------------------------------------------------
+// ---- Totals -----------------------------------------------------------------------------------------------
 struct FinishTokens {
   Ctx c;
   MOE_HD void operator()(int t) const {
