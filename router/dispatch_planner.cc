@@ -341,19 +341,33 @@ void DispatchPlanner::finish(const TokenRoutes& routes, DispatchPlan& out) {
     out.expert_offsets[e + 1] = out.expert_offsets[e] + out.expert_load[e];
   out.slot_pairs.resize(out.expert_offsets[num_experts_]);
   out.num_kept = out.num_rerouted = out.num_dropped = out.num_tokens_fully_dropped = 0;
-  const rules::RouteArrays arrays = route_arrays(routes);
-  auto record_slot = [&](int64_t pair) {
-    out.slot_pairs[out.expert_offsets[out.pair_expert[pair]] + out.pair_slot[pair]] =
-        static_cast<int32_t>(pair);
-  };
   for (int t = 0; t < T; ++t) {
-    const rules::TokenTally tally =
-        rules::finish_token(t, arrays, policy_.renormalize_survivors, out.pair_status.data(),
-                            out.pair_weight.data(), record_slot);
-    out.num_kept += tally.kept;
-    out.num_rerouted += tally.rerouted;
-    out.num_dropped += tally.dropped;
-    out.num_tokens_fully_dropped += tally.fully_dropped;
+    int lost = 0;
+    float survivors = 0.0f;
+    for (int j = 0; j < top_k_; ++j) {
+      const int64_t pair = static_cast<int64_t>(t) * top_k_ + j;
+      switch (out.pair_status[pair]) {
+        case PairStatus::kKept:
+          ++out.num_kept;
+          break;
+        case PairStatus::kRerouted:
+          ++out.num_rerouted;
+          break;
+        case PairStatus::kDropped:
+          ++out.num_dropped;
+          ++lost;
+          continue;
+      }
+      out.slot_pairs[out.expert_offsets[out.pair_expert[pair]] + out.pair_slot[pair]] =
+          static_cast<int32_t>(pair);
+      survivors += out.pair_weight[pair];
+    }
+    if (lost == top_k_) ++out.num_tokens_fully_dropped;
+    if (policy_.renormalize_survivors && lost > 0) [[unlikely]] {
+      rules::renormalize_survivors(top_k_, lost, survivors,
+                                   &routes.weights[static_cast<int64_t>(t) * routes.num_ranked],
+                                   &out.pair_weight[static_cast<int64_t>(t) * top_k_]);
+    }
   }
 }
 

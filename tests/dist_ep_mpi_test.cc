@@ -1,10 +1,13 @@
-// Expert parallelism under mpirun with 1, 2 and 4 ranks (tests/cmake/dist.cmake).
+// What only expert parallelism has, under mpirun with 1, 2 and 4 ranks (tests/cmake/dist.cmake): explicit
+// placements, sub-communicators of 1, 2 and 4 ranks in one job, collective release of finished requests,
+// empty global batches, no allocation after warm-up, errors found on one rank reported on every rank,
+// start-up mismatches, diverged causal states, mixed thread counts. The layer's accuracy and bit equality to
+// the single-process layer on the shared table of cases is the backend harness (tests/layer_cases_test.cc,
+// backend "ep"); the configs here come from that table too.
 //
 // Every rank builds the same global batches (a pure function of a seed), runs its slice through an
 // ExpertParallelLayer, and also runs a single-process MoELayer on the whole global batch: its rows must be
-// bitwise equal (memcmp) to the reference's slice. Since every world size equals the same reference, the
-// outputs of 1, 2 and 4 ranks are bitwise equal to each other; WorldSizes124 also checks that directly in
-// one job, on sub-communicators of 1, 2 and 4 ranks. Rank 0 prints the gtest output, the others only their
+// bitwise equal (memcmp) to the reference's slice. Rank 0 prints the gtest output, the others only their
 // failures.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -25,6 +28,7 @@
 #include "moe/dist/mpi_communicator.h"
 #include "tests/support/allocation_counter.h"
 #include "tests/support/ep_fixtures.h"
+#include "tests/support/layer_cases.h"
 
 namespace moe::dist {
 namespace {
@@ -63,69 +67,34 @@ void ExpectInvalidEverywhere(Fn&& fn, const std::string& needle) {
 }
 
 struct Case {
-  const char* name;
+  std::string name;
   io::LayerShape shape;
   kernels::DType storage;
   MoELayerConfig config;
 };
 
-MoELayerConfig Config(const char* preset, CapacityScope scope, Priority priority, Overflow overflow,
-                      int threads = 1) {
-  MoELayerConfig c = moe::testing::SmallConfig(preset, 8, 2, threads);
-  c.expert_kernel = kernels::KernelKind::kInvariant;
-  c.gate_kernel = kernels::KernelKind::kInvariant;
-  c.policy.scope = scope;
-  c.policy.priority = priority;
-  c.policy.overflow = overflow;
-  c.policy.capacity_factor = 1.0;  // capacity binds: drops and reroutes happen
-  c.max_tokens = 32;               // smaller than some local batches: the workspace grows once
-  return c;
+// The harness's case of that name (tests/support/layer_cases.h), with a workspace smaller than some local
+// batches (it grows once).
+Case HarnessCase(const std::string& name) {
+  for (const moe::testing::LayerCase& c : moe::testing::layer_cases()) {
+    if (c.name != name) continue;
+    MoELayerConfig config = c.config;
+    config.max_tokens = 32;
+    return {c.name, c.shape, c.storage, config};
+  }
+  throw std::invalid_argument("no harness case " + name);
 }
 
-io::LayerShape SharedShape() {
-  io::LayerShape s = moe::testing::SmallShape(kHidden, 64, 8);
-  s.num_shared_experts = 1;
-  s.shared_ff = 96;
-  s.shared_expert_gate = true;
-  return s;
-}
-
-// DeepSeek-V3 style: sigmoid scores, selection bias from the weights, group-limited choice (4 groups, 2
-// kept), top-4 of 16, a fused shared expert without gate, bf16, reroute with depth 2 (records of 6 ranked
-// experts).
-Case DeepSeekLike() {
-  io::LayerShape s = moe::testing::SmallShape(kHidden, 48, 16);
-  s.num_shared_experts = 1;
-  s.shared_ff = 64;
-  s.score_bias = true;
-  MoELayerConfig c = MoELayerConfig::preset("deterministic", io::Architecture::kDeepseekV3);
-  c.router.num_experts = 16;
-  c.router.top_k = 4;
-  c.router.num_groups = 4;
-  c.router.topk_groups = 2;
-  c.policy.capacity_factor = 1.0;
-  c.policy.overflow = Overflow::kReroute;
-  c.policy.reroute_depth = 2;
-  c.max_tokens = 32;
-  return {"deepseek_like_bf16_bias_groups_reroute2", s, kernels::DType::kBF16, c};
-}
-
+// The cases with invariant kernels (what expert parallelism promises bit equality for).
 std::vector<Case> Cases() {
-  const io::LayerShape plain = moe::testing::SmallShape(kHidden, 96, 8);
-  return {
-      {"deterministic", plain, kernels::DType::kF32,
-       Config("deterministic", CapacityScope::kRequest, Priority::kRequest, Overflow::kDrop)},
-      {"deterministic_bf16_shared_reroute_2threads", SharedShape(), kernels::DType::kBF16,
-       Config("deterministic", CapacityScope::kRequest, Priority::kRequest, Overflow::kReroute, 2)},
-      // Greedy dispatch: batch capacity, arrival order = rank-major global rows.
-      {"greedy_dispatch_invariant_kernels", plain, kernels::DType::kF32,
-       Config("greedy", CapacityScope::kBatch, Priority::kArrival, Overflow::kDrop)},
-      {"greedy_dispatch_bf16_shared_reroute", SharedShape(), kernels::DType::kBF16,
-       Config("greedy", CapacityScope::kBatch, Priority::kArrival, Overflow::kReroute)},
-      {"score_priority", plain, kernels::DType::kF32,
-       Config("deterministic", CapacityScope::kBatch, Priority::kScore, Overflow::kDrop)},
-      DeepSeekLike(),
-  };
+  std::vector<Case> out;
+  for (const moe::testing::LayerCase& c : moe::testing::layer_cases()) {
+    if (c.config.expert_kernel == kernels::KernelKind::kInvariant &&
+        c.config.gate_kernel == kernels::KernelKind::kInvariant && c.calls == 1) {
+      out.push_back(HarnessCase(c.name));
+    }
+  }
+  return out;
 }
 
 struct Outcome {
@@ -145,23 +114,24 @@ Outcome RunAgainstReference(Communicator& comm, const Case& c, int num_batches, 
   MoELayerConfig ref_config = c.config;
   ref_config.max_tokens = 256;
   MoELayer ref(ref_config, weights);
+  const int64_t hidden = c.shape.hidden;
   Outcome out;
   std::vector<size_t> hashes(comm.size());
   for (int b = 0; b < num_batches; ++b) {
-    const GlobalBatch g = MakeGlobalBatch(seed + b, comm.size(), kHidden);
+    const GlobalBatch g = MakeGlobalBatch(seed + b, comm.size(), hidden);
     const int64_t T = static_cast<int64_t>(g.batch.meta.size());
     std::vector<float> y_ref(g.batch.x.size());
     ref.forward(g.batch.x.data(), static_cast<int>(T), g.batch.meta, y_ref.data());
 
     const int64_t first = g.offsets[comm.rank()];
     const int64_t rows = LocalTokens(g, comm.rank());
-    std::vector<float> y(static_cast<size_t>(rows * kHidden), -1.0f);
+    std::vector<float> y(static_cast<size_t>(rows * hidden), -1.0f);
     MoEStats stats;
-    ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
+    ep.forward(g.batch.x.data() + first * hidden, static_cast<int>(rows),
                std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
                nullptr, &stats);
     ++out.batches;
-    if (!SliceBitEqual(y, y_ref, first, rows, kHidden)) ++out.mismatched_batches;
+    if (!SliceBitEqual(y, y_ref, first, rows, hidden)) ++out.mismatched_batches;
     EXPECT_EQ(ep.last_global_tokens(), T);
     EXPECT_EQ(ep.last_token_offset(), first);
     EXPECT_EQ(stats.num_tokens, T);
@@ -174,21 +144,9 @@ Outcome RunAgainstReference(Communicator& comm, const Case& c, int num_batches, 
   return out;
 }
 
-TEST(ExpertParallel, BitEqualToSingleProcessLayer) {
-  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  uint64_t seed = 1;
-  for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name);
-    const Outcome o = RunAgainstReference(comm, c, 4, seed);
-    seed += 10;
-    EXPECT_EQ(o.mismatched_batches, 0) << c.name << ": rank " << comm.rank();
-    EXPECT_GT(o.drops, 0) << c.name << ": capacity must bind for the test to mean anything";
-  }
-}
-
 TEST(ExpertParallel, ExplicitPlacementsGiveTheSameBits) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  const Case c = Cases()[1];
+  const Case c = HarnessCase("qwen2_bf16_deterministic_reroute");
   const int P = comm.size();
   std::vector<int> round_robin(8), all_on_last(8, P - 1), reversed(8);
   for (int e = 0; e < 8; ++e) {
@@ -221,76 +179,36 @@ TEST(ExpertParallel, WorldSizes124) {
   }
 }
 
-// Causal scope: requests continue over two calls, with the global routing state carried on every rank;
-// the second call's rows of a request may sit on other ranks than the first call's.
-TEST(ExpertParallel, CausalStateCarriedOverTwoCalls) {
+// Finished requests are released collectively: rank 0 reports one, the last rank another, and every rank's
+// global causal state forgets both. (Bit equality over causal calls is the harness's.)
+TEST(ExpertParallel, ReleaseRequestsIsCollective) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  for (bool shared : {false, true}) {
-    Case c{"causal", shared ? SharedShape() : moe::testing::SmallShape(kHidden, 96, 8),
-           shared ? kernels::DType::kBF16 : kernels::DType::kF32,
-           Config("deterministic", CapacityScope::kCausal, Priority::kRequest,
-                  shared ? Overflow::kReroute : Overflow::kDrop)};
-    auto weights = RandomWeights(c.shape, c.storage, 78);
-    ExpertParallelOptions options;
-    options.verify_plan = true;
-    ExpertParallelLayer ep(c.config, weights, comm, std::nullopt, options);
-    MoELayerConfig ref_config = c.config;
-    ref_config.max_tokens = 256;
-    MoELayer ref(ref_config, weights);
-    CausalRoutingState ep_state(8), ref_state(8);
-    // Call 1: every request's positions [0, 8); call 2: positions [8, 8 + len) of the same requests.
-    const uint64_t seed = shared ? 31 : 32;
-    int64_t drops = 0;
-    const GlobalBatch first_call = MakeGlobalBatch(seed, comm.size(), kHidden, 0, 6, 8);
-    for (int call = 0; call < 2; ++call) {
-      GlobalBatch g = first_call;
-      if (call == 1) {
-        // The same requests continue at their next positions, rows reshuffled and split differently.
-        std::map<uint64_t, uint32_t> next;
-        for (const TokenMeta& m : first_call.batch.meta)
-          next[m.request_id] = std::max(next[m.request_id], m.position + 1);
-        std::vector<TokenMeta> meta;
-        for (const auto& [id, pos] : next) {
-          for (uint32_t p = 0; p < 5; ++p) meta.push_back({id, pos + p});
-        }
-        std::mt19937_64 rng(seed + 1);
-        std::shuffle(meta.begin(), meta.end(), rng);
-        g.batch = moe::testing::MakeBatch(meta, kHidden);
-        g.offsets =
-            moe::testing::SplitRows(static_cast<int64_t>(meta.size()), comm.size(), seed + 2, seed + 1);
-      }
-      const int64_t T = static_cast<int64_t>(g.batch.meta.size());
-      std::vector<float> y_ref(g.batch.x.size());
-      ref.forward(g.batch.x.data(), static_cast<int>(T), g.batch.meta, y_ref.data(), &ref_state);
-      const int64_t first = g.offsets[comm.rank()];
-      const int64_t rows = LocalTokens(g, comm.rank());
-      std::vector<float> y(static_cast<size_t>(rows * kHidden));
-      ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
-                 std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
-                 &ep_state);
-      EXPECT_TRUE(SliceBitEqual(y, y_ref, first, rows, kHidden)) << "call " << call << " shared " << shared;
-      EXPECT_EQ(plan_hash(ep.last_plan()), plan_hash(ref.last_plan()));
-      drops += ref.last_plan().num_dropped;
-    }
-    EXPECT_EQ(ep_state.num_requests(), ref_state.num_requests());
-    EXPECT_GT(drops, 0);
-
-    // Finished requests are released collectively: rank 0 reports one, the last rank another.
-    const uint64_t first_id = 100 + seed % 5;  // MakeGlobalBatch's first request (the second is first_id + 7)
-    std::vector<uint64_t> finished;
-    if (comm.rank() == 0) finished.push_back(first_id);
-    if (comm.rank() == comm.size() - 1) finished.push_back(first_id + 7);
-    const size_t before = ep_state.num_requests();
-    ep.release_requests(finished, ep_state);
-    EXPECT_EQ(ep_state.find(first_id), nullptr);
-    EXPECT_EQ(ep_state.find(first_id + 7), nullptr);
-    EXPECT_EQ(ep_state.num_requests(), before - 2);
-  }
+  Case c = HarnessCase("mixtral_f32_causal");
+  c.config.num_threads = 1;
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 78), comm);
+  CausalRoutingState state(8);
+  const uint64_t seed = 32;
+  const GlobalBatch g = MakeGlobalBatch(seed, comm.size(), kHidden, 0, 6, 8);
+  const int64_t first = g.offsets[comm.rank()];
+  const int64_t rows = LocalTokens(g, comm.rank());
+  std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows, 1) * kHidden));
+  ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
+             std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
+             &state);
+  const uint64_t first_id = 100 + seed % 5;  // MakeGlobalBatch's first request (the second is first_id + 7)
+  std::vector<uint64_t> finished;
+  if (comm.rank() == 0) finished.push_back(first_id);
+  if (comm.rank() == comm.size() - 1) finished.push_back(first_id + 7);
+  const size_t before = state.num_requests();
+  ep.release_requests(finished, state);
+  EXPECT_EQ(state.find(first_id), nullptr);
+  EXPECT_EQ(state.find(first_id + 7), nullptr);
+  EXPECT_EQ(state.num_requests(), before - 2);
 }
 
 TEST(ExpertParallel, EmptyGlobalBatch) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  const Case c = Cases()[1];
+  const Case c = HarnessCase("qwen2_bf16_deterministic_reroute");
   ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
   MoEStats stats;
   ep.forward(nullptr, 0, {}, nullptr, nullptr, &stats);
@@ -302,13 +220,14 @@ TEST(ExpertParallel, NoAllocationAfterWarmUp) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
   for (const Case& c : Cases()) {
     ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
-    const GlobalBatch g = MakeGlobalBatch(900, comm.size(), kHidden, 0, 8, 30);
+    const int64_t hidden = c.shape.hidden;
+    const GlobalBatch g = MakeGlobalBatch(900, comm.size(), hidden, 0, 8, 30);
     const int64_t first = g.offsets[comm.rank()];
     const int64_t rows = LocalTokens(g, comm.rank());
-    std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows, 1) * kHidden));
+    std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows, 1) * hidden));
     MoEStats stats;
     auto step = [&] {
-      ep.forward(g.batch.x.data() + first * kHidden, static_cast<int>(rows),
+      ep.forward(g.batch.x.data() + first * hidden, static_cast<int>(rows),
                  std::span<const TokenMeta>(g.batch.meta.data() + first, static_cast<size_t>(rows)), y.data(),
                  nullptr, &stats);
     };
@@ -321,7 +240,7 @@ TEST(ExpertParallel, NoAllocationAfterWarmUp) {
 
 TEST(ExpertParallel, FingerprintHasWorldSize) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  const Case c = Cases()[0];
+  const Case c = HarnessCase("mixtral_f32_deterministic");
   ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
   const Fingerprint f = ep.fingerprint();
   EXPECT_EQ(f.world_size, comm.size());
@@ -335,7 +254,7 @@ TEST(ExpertParallel, FingerprintHasWorldSize) {
 // (and communicator) stay usable.
 TEST(ExpertParallel, BadInputOnOneRankFailsEveryRank) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  const Case c = Cases()[0];
+  const Case c = HarnessCase("mixtral_f32_deterministic");
   ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
   const int victim = comm.size() - 1;
   std::vector<TokenMeta> meta = {{static_cast<uint64_t>(comm.rank()), 0},
@@ -358,7 +277,7 @@ TEST(ExpertParallel, BadInputOnOneRankFailsEveryRank) {
 TEST(ExpertParallel, DuplicateTokensAcrossRanksRejectedEverywhere) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
   if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  const Case c = Cases()[0];
+  const Case c = HarnessCase("mixtral_f32_deterministic");
   ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 77), comm);
   std::vector<TokenMeta> meta = {{7, 0}};
   moe::testing::Batch b = moe::testing::MakeBatch(meta, kHidden);
@@ -373,7 +292,7 @@ TEST(ExpertParallel, MismatchAcrossRanksDetectedAtStartUp) {
   if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
   const int victim = comm.size() - 1;
   const bool odd = comm.rank() == victim;
-  const Case c = Cases()[0];
+  const Case c = HarnessCase("mixtral_f32_deterministic");
   const std::string needle = "rank " + std::to_string(victim) + " (";
 
   MoELayerConfig config = c.config;
@@ -419,7 +338,7 @@ TEST(ExpertParallel, VerifyPlanCatchesDivergedCausalState) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
   if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
   const int victim = comm.size() - 1;
-  Case c = Cases()[0];
+  Case c = HarnessCase("mixtral_f32_deterministic");
   c.config.policy.scope = CapacityScope::kCausal;
   ExpertParallelOptions options;
   options.verify_plan = true;
@@ -457,7 +376,7 @@ TEST(ExpertParallel, VerifyPlanCatchesDivergedCausalState) {
 // Ranks may run different thread counts (num_threads is not part of the config hash): same bits.
 TEST(ExpertParallel, MixedThreadCountsAcrossRanks) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
-  Case c = Cases()[1];
+  Case c = HarnessCase("qwen2_bf16_deterministic_reroute");
   c.config.num_threads = 1 + comm.rank() % 2;
   const Outcome o = RunAgainstReference(comm, c, 2, 700);
   EXPECT_EQ(o.mismatched_batches, 0);

@@ -53,7 +53,9 @@ constexpr uint64_t kNoKey = ~uint64_t{0};
 constexpr int64_t kUnlimited = INT64_MAX;
 constexpr int kCapacityChunk = 256;  // requests per partial sum of the causal capacity
 
-using TokenStats = rules::TokenTally;
+struct TokenStats {
+  int64_t kept = 0, rerouted = 0, dropped = 0, fully_dropped = 0;
+};
 struct StatsSum {
   MOE_HD TokenStats operator()(const TokenStats& a, const TokenStats& b) const {
     TokenStats s;
@@ -494,8 +496,28 @@ struct AssignSlots {
 struct FinishTokens {
   Ctx c;
   MOE_HD void operator()(int t) const {
-    c.stats[t] = rules::finish_token(t, c.routes(), c.policy.renormalize_survivors, c.pair_status,
-                                     c.pair_weight, [](int64_t) {});
+    TokenStats s;
+    float survivors = 0.0f;
+    for (int j = 0; j < c.k; ++j) {
+      const int64_t pair = int64_t{t} * c.k + j;
+      const PairStatus status = c.pair_status[pair];
+      if (status == PairStatus::kDropped) {
+        ++s.dropped;
+        continue;
+      }
+      if (status == PairStatus::kKept) {
+        ++s.kept;
+      } else {
+        ++s.rerouted;
+      }
+      survivors += c.pair_weight[pair];
+    }
+    if (s.dropped == c.k) s.fully_dropped = 1;
+    if (c.policy.renormalize_survivors) {
+      rules::renormalize_survivors(c.k, static_cast<int>(s.dropped), survivors, c.weights + int64_t{t} * c.R,
+                                   c.pair_weight + int64_t{t} * c.k);
+    }
+    c.stats[t] = s;
   }
 };
 struct WriteCounts {

@@ -99,45 +99,17 @@ MOE_HD inline void decide_in_position_order(const RouteArrays& routes, const Dis
   }
 }
 
-// A token's outcome, summed into the plan's counts.
-struct TokenTally {
-  int64_t kept = 0, rerouted = 0, dropped = 0, fully_dropped = 0;
-};
-
-// Totals of token t once its pairs are decided, and (renormalize_survivors) the survivor renormalisation: a
-// token that lost some but not all pairs has its surviving weights scaled by (sum of its k chosen weights) /
-// (sum of its surviving weights), in j order. on_placed(pair) is called for each placed pair, in j order.
-template <class OnPlaced>
-MOE_HD inline TokenTally finish_token(int64_t t, const RouteArrays& routes, bool renormalize_survivors,
-                                      const PairStatus* pair_status, float* pair_weight,
-                                      OnPlaced&& on_placed) {
-  const int k = routes.top_k;
-  TokenTally tally;
-  float survivors = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    const int64_t pair = t * k + j;
-    switch (pair_status[pair]) {
-      case PairStatus::kKept:
-        ++tally.kept;
-        break;
-      case PairStatus::kRerouted:
-        ++tally.rerouted;
-        break;
-      case PairStatus::kDropped:
-        ++tally.dropped;
-        continue;
-    }
-    on_placed(pair);
-    survivors += pair_weight[pair];
-  }
-  if (tally.dropped == k) tally.fully_dropped = 1;
-  if (renormalize_survivors && tally.dropped > 0 && tally.dropped < k && survivors > 0.0f) {
-    float chosen = 0.0f;
-    for (int j = 0; j < k; ++j) chosen += routes.weight(t, j);
-    const float scale = chosen / survivors;
-    for (int j = 0; j < k; ++j) pair_weight[t * k + j] *= scale;
-  }
-  return tally;
+// Overflow's survivor renormalisation (DispatchPolicy::renormalize_survivors) of one token that lost `lost`
+// of its k pairs: when 0 < lost < k and the survivors' weights sum to survivors > 0, every pair weight is
+// scaled by (sum of the token's k chosen route weights, in j order) / survivors. weight: the token's k pair
+// weights (dropped pairs hold 0); chosen: its route weights, rank j at index j.
+MOE_HD inline void renormalize_survivors(int k, int lost, float survivors, const float* chosen,
+                                         float* weight) {
+  if (lost <= 0 || lost >= k || !(survivors > 0.0f)) return;
+  float total = 0.0f;
+  for (int j = 0; j < k; ++j) total += chosen[j];
+  const float scale = total / survivors;
+  for (int j = 0; j < k; ++j) weight[j] *= scale;
 }
 
 }  // namespace rules

@@ -29,14 +29,9 @@ if(TARGET moe_cuda_layer)
     SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_layer_test.cc
     LIBS moe_cuda_layer
     LABELS unit)
-  foreach(pair "cuda_layer_accuracy_test;gpu" "cuda_layer_invariance_test;gpu,invariance")
-    list(GET pair 0 name)
-    list(GET pair 1 label)
-    string(REPLACE "," ";" label "${label}")
-    moe_add_test(NAME ${name}
-      SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
-      LIBS moe_cuda_layer
-      LABELS ${label})
-    set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
-  endforeach()
+  moe_add_test(NAME cuda_layer_gpu_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_layer_gpu_test.cc
+    LIBS moe_cuda_layer
+    LABELS gpu)
+  set_tests_properties(cuda_layer_gpu_test PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
 endif()

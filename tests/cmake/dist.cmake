@@ -75,6 +75,24 @@ if(TARGET moe_dist_ep AND TARGET moe_dist_mpi)
     set_tests_properties(dist_ep_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS ${np})
   endforeach()
 
+  # The backend harness (tests/layer_cases_test.cc) with the expert-parallel backend: the shared table of cases
+  # at 1, 2 and 4 ranks, accuracy apart from bit equality (the latter against the single-process CPU layer too).
+  add_executable(layer_cases_mpi_test ${PROJECT_SOURCE_DIR}/tests/layer_cases_test.cc)
+  target_include_directories(layer_cases_mpi_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(layer_cases_mpi_test PRIVATE moe_dist_ep moe_dist_mpi GTest::gtest moe_flags)
+  target_compile_definitions(layer_cases_mpi_test PRIVATE MOE_LAYER_CASES_MPI=1)
+  set_target_properties(layer_cases_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  foreach(np 1 2 4)
+    add_test(NAME layer_cases_ep_accuracy_np${np}
+             COMMAND ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:layer_cases_mpi_test> --gtest_filter=*LayerCaseAccuracy*)
+    add_test(NAME layer_cases_ep_invariance_np${np}
+             COMMAND ${moe_dist_mpirun} -np ${np} $<TARGET_FILE:layer_cases_mpi_test>
+                     --gtest_filter=*LayerCaseInvariance*:*LayerCaseChunking*:*LayerCaseCounterCheck*:*LayerCaseCrossBackend*)
+    set_tests_properties(layer_cases_ep_accuracy_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np})
+    set_tests_properties(layer_cases_ep_invariance_np${np} PROPERTIES LABELS "mpi;invariance" TIMEOUT 600
+                         PROCESSORS ${np})
+  endforeach()
+
   add_executable(dist_ep_fault ${PROJECT_SOURCE_DIR}/tests/dist_ep_fault.cc)
   target_include_directories(dist_ep_fault PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(dist_ep_fault PRIVATE moe_dist_ep moe_dist_mpi moe_flags)
