@@ -42,8 +42,8 @@
 #if MOE_LAYER_CASES_MPI
 #include <mpi.h>
 
-#include "moe/dist/expert_parallel_layer.h"
-#include "moe/dist/mpi_communicator.h"
+#include "moe/parallel/expert_parallel_layer.h"
+#include "moe/parallel/mpi_communicator.h"
 #include "tests/support/ep_fixtures.h"
 #endif
 
@@ -53,7 +53,7 @@ namespace {
 // ---- Backends ---------------------------------------------------------------------------------------------
 
 #if MOE_LAYER_CASES_MPI
-dist::Communicator* g_comm = nullptr;  // MPI_COMM_WORLD, set by main()
+parallel::Communicator* g_comm = nullptr;  // MPI_COMM_WORLD, set by main()
 
 // Every rank forwards its own rows of the global batch (an uneven split that depends on the batch, one rank
 // possibly empty), then the ranks all-gather y so that every rank checks the whole output.
@@ -62,7 +62,7 @@ class ExpertParallelRunner final : public LayerRunner {
   ExpertParallelRunner(const MoELayerConfig& config, std::shared_ptr<const io::LayerWeights> weights)
       : layer_(config, std::move(weights), *g_comm, std::nullopt, Options()) {}
   std::vector<float> forward(const Batch& b, CausalRoutingState* state) override {
-    dist::Communicator& comm = *g_comm;
+    parallel::Communicator& comm = *g_comm;
     const int64_t T = static_cast<int64_t>(b.meta.size()), d = layer_.hidden();
     uint64_t key = static_cast<uint64_t>(T);
     for (const TokenMeta& m : b.meta) key = mix64(key ^ m.request_id * 31 ^ m.position);
@@ -82,12 +82,12 @@ class ExpertParallelRunner final : public LayerRunner {
   Layer& layer() override { return layer_; }
 
  private:
-  static dist::ExpertParallelOptions Options() {
-    dist::ExpertParallelOptions o;
+  static parallel::ExpertParallelOptions Options() {
+    parallel::ExpertParallelOptions o;
     o.verify_plan = true;  // every rank's plan equals rank 0's
     return o;
   }
-  dist::ExpertParallelLayer layer_;
+  parallel::ExpertParallelLayer layer_;
 };
 #endif
 
@@ -473,11 +473,11 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  moe::dist::MpiSession session(&argc, &argv);
+  moe::parallel::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  moe::dist::CommOptions options;
+  moe::parallel::CommOptions options;
   options.timeout = std::chrono::seconds(60);
-  moe::dist::MpiCommunicator comm(MPI_COMM_WORLD, options);
+  moe::parallel::MpiCommunicator comm(MPI_COMM_WORLD, options);
   moe::testing::g_comm = &comm;
   if (comm.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

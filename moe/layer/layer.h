@@ -1,7 +1,7 @@
 // The MoE layer's interface: one contract that every backend keeps - MoELayer (CPU, moe/layer), CudaMoELayer
-// (one CUDA device, moe/cuda) and dist::ExpertParallelLayer (experts over the ranks of a communicator). The C
-// API, the Python module and the test harness over every backend (tests/layer_cases_test.cc) hold layers
-// through it.
+// (one CUDA device, moe/cuda) and parallel::ExpertParallelLayer (experts over the ranks of a communicator).
+// The C API, the Python module and the test harness over every backend (tests/layer_cases_test.cc) hold
+// layers through it.
 #pragma once
 
 #include <cstdint>
