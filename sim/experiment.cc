@@ -53,7 +53,8 @@ PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool 
   return w;
 }
 
-RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progress* progress) {
+RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progress* progress,
+                  const PlanObserver& observe) {
   const int E = w.router.num_experts;
   const int k = w.router.top_k;
   DispatchPlanner planner(E, k, policy);
@@ -71,6 +72,7 @@ RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progr
     const Step& step = w.steps[s];
     if (step.rows.empty()) continue;
     planner.plan(w.routes[s], step.rows, causal ? &state : nullptr, plan);
+    if (observe) observe(s, plan);
     if (causal) r.peak_live_requests = std::max<int64_t>(r.peak_live_requests, state.num_requests());
     ++r.steps;
     r.tokens += plan.num_tokens;

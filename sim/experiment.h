@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "router/dispatch_plan.h"
 #include "router/dispatch_policy.h"
 #include "router/router_config.h"
 #include "router/token_routes.h"
@@ -53,9 +55,13 @@ struct RunStats {
   int64_t peak_live_requests = 0;  // most requests held in the causal routing state at once
 };
 
+// Called with each step's index and plan, right after it was planned (the plan is reused for the next step).
+using PlanObserver = std::function<void(size_t step, const DispatchPlan& plan)>;
+
 // Plans every step under `policy` (causal scope: one CausalRoutingState across steps; finished requests
-// are released after their last step). Deterministic: the same inputs give the same stats.
+// are released after their last step). Deterministic: the same inputs give the same stats. `observe` (if set)
+// sees every plan, so callers that need the plans themselves (replay's CSV) do not plan again.
 RunStats simulate(const PreparedWorkload& workload, const DispatchPolicy& policy,
-                  Progress* progress = nullptr);
+                  Progress* progress = nullptr, const PlanObserver& observe = nullptr);
 
 }  // namespace moe::sim
