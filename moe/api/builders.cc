@@ -77,18 +77,6 @@ io::LayerWeights weights_from_buffers(const io::LayerShape& shape, const WeightB
 
 namespace {
 
-bool is_router_name(const std::string& name) {
-  try {
-    io::parse_architecture(name);
-    return true;
-  } catch (const std::invalid_argument&) {
-  }
-  for (const std::string& n : RouterConfig::preset_names()) {
-    if (n == name) return true;
-  }
-  return false;
-}
-
 void require(bool ok, const std::string& what) {
   if (!ok) fail(what);
 }
@@ -105,8 +93,7 @@ void LayerOptions::set_preset(const std::string& name) {
   preset = name;
 }
 void LayerOptions::set_router(const std::string& name) {
-  require(is_router_name(name),
-          "unknown router '" + name + "' (known: mixtral, qwen2-moe, deepseek-v3, olmoe, switch)");
+  MoELayerConfig::router_named(name);  // throws for an unknown name
   router = name;
 }
 void LayerOptions::set_top_k(int k) {
@@ -170,24 +157,8 @@ void LayerOptions::set_device(const std::string& name) {
 }
 
 MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weights) {
-  MoELayerConfig c;
-  bool is_arch = true;
-  io::Architecture arch = io::Architecture::kMixtral;
-  try {
-    arch = io::parse_architecture(o.router);
-  } catch (const std::invalid_argument&) {
-    is_arch = false;
-  }
-  if (is_arch) {
-    c = MoELayerConfig::preset(o.preset, arch);
-  } else {
-    c = MoELayerConfig::preset(o.preset, io::Architecture::kMixtral);
-    try {
-      c.router = RouterConfig::preset(o.router);
-    } catch (const std::invalid_argument&) {
-      fail("unknown router '" + o.router + "' (known: mixtral, qwen2-moe, deepseek-v3, olmoe, switch)");
-    }
-  }
+  MoELayerConfig c = MoELayerConfig::preset(o.preset, io::Architecture::kMixtral);
+  c.router = MoELayerConfig::router_named(o.router);
   c.router.num_experts = weights.shape().num_experts;
   if (o.top_k) {
     c.router.top_k = *o.top_k;
