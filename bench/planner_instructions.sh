@@ -35,7 +35,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/router_planner_bench" --benchmark_list_tests --benchmark_filter="$filter" >"$work/cases"
 # (--dump-after needs the leading '*': valgrind 3.19 does not fire on the 'moe::...' spelling.)
-valgrind --tool=callgrind --callgrind-out-file="$work/cg" --toggle-collect='moe::DispatchPlanner::plan(*' \
+valgrind --tool=callgrind --compress-strings=no --callgrind-out-file="$work/cg" --toggle-collect='moe::DispatchPlanner::plan(*' \
   --dump-after='*DispatchPlanner::plan(*' \
   "$build/bin/router_planner_bench" --benchmark_filter="$filter" --benchmark_min_time=0 \
   >/dev/null 2>"$work/log" || { cat "$work/log" >&2; exit 1; }
@@ -49,7 +49,10 @@ while read -r name; do
   [ -f "$f" ] || { echo "planner_instructions: missing profile $i of $n ($name)" >&2; exit 1; }
   total=$(awk '/^(totals|summary):/ {print $2; exit}' "$f")
   # glibc's memset as valgrind counts it (each byte of a `rep stosb` is an instruction): reported apart.
-  mset=$(callgrind_annotate "$f" 2>/dev/null | awk '/__memset/ {gsub(",", "", $1); s += $1} END {print s + 0}')
+  # Self cost of the functions named __memset*: cost lines of their fn= blocks, except the inclusive cost
+  # line that follows each calls= line.
+  mset=$(awk '/^fn=/ {inm = ($0 ~ /__memset/); next} /^calls=/ {skip = 1; next}
+              /^[0-9+-]/ {if (skip) {skip = 0; next} if (inm) s += $2} END {print s + 0}' "$f")
   echo "$name $total $mset"
 done <"$work/cases" >"$work/counts"
 [ ! -f "$work/cg.$((n + 1))" ] || { echo "planner_instructions: more plan() calls than cases" >&2; exit 1; }
