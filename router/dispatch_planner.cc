@@ -61,7 +61,7 @@ void DispatchPlanner::reserve(int max_tokens) {
 void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const TokenMeta> meta) {
   const int T = routes.num_tokens;
   order_.resize(T);
-  const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
+  const bool by_request = rules::orders_by_request(policy_);
   // Engines form batches request by request, so rows are usually in (request_id, position) order already:
   // one linear pass checks it and records where each request starts, replacing the sort and the grouping
   // pass.
@@ -137,8 +137,7 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
 
 void DispatchPlanner::split_groups(std::span<const TokenMeta> meta) {
   const int T = static_cast<int>(order_.size());
-  const bool per_request =
-      policy_.scope == CapacityScope::kRequest || policy_.scope == CapacityScope::kCausal;
+  const bool per_request = rules::pools_per_request(policy_);
   if (per_request && rows_distinct_) return;  // order_tokens() recorded the requests while checking the order
   group_begin_.clear();
   if (!per_request) {  // one pool for the whole batch
@@ -169,14 +168,23 @@ PlanError DispatchPlanner::find_duplicate(std::span<const TokenMeta> meta) const
   return error;
 }
 
-PlanError DispatchPlanner::find_causal_gap(std::span<const TokenMeta> meta,
-                                           const CausalRoutingState* state) const {
+PlanError DispatchPlanner::find_state_error(std::span<const TokenMeta> meta,
+                                            const RoutingState* state) const {
   PlanError error;
+  const bool sequence = policy_.scope == CapacityScope::kSequence;
+  if (sequence && state == nullptr) return error;  // every request's rows are its whole prompt
   const int num_groups = static_cast<int>(group_begin_.size()) - 1;
   for (int g = 0; g < num_groups; ++g) {
     const int32_t first = order_[group_begin_[g]];
     const uint64_t id = meta[first].request_id;
-    const CausalRoutingState::Request* known = state ? state->find(id) : nullptr;
+    const RoutingState::Request* known = state ? state->find(id) : nullptr;
+    if (sequence && (known == nullptr || known->prompt_length == 0)) {
+      error.code = kPlanNotAdmitted;
+      error.row_a = error.row_b = first;
+      error.request_id = id;
+      error.position = meta[first].position;
+      return error;
+    }
     uint32_t expected = known ? known->next_position : 0;
     for (int32_t i = group_begin_[g]; i < group_begin_[g + 1]; ++i, ++expected) {
       const uint32_t position = meta[order_[i]].position;
@@ -237,7 +245,7 @@ void DispatchPlanner::reset_pool(int32_t begin, int32_t end, const DispatchPlan&
 }
 
 void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
-                                        int32_t begin, int32_t end, CausalRoutingState::Request& request,
+                                        int32_t begin, int32_t end, RoutingState::Request& request,
                                         DispatchPlan& out) {
   auto budget = [&](uint32_t position) {
     return rules::causal_budget(policy_, position, top_k_, num_experts_);
@@ -258,18 +266,60 @@ void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<con
   request.next_position = meta[order_[end - 1]].position + 1;
 }
 
-void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta,
-                           CausalRoutingState* state, DispatchPlan& out) {
+void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
+                                          int32_t begin, int32_t end, RoutingState::Request* request,
+                                          DispatchPlan& out) {
+  // With a state: the admitted prompt length, the slots and first choices its earlier chunks hold. Without:
+  // these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
+  const uint32_t prompt_length = request ? request->prompt_length : static_cast<uint32_t>(end - begin);
+  const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
+  const int64_t decode_capacity = rules::request_capacity(policy_, 1, top_k_, num_experts_);
+  if (request != nullptr) {
+    std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
+    std::copy(request->first_choices.begin(), request->first_choices.end(), scratch_held_.begin());
+  } else {
+    std::fill(pool_count_.begin(), pool_count_.end(), 0);
+    std::fill(scratch_held_.begin(), scratch_held_.end(), 0);
+  }
+  // The prompt rows come first (positions ascend within the request). Stateless: all rows are prompt rows.
+  int32_t first_decode = begin;
+  while (first_decode < end && (request == nullptr || meta[order_[first_decode]].position < prompt_length)) {
+    ++first_decode;
+  }
+  SlotPlacer place{out};
+  const rules::RouteArrays arrays = route_arrays(routes);
+  rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
+                                request ? request->next_position : 0, prompt_length, capacity,
+                                pool_count_.data(), scratch_held_.data(), out.pair_expert.data(),
+                                out.pair_status.data(), place);
+  rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
+  // Slots offered: what the prompt pool had left for this batch's prompt rows, and each decode row's own.
+  for (int e = 0; e < num_experts_; ++e) {
+    if (first_decode > begin) {
+      const int64_t held = request ? request->slots_held[e] : 0;
+      out.expert_capacity[e] += std::max<int64_t>(0, capacity - held);
+    }
+    out.expert_capacity[e] += int64_t{end - first_decode} * decode_capacity;
+  }
+  if (request != nullptr) {
+    std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
+    std::copy(scratch_held_.begin(), scratch_held_.end(), request->first_choices.begin());
+    request->next_position = meta[order_[end - 1]].position + 1;
+  }
+  std::fill(pool_count_.begin(), pool_count_.end(), 0);
+}
+
+void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
+                           DispatchPlan& out) {
   check_plan_inputs(num_experts_, top_k_, policy_, routes, meta.size(), state);
   const int T = routes.num_tokens;
 
   // Claiming order and pools; every check before anything is written.
   order_tokens(routes, meta);
-  const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
-  if (by_request && !rows_distinct_) throw_if_plan_error(find_duplicate(meta));
+  if (rules::orders_by_request(policy_) && !rows_distinct_) throw_if_plan_error(find_duplicate(meta));
   split_groups(meta);
   const int num_groups = static_cast<int>(group_begin_.size()) - 1;
-  if (policy_.scope == CapacityScope::kCausal) throw_if_plan_error(find_causal_gap(meta, state));
+  if (rules::carries_routing_state(policy_)) throw_if_plan_error(find_state_error(meta, state));
 
   // Output shape.
   out.num_tokens = T;
@@ -312,10 +362,10 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       break;
     }
     case CapacityScope::kCausal: {
-      CausalRoutingState::Request fresh;
+      RoutingState::Request fresh;
       for (int g = 0; g < num_groups; ++g) {
         const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
-        CausalRoutingState::Request* request;
+        RoutingState::Request* request;
         if (state != nullptr) {
           request = &state->get_or_create(meta[order_[begin]].request_id);
         } else {
@@ -328,6 +378,14 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       }
       break;
     }
+    case CapacityScope::kSequence:
+      for (int g = 0; g < num_groups; ++g) {
+        const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
+        RoutingState::Request* request =
+            state != nullptr ? &state->get_or_create(meta[order_[begin]].request_id) : nullptr;
+        plan_sequence_group(routes, meta, begin, end, request, out);
+      }
+      break;
   }
   finish(routes, out);
 }

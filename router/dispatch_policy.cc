@@ -39,6 +39,7 @@ Enum parse_enum(std::string_view what, std::string_view s,
 constexpr std::pair<std::string_view, CapacityScope> kScopes[] = {{"batch", CapacityScope::kBatch},
                                                                   {"request", CapacityScope::kRequest},
                                                                   {"causal", CapacityScope::kCausal},
+                                                                  {"sequence", CapacityScope::kSequence},
                                                                   {"none", CapacityScope::kNone}};
 constexpr std::pair<std::string_view, CapacityRounding> kRoundings[] = {{"ceil", CapacityRounding::kCeil},
                                                                         {"floor", CapacityRounding::kFloor}};
@@ -76,7 +77,7 @@ DispatchPolicy DispatchPolicy::mode(std::string_view name) {
     p.scope = CapacityScope::kBatch;
     p.priority = Priority::kArrival;
   } else if (name == "stable") {
-    p.scope = CapacityScope::kRequest;
+    p.scope = CapacityScope::kSequence;
     p.priority = Priority::kRequest;
   } else if (name == "rank-only") {
     p.scope = CapacityScope::kBatch;

@@ -5,8 +5,8 @@
 
 #include <cstddef>
 
-#include "router/causal_state.h"
 #include "router/dispatch_policy.h"
+#include "router/routing_state.h"
 #include "router/rules/plan_error.h"
 #include "router/token_routes.h"
 
@@ -16,9 +16,13 @@ namespace moe {
 void check_planner_config(int num_experts, int top_k, const DispatchPolicy& policy);
 
 // One batch for that planner: routes of this (num_experts, top_k) ranking at least num_ranked_needed experts
-// per token, one metadata row per token, a causal state (if any) of the same expert count.
+// per token, one metadata row per token, a routing state (if any) that check_routing_state accepts.
 void check_plan_inputs(int num_experts, int top_k, const DispatchPolicy& policy, const TokenRoutes& routes,
-                       size_t num_meta_rows, const CausalRoutingState* state);
+                       size_t num_meta_rows, const RoutingState* state);
+
+// A routing state (null: none) for a planner of (num_experts, top_k): the same expert count, and the same
+// top_k when the state records one.
+void check_routing_state(const RoutingState* state, int num_experts, int top_k);
 
 // Throws the planner's std::invalid_argument for a PlanError whose code is not kPlanOk; returns when it is.
 void throw_if_plan_error(const PlanError& error);

@@ -72,7 +72,7 @@ TEST(CudaLayerErrors, NanRowIsNamedAndNothingIsWritten) {
   testing::Batch b = MakeBatch(meta, 64);
   b.x[6 * 64 + 3] = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> y(b.x.size(), 42.0f);
-  CausalRoutingState state(8);
+  RoutingState state(8);
   try {
     layer.forward(b.x.data(), 10, meta, y.data(), &state);
     FAIL() << "expected std::invalid_argument";

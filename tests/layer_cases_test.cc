@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -61,7 +62,7 @@ class ExpertParallelRunner final : public LayerRunner {
  public:
   ExpertParallelRunner(const MoELayerConfig& config, std::shared_ptr<const io::LayerWeights> weights)
       : layer_(config, std::move(weights), *g_comm, std::nullopt, Options()) {}
-  std::vector<float> forward(const Batch& b, CausalRoutingState* state) override {
+  std::vector<float> forward(const Batch& b, RoutingState* state) override {
     parallel::Communicator& comm = *g_comm;
     const int64_t T = static_cast<int64_t>(b.meta.size()), d = layer_.hidden();
     uint64_t key = static_cast<uint64_t>(T);
@@ -169,24 +170,47 @@ class LayerCaseTest : public ::testing::TestWithParam<Param> {
   }
 };
 
-// Call `call` of a workload of six requests, 1..23 rows of each per call, rows shuffled: each call continues
-// every request's positions where the previous call left them.
-Batch CallBatch(int call, int64_t hidden, uint64_t seed) {
+// A workload of six requests over `calls` forward calls, 1..23 rows of each per call: rows[c][r] is request
+// r's row count in call c; each call continues every request's positions where the previous call left them.
+constexpr int kCallRequests = 6;
+uint64_t CallRequestId(int r) {
+  return 10 + static_cast<uint64_t>(r) * 13;
+}
+std::vector<std::vector<uint32_t>> CallRows(int calls, uint64_t seed) {
   std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint32_t>> rows(calls, std::vector<uint32_t>(kCallRequests));
+  for (int c = 0; c < calls; ++c) {
+    for (int r = 0; r < kCallRequests; ++r) rows[c][r] = 1 + static_cast<uint32_t>(rng() % 23);
+  }
+  return rows;
+}
+
+// Call `call` of that workload, rows shuffled.
+Batch CallBatch(int call, int64_t hidden, uint64_t seed) {
+  const std::vector<std::vector<uint32_t>> rows = CallRows(call + 1, seed);
   std::vector<TokenMeta> meta;
-  uint32_t next[6] = {0, 0, 0, 0, 0, 0};
-  for (int c = 0; c <= call; ++c) {
-    for (uint64_t r = 0; r < 6; ++r) {
-      const uint32_t len = 1 + static_cast<uint32_t>(rng() % 23);
-      if (c == call) {
-        for (uint32_t i = 0; i < len; ++i) meta.push_back({10 + r * 13, next[r] + i});
-      }
-      next[r] += len;
-    }
+  for (int r = 0; r < kCallRequests; ++r) {
+    uint32_t next = 0;
+    for (int c = 0; c < call; ++c) next += rows[c][r];
+    for (uint32_t i = 0; i < rows[call][r]; ++i) meta.push_back({CallRequestId(r), next + i});
   }
   std::mt19937_64 order(seed + 1000 + static_cast<uint64_t>(call));
   std::shuffle(meta.begin(), meta.end(), order);
   return MakeBatch(meta, hidden);
+}
+
+// Under sequence scope, admits the workload's requests into `states` before its first call, as a serving
+// engine does: each with a prompt of all its rows over the `calls` calls but the last 3 (at least 1), so that
+// the last call ends in decode rows (positions at and past the prompt length). Other scopes: nothing.
+void AdmitCallRequests(const MoELayerConfig& config, int calls, uint64_t seed,
+                       std::initializer_list<RoutingState*> states) {
+  if (config.policy.scope != CapacityScope::kSequence) return;
+  const std::vector<std::vector<uint32_t>> rows = CallRows(calls, seed);
+  for (int r = 0; r < kCallRequests; ++r) {
+    uint32_t total = 0;
+    for (int c = 0; c < calls; ++c) total += rows[c][r];
+    for (RoutingState* state : states) state->admit(CallRequestId(r), std::max<uint32_t>(1, total - 3));
+  }
 }
 
 // One trial of the probe experiment: a probe request of 1..20 tokens alone, and the same probe co-batched
@@ -231,7 +255,8 @@ TEST_P(LayerCaseAccuracy, MatchesFloat64ReferenceAndTheCpuPlan) {
   // run it on the same rows (a single process).
   const bool same_logits =
       c.config.gate_kernel == kernels::KernelKind::kInvariant || !GetParam().backend.bitwise_equal_to_cpu;
-  CausalRoutingState state(c.shape.num_experts), cpu_state(c.shape.num_experts);
+  RoutingState state(c.shape.num_experts), cpu_state(c.shape.num_experts);
+  AdmitCallRequests(c.config, c.calls, 41, {&state, &cpu_state});
   int64_t kept = 0;
   for (int call = 0; call < c.calls; ++call) {
     const Batch b = CallBatch(call, c.shape.hidden, 41);
@@ -336,36 +361,44 @@ INSTANTIATE_TEST_SUITE_P(Cases, LayerCaseInvariance,
                          })),
                          ParamName);
 
-// A request's prompt in one forward pass, or chunked over several with its routing state carried (and
-// strangers in every chunk's batch): the same bits.
+// A request's prompt in one forward pass followed by its decode rows, or the prompt chunked over several
+// passes and then one decode row per pass, with its routing state carried (and strangers in every pass's
+// batch): the same bits. Under sequence scope every request is admitted with its prompt length first.
 using LayerCaseChunking = LayerCaseTest;
 
 TEST_P(LayerCaseChunking, ChunkedPromptEqualsTheWholePrompt) {
   const LayerCase& c = lc();
   auto run = runner(c.config, weights(27));
   const int64_t d = c.shape.hidden;
+  const bool sequence = c.config.policy.scope == CapacityScope::kSequence;
   constexpr uint64_t kProbe = 4242;
-  constexpr uint32_t kLen = 40;
+  constexpr uint32_t kPrompt = 40, kLen = 46;  // then 6 decode rows
   std::vector<TokenMeta> whole;
   for (uint32_t p = 0; p < kLen; ++p) whole.push_back({kProbe, p});
-  CausalRoutingState whole_state(c.shape.num_experts);
+  RoutingState whole_state(c.shape.num_experts, c.config.router.top_k);
+  if (sequence) whole_state.admit(kProbe, kPrompt);
   const Batch all = MakeBatch(whole, d);
   const std::vector<float> reference = ProbeRows(all, run->forward(all, &whole_state), kProbe, d);
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 5; ++trial) {
-    CausalRoutingState state(c.shape.num_experts);
+    RoutingState state(c.shape.num_experts, c.config.router.top_k);
+    if (sequence) state.admit(kProbe, kPrompt);
     std::vector<float> chunked;
     uint32_t at = 0;
     int call = 0;
     while (at < kLen) {
-      const uint32_t n = std::min<uint32_t>(kLen - at, 1 + static_cast<uint32_t>(rng() % 12));
+      const uint32_t n =
+          at < kPrompt ? std::min<uint32_t>(kPrompt - at, 1 + static_cast<uint32_t>(rng() % 12)) : 1;
       std::vector<TokenMeta> meta;
       for (uint32_t p = at; p < at + n; ++p) meta.push_back({kProbe, p});
-      // Strangers: fresh requests in every call (their own positions from 0).
+      // Strangers: fresh requests in every call (their own positions from 0), admitted with their prompt
+      // length under sequence scope (a third of them go on to decode rows in the same call).
       for (int s = 0; s < 3; ++s) {
         const uint64_t id =
             100000 + static_cast<uint64_t>(trial) * 1000 + static_cast<uint64_t>(call) * 10 + s;
-        for (uint32_t p = 0; p < 1 + rng() % 9; ++p) meta.push_back({id, p});
+        const uint32_t len = 1 + static_cast<uint32_t>(rng() % 9);
+        if (sequence) state.admit(id, s == 0 ? std::max<uint32_t>(1, len / 2) : len);
+        for (uint32_t p = 0; p < len; ++p) meta.push_back({id, p});
       }
       std::shuffle(meta.begin(), meta.end(), rng);
       const Batch b = MakeBatch(meta, d);
@@ -425,7 +458,8 @@ TEST_P(LayerCaseCrossBackend, BitEqualToTheCpuLayer) {
   MoELayer cpu(ref_config, w);
   int64_t drops = 0;
   for (uint64_t seed : {1, 2, 3}) {
-    CausalRoutingState state(c.shape.num_experts), cpu_state(c.shape.num_experts);
+    RoutingState state(c.shape.num_experts), cpu_state(c.shape.num_experts);
+    AdmitCallRequests(c.config, std::max(c.calls, 1), 60 + seed, {&state, &cpu_state});
     for (int call = 0; call < std::max(c.calls, 1); ++call) {
       const Batch b = CallBatch(call, c.shape.hidden, 60 + seed);
       std::vector<float> y_cpu(b.x.size());

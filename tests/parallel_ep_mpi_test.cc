@@ -1,5 +1,6 @@
 // What only expert parallelism has, under mpirun with 1, 2 and 4 ranks (tests/cmake/parallel.cmake): explicit
-// placements, sub-communicators of 1, 2 and 4 ranks in one job, collective release of finished requests,
+// placements, sub-communicators of 1, 2 and 4 ranks in one job, collective admission and release of requests,
+// sequence scope's serving-determinism property (2000 probe draws per world size),
 // empty global batches, no allocation after warm-up, errors found on one rank reported on every rank,
 // start-up mismatches, diverged causal states, mixed thread counts. The layer's accuracy and bit equality to
 // the single-process layer on the shared table of cases is the backend harness (tests/layer_cases_test.cc,
@@ -12,9 +13,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -186,7 +189,7 @@ TEST(ExpertParallel, ReleaseRequestsIsCollective) {
   Case c = HarnessCase("mixtral_f32_causal");
   c.config.num_threads = 1;
   ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 78), comm);
-  CausalRoutingState state(8);
+  RoutingState state(8);
   const uint64_t seed = 32;
   const GlobalBatch g = MakeGlobalBatch(seed, comm.size(), kHidden, 0, 6, 8);
   const int64_t first = g.offsets[comm.rank()];
@@ -204,6 +207,189 @@ TEST(ExpertParallel, ReleaseRequestsIsCollective) {
   EXPECT_EQ(state.find(first_id), nullptr);
   EXPECT_EQ(state.find(first_id + 7), nullptr);
   EXPECT_EQ(state.num_requests(), before - 2);
+}
+
+// Sequence scope: requests are admitted collectively (each rank admits some), and errors in admission or
+// release are reported on every rank alike, changing nothing.
+TEST(ExpertParallel, AdmitAndReleaseAreCollectiveAndAtomic) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  Case c = HarnessCase("mixtral_f32_deterministic");
+  ExpertParallelLayer ep(c.config, RandomWeights(c.shape, c.storage, 78), comm);
+  RoutingState state(8, 2);
+  std::vector<ExpertParallelLayer::Admission> mine;
+  for (uint64_t id = 0; id < 6; ++id) {
+    if (static_cast<int>(id % comm.size()) == comm.rank())
+      mine.push_back({id + 1, static_cast<uint32_t>(id + 3)});
+  }
+  ep.admit_requests(mine, state);
+  ASSERT_EQ(state.num_requests(), 6u);
+  for (uint64_t id = 1; id <= 6; ++id) EXPECT_EQ(state.find(id)->prompt_length, id + 2);
+  // Request 3 again (from the last rank) with a new one: nothing is admitted, on every rank.
+  std::vector<ExpertParallelLayer::Admission> again;
+  if (comm.rank() == comm.size() - 1) again = {{40, 5}, {3, 9}};
+  ExpectInvalidEverywhere([&] { ep.admit_requests(again, state); }, "request 3 is already admitted");
+  EXPECT_EQ(state.find(40), nullptr);
+  // The same new request from two ranks (or twice from one): refused.
+  std::vector<ExpertParallelLayer::Admission> twice = {{41, 2}};
+  if (comm.rank() == 0) twice.push_back({41, 2});
+  ExpectInvalidEverywhere([&] { ep.admit_requests(twice, state); }, "request 41 is admitted twice");
+  std::vector<ExpertParallelLayer::Admission> empty_prompt;
+  if (comm.rank() == 0) empty_prompt = {{42, 0}};
+  ExpectInvalidEverywhere([&] { ep.admit_requests(empty_prompt, state); }, "prompt length 0");
+  EXPECT_EQ(state.num_requests(), 6u);
+  // Releasing an unknown request with a known one releases neither.
+  std::vector<uint64_t> finished;
+  if (comm.rank() == 0) finished = {2, 99};
+  ExpectInvalidEverywhere([&] { ep.release_requests(finished, state); }, "does not hold request 99");
+  EXPECT_EQ(state.num_requests(), 6u);
+  // A request named by every rank is released once.
+  const std::vector<uint64_t> all = {2};
+  ep.release_requests(all, state);
+  EXPECT_EQ(state.find(2), nullptr);
+  EXPECT_EQ(state.num_requests(), 5u);
+}
+
+// The serving-determinism property on the expert-parallel layer (docs/determinism.md clause 2): every trial
+// serves kProbes probe requests among strangers under sequence scope; every step each live request sends a
+// prompt chunk of random size or one decode row, rows shuffled and split unevenly over the ranks, requests
+// admitted and released collectively from varying ranks. Every probe's pairs (expert, weight bits, status)
+// and output rows equal those of the probe alone and unchunked on a single-process layer: kTrials * kProbes
+// = 2000 draws per world size, drop and reroute.
+TEST(ExpertParallel, SequenceScopeProbeEqualsItsPlanAloneAndUnchunked) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  constexpr int kTrials = 500, kProbes = 4;
+  Case c = HarnessCase("mixtral_f32_deterministic");
+  c.config.num_threads = 1;
+  c.config.max_tokens = 256;
+  auto weights = RandomWeights(c.shape, c.storage, 81);
+  MoELayerConfig reroute_config = c.config;
+  reroute_config.policy.overflow = Overflow::kReroute;
+  reroute_config.policy.reroute_depth = 2;
+  ExpertParallelLayer ep_drop(c.config, weights, comm), ep_reroute(reroute_config, weights, comm);
+  MoELayer ref_drop(c.config, weights), ref_reroute(reroute_config, weights);
+  const int E = c.config.router.num_experts, k = c.config.router.top_k;
+  struct PairOutcome {
+    int32_t expert;
+    uint32_t weight_bits;
+    PairStatus status;
+    bool operator==(const PairOutcome&) const = default;
+  };
+  auto outcome = [&](const DispatchPlan& plan, int64_t t, int j) {
+    const size_t p = static_cast<size_t>(t) * k + j;
+    uint32_t bits;
+    std::memcpy(&bits, &plan.pair_weight[p], 4);
+    return PairOutcome{plan.pair_expert[p], bits, plan.pair_status[p]};
+  };
+  std::mt19937_64 rng(2026);  // the same draws on every rank
+  int draws = 0;
+  int64_t probe_drops = 0, mismatches = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const bool reroute = trial % 2 == 1;
+    ExpertParallelLayer& ep = reroute ? ep_reroute : ep_drop;
+    MoELayer& ref = reroute ? ref_reroute : ref_drop;
+    struct Live {
+      uint64_t id;
+      uint32_t prompt, next, end;
+      bool probe;
+    };
+    std::vector<Live> live;
+    uint64_t next_id = 1000 * static_cast<uint64_t>(trial + 1);
+    // References: each probe alone, its prompt and decode rows in one call.
+    std::map<uint64_t, std::vector<PairOutcome>> want_pairs;
+    std::map<uint64_t, std::vector<float>> want_y;
+    std::vector<ExpertParallelLayer::Admission> admit_now;
+    for (int q = 0; q < kProbes; ++q) {
+      const uint32_t prompt = 1 + static_cast<uint32_t>(rng() % 40);
+      const uint32_t end = prompt + static_cast<uint32_t>(rng() % 4);
+      const uint64_t id = next_id++;
+      live.push_back({id, prompt, 0, end, true});
+      admit_now.push_back({id, prompt});
+      std::vector<TokenMeta> meta;
+      for (uint32_t p = 0; p < end; ++p) meta.push_back({id, p});
+      const moe::testing::Batch alone = moe::testing::MakeBatch(meta, kHidden);
+      RoutingState alone_state(E, k);
+      alone_state.admit(id, prompt);
+      std::vector<float> y(alone.x.size());
+      ref.forward(alone.x.data(), static_cast<int>(end), meta, y.data(), &alone_state);
+      for (uint32_t p = 0; p < end; ++p) {
+        for (int j = 0; j < k; ++j) {
+          want_pairs[id].push_back(outcome(ref.last_plan(), p, j));
+          probe_drops += ref.last_plan().pair_status[static_cast<size_t>(p) * k + j] == PairStatus::kDropped;
+        }
+      }
+      want_y[id] = std::move(y);
+    }
+    RoutingState state(E, k);
+    std::map<uint64_t, std::vector<PairOutcome>> got_pairs;
+    for (int step = 0; !live.empty(); ++step) {
+      if (rng() % 2 == 0) {  // a stranger arrives
+        const uint32_t prompt = 1 + static_cast<uint32_t>(rng() % 48);
+        live.push_back({next_id, prompt, 0, prompt + static_cast<uint32_t>(rng() % 6), false});
+        admit_now.push_back({next_id++, prompt});
+      }
+      // Admissions of this step, spread over the ranks.
+      std::vector<ExpertParallelLayer::Admission> mine;
+      for (size_t i = 0; i < admit_now.size(); ++i) {
+        if (static_cast<int>((i + static_cast<size_t>(step)) % comm.size()) == comm.rank()) {
+          mine.push_back(admit_now[i]);
+        }
+      }
+      ep.admit_requests(mine, state);
+      admit_now.clear();
+      std::vector<TokenMeta> meta;
+      for (Live& r : live) {
+        const uint32_t n =
+            r.next < r.prompt ? std::min(r.prompt - r.next, 1 + static_cast<uint32_t>(rng() % 16)) : 1;
+        for (uint32_t i = 0; i < n; ++i) meta.push_back({r.id, r.next + i});
+        r.next += n;
+      }
+      std::shuffle(meta.begin(), meta.end(), rng);
+      const moe::testing::Batch b = moe::testing::MakeBatch(meta, kHidden);
+      const int64_t T = static_cast<int64_t>(meta.size());
+      const std::vector<int64_t> offsets = moe::testing::SplitRows(T, comm.size(), rng(), rng());
+      const int64_t first = offsets[comm.rank()], rows = offsets[comm.rank() + 1] - first;
+      std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows, 1) * kHidden));
+      ep.forward(b.x.data() + first * kHidden, static_cast<int>(rows),
+                 std::span<const TokenMeta>(b.meta.data() + first, static_cast<size_t>(rows)), y.data(),
+                 &state);
+      const DispatchPlan& plan = ep.last_plan();
+      for (int64_t t = 0; t < T; ++t) {
+        const TokenMeta& m = meta[t];
+        auto it = want_y.find(m.request_id);
+        if (it == want_y.end()) continue;
+        if (t >= first && t < first + rows &&
+            std::memcmp(y.data() + (t - first) * kHidden, it->second.data() + m.position * kHidden,
+                        kHidden * sizeof(float)) != 0) {
+          ++mismatches;
+        }
+        auto& got = got_pairs[m.request_id];
+        got.resize(want_pairs[m.request_id].size(), PairOutcome{-2, 0, PairStatus::kDropped});
+        for (int j = 0; j < k; ++j) got[static_cast<size_t>(m.position) * k + j] = outcome(plan, t, j);
+      }
+      // Finished requests, released by varying ranks.
+      std::vector<uint64_t> finished;
+      for (size_t i = 0; i < live.size();) {
+        if (live[i].next >= live[i].end) {
+          if (static_cast<int>((live[i].id + static_cast<uint64_t>(step)) % comm.size()) == comm.rank()) {
+            finished.push_back(live[i].id);
+          }
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          ++i;
+        }
+      }
+      ep.release_requests(finished, state);
+    }
+    EXPECT_EQ(state.num_requests(), 0u);
+    for (const auto& [id, want] : want_pairs) {
+      EXPECT_TRUE(got_pairs[id] == want) << "trial " << trial << " probe " << id;
+      ++draws;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GE(draws, 2000);
+  EXPECT_GT(probe_drops, 0) << "capacity must bind for the property to mean anything";
 }
 
 TEST(ExpertParallel, EmptyGlobalBatch) {
@@ -349,7 +535,7 @@ TEST(ExpertParallel, VerifyPlanCatchesDivergedCausalState) {
   std::vector<float> y(b.x.size());
 
   // The victim believes request 50 is already at position 2: its planner rejects the batch, the others don't.
-  CausalRoutingState state(8);
+  RoutingState state(8);
   if (comm.rank() == victim) state.get_or_create(50).next_position = 2;
   std::string msg = MessageOf([&] { ep.forward(b.x.data(), 4, meta, y.data(), &state); });
   EXPECT_NE(msg.find("the dispatch plan of rank(s) " + std::to_string(victim) + " differs from rank 0's"),
@@ -358,16 +544,15 @@ TEST(ExpertParallel, VerifyPlanCatchesDivergedCausalState) {
   EXPECT_NE(msg.find("rank(s) " + std::to_string(victim) + " rejected the batch"), std::string::npos) << msg;
 
   // The victim believes request 50 already holds a slot of every expert: same positions, different plan.
-  CausalRoutingState fresh(8);
+  RoutingState fresh(8);
   if (comm.rank() == victim) fresh.get_or_create(50).slots_held.assign(8, 1);
   msg = MessageOf([&] { ep.forward(b.x.data(), 4, meta, y.data(), &fresh); });
-  EXPECT_NE(msg.find("differs from rank 0's; the causal routing states have diverged"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("differs from rank 0's; the routing states have diverged"), std::string::npos) << msg;
 
   // Equal states: no error, and a batch every rank rejects is an invalid_argument everywhere.
-  CausalRoutingState good(8);
+  RoutingState good(8);
   EXPECT_NO_THROW(ep.forward(b.x.data(), 4, meta, y.data(), &good));
-  CausalRoutingState again(8);
+  RoutingState again(8);
   std::vector<TokenMeta> gap = meta;
   gap[3].position = 9;
   ExpectInvalidEverywhere([&] { ep.forward(b.x.data(), 4, gap, y.data(), &again); }, "contiguous");

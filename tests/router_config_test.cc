@@ -133,8 +133,9 @@ TEST(DispatchPolicy, NamedModes) {
   EXPECT_EQ(greedy.priority, Priority::kArrival);
   EXPECT_EQ(greedy.overflow, Overflow::kDrop);
   const DispatchPolicy stable = DispatchPolicy::mode("stable");
-  EXPECT_EQ(stable.scope, CapacityScope::kRequest);
+  EXPECT_EQ(stable.scope, CapacityScope::kSequence);
   EXPECT_EQ(stable.priority, Priority::kRequest);
+  EXPECT_EQ(stable.overflow, Overflow::kDrop);
   const DispatchPolicy rank_only = DispatchPolicy::mode("rank-only");
   EXPECT_EQ(rank_only.scope, CapacityScope::kBatch);
   EXPECT_EQ(rank_only.priority, Priority::kRequest);

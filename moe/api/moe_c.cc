@@ -21,7 +21,7 @@
 #include "moe/io/io_error.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer.h"
-#include "router/causal_state.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 
 struct moe_weights {
@@ -39,9 +39,9 @@ struct moe_layer {
   bool has_run = false;
 };
 
-struct moe_causal_state {
-  explicit moe_causal_state(int num_experts) : state(num_experts) {}
-  moe::CausalRoutingState state;
+struct moe_routing_state {
+  moe_routing_state(int num_experts, int top_k) : state(num_experts, top_k) {}
+  moe::RoutingState state;
 };
 
 namespace {
@@ -371,29 +371,47 @@ moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* 
   return MOE_OK;
 }
 
-moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out) {
-  if (out == nullptr) return null_arg("moe_causal_state_create", "out");
+moe_status_t moe_routing_state_create(const moe_layer_t* layer, moe_routing_state_t** out) {
+  if (out == nullptr) return null_arg("moe_routing_state_create", "out");
   *out = nullptr;
-  if (layer == nullptr) return null_arg("moe_causal_state_create", "layer");
-  return guarded("moe_causal_state_create", [&] {
-    *out = new moe_causal_state(layer->layer->num_experts());
+  if (layer == nullptr) return null_arg("moe_routing_state_create", "layer");
+  return guarded("moe_routing_state_create", [&] {
+    *out = new moe_routing_state(layer->layer->num_experts(), layer->layer->top_k());
     return MOE_OK;
   });
 }
 
-moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id) {
-  if (state == nullptr) return null_arg("moe_causal_state_release", "state");
-  state->state.release(request_id);
+moe_status_t moe_routing_state_admit(moe_routing_state_t* state, uint64_t request_id,
+                                     uint32_t prompt_length) {
+  if (state == nullptr) return null_arg("moe_routing_state_admit", "state");
+  return guarded("moe_routing_state_admit", [&] {
+    state->state.admit(request_id, prompt_length);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_release(moe_routing_state_t* state, uint64_t request_id) {
+  if (state == nullptr) return null_arg("moe_routing_state_release", "state");
+  return guarded("moe_routing_state_release", [&] {
+    state->state.release(request_id);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_num_requests(const moe_routing_state_t* state, int64_t* out) {
+  if (state == nullptr) return null_arg("moe_routing_state_num_requests", "state");
+  if (out == nullptr) return null_arg("moe_routing_state_num_requests", "out");
+  *out = static_cast<int64_t>(state->state.num_requests());
   return MOE_OK;
 }
 
-void moe_causal_state_destroy(moe_causal_state_t* state) {
+void moe_routing_state_destroy(moe_routing_state_t* state) {
   delete state;
 }
 
 moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,
                                const uint64_t* request_ids, const uint32_t* positions, float* y,
-                               moe_causal_state_t* state) {
+                               moe_routing_state_t* state) {
   static constexpr const char* kWhere = "moe_layer_forward";
   if (layer == nullptr) return null_arg(kWhere, "layer");
   if (num_tokens < 0 || num_tokens > INT32_MAX) {
@@ -410,12 +428,6 @@ moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_t
     if (y == nullptr) return null_arg(kWhere, "y");
     if (request_ids == nullptr) return null_arg(kWhere, "request_ids");
     if (positions == nullptr) return null_arg(kWhere, "positions");
-  }
-  if (state != nullptr && state->state.num_experts() != layer->layer->num_experts()) {
-    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": the causal state is for " +
-                                               std::to_string(state->state.num_experts()) +
-                                               " experts but the layer has " +
-                                               std::to_string(layer->layer->num_experts()));
   }
   return guarded(kWhere, [&] {
     layer->meta.resize(static_cast<size_t>(num_tokens));

@@ -13,7 +13,7 @@
  *     matching *_destroy function (which accepts NULL). Input buffers stay owned by the caller and are
  *     read during the call only, unless a function says it keeps them.
  *   - Threading: functions on different handles may run concurrently. A moe_weights_t is immutable and
- *     may be shared by any number of layers and threads. A moe_layer_t and a moe_causal_state_t serve
+ *     may be shared by any number of layers and threads. A moe_layer_t and a moe_routing_state_t serve
  *     one thread at a time (the layer's forward is not reentrant; the layer runs its own worker threads
  *     inside a call).
  *   - Shapes are row-major and contiguous. Sizes are counts of elements, not bytes, unless named *_bytes.
@@ -176,7 +176,8 @@ moe_status_t moe_layer_config_set_groups(moe_layer_config_t* config, int32_t num
 moe_status_t moe_layer_config_set_capacity_factor(moe_layer_config_t* config, double capacity_factor);
 /* min_capacity: >= 0, the least number of slots any pool offers (default 0). */
 moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* config, int32_t min_capacity);
-/* scope: "batch" | "request" | "causal" | "none" (none = dropless) (docs/routing.md). */
+/* scope: "batch" | "request" | "causal" | "sequence" | "none" (none = dropless) (docs/routing.md). The
+ * "deterministic" preset is "sequence": it needs each request admitted into a moe_routing_state_t. */
 moe_status_t moe_layer_config_set_scope(moe_layer_config_t* config, const char* scope);
 /* priority: "arrival" | "request" | "score" | "random". */
 moe_status_t moe_layer_config_set_priority(moe_layer_config_t* config, const char* priority);
@@ -210,36 +211,54 @@ void moe_layer_destroy(moe_layer_t* layer);
 /* The layer's hidden size, experts and top-k. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
 moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* num_experts, int32_t* top_k);
 
-/* Per-request routing state for causal capacity (scope "causal"): slot counts that carry across forward
- * passes, so a request's routing depends only on its own prefix however the prompt is chunked. One state per
- * stream of forward calls; not thread-safe. Ignored by the other scopes. */
-typedef struct moe_causal_state moe_causal_state_t;
+/* Per-request routing state of one layer: what scopes "sequence" and "causal" carry across forward passes,
+ * so that a request's routing depends only on the request itself however its prompt is chunked and whoever
+ * shares its batches. The request lifecycle of a serving engine:
+ *   moe_routing_state_admit(state, id, prompt_length)   before the request's first forward pass
+ *   moe_layer_forward(..., state)                        prompt chunks of any size, then decode rows
+ *   moe_routing_state_release(state, id)                 when the request finishes
+ * Scope "sequence" (the deterministic preset) needs every request admitted; "causal" creates a request at
+ * its first forward pass (admitting it is allowed). Other scopes ignore the state. One state per layer (a
+ * model keeps one per MoE layer), used by one thread at a time. */
+typedef struct moe_routing_state moe_routing_state_t;
 
-/* A new, empty state sized for `layer`'s experts (usable with any layer of the same expert count); the caller
- * owns it (moe_causal_state_destroy). Errors: MOE_INVALID_ARGUMENT for a null pointer. */
-moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out);
-/* Forgets a finished request (unknown ids are ignored). Errors: MOE_INVALID_ARGUMENT for a null state. */
-moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id);
+/* A new, empty state for `layer`'s shape (num_experts, top_k): forwarding it through a layer of another
+ * shape is MOE_INVALID_ARGUMENT. The caller owns it (moe_routing_state_destroy). Errors:
+ * MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_routing_state_create(const moe_layer_t* layer, moe_routing_state_t** out);
+/* Admits a request that will send `prompt_length` prompt tokens (positions 0 .. prompt_length - 1, in
+ * chunks of any size) and then decode. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state,
+ * prompt_length 0, or a request the state already holds. */
+moe_status_t moe_routing_state_admit(moe_routing_state_t* state, uint64_t request_id, uint32_t prompt_length);
+/* Forgets a finished request. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state or a
+ * request the state does not hold. */
+moe_status_t moe_routing_state_release(moe_routing_state_t* state, uint64_t request_id);
+/* The number of requests the state holds. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_routing_state_num_requests(const moe_routing_state_t* state, int64_t* out);
 /* NULL is ignored. */
-void moe_causal_state_destroy(moe_causal_state_t* state);
+void moe_routing_state_destroy(moe_routing_state_t* state);
 
 /* One forward pass over num_tokens rows.
  *   x            [num_tokens, hidden] fp32, caller-owned, read only
  *   hidden       the row length of x and y; must equal the layer's hidden size
  *   request_ids  [num_tokens] the request each row belongs to
  *   positions    [num_tokens] each row's index within its request; (request_id, position) pairs must be
- *                distinct within a batch (and, under causal scope, continue the state's positions)
+ *                distinct within a batch (and, under sequence and causal scopes with a state, continue each
+ *                request's positions where its previous forward pass left them)
  *   y            [num_tokens, hidden] fp32, caller-owned, overwritten; must not overlap x
- *   state        NULL, or the causal state to read and advance (causal scope)
+ *   state        the routing state to read and advance (sequence and causal scopes), or NULL: then every
+ *                request starts at position 0 and, under sequence scope, its rows in this call are its whole
+ *                prompt
  * num_tokens may be 0 (nothing is written; pointers may then be NULL).
  * Errors: MOE_INVALID_ARGUMENT for a null pointer with rows, hidden that does not match the layer, negative
  * num_tokens, a row of x whose router logits are all non-finite (NaN/inf in x; the message names the row),
- * duplicate (request_id, position) pairs, or causal positions out of sequence. On an error y and state are
+ * duplicate (request_id, position) pairs, positions that skip or go back, a request not admitted (sequence
+ * scope), or a state made for a layer of another shape. On an error y and state are
  * unchanged. Threading: one thread at a time per layer. Memory: allocation-free after the first call, for
  * batches up to the largest seen (or max_tokens). */
 moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,
                                const uint64_t* request_ids, const uint32_t* positions, float* y,
-                               moe_causal_state_t* state);
+                               moe_routing_state_t* state);
 
 /* The routing outcome of the last successful forward pass (all zero before the first). */
 typedef struct {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "router/causal_state.h"
 #include "router/dispatch_plan.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 
 namespace moe::api {
@@ -31,14 +31,14 @@ py::dict plan_dict(const DispatchPlan& plan);
 std::string type_name(const py::handle& h);
 std::string dtype_name(const py::array& a);
 
-// moe.CausalState: a routing state with the lock that serialises the calls that use it.
-struct PyCausalState {
-  explicit PyCausalState(int num_experts) : state(num_experts) {}
-  CausalRoutingState state;
+// moe.RoutingState: a routing state with the lock that serialises the calls that use it.
+struct PyRoutingState {
+  PyRoutingState(int num_experts, int top_k) : state(num_experts, top_k) {}
+  RoutingState state;
   std::mutex mutex;
 };
 
-// The module's parts: Weights, CausalState and Layer (python_layer.cc); plan() (python_planner.cc).
+// The module's parts: Weights, RoutingState and Layer (python_layer.cc); plan() (python_planner.cc).
 void bind_layer(py::module_& m);
 void bind_planner(py::module_& m);
 

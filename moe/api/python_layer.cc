@@ -1,4 +1,4 @@
-// moe.Weights, moe.CausalState and moe.Layer: weights from files, seeds or arrays, and the layer on any
+// moe.Weights, moe.RoutingState and moe.Layer: weights from files, seeds or arrays, and the layer on any
 // device.
 //
 // Arrays cross without copies where the memory allows: x must be a C-contiguous float32 ndarray (no
@@ -22,6 +22,7 @@
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer.h"
+#include "router/plan_checks.h"
 
 namespace moe::api {
 namespace {
@@ -231,7 +232,7 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
 }
 
 py::array_t<float> layer_forward(PyLayer& self, const py::handle& x_obj, const py::handle& request_ids,
-                                 const py::handle& positions, const py::object& out, PyCausalState* state) {
+                                 const py::handle& positions, const py::object& out, PyRoutingState* state) {
   const int64_t hidden = self.layer->hidden();
   py::array x = require_f32_matrix(x_obj, "x", hidden);
   const int64_t n = x.shape(0);
@@ -248,10 +249,7 @@ py::array_t<float> layer_forward(PyLayer& self, const py::handle& x_obj, const p
     if (!o.writeable()) throw py::value_error("out must be writeable");
     y = py::reinterpret_borrow<py::array_t<float>>(o);
   }
-  if (state != nullptr && state->state.num_experts() != self.layer->num_experts()) {
-    throw py::value_error("the causal state is for " + std::to_string(state->state.num_experts()) +
-                          " experts but the layer has " + std::to_string(self.layer->num_experts()));
-  }
+  if (state != nullptr) check_routing_state(&state->state, self.layer->num_experts(), self.layer->top_k());
   const float* xp = static_cast<const float*>(x.data());
   float* yp = static_cast<float*>(y.mutable_data());
   {
@@ -322,15 +320,48 @@ void bind_layer(py::module_& m) {
       .def_property_readonly("content_hash", [](const PyWeights& w) { return w.weights->content_hash(); })
       .def_property_readonly("zero_copy", [](const PyWeights& w) { return w.weights->zero_copy(); });
 
-  py::class_<PyCausalState>(m, "CausalState",
-                            "Per-request routing state for causal capacity, carried across forward passes.")
-      .def(py::init<int>(), py::arg("num_experts"))
+  py::class_<PyRoutingState>(
+      m, "RoutingState",
+      "Per-request routing state of one layer, carried across forward passes (scopes 'sequence' - the "
+      "deterministic preset - and 'causal'). Lifecycle: admit(request_id, prompt_length) before a request's "
+      "first forward pass, forward passes with prompt chunks of any size then decode rows, "
+      "release(request_id) "
+      "when it finishes. Errors raise ValueError and change nothing.")
+      .def(py::init<int, int>(), py::arg("num_experts"), py::arg("top_k") = 0,
+           "A state for layers of num_experts experts and top_k choices (0: not checked).")
       .def(
-          "release", [](PyCausalState& s, uint64_t id) { s.state.release(id); }, py::arg("request_id"),
-          "Forgets a finished request.")
-      .def("clear", [](PyCausalState& s) { s.state.clear(); })
-      .def_property_readonly("num_requests", [](const PyCausalState& s) { return s.state.num_requests(); })
-      .def_property_readonly("num_experts", [](const PyCausalState& s) { return s.state.num_experts(); });
+          "admit",
+          [](PyRoutingState& s, uint64_t id, uint32_t prompt_length) {
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.state.admit(id, prompt_length);
+          },
+          py::arg("request_id"), py::arg("prompt_length"),
+          "Admits a request that will send prompt_length prompt tokens, then decode. ValueError if "
+          "prompt_length is 0 or the request is already admitted.")
+      .def(
+          "release",
+          [](PyRoutingState& s, uint64_t id) {
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.state.release(id);
+          },
+          py::arg("request_id"), "Forgets a finished request. ValueError if the state does not hold it.")
+      .def("clear",
+           [](PyRoutingState& s) {
+             std::lock_guard<std::mutex> lock(s.mutex);
+             s.state.clear();
+           })
+      .def("__contains__",
+           [](PyRoutingState& s, uint64_t id) {
+             std::lock_guard<std::mutex> lock(s.mutex);
+             return s.state.find(id) != nullptr;
+           })
+      .def_property_readonly("num_requests",
+                             [](PyRoutingState& s) {
+                               std::lock_guard<std::mutex> lock(s.mutex);
+                               return s.state.num_requests();
+                             })
+      .def_property_readonly("num_experts", [](const PyRoutingState& s) { return s.state.num_experts(); })
+      .def_property_readonly("top_k", [](const PyRoutingState& s) { return s.state.top_k(); });
 
   py::class_<PyLayer>(m, "Layer", "One MoE layer: gate -> route -> plan -> experts -> combine.")
       .def(py::init([](const PyWeights& w, const std::string& preset, const std::string& router, int top_k,

@@ -1,5 +1,5 @@
 // moe._moe: the pybind11 module under the pure-Python package python/moe (see python/moe/__init__.py). Its
-// parts: python_layer.cc (Weights, CausalState, Layer), python_planner.cc (plan), python_arrays.cc (numpy
+// parts: python_layer.cc (Weights, RoutingState, Layer), python_planner.cc (plan), python_arrays.cc (numpy
 // marshalling).
 #include <pybind11/pybind11.h>
 

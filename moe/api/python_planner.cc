@@ -11,6 +11,7 @@
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer_config.h"
 #include "router/dispatch_planner.h"
+#include "router/plan_checks.h"
 #include "router/topk_router.h"
 
 namespace moe::api {
@@ -20,7 +21,7 @@ py::dict plan_logits(const py::handle& logits_obj, const py::handle& request_ids
                      int top_k, const std::string& router, const std::string& mode, double capacity_factor,
                      const std::optional<std::string>& scope, const std::optional<std::string>& priority,
                      const std::optional<std::string>& overflow, std::optional<bool> renormalize,
-                     int reroute_depth, uint64_t seed, int min_capacity, PyCausalState* state) {
+                     int reroute_depth, uint64_t seed, int min_capacity, PyRoutingState* state) {
   py::array logits = require_f32_matrix(logits_obj, "logits", -1);
   const int64_t T = logits.shape(0), E = logits.shape(1);
   if (T > INT32_MAX || E > INT32_MAX) throw py::value_error("logits is too large");
@@ -39,10 +40,7 @@ py::dict plan_logits(const py::handle& logits_obj, const py::handle& request_ids
   if (reroute_depth > 0) policy.reroute_depth = reroute_depth;
   policy.seed = seed;
   policy.min_capacity = min_capacity;
-  if (state != nullptr && state->state.num_experts() != E) {
-    throw py::value_error("the causal state is for " + std::to_string(state->state.num_experts()) +
-                          " experts but logits has " + std::to_string(E));
-  }
+  if (state != nullptr) check_routing_state(&state->state, rc.num_experts, rc.top_k);
   DispatchPlanner planner(rc.num_experts, rc.top_k, policy);
   TopKRouter topk(rc, planner.num_ranked_needed());
   TokenRoutes routes;

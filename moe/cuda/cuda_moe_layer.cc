@@ -62,8 +62,8 @@ struct CudaMoELayer::Workspace {
   cuda::DeviceBuffer<float> x, y, logits, route_weights, top1, pair_weight, x_rows, y_rows, shared_out,
       shared_logit;
   cuda::DeviceBuffer<int32_t> route_experts, error_row, pair_expert, pair_slot, load, offsets, slot_pairs,
-      dense_offsets, dense_tiles, token_state_row, slots_held;
-  cuda::DeviceBuffer<uint32_t> next_position;
+      dense_offsets, dense_tiles, token_state_row, slots_held, first_choices;
+  cuda::DeviceBuffer<uint32_t> next_position, prompt_length;
   cuda::DeviceBuffer<TokenMeta> meta;
   cuda::DeviceBuffer<PairStatus> pair_status;
   cuda::DeviceBuffer<int64_t> capacity, counts;
@@ -209,10 +209,14 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
   w->error = cuda::DeviceBuffer<PlanError>(1);
   w->dense_offsets = cuda::DeviceBuffer<int32_t>(2);
   w->dense_tiles = cuda::DeviceBuffer<int32_t>(2);
-  if (config_.policy.scope == CapacityScope::kCausal) {
+  if (rules::carries_routing_state(config_.policy)) {
     w->token_state_row = cuda::DeviceBuffer<int32_t>(T);
     w->slots_held = cuda::DeviceBuffer<int32_t>(T * E);
     w->next_position = cuda::DeviceBuffer<uint32_t>(T);
+    if (config_.policy.scope == CapacityScope::kSequence) {
+      w->prompt_length = cuda::DeviceBuffer<uint32_t>(T);
+      w->first_choices = cuda::DeviceBuffer<int32_t>(T * E);
+    }
   }
   const cuda::PlanShape shape{num_tokens, num_experts(), top_k(), num_ranked_, config_.policy};
   w->plan_bytes = cuda::plan_workspace_bytes(shape);
@@ -248,11 +252,27 @@ size_t CudaMoELayer::device_bytes() const {
                  w2_.size() + shared_w1_.size() + shared_w3_.size() + shared_w2_.size();
   if (!ws_) return bytes;
   const Workspace& w = *ws_;
-  for (size_t n :
-       {w.x.size(), w.y.size(), w.logits.size(), w.route_weights.size(), w.top1.size(), w.pair_weight.size(),
-        w.x_rows.size(), w.y_rows.size(), w.shared_out.size(), w.shared_logit.size(), w.route_experts.size(),
-        w.pair_expert.size(), w.pair_slot.size(), w.load.size(), w.offsets.size(), w.slot_pairs.size(),
-        w.token_state_row.size(), w.slots_held.size(), w.next_position.size()}) {
+  for (size_t n : {w.x.size(),
+                   w.y.size(),
+                   w.logits.size(),
+                   w.route_weights.size(),
+                   w.top1.size(),
+                   w.pair_weight.size(),
+                   w.x_rows.size(),
+                   w.y_rows.size(),
+                   w.shared_out.size(),
+                   w.shared_logit.size(),
+                   w.route_experts.size(),
+                   w.pair_expert.size(),
+                   w.pair_slot.size(),
+                   w.load.size(),
+                   w.offsets.size(),
+                   w.slot_pairs.size(),
+                   w.token_state_row.size(),
+                   w.slots_held.size(),
+                   w.next_position.size(),
+                   w.prompt_length.size(),
+                   w.first_choices.size()}) {
     bytes += n * 4;
   }
   bytes += w.meta.size() * sizeof(TokenMeta) + w.pair_status.size() +
@@ -312,7 +332,7 @@ void CudaMoELayer::shared(const float* x, int num_tokens, cudaStream_t stream) {
 }
 
 void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMeta* meta, float* y,
-                                  cudaStream_t stream, const DeviceCausalTable* causal) {
+                                  cudaStream_t stream, const DeviceRoutingTable* state) {
   if (num_tokens < 0) fail("num_tokens must be >= 0 (got " + std::to_string(num_tokens) + ")");
   if (num_tokens > ws_->tokens) {
     fail("forward_device: " + std::to_string(num_tokens) + " rows exceed the workspace of " +
@@ -340,11 +360,13 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
   in.route_weights = w.route_weights.data();
   in.top1_score = w.top1.data();
   in.meta = meta;
-  if (causal != nullptr && config_.policy.scope == CapacityScope::kCausal) {
-    in.token_state_row = causal->token_state_row;
-    in.num_state_rows = causal->num_rows;
-    in.state_slots_held = causal->slots_held;
-    in.state_next_position = causal->next_position;
+  if (state != nullptr && rules::carries_routing_state(config_.policy)) {
+    in.token_state_row = state->token_state_row;
+    in.num_state_rows = state->num_rows;
+    in.state_slots_held = state->slots_held;
+    in.state_next_position = state->next_position;
+    in.state_prompt_length = state->prompt_length;
+    in.state_first_choices = state->first_choices;
   }
   const cuda::PlanOutputs out{
       w.pair_expert.data(), w.pair_slot.data(), w.pair_weight.data(), w.pair_status.data(), w.load.data(),
@@ -383,12 +405,9 @@ void CudaMoELayer::check_device_errors(cudaStream_t stream) {
 }
 
 void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-                           CausalRoutingState* state, MoEStats* stats) {
+                           RoutingState* state, MoEStats* stats) {
   check_forward_args(x, num_tokens, meta, y, hidden_);
-  if (state != nullptr && state->num_experts() != num_experts()) {
-    fail("causal routing state is for " + std::to_string(state->num_experts()) + " experts, not " +
-         std::to_string(num_experts()));
-  }
+  check_routing_state(state, num_experts(), top_k());
   make_current(device_);
   ensure_workspace(num_tokens);
   Workspace& w = *ws_;
@@ -405,8 +424,9 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
 
   CUDA_CHECK(cudaMemcpyAsync(w.x.data(), x, T * d * sizeof(float), cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemcpyAsync(w.meta.data(), meta.data(), T * sizeof(TokenMeta), cudaMemcpyHostToDevice, s));
-  DeviceCausalTable causal;
-  const bool use_state = state != nullptr && config_.policy.scope == CapacityScope::kCausal;
+  DeviceRoutingTable device_state;
+  const bool use_state = state != nullptr && rules::carries_routing_state(config_.policy);
+  const bool sequence = config_.policy.scope == CapacityScope::kSequence;
   if (use_state) {
     table_.build(meta, *state, num_experts());
     const size_t rows = static_cast<size_t>(table_.num_rows());
@@ -416,12 +436,20 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
                                cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(w.next_position.data(), table_.next_position.data(), rows * sizeof(uint32_t),
                                cudaMemcpyHostToDevice, s));
-    causal = DeviceCausalTable{w.token_state_row.data(), static_cast<int>(rows), w.slots_held.data(),
-                               w.next_position.data()};
+    device_state = DeviceRoutingTable{w.token_state_row.data(), static_cast<int>(rows), w.slots_held.data(),
+                                      w.next_position.data()};
+    if (sequence) {
+      CUDA_CHECK(cudaMemcpyAsync(w.prompt_length.data(), table_.prompt_length.data(), rows * sizeof(uint32_t),
+                                 cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(w.first_choices.data(), table_.first_choices.data(),
+                                 rows * E * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      device_state.prompt_length = w.prompt_length.data();
+      device_state.first_choices = w.first_choices.data();
+    }
   }
-  forward_device(w.x.data(), num_tokens, w.meta.data(), w.y.data(), s, use_state ? &causal : nullptr);
+  forward_device(w.x.data(), num_tokens, w.meta.data(), w.y.data(), s, use_state ? &device_state : nullptr);
 
-  // One synchronisation: errors, counts, load, y and the causal rows come back together.
+  // One synchronisation: errors, counts, load, y and the routing-state rows come back together.
   enqueue_error_readback(s);
   CUDA_CHECK(
       cudaMemcpyAsync(w.host_counts.data(), w.counts.data(), 4 * sizeof(int64_t), cudaMemcpyDeviceToHost, s));
@@ -434,6 +462,10 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
                                cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(table_.next_position.data(), w.next_position.data(), rows * sizeof(uint32_t),
                                cudaMemcpyDeviceToHost, s));
+    if (sequence) {
+      CUDA_CHECK(cudaMemcpyAsync(table_.first_choices.data(), w.first_choices.data(),
+                                 rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    }
   }
   CUDA_CHECK(cudaStreamSynchronize(s));
   throw_if_device_error();

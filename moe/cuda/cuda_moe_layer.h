@@ -16,22 +16,25 @@
 #include "moe/layer/layer.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/moe_layer_config.h"
-#include "router/causal_state.h"
 #include "router/cuda/plan_host.h"
 #include "router/cuda/plan_types.h"
 #include "router/dispatch_plan.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 
 namespace moe {
 
-// A causal routing-state table in device memory, in the planner's layout (router/cuda/plan_types.h,
-// PlanInputs): token_state_row[t] names the row of token t's request (or -1: starts fresh); rows are read
-// and, when the plan succeeds, advanced in place. For forward_device() under causal scope.
-struct DeviceCausalTable {
+// A routing-state table in device memory, in the planner's layout (router/cuda/plan_types.h, PlanInputs):
+// token_state_row[t] names the row of token t's request (causal: -1 = starts fresh; sequence: -1 = not
+// admitted); rows are read and, when the plan succeeds, advanced in place. For forward_device() under causal
+// and sequence scopes.
+struct DeviceRoutingTable {
   const int32_t* token_state_row = nullptr;  // [T]
   int num_rows = 0;
-  int32_t* slots_held = nullptr;      // [num_rows * E]
-  uint32_t* next_position = nullptr;  // [num_rows]
+  int32_t* slots_held = nullptr;            // [num_rows * E]
+  uint32_t* next_position = nullptr;        // [num_rows]
+  const uint32_t* prompt_length = nullptr;  // [num_rows] (sequence scope)
+  int32_t* first_choices = nullptr;         // [num_rows * E] (sequence scope)
 };
 
 // The GPU twin of MoELayer. forward() computes the same function (docs/runtime.md): same router, the same
@@ -70,15 +73,16 @@ class CudaMoELayer final : public Layer {
   // exceptions; y and state unchanged on a throw). A row with no finite gate logit and the planner's data
   // errors are detected on the device and thrown here after the synchronisation.
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr) override;
+               RoutingState* state = nullptr, MoEStats* stats = nullptr) override;
 
   // Device arrays: x [num_tokens, hidden], meta [num_tokens], y [num_tokens, hidden] (not overlapping x),
-  // all device memory; asynchronous on `stream`. Under causal scope `causal` is the request table (null:
-  // every request starts fresh at position 0). Data errors are recorded on the device: call
+  // all device memory; asynchronous on `stream`. Under causal and sequence scopes `state` is the request
+  // table (null: causal - every request starts fresh at position 0; sequence - each request's rows are its
+  // whole prompt). Data errors are recorded on the device: call
   // check_device_errors(stream) when the host may synchronise. Throws std::invalid_argument for host-side
   // argument errors (num_tokens above the workspace, null pointers).
   void forward_device(const float* x, int num_tokens, const TokenMeta* meta, float* y, cudaStream_t stream,
-                      const DeviceCausalTable* causal = nullptr);
+                      const DeviceRoutingTable* state = nullptr);
   // Synchronises `stream` and throws std::invalid_argument (the CPU layer's wording) if the last
   // forward_device() found a row with no finite gate logit or a planner error.
   void check_device_errors(cudaStream_t stream);
@@ -129,7 +133,7 @@ class CudaMoELayer final : public Layer {
   cuda::ExpertWeightsView experts_view_{}, shared_view_{};
 
   std::unique_ptr<Workspace> ws_;
-  cuda::CausalStateTable table_;  // forward(): the batch's causal rows on the host
+  cuda::RoutingStateTable table_;  // forward(): the batch's routing-state rows on the host
 };
 
 }  // namespace moe

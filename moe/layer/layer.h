@@ -12,8 +12,8 @@
 #include "moe/io/layer_weights.h"
 #include "moe/layer/fingerprint.h"
 #include "moe/layer/moe_layer_config.h"
-#include "router/causal_state.h"
 #include "router/dispatch_plan.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 
 namespace moe {
@@ -50,7 +50,7 @@ class Layer {
   virtual ~Layer() = default;
 
   virtual void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-                       CausalRoutingState* state = nullptr, MoEStats* stats = nullptr) = 0;
+                       RoutingState* state = nullptr, MoEStats* stats = nullptr) = 0;
 
   virtual const MoELayerConfig& config() const = 0;
   virtual const io::LayerWeights& weights() const = 0;

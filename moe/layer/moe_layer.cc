@@ -79,7 +79,7 @@ size_t MoELayer::workspace_bytes() const {
 }
 
 void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-                       CausalRoutingState* state, MoEStats* stats) {
+                       RoutingState* state, MoEStats* stats) {
   check_forward_args(x, num_tokens, meta, y, hidden_);
   ensure_workspace(num_tokens);
 

@@ -12,9 +12,9 @@
 #include "moe/layer/fingerprint.h"
 #include "moe/layer/layer.h"
 #include "moe/layer/moe_layer_config.h"
-#include "router/causal_state.h"
 #include "router/dispatch_plan.h"
 #include "router/dispatch_planner.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 #include "router/topk_router.h"
 
@@ -45,7 +45,7 @@ class MoELayer final : public Layer {
 
   // Layer::forward's contract (layer.h); the planner's rules are DispatchPlanner::plan's.
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr) override;
+               RoutingState* state = nullptr, MoEStats* stats = nullptr) override;
 
   const MoELayerConfig& config() const override { return config_; }
   const io::LayerWeights& weights() const override { return *weights_; }

@@ -228,7 +228,7 @@ size_t ExpertParallelLayer::workspace_bytes() const {
 }
 
 void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-                                  CausalRoutingState* state, MoEStats* stats) {
+                                  RoutingState* state, MoEStats* stats) {
   const int P = comm_.size(), me = comm_.rank(), E = num_experts(), k = top_k();
   const int R = router_->num_ranked();
   const size_t row_bytes = static_cast<size_t>(hidden_) * sizeof(float);
@@ -339,7 +339,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
           "expert parallel layer: rank " + std::to_string(me) + " of " + std::to_string(P) +
           ": the dispatch plan of rank(s) " + differing + " differs from rank 0's" +
           (rejecting.empty() ? std::string() : " (rank(s) " + rejecting + " rejected the batch)") +
-          "; the causal routing states have diverged" + (plan_error.empty() ? "" : ": " + plan_error));
+          "; the routing states have diverged" + (plan_error.empty() ? "" : ": " + plan_error));
     }
   }
   build_layout();
@@ -477,7 +477,7 @@ void ExpertParallelLayer::run_experts() {
   run_experts_scheduled(active_experts_, max_rows, *pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
-void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, CausalRoutingState& state) {
+void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, RoutingState& state) {
   const int P = comm_.size();
   std::vector<size_t> counts(P), bytes(P);
   comm_.all_gather_sizes(finished.size(), counts);
@@ -488,7 +488,57 @@ void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, C
   }
   std::vector<uint64_t> all(total);
   comm_.all_gather_v(finished.data(), finished.size() * sizeof(uint64_t), all.data(), bytes);
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  for (uint64_t id : all) {
+    if (state.find(id) == nullptr) {
+      fail("release_requests: the routing state does not hold request " + std::to_string(id) +
+           "; no request was released");
+    }
+  }
   for (uint64_t id : all) state.release(id);
+}
+
+void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, RoutingState& state) {
+  const int P = comm_.size();
+  std::vector<size_t> counts(P), bytes(P);
+  comm_.all_gather_sizes(admitted.size(), counts);
+  size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    bytes[r] = counts[r] * 16;
+    total += counts[r];
+  }
+  // 16-byte records: request id, prompt length, 4 bytes of padding (zero).
+  std::vector<std::byte> mine(admitted.size() * 16), all(total * 16);
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    std::memcpy(mine.data() + i * 16, &admitted[i].request_id, 8);
+    std::memcpy(mine.data() + i * 16 + 8, &admitted[i].prompt_length, 4);
+  }
+  comm_.all_gather_v(mine.data(), mine.size(), all.data(), bytes);
+  std::vector<Admission> requests(total);
+  for (size_t i = 0; i < total; ++i) {
+    std::memcpy(&requests[i].request_id, all.data() + i * 16, 8);
+    std::memcpy(&requests[i].prompt_length, all.data() + i * 16 + 8, 4);
+  }
+  std::vector<uint64_t> ids(total);
+  for (size_t i = 0; i < total; ++i) {
+    const Admission& a = requests[i];
+    if (a.prompt_length == 0) {
+      fail("admit_requests: request " + std::to_string(a.request_id) +
+           " has prompt length 0; no request was admitted");
+    }
+    if (state.find(a.request_id) != nullptr) {
+      fail("admit_requests: request " + std::to_string(a.request_id) +
+           " is already admitted (release it first); no request was admitted");
+    }
+    ids[i] = a.request_id;
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
+    fail("admit_requests: request " + std::to_string(*dup) +
+         " is admitted twice in one call; no request was admitted");
+  }
+  for (const Admission& a : requests) state.admit(a.request_id, a.prompt_length);
 }
 
 Fingerprint ExpertParallelLayer::fingerprint() const {

@@ -22,9 +22,10 @@
 // kernels, the plan and the expert rows still match when the logits match, but the gate GEMM and the shared
 // expert run on the local rows only and may round differently from a run on the global batch.
 //
-// Causal scope: every rank keeps the *global* CausalRoutingState (all requests of all ranks), since every
-// rank plans the global batch; the states stay equal because every rank applies the same plans. Finishing
-// requests must be released on every rank alike: release_requests() does it collectively.
+// Causal and sequence scopes: every rank keeps the *global* RoutingState (all requests of all ranks), since
+// every rank plans the global batch; the states stay equal because every rank applies the same plans.
+// Requests must be admitted (sequence scope) and released on every rank alike: admit_requests() and
+// release_requests() do it collectively.
 //
 // Memory: host memory only (Communicator::memory_space() must be kHost: the single-process and MPI
 // backends). A GPU layer plugs in the NCCL backend through the same byte interface (see
@@ -53,9 +54,9 @@
 #include "moe/layer/moe_layer_config.h"
 #include "moe/parallel/communicator.h"
 #include "moe/parallel/expert_placement.h"
-#include "router/causal_state.h"
 #include "router/dispatch_plan.h"
 #include "router/dispatch_planner.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 #include "router/topk_router.h"
 
@@ -132,11 +133,21 @@ class ExpertParallelLayer final : public Layer {
   //     under verify_plan. The communicator is then broken; y is unspecified and the causal state may have
   //     advanced: the caller aborts (Communicator::abort).
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-               CausalRoutingState* state = nullptr, MoEStats* stats = nullptr) override;
+               RoutingState* state = nullptr, MoEStats* stats = nullptr) override;
 
   // Collective: every rank passes the requests it saw finish (any may pass none); every rank then releases
-  // the union from `state`, so the global states stay equal. Allocates (not a hot-path call).
-  void release_requests(std::span<const uint64_t> finished, CausalRoutingState& state);
+  // the union (a request named by several ranks once) from `state`, so the global states stay equal.
+  // Allocates (not a hot-path call). Throws std::invalid_argument on every rank alike, releasing nothing,
+  // when `state` does not hold one of them.
+  void release_requests(std::span<const uint64_t> finished, RoutingState& state);
+  // Collective: every rank passes the requests it admits (id, prompt length; any may pass none); every rank
+  // then admits the union into `state`. Throws std::invalid_argument on every rank alike, admitting nothing,
+  // for a prompt length of 0, a request `state` already holds or one admitted twice in the call.
+  struct Admission {
+    uint64_t request_id = 0;
+    uint32_t prompt_length = 0;
+  };
+  void admit_requests(std::span<const Admission> admitted, RoutingState& state);
 
   const MoELayerConfig& config() const override { return config_; }
   const io::LayerWeights& weights() const override { return *weights_; }

@@ -18,17 +18,17 @@
 //  4. Reroute. Inherently sequential (each reroute sees the counts left by the previous one): one thread per
 //     pool walks that pool's overflowing pairs in claiming order (compacted by a scan), exactly as the CPU.
 //     Batch scope therefore reroutes on one thread.
-//  5. Causal scope. Decisions depend on the request's own running counts: one thread per request walks its
-//     tokens in position order (kept pairs, then that token's reroutes), reading and advancing its row of
-//     the routing-state table.
-//  6. Slots. Batch/none: the slot within the (only) pool is the slot. Request/causal: slots count across
-//     pools in pool order, so the placed pairs are sorted by [expert | group | slot within group] and each
-//     one's rank within its expert's run is its slot; the sorted pairs are slot_pairs.
+//  5. Causal and sequence scopes. Decisions depend on the request's own running counts: one thread per
+//     request walks its tokens in position order (kept pairs, then that token's reroutes), reading and
+//     advancing its row of the routing-state table (sequence: its prompt rows, then its decode rows).
+//  6. Slots. Batch/none: the slot within the (only) pool is the slot. Request/causal/sequence: slots count
+//     across pools in pool order, so the placed pairs are sorted by [expert | group | slot within group] and
+//     each one's rank within its expert's run is its slot; the sorted pairs are slot_pairs.
 //  7. Totals and survivor renormalisation per token, in j order with the CPU's float operations.
 //
 // NOTES: every step is a Thrust call on `exec` (no host synchronisation, no allocation beyond the
 // execution policy's allocator), so on CUDA the whole plan can be captured in a graph. Errors are found on
-// the device and written to PlanOutputs::error; the causal state table is only written when there is none.
+// the device and written to PlanOutputs::error; the routing-state table is only written when there is none.
 #pragma once
 
 #include <thrust/for_each.h>
@@ -51,7 +51,12 @@ namespace moe::cuda::detail {
 
 constexpr uint64_t kNoKey = ~uint64_t{0};
 constexpr int64_t kUnlimited = INT64_MAX;
-constexpr int kCapacityChunk = 256;  // requests per partial sum of the causal capacity
+constexpr int kCapacityChunk = 256;  // requests per partial sum of the causal/sequence capacity
+// Validation keys: a duplicate row is its claiming index i; a routing-state error is kStateError | i << 2 |
+// kind, so the minimum is the error the CPU reports first (every duplicate check runs before the state checks
+// there, which visit requests in order and, in a request, admission before positions).
+constexpr uint64_t kStateError = uint64_t{1} << 62;
+enum StateErrorKind : uint64_t { kNotAdmitted = 0, kBadPosition = 1, kRowMismatch = 2 };
 
 struct TokenStats {
   int64_t kept = 0, rerouted = 0, dropped = 0, fully_dropped = 0;
@@ -83,6 +88,8 @@ struct Ctx {
   const int32_t* state_row;
   int32_t* held;
   uint32_t* next_position;
+  const uint32_t* prompt_length;
+  int32_t* first_choices;
 
   int32_t* pair_expert;
   int32_t* pair_slot;
@@ -108,9 +115,13 @@ struct Ctx {
   int32_t* pair_aux;
   int32_t* overflow;
   int32_t* group_counts;
+  int32_t* group_first;
   int64_t* capacity_partial;
 
-  MOE_HD bool grouped() const { return scope == CapacityScope::kRequest || scope == CapacityScope::kCausal; }
+  MOE_HD bool grouped() const { return rules::pools_per_request(policy); }
+  MOE_HD bool sequence() const { return scope == CapacityScope::kSequence; }
+  // The state row of group g's request (-1: none).
+  MOE_HD int group_row(int g) const { return state_row ? state_row[order[group_begin[g]]] : -1; }
   MOE_HD int num_groups() const { return group_of[T - 1] + 1; }
   MOE_HD rules::RouteArrays routes() const { return rules::RouteArrays{experts, weights, k, R}; }
   // Causal budget of a token at `position`.
@@ -219,11 +230,11 @@ struct GroupBegins {
 };
 
 // ---- Validation -------------------------------------------------------------------------------------------
-// token_key[i] = (error kind << 32 | i), or kNoKey; the minimum is the error the CPU reports first (every
-// duplicate check runs before the causal position checks there).
+// token_key[i] = the validation key of claiming index i (kNoKey: fine); the minimum is the first error.
 struct ValidateTokens {
   Ctx c;
   bool check_distinct;
+  bool check_state;  // causal scope; sequence scope with a state table
   MOE_HD void operator()(int i) const {
     uint64_t v = kNoKey;
     const int t = c.order[i];
@@ -232,15 +243,22 @@ struct ValidateTokens {
       const TokenMeta& b = c.meta[t];
       if (a.request_id == b.request_id && a.position == b.position) v = static_cast<uint64_t>(i);
     }
-    if (v == kNoKey && c.scope == CapacityScope::kCausal) {
+    if (v == kNoKey && check_state) {
       const int g = c.group_of[i];
       const int b = c.group_begin[g];
-      const int row = c.state_row ? c.state_row[c.order[b]] : -1;
-      const uint32_t expected = (row >= 0 ? c.next_position[row] : 0u) + static_cast<uint32_t>(i - b);
-      if (c.meta[t].position != expected) {
-        v = (uint64_t{1} << 32) | static_cast<uint64_t>(i);
-      } else if (c.state_row && c.state_row[t] != row) {
-        v = (uint64_t{2} << 32) | static_cast<uint64_t>(i);
+      const int row = c.group_row(g);
+      auto state_error = [&](StateErrorKind kind) {
+        return kStateError | static_cast<uint64_t>(i) << 2 | kind;
+      };
+      if (c.sequence() && (row < 0 || c.prompt_length[row] == 0)) {
+        if (i == b) v = state_error(kNotAdmitted);  // reported once, at the request's first row
+      } else {
+        const uint32_t expected = (row >= 0 ? c.next_position[row] : 0u) + static_cast<uint32_t>(i - b);
+        if (c.meta[t].position != expected) {
+          v = state_error(kBadPosition);
+        } else if (c.state_row && c.state_row[t] != row) {
+          v = state_error(kRowMismatch);
+        }
       }
     }
     c.token_key[i] = v;
@@ -251,23 +269,32 @@ struct WriteError {
   MOE_HD void operator()(int) const {
     const uint64_t v = c.token_key[c.T - 1];
     if (v == kNoKey) return;
-    const int kind = static_cast<int>(v >> 32);
-    const int i = static_cast<int>(v & 0xffffffffu);
-    const int t = c.order[i];
     PlanError err;
-    err.request_id = c.meta[t].request_id;
-    err.position = c.meta[t].position;
-    if (kind == 0) {
+    if (v < kStateError) {
+      const int i = static_cast<int>(v);
+      const int t = c.order[i];
       err.code = kPlanDuplicateToken;
+      err.request_id = c.meta[t].request_id;
+      err.position = c.meta[t].position;
       err.row_a = c.order[i - 1];
       err.row_b = t;
+      *c.error = err;
+      return;
+    }
+    const int i = static_cast<int>((v & (kStateError - 1)) >> 2);
+    const uint64_t kind = v & 3;
+    const int t = c.order[i];
+    const int g = c.group_of[i];
+    const int b = c.group_begin[g];
+    err.request_id = c.meta[t].request_id;
+    err.position = c.meta[t].position;
+    err.row_a = c.order[b];
+    err.row_b = t;
+    if (kind == kNotAdmitted) {
+      err.code = kPlanNotAdmitted;
     } else {
-      const int g = c.group_of[i];
-      const int b = c.group_begin[g];
-      const int row = c.state_row ? c.state_row[c.order[b]] : -1;
-      err.code = kind == 1 ? kPlanNonContiguousPosition : kPlanStateRowMismatch;
-      err.row_a = c.order[b];
-      err.row_b = t;
+      const int row = c.group_row(g);
+      err.code = kind == kBadPosition ? kPlanNonContiguousPosition : kPlanStateRowMismatch;
       err.expected = (row >= 0 ? c.next_position[row] : 0u) + static_cast<uint32_t>(i - b);
     }
     *c.error = err;
@@ -299,9 +326,11 @@ struct ExpertCapacity {
       case CapacityScope::kRequest:
         c.capacity[e] = c.T > 0 ? c.group_cap_sum[c.T - 1] : 0;
         break;
-      case CapacityScope::kCausal: {
-        // Sum over requests of (budget at the last position - slots held before this batch), at least 0:
-        // the partial sums of CausalCapacityPartial, added in chunk order.
+      case CapacityScope::kCausal:
+      case CapacityScope::kSequence: {
+        // Sum over requests of (budget of the request's last pool - slots held before this batch), at least
+        // 0, plus the decode rows' slots (sequence): the partial sums of StatefulCapacityPartial, added in
+        // chunk order.
         int64_t sum = 0;
         if (c.T > 0) {
           const int chunks = (c.num_groups() + kCapacityChunk - 1) / kCapacityChunk;
@@ -315,19 +344,43 @@ struct ExpertCapacity {
   }
 };
 
-// Causal capacity in two parallel passes (requests x experts can be 16k x 256 in a decode batch): per
-// request, its last budget (group_cap) and state row (pair_aux); then per (chunk of requests, expert) a
-// partial sum.
-struct CausalGroupInfo {
+// The prompt rows of group g under sequence scope: its rows at positions below the prompt length (all of them
+// without a state). Positions are contiguous from the row's next position (validated before).
+struct SequenceGroup {
+  int64_t prompt_length;
+  uint32_t first_row;  // the prompt row number of the group's first row
+  int32_t prompt_end;  // claiming index after the group's last prompt row
+};
+MOE_HD inline SequenceGroup sequence_group(const Ctx& c, int g) {
+  const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
+  const int row = c.group_row(g);
+  if (row < 0) return SequenceGroup{ge - gb, 0u, ge};
+  const uint32_t L = c.prompt_length[row], first = c.next_position[row];
+  const int64_t prompt_rows = first < L ? static_cast<int64_t>(L - first) : 0;
+  const int32_t end = prompt_rows < ge - gb ? gb + static_cast<int32_t>(prompt_rows) : ge;
+  return SequenceGroup{L, first, end};
+}
+
+// Causal/sequence capacity in two parallel passes (requests x experts can be 16k x 256 in a decode batch):
+// per request, its last pool's budget (group_cap), its decode rows' slots (group_cap_sum, sequence) and its
+// state row (pair_aux); then per (chunk of requests, expert) a partial sum.
+struct StatefulGroupInfo {
   Ctx c;
   MOE_HD void operator()(int g) const {
     if (g >= c.num_groups()) return;
     const int b = c.group_begin[g], bn = c.group_begin[g + 1];
-    c.pair_aux[g] = c.state_row ? c.state_row[c.order[b]] : -1;
-    c.group_cap[g] = c.budget(c.meta[c.order[bn - 1]].position);
+    c.pair_aux[g] = c.group_row(g);
+    if (!c.sequence()) {
+      c.group_cap[g] = c.budget(c.meta[c.order[bn - 1]].position);
+      c.group_cap_sum[g] = 0;
+      return;
+    }
+    const SequenceGroup s = sequence_group(c, g);
+    c.group_cap[g] = s.prompt_end > b ? rules::request_capacity(c.policy, s.prompt_length, c.k, c.E) : 0;
+    c.group_cap_sum[g] = int64_t{bn - s.prompt_end} * rules::request_capacity(c.policy, 1, c.k, c.E);
   }
 };
-struct CausalCapacityPartial {
+struct StatefulCapacityPartial {
   Ctx c;
   MOE_HD void operator()(int x) const {
     const int chunk = x / c.E, e = x % c.E;
@@ -339,7 +392,7 @@ struct CausalCapacityPartial {
       const int row = c.pair_aux[g];
       const int64_t held = row >= 0 ? c.held[static_cast<int64_t>(row) * c.E + e] : 0;
       const int64_t room = c.group_cap[g] - held;
-      sum += room > 0 ? room : 0;
+      sum += (room > 0 ? room : 0) + c.group_cap_sum[g];
     }
     c.capacity_partial[x] = sum;
   }
@@ -450,6 +503,49 @@ struct DecideCausal {
   }
 };
 
+// ---- Sequence scope: one thread per request ---------------------------------------------------------------
+// Records a decode row's pair: after the request's prompt placements at e, in row order (the CPU's slot order
+// within the request). local[e] counts the request's placements at e in this batch.
+struct DecodePlacer {
+  const Ctx* c;
+  int32_t* local;
+  MOE_HD void operator()(int64_t pair, int32_t e, float w, PairStatus status, int32_t /*held_before*/) const {
+    c->place(pair, e, local[e]++, w, status);
+  }
+};
+struct DecideSequence {
+  Ctx c;
+  MOE_HD void operator()(int g) const {
+    if (c.error->code != kPlanOk || g >= c.num_groups()) return;
+    const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
+    const int row = c.group_row(g);
+    int32_t* held = row >= 0 ? c.held + static_cast<int64_t>(row) * c.E : nullptr;
+    int32_t* first = row >= 0 ? c.first_choices + static_cast<int64_t>(row) * c.E
+                              : c.group_first + static_cast<int64_t>(g) * c.E;
+    int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
+    for (int e = 0; e < c.E; ++e) {
+      count[e] = held ? held[e] : 0;
+      if (!held) first[e] = 0;
+    }
+    const SequenceGroup s = sequence_group(c, g);
+    const int64_t capacity = rules::request_capacity(c.policy, s.prompt_length, c.k, c.E);
+    rules::decide_sequence_prompt(c.routes(), c.policy, c.E, c.order, gb, s.prompt_end, s.first_row,
+                                  static_cast<uint32_t>(s.prompt_length), capacity, count, first,
+                                  c.pair_expert, c.pair_status, PoolPlacer{&c, held});
+    // The prompt's counts go to the state; count becomes the placements of this batch (decode rows follow).
+    for (int e = 0; e < c.E; ++e) {
+      if (held) {
+        const int32_t before = held[e];
+        held[e] = count[e];
+        count[e] -= before;
+      }
+    }
+    if (row >= 0) c.next_position[row] = c.meta[c.order[ge - 1]].position + 1;
+    rules::keep_decode_rows(c.routes(), c.order, s.prompt_end, ge,
+                            rules::request_capacity(c.policy, 1, c.k, c.E), DecodePlacer{&c, count});
+  }
+};
+
 // ---- Slots ------------------------------------------------------------------------------------------------
 struct LoadFromCounts {  // batch/none: the single pool's counts are the loads
   Ctx c;
@@ -462,7 +558,7 @@ struct ScatterSlots {
     c.slot_pairs[c.offsets[c.pair_expert[p]] + c.pair_slot[p]] = p;
   }
 };
-struct SlotKeys {  // request/causal: [expert | group | slot within group]
+struct SlotKeys {  // request/causal/sequence: [expert | group | slot within group]
   Ctx c;
   MOE_HD void operator()(int p) const {
     uint64_t key = kNoKey;
@@ -583,6 +679,8 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.state_row = in.token_state_row;
   c.held = in.state_slots_held;
   c.next_position = in.state_next_position;
+  c.prompt_length = in.state_prompt_length;
+  c.first_choices = in.state_first_choices;
   c.pair_expert = out.pair_expert;
   c.pair_slot = out.pair_slot;
   c.pair_weight = out.pair_weight;
@@ -606,6 +704,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.pair_aux = at<int32_t>(workspace, layout.pair_aux);
   c.overflow = at<int32_t>(workspace, layout.overflow);
   c.group_counts = at<int32_t>(workspace, layout.group_counts);
+  c.group_first = at<int32_t>(workspace, layout.group_first);
   c.capacity_partial = at<int64_t>(workspace, layout.capacity_partial);
 
   const int T = c.T, P = c.P, E = c.E;
@@ -618,7 +717,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   }
 
   // 1. Claiming order: stable sorts, least significant key first.
-  const bool by_request = c.policy.priority == Priority::kRequest || c.scope == CapacityScope::kCausal;
+  const bool by_request = rules::orders_by_request(c.policy);
   for_n(exec, T, Iota{c.order});
   auto sort_tokens = [&](TokenKey kind) {
     for_n(exec, T, MakeTokenKey{c, kind});
@@ -639,10 +738,11 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   thrust::inclusive_scan(exec, c.pair_aux, c.pair_aux + T, c.group_of);
   for_n(exec, T, GroupBegins{c});
 
-  // Checks (before anything is written to the causal state).
+  // Checks (before anything is written to the routing state).
   const bool check_distinct = by_request;
-  if (check_distinct || c.scope == CapacityScope::kCausal) {
-    for_n(exec, T, ValidateTokens{c, check_distinct});
+  const bool check_state = c.scope == CapacityScope::kCausal || (c.sequence() && c.state_row != nullptr);
+  if (check_distinct || check_state) {
+    for_n(exec, T, ValidateTokens{c, check_distinct, check_state});
     thrust::inclusive_scan(exec, c.token_key, c.token_key + T, c.token_key, thrust::minimum<uint64_t>());
     for_n(exec, 1, WriteError{c});
   }
@@ -651,15 +751,18 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   if (c.scope == CapacityScope::kRequest) {
     for_n(exec, T, GroupCapacity{c});
     thrust::inclusive_scan(exec, c.group_cap, c.group_cap + T, c.group_cap_sum);
-  } else if (c.scope == CapacityScope::kCausal) {
-    for_n(exec, T, CausalGroupInfo{c});
-    for_n(exec, int64_t{(T + kCapacityChunk - 1) / kCapacityChunk} * E, CausalCapacityPartial{c});
+  } else if (rules::carries_routing_state(c.policy)) {
+    for_n(exec, T, StatefulGroupInfo{c});
+    for_n(exec, int64_t{(T + kCapacityChunk - 1) / kCapacityChunk} * E, StatefulCapacityPartial{c});
   }
   for_n(exec, E, ExpertCapacity{c});
 
   if (c.scope == CapacityScope::kCausal) {
     // 5. Causal decisions, one thread per request.
     for_n(exec, T, DecideCausal{c});
+  } else if (c.sequence()) {
+    // 5. Sequence decisions, one thread per request.
+    for_n(exec, T, DecideSequence{c});
   } else {
     // 3. Kept pairs by rank within (pool, expert) runs.
     const bool single_pool = c.scope != CapacityScope::kRequest;
@@ -686,7 +789,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
       for_n(exec, P, ScatterSlots{c});
     }
   }
-  if (c.scope == CapacityScope::kRequest || c.scope == CapacityScope::kCausal) {
+  if (c.grouped()) {
     // 6. Slots across pools: sort placed pairs by [expert | group | slot in group].
     for_n(exec, P, SlotKeys{c});
     sort(c.pair_key, c.pair_val, P, c.bits.slot_total() + 1);

@@ -16,7 +16,8 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   DeviceBuffer<int32_t> experts(T * R), token_row(host_in.token_state_row ? T : 0), held(rows * E);
   DeviceBuffer<float> weights(T * R), top1(T);
   DeviceBuffer<TokenMeta> meta(T);
-  DeviceBuffer<uint32_t> next(rows);
+  DeviceBuffer<uint32_t> next(rows), prompt(host_in.state_prompt_length ? rows : 0);
+  DeviceBuffer<int32_t> first(host_in.state_first_choices ? rows * E : 0);
   experts.upload(host_in.route_experts, T * R);
   weights.upload(host_in.route_weights, T * R);
   if (host_in.top1_score) top1.upload(host_in.top1_score, T);
@@ -25,6 +26,8 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   if (rows > 0) {
     held.upload(host_in.state_slots_held, rows * E);
     next.upload(host_in.state_next_position, rows);
+    if (host_in.state_prompt_length) prompt.upload(host_in.state_prompt_length, rows);
+    if (host_in.state_first_choices) first.upload(host_in.state_first_choices, rows * E);
   }
   PlanInputs in = host_in;
   in.route_experts = experts.data();
@@ -34,6 +37,8 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   in.token_state_row = host_in.token_state_row ? token_row.data() : nullptr;
   in.state_slots_held = rows > 0 ? held.data() : nullptr;
   in.state_next_position = rows > 0 ? next.data() : nullptr;
+  in.state_prompt_length = rows > 0 && host_in.state_prompt_length ? prompt.data() : nullptr;
+  in.state_first_choices = rows > 0 && host_in.state_first_choices ? first.data() : nullptr;
 
   DeviceBuffer<int32_t> pair_expert(P), pair_slot(P), load(E), offsets(E + 1), slot_pairs(P);
   DeviceBuffer<float> pair_weight(P);
@@ -62,6 +67,7 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   if (rows > 0) {
     held.download(host_in.state_slots_held, rows * E);
     next.download(host_in.state_next_position, rows);
+    if (host_in.state_first_choices) first.download(host_in.state_first_choices, rows * E);
   }
 }
 

@@ -8,8 +8,7 @@
 
 namespace moe::cuda {
 
-void CausalStateTable::build(std::span<const TokenMeta> meta, const CausalRoutingState& state,
-                             int num_experts) {
+void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts) {
   row_of_.clear();
   request_ids.clear();
   token_row.resize(meta.size());
@@ -21,19 +20,25 @@ void CausalStateTable::build(std::span<const TokenMeta> meta, const CausalRoutin
   const size_t E = static_cast<size_t>(num_experts);
   slots_held.assign(request_ids.size() * E, 0);
   next_position.assign(request_ids.size(), 0);
+  prompt_length.assign(request_ids.size(), 0);
+  first_choices.assign(request_ids.size() * E, 0);
   for (size_t r = 0; r < request_ids.size(); ++r) {
-    if (const CausalRoutingState::Request* known = state.find(request_ids[r])) {
+    if (const RoutingState::Request* known = state.find(request_ids[r])) {
       std::copy(known->slots_held.begin(), known->slots_held.end(), slots_held.begin() + r * E);
+      std::copy(known->first_choices.begin(), known->first_choices.end(), first_choices.begin() + r * E);
       next_position[r] = known->next_position;
+      prompt_length[r] = known->prompt_length;
     }
   }
 }
 
-void CausalStateTable::write_back(CausalRoutingState& state) const {
+void RoutingStateTable::write_back(RoutingState& state) const {
   const size_t E = static_cast<size_t>(state.num_experts());
   for (size_t r = 0; r < request_ids.size(); ++r) {
-    CausalRoutingState::Request& request = state.get_or_create(request_ids[r]);
+    RoutingState::Request& request = state.get_or_create(request_ids[r]);
     std::copy(slots_held.begin() + r * E, slots_held.begin() + (r + 1) * E, request.slots_held.begin());
+    std::copy(first_choices.begin() + r * E, first_choices.begin() + (r + 1) * E,
+              request.first_choices.begin());
     request.next_position = next_position[r];
   }
 }
@@ -43,7 +48,7 @@ ArrayPlanner::ArrayPlanner(int num_experts, int top_k, DispatchPolicy policy, Ar
   check_planner_config(num_experts, top_k, policy_);
 }
 
-void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, CausalRoutingState* state,
+void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
                         DispatchPlan& out) const {
   check_plan_inputs(num_experts_, top_k_, policy_, routes, meta.size(), state);
   const int T = routes.num_tokens;
@@ -52,9 +57,9 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   const int E = num_experts_;
   const size_t P = static_cast<size_t>(T) * top_k_;
 
-  const bool causal = policy_.scope == CapacityScope::kCausal;
-  CausalStateTable table;
-  if (causal && state != nullptr) table.build(meta, *state, E);
+  const bool use_state = rules::carries_routing_state(policy_) && state != nullptr;
+  RoutingStateTable table;
+  if (use_state) table.build(meta, *state, E);
 
   PlanInputs in;
   in.num_tokens = T;
@@ -62,11 +67,13 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   in.route_weights = routes.weights.data();
   in.top1_score = routes.top1_score.data();
   in.meta = meta.data();
-  if (causal && state != nullptr) {
+  if (use_state) {
     in.token_state_row = table.token_row.data();
     in.num_state_rows = table.num_rows();
     in.state_slots_held = table.slots_held.data();
     in.state_next_position = table.next_position.data();
+    in.state_prompt_length = table.prompt_length.data();
+    in.state_first_choices = table.first_choices.data();
   }
 
   out.num_tokens = T;
@@ -103,7 +110,7 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   out.num_rerouted = counts[1];
   out.num_dropped = counts[2];
   out.num_tokens_fully_dropped = counts[3];
-  if (causal && state != nullptr) table.write_back(*state);
+  if (use_state) table.write_back(*state);
 }
 
 }  // namespace moe::cuda

@@ -58,9 +58,13 @@ void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOut
   need(in.route_weights, "inputs.route_weights");
   need(in.meta, "inputs.meta");
   if (shape.policy.priority == Priority::kScore) need(in.top1_score, "inputs.top1_score (score priority)");
-  if (shape.policy.scope == CapacityScope::kCausal && in.token_state_row != nullptr) {
+  if (rules::carries_routing_state(shape.policy) && in.token_state_row != nullptr) {
     need(in.state_slots_held, "inputs.state_slots_held (token_state_row is set)");
     need(in.state_next_position, "inputs.state_next_position (token_state_row is set)");
+    if (shape.policy.scope == CapacityScope::kSequence) {
+      need(in.state_prompt_length, "inputs.state_prompt_length (sequence scope, token_state_row is set)");
+      need(in.state_first_choices, "inputs.state_first_choices (sequence scope, token_state_row is set)");
+    }
   }
   need(out.pair_expert, "outputs.pair_expert");
   need(out.pair_slot, "outputs.pair_slot");
@@ -80,8 +84,8 @@ PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
   const size_t E = static_cast<size_t>(shape.num_experts);
   size_t count_rows = 1;
   const CapacityScope scope = shape.policy.scope;
-  if (scope == CapacityScope::kCausal ||
-      (scope == CapacityScope::kRequest && shape.policy.overflow == Overflow::kReroute)) {
+  const bool stateful = scope == CapacityScope::kCausal || scope == CapacityScope::kSequence;
+  if (stateful || (scope == CapacityScope::kRequest && shape.policy.overflow == Overflow::kReroute)) {
     count_rows = T;
   }
   size_t at = 0;
@@ -103,7 +107,8 @@ PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
   pair_aux = take((P + 1) * 4);
   overflow = take(P * 4);
   group_counts = take(count_rows * E * 4);
-  capacity_partial = take(scope == CapacityScope::kCausal ? ((T + 255) / 256) * E * 8 : 8);
+  group_first = take(scope == CapacityScope::kSequence ? T * E * 4 : 4);
+  capacity_partial = take(stateful ? ((T + 255) / 256) * E * 8 : 8);
   bytes = at;
 }
 

@@ -36,17 +36,24 @@ struct PlanInputs {
   const float* route_weights = nullptr;    // [T * num_ranked]
   const float* top1_score = nullptr;       // [T]; read only under Priority::kScore
   const TokenMeta* meta = nullptr;         // [T]
-  // Causal scope only. token_state_row[t] is the row of the caller's routing-state table that holds the
-  // request of token t, or -1 for a request that starts fresh at position 0 (and whose counts are not kept).
-  // Every token of one request must name the same row and distinct requests distinct rows (the caller's
-  // request -> row map, like a KV-cache slot table). nullptr = every request fresh.
+  // Causal and sequence scopes (the RoutingState, as a table). token_state_row[t] is the row of the caller's
+  // routing-state table that holds the request of token t; every token of one request must name the same row
+  // and distinct requests distinct rows (the caller's request -> row map, like a KV-cache slot table).
+  //   causal:   -1 = a request that starts fresh at position 0 (its counts are not kept); nullptr = every
+  //             request fresh.
+  //   sequence: -1 or a row with prompt length 0 = not admitted (kPlanNotAdmitted); nullptr = no state: each
+  //             request's rows are its whole prompt.
   // The table rows are read and, when the plan succeeds, advanced in place:
-  //   state_slots_held[row * E + e]  slots the request's earlier tokens hold at expert e
-  //   state_next_position[row]       the position the request's next token must have
+  //   state_slots_held[row * E + e]     slots the request holds at expert e (sequence: its prompt's)
+  //   state_next_position[row]          the position the request's next token must have
+  //   state_prompt_length[row]          sequence: the admitted prompt length L (read only)
+  //   state_first_choices[row * E + e]  sequence: the prompt positions so far whose first choice was e
   const int32_t* token_state_row = nullptr;
   int num_state_rows = 0;
   int32_t* state_slots_held = nullptr;
   uint32_t* state_next_position = nullptr;
+  const uint32_t* state_prompt_length = nullptr;
+  int32_t* state_first_choices = nullptr;
 };
 
 // Why a plan failed: PlanError (router/rules/plan_error.h), written to PlanOutputs::error (code kPlanOk =
@@ -90,7 +97,8 @@ struct PlanWorkspaceLayout {
   size_t pair_aux = 0;          // int32  [max_pairs + 1]
   size_t overflow = 0;          // int32  [max_pairs]
   size_t group_counts = 0;      // int32  [count_rows * E]
-  size_t capacity_partial = 0;  // int64 [ceil(max_tokens / 256) * E] (causal scope)
+  size_t group_first = 0;       // int32  [max_tokens * E] (sequence scope: each request's first choices)
+  size_t capacity_partial = 0;  // int64 [ceil(max_tokens / 256) * E] (causal and sequence scopes)
   size_t bytes = 0;             // total
 
   explicit PlanWorkspaceLayout(const PlanShape& shape);

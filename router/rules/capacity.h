@@ -42,6 +42,9 @@ MOE_HD inline int64_t request_capacity(const DispatchPolicy& p, int64_t num_toke
   return max_of(1, batch_capacity(p, num_tokens, top_k, num_experts));
 }
 
+// Sequence scope: the budget per expert of a request's whole prompt is request_capacity(prompt_length); a
+// decode row's is request_capacity(1), at least 1.
+//
 // Causal scope: a token at `position` may take a slot at an expert while its request's earlier tokens hold
 // fewer than this many there.
 MOE_HD inline int64_t causal_budget(const DispatchPolicy& p, uint32_t position, int top_k, int num_experts) {

@@ -12,6 +12,7 @@ enum PlanErrorCode : int32_t {
   kPlanDuplicateToken = 1,  // two rows with the same (request_id, position) where the policy ranks by it
   kPlanNonContiguousPosition = 2,  // causal: positions not contiguous from the request's next position
   kPlanStateRowMismatch = 3,       // causal (GPU table): tokens of one request name different state rows
+  kPlanNotAdmitted = 4,            // sequence: a request the routing state has not admitted
 };
 
 // Trivially copyable: it crosses the host/device boundary as bytes.

@@ -1,8 +1,9 @@
 // The one table of MoE layer cases that every backend runs (tests/layer_cases_test.cc, in the style of ggml's
 // test-backend-ops): shapes like Mixtral (E 8, top-2), Qwen2-MoE (a gated shared expert, top-4 without
 // renormalisation) and DeepSeek-V3 (sigmoid + selection bias, group-limited choice, a fused shared expert);
-// f32 and bf16 storage; every preset and capacity scope; reroute; GELU; causal state over several calls.
-// A case says what it computes; whether its outputs must be bitwise invariant follows from its config.
+// f32 and bf16 storage; every preset and capacity scope; reroute; GELU; causal and sequence state over
+// several calls. A case says what it computes; whether its outputs must be bitwise invariant follows from its
+// config.
 #pragma once
 
 #include <string>
@@ -32,6 +33,7 @@ inline bool promises_invariance(const MoELayerConfig& c) {
   }
   switch (c.policy.scope) {
     case CapacityScope::kCausal:
+    case CapacityScope::kSequence:
     case CapacityScope::kNone:
       return true;
     case CapacityScope::kRequest:
@@ -43,10 +45,10 @@ inline bool promises_invariance(const MoELayerConfig& c) {
 }
 
 // Whether a config also promises that a request's outputs do not depend on how its prompt is chunked into
-// forward passes (clause 2): an invariant config whose capacity is decided by the request's prefix alone.
+// forward passes (clause 2): an invariant config whose capacity is decided by the request itself (its prefix,
+// or its admitted prompt length) whatever the forward passes are.
 inline bool promises_chunking_invariance(const MoELayerConfig& c) {
-  return promises_invariance(c) &&
-         (c.policy.scope == CapacityScope::kCausal || c.policy.scope == CapacityScope::kNone);
+  return promises_invariance(c) && c.policy.scope != CapacityScope::kRequest;
 }
 
 // Dispatch with capacity that strangers can take (batch scope) but invariant kernels: every change of a
@@ -129,13 +131,18 @@ inline std::vector<LayerCase> layer_cases() {
   MoELayerConfig gelu_greedy = mixtral("greedy");
   gelu_greedy.activation = kernels::Activation::kGELU;
   const auto R = CapacityScope::kRequest, C = CapacityScope::kCausal, B = CapacityScope::kBatch,
-             N = CapacityScope::kNone;
+             N = CapacityScope::kNone, S = CapacityScope::kSequence;
   const auto req = Priority::kRequest, arr = Priority::kArrival, score = Priority::kScore,
              rnd = Priority::kRandom;
   const auto reroute = Overflow::kReroute, drop = Overflow::kDrop;
   return {
-      // Mixtral-like: every preset and scope.
+      // Mixtral-like: every preset and scope. The deterministic preset is sequence scope.
       {"mixtral_f32_deterministic", mix, DType::kF32, mixtral("deterministic")},
+      {"mixtral_f32_sequence_3calls", mix, DType::kF32, threads(mixtral("deterministic"), 2), 3},
+      {"mixtral_bf16_sequence_reroute", mix, DType::kBF16, with(mixtral("deterministic"), S, req, reroute, 2),
+       3},
+      {"mixtral_f32_sequence_score_priority", mix, DType::kF32, with(mixtral("deterministic"), S, score), 2},
+      {"mixtral_f32_request", mix, DType::kF32, with(mixtral("deterministic"), R, req)},
       {"mixtral_f32_deterministic_2threads", mix, DType::kF32, threads(mixtral("deterministic"), 2)},
       {"mixtral_f32_greedy", mix, DType::kF32, threads(mixtral("greedy"), 2)},
       {"mixtral_bf16_deterministic", mix, DType::kBF16, threads(mixtral("deterministic"), 2)},
@@ -164,6 +171,8 @@ inline std::vector<LayerCase> layer_cases() {
       {"deepseek_f32_greedy", deepseek_shape(), DType::kF32, threads(deepseek("greedy"), 2)},
       {"deepseek_f32_causal", deepseek_shape(), DType::kF32, with(deepseek("deterministic"), C, req, drop),
        2},
+      {"deepseek_f32_sequence_reroute", deepseek_shape(), DType::kF32,
+       threads(with(deepseek("deterministic"), S, req, reroute), 2), 2},
   };
 }
 

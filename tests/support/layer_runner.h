@@ -19,7 +19,7 @@ class LayerRunner {
  public:
   virtual ~LayerRunner() = default;
   // y for every row of b (in b's row order). state: the causal routing state of the global batch's requests.
-  virtual std::vector<float> forward(const Batch& b, CausalRoutingState* state = nullptr) = 0;
+  virtual std::vector<float> forward(const Batch& b, RoutingState* state = nullptr) = 0;
   // The layer; its last_plan() is the plan of the last global batch.
   virtual Layer& layer() = 0;
 };
@@ -28,7 +28,7 @@ class LayerRunner {
 class SingleProcessRunner final : public LayerRunner {
  public:
   explicit SingleProcessRunner(std::unique_ptr<Layer> layer) : layer_(std::move(layer)) {}
-  std::vector<float> forward(const Batch& b, CausalRoutingState* state) override {
+  std::vector<float> forward(const Batch& b, RoutingState* state) override {
     std::vector<float> y(b.x.size());
     layer_->forward(b.x.data(), static_cast<int>(b.meta.size()), b.meta, y.data(), state);
     return y;
