@@ -286,8 +286,9 @@ TEST(Planner, SequenceWorkedExample) {
   const std::vector<std::vector<int32_t>> prompt = {{0, 3}, {0, 3}, {2, 3}, {2, 3},
                                                     {0, 3}, {2, 3}, {2, 3}, {2, 3}};
   const DispatchPolicy p = Policy(CapacityScope::kSequence, Priority::kRequest, 1.0);
-  const std::vector<PairStatus> want = {kKept, kKept,    kKept, kKept,    kKept, kDropped, kKept,    kKept,
-                                        kKept, kDropped, kKept, kDropped, kKept, kDropped, kDropped, kKept};
+  // docs/routing.md's table: p0..p7 = KK KK KK KD KD KK KD DD.
+  const std::vector<PairStatus> want = {kKept, kKept,    kKept, kKept, kKept, kKept,    kKept,    kDropped,
+                                        kKept, kDropped, kKept, kKept, kKept, kDropped, kDropped, kDropped};
   for (const std::vector<int>& chunks : {std::vector<int>{8}, {3, 5}, {1, 1, 6}, {5, 2, 1}}) {
     SCOPED_TRACE(::testing::PrintToString(chunks));
     RoutingState state(4, 2);
@@ -324,12 +325,15 @@ TEST(Planner, SequenceWorkedExample) {
 
 // The reserve in exact integers, as docs/routing.md gives it.
 TEST(Planner, SequenceReserve) {
-  // Rank 1: ceil(3 * 2 * (f + 1) * n / (4 * (p + 1 + E))).
-  EXPECT_EQ(rules::sequence_reserve(0, 2, 8, 4, 1), 2);     // ceil(30 / 28)
-  EXPECT_EQ(rules::sequence_reserve(0, 3, 8, 4, 1), 1);     // ceil(24 / 32)
-  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 1), 84);  // ceil(3000 / 36) = ceil(83.33)
+  // Rank 1: round(3 * 2 * (f + 1) * n / (4 * (p + 1 + E))), halves up.
+  EXPECT_EQ(rules::sequence_reserve(0, 0, 8, 4, 1), 2);     // round(42 / 20) = round(2.1)
+  EXPECT_EQ(rules::sequence_reserve(0, 1, 8, 4, 1), 2);     // round(36 / 24) = round(1.5)
+  EXPECT_EQ(rules::sequence_reserve(0, 2, 8, 4, 1), 1);     // round(30 / 28)
+  EXPECT_EQ(rules::sequence_reserve(0, 4, 8, 4, 1), 1);     // round(18 / 36) = round(0.5)
+  EXPECT_EQ(rules::sequence_reserve(0, 5, 8, 4, 1), 0);     // round(12 / 40)
+  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 1), 83);  // round(3000 / 36) = round(83.33)
   // Rank j is graded by (j + 1) / 2: rank 3 leaves twice the room of rank 1.
-  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 3), 167);  // ceil(6000 / 36) = ceil(166.67)
+  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 3), 167);  // round(6000 / 36) = round(166.67)
   EXPECT_EQ(rules::sequence_reserve(9, 7, 8, 4, 1), 0);      // the last row leaves nothing to reserve
   EXPECT_EQ(rules::sequence_reserve(1u << 31, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits: no room
 }
