@@ -1,12 +1,16 @@
 #include "sim/npy.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
-#include <sstream>
 
+#include "kernels/f16.h"
 #include "sim/errors.h"
+#include "sim/input_file.h"
+#include "sim/text.h"
 
 namespace moe::sim {
 namespace {
@@ -156,8 +160,16 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   };
   const std::string& descr = field("descr", HeaderValue::Kind::kString).str;
   const bool little = std::endian::native == std::endian::little;
-  if (!(descr == "<f4" || (little && (descr == "=f4" || descr == "f4")))) {
-    fail("dtype '" + descr + "' is not supported: router logits must be float32 ('<f4')");
+  auto is = [&](const char* code) {  // "f4": '<f4', or '=f4' / 'f4' on a little-endian host
+    return descr == std::string("<") + code ||
+           (little && (descr == std::string("=") + code || descr == code));
+  };
+  const size_t itemsize = is("f4") ? 4 : is("f8") ? 8 : is("f2") ? 2 : 0;
+  if (itemsize == 0) {
+    fail("dtype '" + descr +
+         "' is not supported: router logits must be float32 ('<f4'; float64 and float16 " +
+         "are converted). Convert with: python3 -c \"import numpy; a = numpy.load('" + name +
+         "'); numpy.save('" + name + "', a.astype('<f4'))\"");
   }
   if (field("fortran_order", HeaderValue::Kind::kBool).boolean) {
     fail("fortran_order is True: save a C-ordered array (numpy.ascontiguousarray)");
@@ -170,8 +182,12 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   m.cols = shape[1];
   if (m.rows < 1 || m.cols < 1)
     fail("empty array (shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ")");
-  if (m.rows > int64_t{2147483647} / m.cols) fail("array too large (more than 2^31 - 1 values)");
-  const size_t data_bytes = static_cast<size_t>(m.rows * m.cols) * 4;
+  if (m.rows > kMaxNpyValues / m.cols) {
+    fail("array too large: shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
+         ") has more than 2^31 - 1 values");
+  }
+  const size_t count = static_cast<size_t>(m.rows * m.cols);
+  const size_t data_bytes = count * itemsize;
   if (bytes.size() - data_begin < data_bytes) {
     fail("truncated: shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + ") needs " +
          std::to_string(data_bytes) + " data bytes but the file has " +
@@ -181,8 +197,32 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
     fail("file is longer than shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
          ") needs (" + std::to_string(bytes.size() - data_begin - data_bytes) + " extra bytes)");
   }
-  m.values.resize(static_cast<size_t>(m.rows * m.cols));
-  std::memcpy(m.values.data(), bytes.data() + data_begin, data_bytes);
+  if (!little && itemsize != 4) fail("float64 and float16 logits are converted on little-endian hosts only");
+  m.values.resize(count);
+  const char* data = bytes.data() + data_begin;
+  if (itemsize == 8) {
+    m.converted_from = "float64";
+    for (size_t i = 0; i < count; ++i) {
+      double v;
+      std::memcpy(&v, data + 8 * i, 8);
+      if (std::isfinite(v) && std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
+        fail("float64 value " + format_double(v) + " at row " + std::to_string(i / m.cols) + ", column " +
+             std::to_string(i % m.cols) + " does not fit float32");
+      }
+      m.values[i] = static_cast<float>(v);
+    }
+    return m;
+  }
+  if (itemsize == 2) {
+    m.converted_from = "float16";
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      m.values[i] = kernels::f16_to_f32(h);
+    }
+    return m;
+  }
+  std::memcpy(m.values.data(), data, data_bytes);
   if (!little) {
     for (float& v : m.values) {
       const uint32_t b = std::bit_cast<uint32_t>(v);
@@ -193,11 +233,9 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
 }
 
 LogitsMatrix read_npy_f32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot open logits file '" + path + "'");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse_npy_f32(buf.str(), path);
+  // The largest valid file: kMaxNpyValues float64 values after a header of at most 4 GiB (format 2.x/3.x).
+  const uint64_t max_bytes = uint64_t{12} + 0xffffffffull + static_cast<uint64_t>(kMaxNpyValues) * 8;
+  return parse_npy_f32(read_input_file(path, "logits file", max_bytes), path);
 }
 
 void write_npy_f32(const std::string& path, const LogitsMatrix& m) {

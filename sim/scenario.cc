@@ -1,10 +1,10 @@
 #include "sim/scenario.h"
 
-#include <fstream>
 #include <sstream>
 #include <toml.hpp>
 
 #include "sim/errors.h"
+#include "sim/input_file.h"
 #include "sim/text.h"
 
 namespace moe::sim {
@@ -57,11 +57,7 @@ Overrides parse_scenario(const std::string& text, const std::string& name) {
 }
 
 Overrides read_scenario(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot open scenario file '" + path + "'");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse_scenario(buf.str(), path);
+  return parse_scenario(read_input_file(path, "scenario file"), path);
 }
 
 }  // namespace moe::sim

@@ -22,6 +22,21 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
+std::vector<std::string_view> lines(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) {
+      out.push_back(text.substr(begin));
+      break;
+    }
+    out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r' || s[b] == '\n')) ++b;

@@ -9,6 +9,9 @@
 namespace moe::sim {
 
 std::vector<std::string> split(std::string_view s, char sep);
+// The lines of `text` (split at '\n'; a final line without '\n' counts; no trailing empty line), as views
+// into `text`.
+std::vector<std::string_view> lines(std::string_view text);
 std::string trim(std::string_view s);
 // Whole-string parses; throw UsageError "<what>: expected an integer, got '<s>'" (or a number).
 int64_t parse_int(std::string_view s, std::string_view what);
