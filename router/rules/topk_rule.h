@@ -75,14 +75,37 @@ struct RowStats {
   float sum = 0.0f;
 };
 
+// The maximum is taken over kLanes interleaved partial maxima (independent chains, so the host loop is not
+// bound by one compare's latency per expert). Max is exact, so any order gives the same value, up to the
+// sign of a zero maximum, which no score depends on (exp(x - (+0)) == exp(x - (-0))).
 MOE_HD inline RowStats row_stats(const TopKParams& p, const float* logits) {
+  constexpr int kLanes = 8;
   RowStats s;
-  s.max_logit = -INFINITY;
-  for (int e = 0; e < p.num_experts; ++e) {
-    if (is_finite(logits[e])) {
-      ++s.num_available;
-      s.max_logit = s.max_logit < logits[e] ? logits[e] : s.max_logit;
+  float lane_max[kLanes];
+  int lane_count[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    lane_max[l] = -INFINITY;
+    lane_count[l] = 0;
+  }
+  int e = 0;
+  for (; e + kLanes <= p.num_experts; e += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float x = logits[e + l];
+      const bool finite = is_finite(x);
+      lane_count[l] += finite ? 1 : 0;
+      lane_max[l] = finite && lane_max[l] < x ? x : lane_max[l];
     }
+  }
+  for (int l = 0; e < p.num_experts; ++e, ++l) {
+    const float x = logits[e];
+    const bool finite = is_finite(x);
+    lane_count[l] += finite ? 1 : 0;
+    lane_max[l] = finite && lane_max[l] < x ? x : lane_max[l];
+  }
+  s.max_logit = -INFINITY;
+  for (int l = 0; l < kLanes; ++l) {
+    s.num_available += lane_count[l];
+    s.max_logit = s.max_logit < lane_max[l] ? lane_max[l] : s.max_logit;
   }
   if (!p.sigmoid && s.num_available > 0) {
     for (int e = 0; e < p.num_experts; ++e)
@@ -181,18 +204,24 @@ MOE_HD inline bool route_row(const TopKParams& p, const RowStats& stats, const S
   }
 
   // Ranks: the best R candidates in rank order.
+  // Candidates in ascending expert order, group by group (a dropped group's experts are skipped whole).
   int n = 0;
-  for (int e = 0; e < E; ++e) {
-    if (!s.available(e) || (p.num_groups > 1 && !kept[e / group_size])) continue;
-    const float v = s.select(e);
-    if (n == R && !rank_before(v, e, out_w[R - 1], out_e[R - 1])) continue;
-    int i = n < R ? n++ : R - 1;
-    for (; i > 0 && rank_before(v, e, out_w[i - 1], out_e[i - 1]); --i) {
-      out_e[i] = out_e[i - 1];
-      out_w[i] = out_w[i - 1];
+  const int num_groups = p.num_groups > 1 ? p.num_groups : 1;
+  const int span = p.num_groups > 1 ? group_size : E;
+  for (int g = 0; g < num_groups; ++g) {
+    if (p.num_groups > 1 && !kept[g]) continue;
+    for (int e = g * span; e < (g + 1) * span; ++e) {
+      if (!s.available(e)) continue;
+      const float v = s.select(e);
+      if (n == R && !rank_before(v, e, out_w[R - 1], out_e[R - 1])) continue;
+      int i = n < R ? n++ : R - 1;
+      for (; i > 0 && rank_before(v, e, out_w[i - 1], out_e[i - 1]); --i) {
+        out_e[i] = out_e[i - 1];
+        out_w[i] = out_w[i - 1];
+      }
+      out_e[i] = e;
+      out_w[i] = v;
     }
-    out_e[i] = e;
-    out_w[i] = v;
   }
   *top1 = n > 0 ? out_w[0] : 0.0f;
 
