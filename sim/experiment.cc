@@ -1,7 +1,9 @@
 #include "sim/experiment.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 
 #include "router/dispatch_planner.h"
@@ -10,6 +12,7 @@
 #include "router/rules/plan_rules.h"
 #include "router/topk_router.h"
 #include "sim/errors.h"
+#include "sim/parallel.h"
 #include "sim/score_model.h"
 
 namespace moe::sim {
@@ -48,16 +51,56 @@ PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool 
   w.steps = schedule(w.requests, config.workload.token_budget);
   const ScoreModel scores(config.scores, config.router.num_experts, config.seed);
   const TopKRouter router(config.router, w.num_ranked);
-  std::vector<float> logits;
-  Progress progress("route", static_cast<int64_t>(w.steps.size()), show_progress && w.steps.size() > 50);
+  // Work items of at most kRowsPerItem rows of one step, spread over the threads. Every token's logits are a
+  // function of (seed, request, position) and its routes of its logits, so the items' order and the thread
+  // count change no value.
+  constexpr int kRowsPerItem = 256;
+  struct Item {
+    size_t step;
+    int first, count;
+  };
+  std::vector<Item> items;
   w.routes.resize(w.steps.size());
   for (size_t s = 0; s < w.steps.size(); ++s) {
-    scores.logits(w.steps[s].rows, logits);
-    router.route(logits.data(), static_cast<int>(w.steps[s].rows.size()), w.routes[s]);
-    w.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());
-    progress.advance();
+    const int rows = static_cast<int>(w.steps[s].rows.size());
+    w.routes[s].resize(rows, E, k, router.num_ranked());
+    for (int first = 0; first < rows; first += kRowsPerItem)
+      items.push_back(Item{s, first, std::min(kRowsPerItem, rows - first)});
+    w.num_tokens += rows;
   }
+  const int threads = config.threads > 0 ? config.threads : default_threads();
+  std::vector<ScoreModel::TopicCache> caches;
+  std::vector<std::vector<float>> logits(threads);
+  for (int t = 0; t < threads; ++t) caches.emplace_back(scores);
+  Progress progress("route", static_cast<int64_t>(items.size()), show_progress && items.size() > 200);
+  std::atomic<int64_t> done{0};
+  int64_t shown = 0;
+  parallel_for(threads, items.size(), [&](size_t i, int worker) {
+    const Item& item = items[i];
+    const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
+    std::vector<float>& buffer = logits[worker];
+    buffer.resize(static_cast<size_t>(item.count) * E);
+    scores.logits(rows, buffer.data(), caches[worker]);
+    router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
+    done.fetch_add(1);
+    if (worker == 0) {
+      const int64_t now = done.load();
+      progress.advance(now - shown);
+      shown = now;
+    }
+  });
+  progress.advance(done.load() - shown);
+  w.routing = routing_stats_of(w);
   return w;
+}
+
+RoutingStats routing_stats_of(const PreparedWorkload& w) {
+  RoutingStatsCounter counter(w.router.num_experts, w.router.top_k);
+  for (size_t s = 0; s < w.steps.size(); ++s) {
+    counter.add(w.steps[s].rows, w.routes[s]);
+    for (uint64_t id : w.steps[s].finished) counter.release(id);
+  }
+  return counter.result();
 }
 
 RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progress* progress,
@@ -78,6 +121,7 @@ RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progr
   }
   DispatchPlan plan;
   RunStats r;
+  r.routing = w.routing;
   r.expert_load.assign(E, 0);
   r.expert_capacity.assign(E, policy.scope == CapacityScope::kNone ? -1 : 0);
   r.step_capacity_min = 1e300;

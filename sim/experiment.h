@@ -10,6 +10,7 @@
 #include "router/router_config.h"
 #include "router/token_routes.h"
 #include "sim/progress.h"
+#include "sim/routing_stats.h"
 #include "sim/sim_config.h"
 #include "sim/workload.h"
 
@@ -24,7 +25,11 @@ struct PreparedWorkload {
   std::vector<TokenRoutes> routes;  // one per step, `num_ranked` ranks per token
   int num_ranked = 0;
   int64_t num_tokens = 0;
+  RoutingStats routing;  // of `routes` (routing_stats_of)
 };
+
+// The routing statistics of a prepared workload's routes, steps in order.
+RoutingStats routing_stats_of(const PreparedWorkload& workload);
 
 // Ranks per token a policy needs: rules::num_ranked_needed (router/rules/capacity.h) for this router.
 int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy);
@@ -58,6 +63,7 @@ struct RunStats {
   // (docs/routing.md section 2, "What each scope bounds").
   double step_peak_load_mean = 0.0, step_peak_load_max = 0.0;
   int64_t peak_live_requests = 0;  // most requests held in the routing state at once
+  RoutingStats routing;            // the workload's choices before capacity: the same for every policy
 };
 
 // Called with each step's index and plan, right after it was planned (the plan is reused for the next step).

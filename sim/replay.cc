@@ -63,6 +63,7 @@ ReplayResult run_replay(const SimConfig& input) {
   try {
     const TopKRouter router(config.router, w.num_ranked);
     router.route(logits.values.data(), T, w.routes[0]);
+    w.routing = routing_stats_of(w);
     // One plan: the stats and the CSV both come from the step simulate() plans.
     result.stats = simulate(w, config.policy, nullptr, [&](size_t, const DispatchPlan& p) { plan = p; });
   } catch (const std::invalid_argument& e) {

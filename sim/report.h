@@ -33,7 +33,10 @@ std::string provenance_line(const SimConfig& config, Command command);
 // Fixed-point text for rates and ratios ("0.1234").
 std::string fixed(double v, int decimals = 4);
 
+// Includes "routing": routing_stats_json(stats.routing).
 nlohmann::ordered_json run_stats_json(const RunStats& stats, bool multi_step);
+// The router's choices before capacity: expert shares, imbalance, consecutive-token repetition.
+nlohmann::ordered_json routing_stats_json(const RoutingStats& r);
 nlohmann::ordered_json probe_json(const ProbeResult& r);
 
 // Tables of the experiments.

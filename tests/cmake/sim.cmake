@@ -1,5 +1,6 @@
 # Simulator tests (sim/): workloads, score models, parsers, experiments, the SVG writer, and the moe-sim CLI.
-foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test)
+foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test
+    sim_routing_stats_test)
   moe_add_test(NAME ${name}
     SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
     LIBS moe_sim
