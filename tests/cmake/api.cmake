@@ -7,7 +7,7 @@ endif()
 # A C program (compiled as C99) using only moe/api/moe_c.h.
 add_executable(api_c_test ${PROJECT_SOURCE_DIR}/tests/api_c_test.c)
 set_target_properties(api_c_test PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
-target_compile_options(api_c_test PRIVATE -Wall -Wextra -Werror)
+target_compile_options(api_c_test PRIVATE -Wall -Wextra $<$<BOOL:${MOE_WERROR}>:-Werror>)
 target_link_libraries(api_c_test PRIVATE moe_api_c m)
 add_test(NAME api_c_test COMMAND api_c_test)
 # TMPDIR points nowhere: moe_weights_from_buffers must build weights memory to memory (no staging file).
