@@ -12,6 +12,7 @@ all: build
 
 deps:
 	@bash scripts/install-deps.sh
+	@if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then bash scripts/gpu-bundle.sh > /dev/null; fi
 
 configure: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) > /dev/null
