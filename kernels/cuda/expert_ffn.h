@@ -87,9 +87,10 @@ void fill_uniform(kernels::DType type, void* data, size_t count, uint64_t seed, 
 // Element-wise helpers of the fast path.
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
 // h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
+// out_f32 may be gate or up (in place, element by element); out_bf16 must not overlap the inputs.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
                  int max_rows, float* out_f32, void* out_bf16, cudaStream_t stream);
-// h[i] = gelu(up[i]) for i < expert_offsets[E] * ffn, as swiglu_rows.
+// h[i] = gelu(up[i]) for i < expert_offsets[E] * ffn, as swiglu_rows (out_f32 may be up).
 void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_experts, int max_rows,
                float* out_f32, void* out_bf16, cudaStream_t stream);
 
