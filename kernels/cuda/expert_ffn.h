@@ -99,7 +99,8 @@ void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_
 // for the tensor cores. NOTES: cuBLAS picks its algorithm by shape, so results may change with the number of
 // rows: this is the `fast` kind, never used where batch invariance is promised. forward() copies
 // expert_offsets to the host and synchronises the stream once (per-expert GEMM shapes live on the host); it
-// is not graph-capturable.
+// is not graph-capturable. enqueue() is the same computation when the caller already holds the offsets on the
+// host (a benchmark, an engine that planned on the host): no copy, no synchronisation, capturable.
 class CublasExpertFfn {
  public:
   // Allocates its buffers and cuBLAS handle (setup, not per forward). Throws std::runtime_error on CUDA
@@ -110,6 +111,11 @@ class CublasExpertFfn {
   CublasExpertFfn& operator=(const CublasExpertFfn&) = delete;
 
   void forward(const float* x_rows, const int32_t* expert_offsets, float* y_rows, cudaStream_t stream);
+  // forward() with host_offsets (E + 1 values, equal to the device's expert_offsets; total <= max_rows)
+  // already on the host: everything is enqueued on `stream`, nothing waits. std::invalid_argument for offsets
+  // that do not fit max_rows or are not non-decreasing from 0.
+  void enqueue(const float* x_rows, const int32_t* expert_offsets, const int32_t* host_offsets, float* y_rows,
+               cudaStream_t stream);
 
  private:
   void gemm(const void* w, int n, int k, const void* x, int rows, float* out);
