@@ -195,9 +195,11 @@ else
   note "real-client python test not run: the Python module was not built (see the build's summary)"
 fi
 
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer /usr/local/cuda-*/compute-sanitizer/compute-sanitizer \
+  2>/dev/null | head -1 || true)
 for tool in memcheck racecheck; do
-  if [[ -z "$sanitizer" ]]; then note "compute-sanitizer not found: $tool skipped"; continue; fi
+  if [[ -z "$sanitizer" ]]; then note "compute-sanitizer not found (PATH, /usr/local/cuda): $tool skipped"; continue; fi
   case_var="${tool}_case"; t_var="t_$tool"
   read -r program filter <<< "${!case_var}"
   if [[ ! -x "$build/bin/$program" ]]; then note "$tool: $program not built"; status=1; continue; fi

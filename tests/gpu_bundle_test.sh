@@ -21,7 +21,7 @@ if ! command -v nvcc > /dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "gpu_bundle_test: SKIPPED: nvcc not found"
   exit 77
 fi
-build="$work/build"
+build=$(realpath -m "$work/build")
 out="$work/out"
 start=$(date +%s)
 # A whole command's budget is the device's; here, two shared cores, so the limits are generous.
