@@ -99,7 +99,7 @@ std::vector<int32_t> Offsets(const ModelShape& m, int T) {
 // it cannot be captured, with events around each call. Sets the iteration times and the counters graph, reps;
 // returns the mean seconds per call.
 double TimeOnDevice(benchmark::State& state, const std::function<void(cudaStream_t)>& enqueue) {
-  bench::DeviceTimer timer(Stream());
+  timing::DeviceTimer timer(Stream());
   enqueue(Stream());  // warm-up (cuBLAS heuristics, caches, lazy module loading)
   CUDA_CHECK(cudaStreamSynchronize(Stream()));
   bool graph = timer.capture(enqueue, 1);

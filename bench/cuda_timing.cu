@@ -3,7 +3,7 @@
 #include "base/cuda/check.h"
 #include "bench/cuda_timing.h"
 
-namespace moe::cuda::bench {
+namespace moe::cuda::timing {
 namespace {
 
 // Spins until *release is set by the host, or 2 s of device time have passed (so a host that never releases
@@ -92,4 +92,4 @@ double DeviceTimer::time_enqueue(const std::function<void(cudaStream_t)>& enqueu
   return static_cast<double>(ms);
 }
 
-}  // namespace moe::cuda::bench
+}  // namespace moe::cuda::timing

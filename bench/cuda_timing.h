@@ -12,7 +12,7 @@
 
 #include <functional>
 
-namespace moe::cuda::bench {
+namespace moe::cuda::timing {
 
 class DeviceTimer {
  public:
@@ -40,4 +40,4 @@ class DeviceTimer {
   int* release_device_ = nullptr;
 };
 
-}  // namespace moe::cuda::bench
+}  // namespace moe::cuda::timing
