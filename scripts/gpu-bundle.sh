@@ -43,8 +43,13 @@ for p in "${packages[@]}"; do
   if [[ -n "$existing" ]] && grep -q " $(sha256sum "$existing" | cut -d' ' -f1)\$" "$manifest" 2>/dev/null; then
     file=$existing
   else
-    (cd "$dir" && apt-get download -q "$p=$version" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    fetch() { (cd "$dir" && apt-get download -q "$p=$version" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true); }
+    fetch
     file=$(ls "$dir/${p}_${version//:/%3a}_"*.deb 2>/dev/null | head -1 || true)
+    if [[ -z "$file" && -z "${updated:-}" ]]; then  # no package lists yet (a fresh machine): update once, retry
+      apt-get update -qq && updated=1 && fetch
+      file=$(ls "$dir/${p}_${version//:/%3a}_"*.deb 2>/dev/null | head -1 || true)
+    fi
     if [[ -z "$file" ]]; then
       echo "gpu-bundle: apt-get download $p=$version wrote no .deb into $dir" >&2
       exit 1
