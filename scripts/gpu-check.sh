@@ -182,6 +182,11 @@ else
 fi
 grep -E "tests passed|Test +#.*(Passed|Failed|Skipped|Not Run|Timeout)|no usable CUDA device|\[ info \]" \
   "$out/ctest-gpu.log" | sort -u >> "$summary"
+# On the GPU machine a skipped gpu test is a failure of the check: say so plainly.
+if grep -q "no usable CUDA device" "$out/ctest-gpu.log"; then
+  status=1
+  note "NO USABLE CUDA DEVICE: the gpu tests skipped ($(grep -m1 -o 'no usable CUDA device: .*' "$out/ctest-gpu.log"))"
+fi
 
 if ls "$build/python/moe/_moe"*.so > /dev/null 2>&1; then
   if PYTHONPATH="$build/python" OMP_NUM_THREADS=4 timeout "$(limit $t_python)" "$python" -m unittest -v \
@@ -214,12 +219,18 @@ done
 
 if [[ -x "$build/bin/cuda_moe_bench" ]]; then
   bench_end=$(( $(elapsed) + $(limit $t_bench) ))
+  line_buffered=$(command -v stdbuf > /dev/null && echo "stdbuf -oL" || true)
   for group in $bench_groups; do
     left=$(( bench_end - $(elapsed) ))
     (( left < 5 )) && { note "bench $group skipped (no time left)"; continue; }
-    if timeout "$left" "$build/bin/cuda_moe_bench" --benchmark_filter="^$group/" \
+    # stdbuf: the console lines reach the file as each benchmark ends (the JSON is written at the end).
+    if timeout "$left" $line_buffered "$build/bin/cuda_moe_bench" --benchmark_filter="^$group/" \
         --benchmark_out="$out/bench-$group.json" --benchmark_out_format=json > "$out/bench-$group.txt" 2>&1; then
-      note "bench $group ok ($(elapsed)s)"
+      if grep -q "no usable CUDA device" "$out/bench-$group.txt"; then
+        note "bench $group: no usable CUDA device, nothing measured"
+      else
+        note "bench $group ok ($(elapsed)s): $(grep -c "^$group/" "$out/bench-$group.txt") benchmarks"
+      fi
     else
       note "bench $group FAILED or timed out ($(elapsed)s); see bench-$group.txt"
     fi
