@@ -3,8 +3,9 @@ blocks swapped for moe.torch_module.MoEBlock (the CPU layer and, where a GPU is 
 
 - Dropless (the block's default, like the HF block): the model's logits equal the untouched model's within
   float32 rounding (relative error <= 1e-4 over two decoder layers).
-- Deterministic preset with capacity (request scope, cf 1.0): the probe - one request's rows of the activations
-  the real model feeds each swapped block - gives the same bits alone as among strangers, shuffled.
+- Deterministic preset with capacity (cf 1.0; request scope, and the preset's sequence scope with admitted
+  requests): the probe - one request's rows of the activations the real model feeds each swapped block - gives
+  the same bits alone as among strangers, shuffled.
 
 Skips (naming the reason) where transformers is not installed; the CUDA cases skip without a usable device.
 Handles both expert layouts of transformers: a ModuleList of experts (experts.{e}.w1/gate_proj...) and the
@@ -159,7 +160,9 @@ class HuggingFaceClients(unittest.TestCase):
 
     def probe_invariance(self, model, blocks, arch, top_k, norm, device):
         """Each swapped block, fed the activations the real model gives it, returns the probe request's rows
-        bitwise the same alone as among strangers (deterministic preset, request scope, cf 1.0)."""
+        bitwise the same alone as among strangers, shuffled: deterministic preset with capacity (cf 1.0), under
+        request scope (stateless) and under the preset's own sequence scope (requests admitted with their prompt
+        lengths; a fresh block for each run, since the block carries their routing state)."""
         inputs = []
         hooks = [b.register_forward_hook(lambda m, args, out: inputs.append(args[0].detach().clone()))
                  for _, _, b in blocks]
@@ -167,20 +170,28 @@ class HuggingFaceClients(unittest.TestCase):
             model(torch.randint(0, VOCAB, (6, SEQ)))
         for h in hooks:
             h.remove()
-        ours = swap(blocks, arch, top_k, norm, device=device, preset="deterministic", scope="request",
-                    capacity_factor=1.0)
-        restore(blocks)
-        for layer, (block, x) in enumerate(zip(ours, inputs)):
-            rows = x.reshape(-1, D)
-            ids = torch.arange(6).repeat_interleave(SEQ)
-            pos = torch.arange(SEQ).repeat(6)
-            alone, _ = block(rows[:SEQ], request_ids=ids[:SEQ], positions=pos[:SEQ])
-            perm = torch.randperm(rows.shape[0])
-            mixed, _ = block(rows[perm], request_ids=ids[perm], positions=pos[perm])
-            back = torch.empty_like(mixed)
-            back[perm] = mixed
-            self.assertTrue(torch.equal(alone.view(torch.int32), back[:SEQ].view(torch.int32)),
-                            "layer %d on %s: the probe's rows differ among strangers" % (layer, device))
+        ids = torch.arange(6).repeat_interleave(SEQ)
+        pos = torch.arange(SEQ).repeat(6)
+        for scope in ("request", "sequence"):
+            def fresh(requests):
+                made = swap(blocks, arch, top_k, norm, device=device, preset="deterministic", scope=scope,
+                            capacity_factor=1.0)
+                restore(blocks)
+                for block in made:
+                    for r in requests:
+                        block.admit_request(r, SEQ)  # a no-op under request scope
+                return made
+            alone_blocks, mixed_blocks = fresh([0]), fresh(range(6))
+            for layer, x in enumerate(inputs):
+                rows = x.reshape(-1, D)
+                alone, _ = alone_blocks[layer](rows[:SEQ], request_ids=ids[:SEQ], positions=pos[:SEQ])
+                perm = torch.randperm(rows.shape[0])
+                mixed, _ = mixed_blocks[layer](rows[perm], request_ids=ids[perm], positions=pos[perm])
+                back = torch.empty_like(mixed)
+                back[perm] = mixed
+                self.assertTrue(torch.equal(alone.view(torch.int32), back[:SEQ].view(torch.int32)),
+                                "layer %d, %s scope, on %s: the probe's rows differ among strangers"
+                                % (layer, scope, device))
 
     def test_mixtral(self):
         self.check_model(tiny_mixtral)
