@@ -156,6 +156,11 @@ def routing_stats(chosen, num_experts):
             overlap = (a.unsqueeze(-1) == b.unsqueeze(-2)).any(dim=-1).any(dim=-1)
             same_any += int(overlap.sum())
             transitions += a.shape[0] * a.shape[1]
+        # Baseline: the same choices paired at random (a fixed permutation), i.e. these loads without order.
+        rows = torch.cat([c[l].reshape(-1, c[l].shape[-1]) for c in chosen])
+        other = rows[torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(0))]
+        base_first = float((rows[:, 0] == other[:, 0]).double().mean())
+        base_any = float((rows.unsqueeze(-1) == other.unsqueeze(-2)).any(-1).any(-1).double().mean())
         out.append({
             "expert_pair_share": [round(float(v), 4) for v in pair_counts / pair_counts.sum()],
             "expert_first_choice_share": [round(float(v), 4) for v in first_counts / first_counts.sum()],
@@ -163,6 +168,8 @@ def routing_stats(chosen, num_experts):
             "consecutive_same_first_choice": round(same_first / transitions, 4),
             "consecutive_top2_overlap": round(same_any / transitions, 4),
             "transitions": transitions,
+            "shuffled_same_first_choice": round(base_first, 4),
+            "shuffled_top2_overlap": round(base_any, 4),
         })
     return out
 
@@ -305,6 +312,7 @@ def train(cfg, out_dir, corpus_dir, log_every=25):
 
     log = []
     t_train = time.time()
+    cpu_train = time.process_time()
     window_ce = window_aux = 0.0
     window_n = 0
     last_ce = []
@@ -338,6 +346,7 @@ def train(cfg, out_dir, corpus_dir, log_every=25):
             window_ce = window_aux = 0.0
             window_n = 0
     train_seconds = time.time() - t_train
+    train_cpu_seconds = time.process_time() - cpu_train
     model.eval()
 
     os.makedirs(out_dir, exist_ok=True)
@@ -348,8 +357,8 @@ def train(cfg, out_dir, corpus_dir, log_every=25):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config(cfg), f, indent=2)
         f.write("\n")
-    print("model.safetensors sha256 %s (%d bytes), training %.1fs" % (digest, os.path.getsize(st_path),
-                                                                        train_seconds), flush=True)
+    print("model.safetensors sha256 %s (%d bytes), training %.1fs wall, %.1fs cpu"
+          % (digest, os.path.getsize(st_path), train_seconds, train_cpu_seconds), flush=True)
 
     # Evaluate what was written (the file's weights are the trained fp32 weights, bit for bit).
     model, tok, _ = load_checkpoint(out_dir)
@@ -395,6 +404,7 @@ def train(cfg, out_dir, corpus_dir, log_every=25):
         "model_safetensors_bytes": os.path.getsize(st_path),
         "tokenizer_json_sha256": sha256_file(os.path.join(out_dir, "tokenizer.json")),
         "wall_seconds": {"tokenizer": round(t_tok, 1), "training": round(train_seconds, 1),
+                         "training_cpu": round(train_cpu_seconds, 1),
                          "evaluation": round(eval_seconds, 1), "total": round(time.time() - t_start, 1)},
         "machine": {"torch": torch.__version__, "numpy": np.__version__, "threads": torch.get_num_threads(),
                     "cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability()
@@ -413,8 +423,10 @@ def train(cfg, out_dir, corpus_dir, log_every=25):
     print("held-out loss %.4f (perplexity %.3f, %.4f bits/byte); train-eval loss %.4f (perplexity %.3f)"
           % (held_loss, math.exp(held_loss), report["heldout"]["bits_per_byte"], train_loss, math.exp(train_loss)))
     for l, s in enumerate(stats):
-        print("layer %d: max/mean load %.3f, consecutive same first choice %.3f, top-2 overlap %.3f"
-              % (l, s["max_over_mean_load"], s["consecutive_same_first_choice"], s["consecutive_top2_overlap"]))
+        print("layer %d: max/mean load %.3f, consecutive same first choice %.3f (shuffled %.3f), top-2 overlap "
+              "%.3f (shuffled %.3f)" % (l, s["max_over_mean_load"], s["consecutive_same_first_choice"],
+                                       s["shuffled_same_first_choice"], s["consecutive_top2_overlap"],
+                                       s["shuffled_top2_overlap"]))
     for s in samples:
         print("sample: %r" % s["text"])
     return report
