@@ -2,8 +2,9 @@
 """Trains the KJV MoE decoder (models/kjv-moe) deterministically on one CPU thread, and checks it.
 
     python/train/train_moe.py                 train, write models/kjv-moe/, compare the hash with the committed one
-    python/train/train_moe.py --check         retrain into a scratch directory; fail unless model.safetensors has
-                                              the committed SHA-256 and tokenizer.json the committed bytes
+    python/train/train_moe.py --check         retrain (the configuration training.json records) into a scratch
+                                              directory; fail unless model.safetensors has the committed SHA-256
+                                              and tokenizer.json the committed bytes
     python/train/train_moe.py --eval          load the committed checkpoint: held-out perplexity and reference
                                               logits must equal what training.json / reference_logits.npy say
     python/train/train_moe.py --samples "In the beginning" ...   greedy completions from the committed model
@@ -22,9 +23,10 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# One thread everywhere, set before torch is imported: with OMP_NUM_THREADS unset at import the same forward gives
+# other bits (even after torch.set_num_threads(1)), so these are forced, not defaults.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -41,7 +43,7 @@ import safetensors_io  # noqa: E402
 # The committed configuration. Changing any of these changes the checkpoint (and its hash).
 DEFAULTS = dict(
     vocab_size=1024, hidden=256, num_layers=4, num_heads=4, num_experts=8, top_k=2, expert_ff=88,
-    seq_len=256, batch=8, steps=800, lr=3e-3, min_lr_ratio=0.1, warmup=50, weight_decay=0.1,
+    seq_len=256, batch=8, steps=720, lr=3e-3, min_lr_ratio=0.1, warmup=50, weight_decay=0.1,
     beta1=0.9, beta2=0.95, grad_clip=1.0, aux_coef=0.01, seed=1234,
 )
 REFERENCE_PROMPTS = 2      # reference logits: held-out sequences ...
@@ -188,6 +190,11 @@ def greedy(model, tok, prompt, n_new):
     return ids
 
 
+def shortest_f32(v):
+    """The shortest decimal that reads back as the same float32 (1e-05, not 9.999999747378752e-06)."""
+    return float(str(np.float32(v)))
+
+
 def hf_config(cfg):
     s = shape_from(cfg)
     return {
@@ -203,8 +210,8 @@ def hf_config(cfg):
         "hidden_act": "silu",
         "max_position_embeddings": s.max_positions,
         "initializer_range": 0.02,
-        "rms_norm_eps": s.rms_eps,
-        "rope_theta": s.rope_theta,
+        "rms_norm_eps": shortest_f32(s.rms_eps),
+        "rope_theta": shortest_f32(s.rope_theta),
         "sliding_window": None,
         "attention_dropout": 0.0,
         "num_local_experts": s.num_experts,
@@ -407,8 +414,7 @@ def train(cfg, out_dir, corpus_dir, log_every=25):
                          "training_cpu": round(train_cpu_seconds, 1),
                          "evaluation": round(eval_seconds, 1), "total": round(time.time() - t_start, 1)},
         "machine": {"torch": torch.__version__, "numpy": np.__version__, "threads": torch.get_num_threads(),
-                    "cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability()
-                    if hasattr(torch.backends, "cpu") else None},
+                    "cpu": cpu_name(), "cpu_flags": cpu_flags(), "torch_capability": torch_capability()},
         "reference": {"tokens": "reference_tokens.npy [%d, %d] int32" % tuple(ref.shape),
                       "logits": "reference_logits.npy [%d, %d, %d] float32 (dropless, fp32, this forward)"
                       % tuple(ref_logits.shape),
@@ -440,6 +446,27 @@ def cpu_name():
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return None
+
+
+def cpu_flags():
+    """The vector ISA flags of /proc/cpuinfo that decide which kernels torch and its libraries pick."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if x in have]
+    except OSError:
+        pass
+    return None
+
+
+def torch_capability():
+    """The "CPU capability usage" line of torch's build configuration (e.g. AVX2)."""
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage" in line:
+            return line.split(":", 1)[1].strip()
     return None
 
 
@@ -550,8 +577,11 @@ def main():
         cmd_samples(args)
     elif args.check:
         if cfg != DEFAULTS:
-            sys.exit("check: --check retrains the committed configuration; drop the other options")
-        cmd_check(args, cfg)
+            sys.exit("check: --check retrains the configuration training.json records; drop the other options")
+        committed = committed_report(args.model_dir)
+        if committed is None:
+            sys.exit("check: %s/training.json is missing" % args.model_dir)
+        cmd_check(args, committed["config"])
     else:
         out = args.out or args.model_dir
         committed = committed_report(args.model_dir)  # read before training overwrites it
