@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/thread_pool.h"
