@@ -39,3 +39,16 @@ foreach(t model_pretrained_test model_tokenizer_test model_kjv_perplexity_test)
                              MOE_KJV_CORPUS="${CMAKE_BINARY_DIR}/kjv")
 endforeach()
 set_tests_properties(model_tokenizer_test model_kjv_perplexity_test PROPERTIES FIXTURES_REQUIRED kjv_corpus)
+
+# The divergence lab on the trained model, and its router-logit recording read back by `moe-sim replay`.
+moe_add_test(NAME diverge_kjv_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_kjv_test.cc
+             LIBS moe_sim_diverge nlohmann_json::nlohmann_json LABELS unit)
+target_compile_definitions(diverge_kjv_test PRIVATE MOE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                           MOE_KJV_CORPUS="${CMAKE_BINARY_DIR}/kjv")
+set_tests_properties(diverge_kjv_test PROPERTIES FIXTURES_REQUIRED kjv_corpus)
+if(TARGET moe-sim)
+  add_test(NAME diverge_record_replay_test
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/diverge_record_replay_test.sh $<TARGET_FILE:moe-sim>
+                   ${CMAKE_BINARY_DIR}/kjv ${CMAKE_BINARY_DIR}/test_data/record_logits)
+  set_tests_properties(diverge_record_replay_test PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_REQUIRED kjv_corpus)
+endif()
