@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "python", "train"))
 
 import train_moe  # noqa: E402  (first: it pins the thread variables before torch is imported)
 import bpe  # noqa: E402
+import tokenizer_cases  # noqa: E402
 import safetensors_io  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -117,6 +118,15 @@ class Tokenizer(unittest.TestCase):
         # The recorded samples begin with the prompt's encoding.
         for s in train_moe.committed_report(MODEL_DIR)["samples"]:
             self.assertEqual(s["tokens"][:s["prompt_tokens"]], self.tok.encode(s["prompt"]))
+
+
+    def test_cpp_reference_encodings_are_current(self):
+        # tests/data/kjv_tokenizer_cases.json (the C++ tokenizer's oracle, model_tokenizer_test) equals a fresh
+        # run of bpe.py: the committed reference cannot go stale.
+        path = os.path.join(ROOT, "tests", "data", "kjv_tokenizer_cases.json")
+        with open(path) as f:
+            committed = f.read()
+        self.assertEqual(tokenizer_cases.dumps(tokenizer_cases.build(MODEL_DIR, CORPUS_DIR)), committed)
 
 
 class Forward(unittest.TestCase):
