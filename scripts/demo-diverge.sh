@@ -26,7 +26,7 @@ THREADS=$(nproc 2>/dev/null || echo 2)
 mkdir -p "$OUT"
 echo "== divergence lab: same prompt, different answers (trained KJV model, 30 trials per row)"
 "${CMD[@]}" --model kjv --corpus "$ROOT/data/kjv" --trials 30 --gen-length 32 \
-  --modes greedy,stable-varied --kernels fast,invariant --sweep-cf 1.25,2 --sweep-modes greedy \
+  --modes greedy,request-varied,stable-varied --kernels fast,invariant --sweep-cf 1.25,2 --sweep-modes greedy \
   --threads "$THREADS" --quiet --json-out "$OUT/diverge.json" --svg-dir "$OUT"
 echo
 echo "(distinct: distinct completions of the probe over the trials; diverged: trials that differ from the probe"
