@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The divergence lab in a minute or two, on the trained model (models/kjv-moe, docs/training.md): one KJV prompt
+# The divergence lab in about a minute and a half (2 cores), on the trained model (models/kjv-moe, docs/training.md): one KJV prompt
 # served 30 times among stranger traffic drawn from the held-out books (continuous batching, chunked prefill),
 # per dispatch mode and kernel kind; prints the table and every distinct completion as text, then checks the
 # claims: greedy dispatch gives more than one distinct completion of 30, stable (sequence scope + invariant

@@ -30,7 +30,7 @@ set_tests_properties(model_kjv_checkpoint_test PROPERTIES LABELS python TIMEOUT 
 # fixture kjv_corpus (scripts/fetch-corpus.sh; packages bible-kjv, bible-kjv-text from scripts/install-deps.sh).
 add_test(NAME kjv_corpus_fetch
          COMMAND bash -c "test -s '${CMAKE_BINARY_DIR}/kjv/heldout.txt' || '${PROJECT_SOURCE_DIR}/scripts/fetch-corpus.sh' '${CMAKE_BINARY_DIR}/kjv'")
-set_tests_properties(kjv_corpus_fetch PROPERTIES FIXTURES_SETUP kjv_corpus LABELS "unit;python" TIMEOUT 120)
+set_tests_properties(kjv_corpus_fetch PROPERTIES FIXTURES_SETUP kjv_corpus LABELS unit TIMEOUT 120)
 set_tests_properties(model_kjv_checkpoint_test PROPERTIES FIXTURES_REQUIRED kjv_corpus)
 foreach(t model_pretrained_test model_tokenizer_test model_kjv_perplexity_test)
   moe_add_test(NAME ${t} SOURCES ${PROJECT_SOURCE_DIR}/tests/${t}.cc LIBS moe_model moe_sim
