@@ -3,6 +3,7 @@
 // of max_position_embeddings inputs at that stride, every token but the first predicted once, dropless,
 // fp32), and the mean loss compared with training.json's held-out loss within 1e-5 relative (the torch side
 // sums fp32 losses per batch of 8 windows, this side sums in double; both use the same logits to ~1e-6).
+// Two threads score alternate windows; the sum runs in window order, so the result does not depend on them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "moe/model/model.h"
@@ -43,30 +45,42 @@ TEST(KjvModel, HeldOutPerplexityEqualsTraining) {
   o.kernel = kernels::KernelKind::kFast;
   o.policy = ModelOptions::dispatch_mode("dropless", 1.0);
   o.max_tokens = window;
-  Model m(weights, o);
   const int V = weights->shape.vocab_size;
-  double total = 0;
-  int64_t count = 0;
-  std::vector<BatchRow> rows;
-  std::vector<int32_t> out_rows;
-  std::vector<float> logits;
   const int64_t N = static_cast<int64_t>(stream.size());
-  for (int64_t s = 0; s < N - 1; s += window) {
-    const int64_t n = std::min<int64_t>(window, N - 1 - s);
-    rows.clear();
-    for (int64_t t = 0; t < n; ++t) rows.push_back({1, static_cast<uint32_t>(t), stream[s + t]});
-    m.forward(rows, out_rows, logits, nullptr, LogitRows::kEvery);
-    m.release(1);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* z = logits.data() + t * V;
-      double mx = z[0];
-      for (int v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
-      total += mx + std::log(sum) - double(z[stream[s + t + 1]]);
+  std::vector<int64_t> starts;
+  for (int64_t s = 0; s < N - 1; s += window) starts.push_back(s);
+  // Each window's summed loss, computed on two threads (one Model each), added in window order.
+  std::vector<double> window_loss(starts.size(), 0.0);
+  auto score = [&](size_t first, size_t step) {
+    Model m(weights, o);
+    std::vector<BatchRow> rows;
+    std::vector<int32_t> out_rows;
+    std::vector<float> logits;
+    for (size_t w = first; w < starts.size(); w += step) {
+      const int64_t s = starts[w];
+      const int64_t n = std::min<int64_t>(window, N - 1 - s);
+      rows.clear();
+      for (int64_t t = 0; t < n; ++t) rows.push_back({1, static_cast<uint32_t>(t), stream[s + t]});
+      m.forward(rows, out_rows, logits, nullptr, LogitRows::kEvery);
+      m.release(1);
+      double sum_w = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        const float* z = logits.data() + t * V;
+        double mx = z[0];
+        for (int v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
+        double sum = 0;
+        for (int v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
+        sum_w += mx + std::log(sum) - double(z[stream[s + t + 1]]);
+      }
+      window_loss[w] = sum_w;
     }
-    count += n;
-  }
+  };
+  std::thread helper(score, 1, 2);
+  score(0, 2);
+  helper.join();
+  double total = 0;
+  for (double l : window_loss) total += l;
+  const int64_t count = N - 1;
   const double loss = total / static_cast<double>(count);
   const double want = report["heldout"]["loss"].get<double>();
   std::printf(

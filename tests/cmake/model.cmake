@@ -34,11 +34,13 @@ set_tests_properties(kjv_corpus_fetch PROPERTIES FIXTURES_SETUP kjv_corpus LABEL
 set_tests_properties(model_kjv_checkpoint_test PROPERTIES FIXTURES_REQUIRED kjv_corpus)
 foreach(t model_pretrained_test model_tokenizer_test model_kjv_perplexity_test)
   moe_add_test(NAME ${t} SOURCES ${PROJECT_SOURCE_DIR}/tests/${t}.cc LIBS moe_model moe_sim
-               nlohmann_json::nlohmann_json LABELS unit)
+               nlohmann_json::nlohmann_json Threads::Threads LABELS unit)
   target_compile_definitions(${t} PRIVATE MOE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                              MOE_KJV_CORPUS="${CMAKE_BINARY_DIR}/kjv")
 endforeach()
 set_tests_properties(model_tokenizer_test model_kjv_perplexity_test PROPERTIES FIXTURES_REQUIRED kjv_corpus)
+# Two threads (one Model each) score the held-out windows.
+set_tests_properties(model_kjv_perplexity_test PROPERTIES PROCESSORS 2)
 
 # The divergence lab on the trained model, and its router-logit recording read back by `moe-sim replay`.
 moe_add_test(NAME diverge_kjv_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_kjv_test.cc
