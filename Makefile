@@ -6,7 +6,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 
-.PHONY: all deps configure build demo test bench asan tsan format clean
+.PHONY: all deps configure build corpus demo test bench asan tsan format clean
 
 all: build
 
@@ -21,7 +21,12 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The divergence lab needs the KJV corpus (stranger prompts from the held-out books): fetched from the packages
+# scripts/install-deps.sh installs.
+corpus: deps
+	@test -s data/kjv/heldout.txt || bash scripts/fetch-corpus.sh data/kjv
+
+demo: build corpus
 	bash scripts/demo.sh $(BUILD)
 	bash scripts/demo-diverge.sh $(BUILD)
 

@@ -12,6 +12,7 @@ packages=(
   libopenblas0-pthread
   clang-format
   valgrind
+  bible-kjv bible-kjv-text
 )
 
 missing=()

@@ -129,7 +129,7 @@ uint32_t read_le(const std::string& bytes, size_t at, int width) {
 
 }  // namespace
 
-LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
+NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   auto fail = [&](const std::string& why) -> void {
     throw DataError("bad .npy file '" + name + "': " + why);
   };
@@ -154,41 +154,66 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
     if (it->second.kind != kind) fail("header field '" + key + "' has the wrong type");
     return it->second;
   };
+  NpyArray a;
   const std::string& descr = field("descr", HeaderValue::Kind::kString).str;
   const bool little = std::endian::native == std::endian::little;
-  if (!(descr == "<f4" || (little && (descr == "=f4" || descr == "f4")))) {
+  if (descr == "<f4" || (little && (descr == "=f4" || descr == "f4"))) {
+    a.dtype = "f4";
+  } else if (descr == "<i4" || (little && (descr == "=i4" || descr == "i4"))) {
+    a.dtype = "i4";
+  } else {
     fail("dtype '" + descr + "' is not supported: router logits must be float32 ('<f4')");
   }
   if (field("fortran_order", HeaderValue::Kind::kBool).boolean) {
     fail("fortran_order is True: save a C-ordered array (numpy.ascontiguousarray)");
   }
-  const auto& shape = field("shape", HeaderValue::Kind::kTuple).tuple;
-  if (shape.size() != 2)
-    fail("expected a 2-D array [tokens, experts], got " + std::to_string(shape.size()) + "-D");
-  LogitsMatrix m;
-  m.rows = shape[0];
-  m.cols = shape[1];
-  if (m.rows < 1 || m.cols < 1)
-    fail("empty array (shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ")");
-  if (m.rows > int64_t{2147483647} / m.cols) fail("array too large (more than 2^31 - 1 values)");
-  const size_t data_bytes = static_cast<size_t>(m.rows * m.cols) * 4;
+  a.shape = field("shape", HeaderValue::Kind::kTuple).tuple;
+  int64_t count = 1;
+  std::string dims;
+  for (int64_t d : a.shape) {
+    dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    if (d < 0 || (d > 0 && count > int64_t{2147483647} / d))
+      fail("array too large (more than 2^31 - 1 values)");
+    count *= d;
+  }
+  const size_t data_bytes = static_cast<size_t>(count) * 4;
   if (bytes.size() - data_begin < data_bytes) {
-    fail("truncated: shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + ") needs " +
-         std::to_string(data_bytes) + " data bytes but the file has " +
-         std::to_string(bytes.size() - data_begin));
+    fail("truncated: shape (" + dims + ") needs " + std::to_string(data_bytes) +
+         " data bytes but the file has " + std::to_string(bytes.size() - data_begin));
   }
   if (bytes.size() - data_begin > data_bytes) {
-    fail("file is longer than shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
-         ") needs (" + std::to_string(bytes.size() - data_begin - data_bytes) + " extra bytes)");
+    fail("file is longer than shape (" + dims + ") needs (" +
+         std::to_string(bytes.size() - data_begin - data_bytes) + " extra bytes)");
   }
-  m.values.resize(static_cast<size_t>(m.rows * m.cols));
-  std::memcpy(m.values.data(), bytes.data() + data_begin, data_bytes);
+  a.words.resize(static_cast<size_t>(count));
+  std::memcpy(a.words.data(), bytes.data() + data_begin, data_bytes);
   if (!little) {
-    for (float& v : m.values) {
-      const uint32_t b = std::bit_cast<uint32_t>(v);
-      v = std::bit_cast<float>((b >> 24) | ((b >> 8) & 0xff00u) | ((b << 8) & 0xff0000u) | (b << 24));
-    }
+    for (uint32_t& b : a.words) b = (b >> 24) | ((b >> 8) & 0xff00u) | ((b << 8) & 0xff0000u) | (b << 24);
   }
+  return a;
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError("cannot open .npy file '" + path + "'");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return parse_npy(buf.str(), path);
+}
+
+LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
+  const NpyArray a = parse_npy(bytes, name);
+  auto fail = [&](const std::string& why) { throw DataError("bad .npy file '" + name + "': " + why); };
+  if (a.dtype != "f4") fail("dtype '<i4' is not supported: router logits must be float32 ('<f4')");
+  if (a.shape.size() != 2)
+    fail("expected a 2-D array [tokens, experts], got " + std::to_string(a.shape.size()) + "-D");
+  LogitsMatrix m;
+  m.rows = a.shape[0];
+  m.cols = a.shape[1];
+  if (m.rows < 1 || m.cols < 1)
+    fail("empty array (shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ")");
+  m.values.resize(a.words.size());
+  std::memcpy(m.values.data(), a.words.data(), a.words.size() * 4);
   return m;
 }
 

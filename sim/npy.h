@@ -1,6 +1,7 @@
 // Reading router logits saved with numpy.save.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,20 @@ struct LogitsMatrix {
   int64_t cols = 0;
   std::vector<float> values;  // row-major [rows, cols]
 };
+
+// Any .npy array of 4-byte elements: dtype "f4" (float32) or "i4" (int32), little-endian, C order, any shape
+// (a 0-D array has one element); words holds the elements' bits in host order.
+struct NpyArray {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint32_t> words;
+  float f32(size_t i) const { return std::bit_cast<float>(words[i]); }
+  int32_t i32(size_t i) const { return static_cast<int32_t>(words[i]); }
+};
+// Parses an in-memory .npy image / reads a file. Throws DataError naming the file and the problem (the
+// checks of read_npy_f32 below, other dtypes refused by name).
+NpyArray parse_npy(const std::string& bytes, const std::string& name);
+NpyArray read_npy(const std::string& path);
 
 // Reads a .npy file holding a 2-D float32 array: magic "\x93NUMPY", format version 1.x, 2.x or 3.x, a header
 // dict with 'descr': '<f4' (or '=f4' / 'f4' on a little-endian host), 'fortran_order': False and a 2-tuple
