@@ -6,12 +6,14 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 
-.PHONY: all deps configure build demo test bench asan tsan fuzz fuzz-build format clean
+.PHONY: all deps configure build corpus demo test bench asan tsan fuzz fuzz-build format clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
+	@if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then \
+	  bash scripts/gpu-bundle.sh > /dev/null || echo "deps: gpu-bundle not fetched (gpu_bundle_build_test will skip)"; fi
 
 configure: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) > /dev/null
@@ -19,7 +21,12 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The divergence lab needs the KJV corpus (stranger prompts from the held-out books): fetched from the packages
+# scripts/install-deps.sh installs.
+corpus: deps
+	@test -s data/kjv/heldout.txt || bash scripts/fetch-corpus.sh data/kjv
+
+demo: build corpus
 	bash scripts/demo.sh $(BUILD)
 	bash scripts/demo-diverge.sh $(BUILD)
 

@@ -12,10 +12,12 @@ if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
 endif()
 
-# NOTES: warnings are errors for nvcc too; -fmad=false keeps nvcc from contracting a*b+c in the planner and the
+# NOTES: warnings are errors for nvcc too (with MOE_WERROR); -fmad=false keeps nvcc from contracting a*b+c in the planner and the
 # router rules (their float and double arithmetic must match the CPU's -ffp-contract=off bit for bit); the GEMM
 # kernels call fmaf explicitly where they want fused operations. (moe_flags guards its own options with
 # $<COMPILE_LANGUAGE:CXX>, so both can be linked.)
 add_library(moe_cuda_flags INTERFACE)
-target_compile_options(moe_cuda_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror all-warnings -fmad=false>)
+target_compile_options(moe_cuda_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra -fmad=false>)
+if(MOE_WERROR)
+  target_compile_options(moe_cuda_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--Werror all-warnings>)
+endif()

@@ -13,6 +13,7 @@ packages=(
   clang-format
   clang-14 libclang-rt-14-dev
   valgrind
+  bible-kjv bible-kjv-text
 )
 
 missing=()

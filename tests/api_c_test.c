@@ -521,6 +521,62 @@ static void test_device(void) {
   moe_weights_destroy(weights);
 }
 
+/* A Hugging Face checkpoint directory without shape arguments: the trained model's layers, with the router
+ * (top-2 of 8) from config.json; a config that disagrees with the tensors is refused by name. */
+static void test_pretrained(void) {
+  moe_weights_t* w = NULL;
+  CHECK(moe_weights_load_pretrained(MOE_KJV_DIR, 1, -1, &w) == MOE_OK);
+  moe_layer_shape_t shape;
+  CHECK(moe_weights_shape(w, &shape) == MOE_OK);
+  CHECK(shape.hidden == 256 && shape.expert_ff == 88 && shape.num_experts == 8 &&
+        shape.num_shared_experts == 0);
+  uint64_t hash_w = 0, hash_l = 0;
+  CHECK(moe_weights_hash(w, &hash_w) == MOE_OK);
+  moe_layer_t* layer = NULL;
+  CHECK(moe_layer_create_pretrained(MOE_KJV_DIR, 1, NULL, &layer) == MOE_OK);
+  int64_t hidden = 0;
+  int32_t experts = 0, top_k = 0;
+  CHECK(moe_layer_dims(layer, &hidden, &experts, &top_k) == MOE_OK);
+  CHECK(hidden == 256 && experts == 8 && top_k == 2);
+  {
+    /* The layer's weights are layer 1's: the same content hash in its fingerprint. */
+    char buffer[4096], want[64];
+    size_t required = 0;
+    CHECK(moe_layer_fingerprint(layer, buffer, sizeof buffer, &required) == MOE_OK);
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)hash_w);
+    CHECK(strstr(buffer, want) != NULL);
+    (void)hash_l;
+  }
+  moe_layer_destroy(layer);
+  {
+    /* A config's explicit top_k applies on top of config.json's. */
+    moe_layer_config_t* config = NULL;
+    CHECK(moe_layer_config_create(&config) == MOE_OK);
+    CHECK(moe_layer_config_set_top_k(config, 1) == MOE_OK);
+    layer = NULL;
+    CHECK(moe_layer_create_pretrained(MOE_KJV_DIR, 3, config, &layer) == MOE_OK);
+    CHECK(moe_layer_dims(layer, NULL, NULL, &top_k) == MOE_OK);
+    CHECK(top_k == 1);
+    moe_layer_destroy(layer);
+    moe_layer_config_destroy(config);
+  }
+  moe_weights_t* bad = NULL;
+  CHECK(moe_weights_load_pretrained(MOE_KJV_DIR, 4, -1, &bad) == MOE_INVALID_ARGUMENT && bad == NULL);
+  CHECK(strstr(moe_last_error(), "num_hidden_layers = 4") != NULL);
+  CHECK(moe_weights_load_pretrained(MOE_KJV_BAD_DIR, 0, -1, &bad) == MOE_INVALID_ARGUMENT && bad == NULL);
+  CHECK(strstr(moe_last_error(),
+               "intermediate_size = 96 but model.layers.0.block_sparse_moe.experts.0.w1.weight "
+               "has shape [88, 256]") != NULL);
+  layer = NULL;
+  CHECK(moe_layer_create_pretrained(MOE_KJV_BAD_DIR, 0, NULL, &layer) == MOE_INVALID_ARGUMENT &&
+        layer == NULL);
+  CHECK(strstr(moe_last_error(), "intermediate_size = 96") != NULL);
+  CHECK(moe_weights_load_pretrained(MOE_KJV_DIR "/no-such-dir", 0, -1, &bad) == MOE_IO_ERROR);
+  CHECK(strstr(moe_last_error(), "config.json") != NULL);
+  CHECK(moe_weights_load_pretrained(NULL, 0, -1, &bad) == MOE_INVALID_ARGUMENT);
+  moe_weights_destroy(w);
+}
+
 int main(void) {
   printf("moe %s\n", moe_version());
   test_random_forward();
@@ -530,6 +586,7 @@ int main(void) {
   test_causal_chunks();
   test_io_errors();
   test_device();
+  test_pretrained();
   if (g_failures) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

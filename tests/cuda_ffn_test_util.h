@@ -46,12 +46,12 @@ inline std::unique_ptr<Experts> RandomExperts(std::mt19937_64& rng, int E, int h
     }
     if (type == kernels::DType::kF32) {
       d = DeviceBuffer<std::byte>(n * 4);
-      CUDA_CHECK(cudaMemcpy(d.data(), w.data(), n * 4, cudaMemcpyHostToDevice));
+      d.upload(reinterpret_cast<const std::byte*>(w.data()), n * 4);  // complete for every stream
     } else {
       std::vector<uint16_t> bits(n);
       for (size_t i = 0; i < n; ++i) bits[i] = kernels::f32_to_bf16(w[i]);
       d = DeviceBuffer<std::byte>(n * 2);
-      CUDA_CHECK(cudaMemcpy(d.data(), bits.data(), n * 2, cudaMemcpyHostToDevice));
+      d.upload(reinterpret_cast<const std::byte*>(bits.data()), n * 2);
     }
   };
   const size_t n1 = static_cast<size_t>(E) * ffn * hidden;

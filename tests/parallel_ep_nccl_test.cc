@@ -43,7 +43,7 @@ class EpNcclTest : public ::testing::Test {
     config.stream = stream_;
     config.options.timeout = std::chrono::seconds(30);
     nccl_ = NcclCommunicator::create(bootstrap_, config);
-    staged_ = std::make_unique<HostStagedCommunicator>(*nccl_, 0);
+    staged_ = std::make_unique<HostStagedCommunicator>(*nccl_, 0, nccl_->stream());
   }
   void TearDown() override {
     staged_.reset();

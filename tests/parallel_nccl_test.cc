@@ -55,16 +55,20 @@ class NcclTest : public ::testing::Test {
   void* to_device(const std::vector<uint8_t>& host, size_t extra = 0) {
     void* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, host.size() + extra + 1), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p, 0xEE, host.size() + extra + 1), cudaSuccess);
+    // Stream-ordered on the communicator's (non-blocking) stream, then waited for: a legacy-stream
+    // cudaMemset/cudaMemcpy would not be ordered before the collective on that stream.
+    EXPECT_EQ(cudaMemsetAsync(p, 0xEE, host.size() + extra + 1, stream_), cudaSuccess);
     if (!host.empty()) {
-      EXPECT_EQ(cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaMemcpyAsync(p, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), cudaSuccess);
     }
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     buffers_.emplace_back(p, cudaFree);
     return p;
   }
   std::vector<uint8_t> to_host(const void* p, size_t bytes) {
     std::vector<uint8_t> host(bytes);
-    EXPECT_EQ(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(host.data(), p, bytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     return host;
   }
 

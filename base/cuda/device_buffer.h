@@ -35,13 +35,34 @@ class DeviceBuffer {
   T* data() const { return data_; }
   size_t size() const { return count_; }
 
-  // Synchronous copies (setup and tests only).
+  // Copies for setup code and tests (never inside a forward pass).
+  //
+  // NOTES: a plain cudaMemcpy from pageable memory runs on the legacy default stream and may return before
+  // its DMA has landed; a kernel on a non-blocking stream is not ordered after it. So each copy here either
+  // is ordered on the caller's stream and waits for it (the `stream` forms), or waits for the whole device
+  // (the forms without a stream), before it returns: on return the data is in place for every stream, and a
+  // download sees everything enqueued before it on any stream.
+  void upload(const T* host, size_t count, cudaStream_t stream) {
+    if (count == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(data_, host, count * sizeof(T), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
   void upload(const T* host, size_t count) {
-    if (count > 0) CUDA_CHECK(cudaMemcpy(data_, host, count * sizeof(T), cudaMemcpyHostToDevice));
+    if (count == 0) return;
+    CUDA_CHECK(cudaMemcpy(data_, host, count * sizeof(T), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
+  void upload(const std::vector<T>& host, cudaStream_t stream) { upload(host.data(), host.size(), stream); }
+  void download(T* host, size_t count, cudaStream_t stream) const {
+    if (count == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(host, data_, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
   void download(T* host, size_t count) const {
-    if (count > 0) CUDA_CHECK(cudaMemcpy(host, data_, count * sizeof(T), cudaMemcpyDeviceToHost));
+    if (count == 0) return;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(host, data_, count * sizeof(T), cudaMemcpyDeviceToHost));
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);

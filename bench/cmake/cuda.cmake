@@ -1,5 +1,6 @@
 # CUDA benchmarks (need a device; they exit with a message when there is none). scripts/gpu-check.sh runs them.
 if(TARGET moe_cuda_layer)
   moe_add_bench(NAME cuda_moe_bench SOURCES ${PROJECT_SOURCE_DIR}/bench/cuda_moe_bench.cc
-    LIBS moe_cuda_layer moe_router_cuda moe_kernels_cuda moe_router)
+    ${PROJECT_SOURCE_DIR}/bench/cuda_timing.cu
+    LIBS moe_cuda_layer moe_router_cuda moe_kernels_cuda moe_router moe_cuda_flags)
 endif()

@@ -194,9 +194,12 @@ __global__ void cast_bf16_kernel(const float* __restrict__ in, size_t count,
   }
 }
 
-__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, int ffn,
-                              const int32_t* __restrict__ offsets, int num_experts,
-                              float* __restrict__ out_f32, __nv_bfloat16* __restrict__ out_bf16) {
+// NOTES: out_f32 may alias gate or up (the fast path activates in place, into up), so none of the three is
+// __restrict__: a write through a pointer that aliases a __restrict__ input is undefined behaviour, and nvcc
+// may then reorder or cache the loads. Each element is read before it is written, by the same thread.
+__global__ void swiglu_kernel(const float* gate, const float* up, int ffn,
+                              const int32_t* __restrict__ offsets, int num_experts, float* out_f32,
+                              __nv_bfloat16* __restrict__ out_bf16) {
   const size_t count = static_cast<size_t>(offsets[num_experts]) * ffn;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {

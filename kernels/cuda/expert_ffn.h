@@ -87,9 +87,10 @@ void fill_uniform(kernels::DType type, void* data, size_t count, uint64_t seed, 
 // Element-wise helpers of the fast path.
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
 // h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
+// out_f32 may be gate or up (in place, element by element); out_bf16 must not overlap the inputs.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
                  int max_rows, float* out_f32, void* out_bf16, cudaStream_t stream);
-// h[i] = gelu(up[i]) for i < expert_offsets[E] * ffn, as swiglu_rows.
+// h[i] = gelu(up[i]) for i < expert_offsets[E] * ffn, as swiglu_rows (out_f32 may be up).
 void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_experts, int max_rows,
                float* out_f32, void* out_bf16, cudaStream_t stream);
 
@@ -98,7 +99,8 @@ void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_
 // for the tensor cores. NOTES: cuBLAS picks its algorithm by shape, so results may change with the number of
 // rows: this is the `fast` kind, never used where batch invariance is promised. forward() copies
 // expert_offsets to the host and synchronises the stream once (per-expert GEMM shapes live on the host); it
-// is not graph-capturable.
+// is not graph-capturable. enqueue() is the same computation when the caller already holds the offsets on the
+// host (a benchmark, an engine that planned on the host): no copy, no synchronisation, capturable.
 class CublasExpertFfn {
  public:
   // Allocates its buffers and cuBLAS handle (setup, not per forward). Throws std::runtime_error on CUDA
@@ -109,6 +111,11 @@ class CublasExpertFfn {
   CublasExpertFfn& operator=(const CublasExpertFfn&) = delete;
 
   void forward(const float* x_rows, const int32_t* expert_offsets, float* y_rows, cudaStream_t stream);
+  // forward() with host_offsets (E + 1 values, equal to the device's expert_offsets; total <= max_rows)
+  // already on the host: everything is enqueued on `stream`, nothing waits. std::invalid_argument for offsets
+  // that do not fit max_rows or are not non-decreasing from 0.
+  void enqueue(const float* x_rows, const int32_t* expert_offsets, const int32_t* host_offsets, float* y_rows,
+               cudaStream_t stream);
 
  private:
   void gemm(const void* w, int n, int k, const void* x, int rows, float* out);

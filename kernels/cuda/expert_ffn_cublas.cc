@@ -1,5 +1,7 @@
 // The fast kind of the expert FFN on cuBLAS (see expert_ffn.h).
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 
 #include "base/cuda/check.h"
 #include "kernels/cuda/expert_ffn.h"
@@ -40,15 +42,31 @@ void CublasExpertFfn::gemm(const void* w, int n, int k, const void* x, int rows,
 
 void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets, float* y_rows,
                               cudaStream_t stream) {
+  const int E = weights_.num_experts;
+  CUDA_CHECK(cudaMemcpyAsync(host_offsets_, expert_offsets, (E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the one documented synchronisation of the fast path
+  enqueue(x_rows, expert_offsets, host_offsets_, y_rows, stream);
+}
+
+void CublasExpertFfn::enqueue(const float* x_rows, const int32_t* expert_offsets, const int32_t* host_offsets,
+                              float* y_rows, cudaStream_t stream) {
   const int E = weights_.num_experts, d = weights_.hidden, f = weights_.ffn;
   const bool bf16 = weights_.type == kernels::DType::kBF16;
   const size_t wsize = bf16 ? 2 : 4;
   const bool gelu_act = weights_.activation == kernels::Activation::kGELU;
-  CUDA_CHECK(cudaMemcpyAsync(host_offsets_, expert_offsets, (E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                             stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));  // the one documented synchronisation of the fast path
+  if (host_offsets[0] != 0 || host_offsets[E] > max_rows_) {
+    throw std::invalid_argument("cublas expert ffn: offsets must start at 0 and end at <= max_rows (" +
+                                std::to_string(max_rows_) + "), got " + std::to_string(host_offsets[0]) +
+                                ".." + std::to_string(host_offsets[E]));
+  }
+  for (int e = 0; e < E; ++e) {
+    if (host_offsets[e + 1] < host_offsets[e]) {
+      throw std::invalid_argument("cublas expert ffn: offsets decrease at expert " + std::to_string(e));
+    }
+  }
   CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  const int total = host_offsets_[E];
+  const int total = host_offsets[E];
   const char* x = reinterpret_cast<const char*>(x_rows);
   if (bf16) {
     cast_to_bf16(x_rows, static_cast<size_t>(total) * d, x_bf16_, stream);
@@ -59,9 +77,9 @@ void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets
   const char* w2 = static_cast<const char*>(weights_.w2);
   const size_t expert_bytes = static_cast<size_t>(f) * d * wsize;
   for (int e = 0; e < E; ++e) {
-    const int rows = host_offsets_[e + 1] - host_offsets_[e];
+    const int rows = host_offsets[e + 1] - host_offsets[e];
     if (rows == 0) continue;
-    const size_t r0 = host_offsets_[e];
+    const size_t r0 = host_offsets[e];
     if (gelu_act) {
       gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);  // GELU: w1 is the up proj
     } else {
@@ -77,9 +95,9 @@ void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets
   }
   const char* h = bf16 ? static_cast<const char*>(h_bf16_) : reinterpret_cast<const char*>(up_);
   for (int e = 0; e < E; ++e) {
-    const int rows = host_offsets_[e + 1] - host_offsets_[e];
+    const int rows = host_offsets[e + 1] - host_offsets[e];
     if (rows == 0) continue;
-    const size_t r0 = host_offsets_[e];
+    const size_t r0 = host_offsets[e];
     gemm(w2 + e * expert_bytes, d, f, h + r0 * f * wsize, rows, y_rows + r0 * d);
   }
 }

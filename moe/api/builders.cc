@@ -155,6 +155,13 @@ void LayerOptions::set_device(const std::string& name) {
   device = name.empty() ? "cpu" : name;
 }
 
+LayerOptions pretrained_options(LayerOptions o, const io::PretrainedConfig& config) {
+  o.router = std::string(io::to_string(config.architecture));
+  if (!o.top_k) o.top_k = config.top_k;
+  if (!o.renormalize) o.renormalize = config.renormalize;
+  return o;
+}
+
 MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weights) {
   MoELayerConfig c = MoELayerConfig::preset(o.preset, io::Architecture::kMixtral);
   c.router = MoELayerConfig::router_named(o.router);

@@ -9,6 +9,7 @@
 
 #include "kernels/tensor.h"
 #include "moe/io/layer_weights.h"
+#include "moe/io/pretrained.h"
 #include "moe/layer/moe_layer_config.h"
 #include "router/dispatch_policy.h"
 
@@ -68,6 +69,10 @@ struct LayerOptions {
   void set_max_tokens(int n);
   void set_device(const std::string& name);
 };
+
+// `options` for a layer of a Hugging Face checkpoint: the router of config.json's architecture, and its
+// num_experts_per_tok as top_k and renormalisation unless `options` sets them.
+LayerOptions pretrained_options(LayerOptions options, const io::PretrainedConfig& config);
 
 // The config of `options` for `weights` (num_experts from the weights). Validated; throws
 // std::invalid_argument naming the bad option.

@@ -184,6 +184,19 @@ moe_status_t moe_weights_load(const char* path, const char* architecture, int32_
   });
 }
 
+moe_status_t moe_weights_load_pretrained(const char* dir, int32_t layer_index, int32_t storage,
+                                         moe_weights_t** out) {
+  static constexpr const char* kWhere = "moe_weights_load_pretrained";
+  if (out == nullptr) return null_arg(kWhere, "out");
+  *out = nullptr;
+  if (dir == nullptr) return null_arg(kWhere, "dir");
+  return guarded(kWhere, [&] {
+    std::optional<moe::kernels::DType> dtype;
+    if (storage != -1) dtype = to_dtype(storage, "storage");
+    return wrap_weights(moe::io::load_pretrained_layer(dir, layer_index, dtype), out);
+  });
+}
+
 moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t storage, uint64_t seed,
                                 moe_weights_t** out) {
   static constexpr const char* kWhere = "moe_weights_random";
@@ -363,6 +376,27 @@ moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_conf
     auto handle = std::make_unique<moe_layer>();
     handle->layer =
         moe::api::make_layer(o.device, moe::api::make_config(o, *weights->weights), weights->weights);
+    handle->meta.reserve(handle->layer->config().max_tokens);
+    handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
+    *out = handle.release();
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
+                                         const moe_layer_config_t* config, moe_layer_t** out) {
+  static constexpr const char* kWhere = "moe_layer_create_pretrained";
+  if (out == nullptr) return null_arg(kWhere, "out");
+  *out = nullptr;
+  if (dir == nullptr) return null_arg(kWhere, "dir");
+  return guarded(kWhere, [&] {
+    const moe::io::Pretrained p = moe::io::open_pretrained(dir);
+    auto weights = std::make_shared<const moe::io::LayerWeights>(
+        moe::io::load_pretrained_layer(p, layer_index, moe::kernels::DType::kF32));
+    const moe::api::LayerOptions o =
+        moe::api::pretrained_options(config ? config->options : moe::api::LayerOptions{}, p.config);
+    auto handle = std::make_unique<moe_layer>();
+    handle->layer = moe::api::make_layer(o.device, moe::api::make_config(o, *weights), weights);
     handle->meta.reserve(handle->layer->config().max_tokens);
     handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
     *out = handle.release();

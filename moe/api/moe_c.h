@@ -91,6 +91,16 @@ typedef struct {
 moe_status_t moe_weights_load(const char* path, const char* architecture, int32_t layer_index,
                               const moe_layer_shape_t* shape, int32_t storage, moe_weights_t** out);
 
+/* Loads layer `layer_index` of a Hugging Face checkpoint directory (config.json + model.safetensors or a
+ * sharded index): no shape arguments, they come from config.json (model_type "mixtral": hidden_size,
+ * intermediate_size, num_local_experts, num_hidden_layers) and are checked against the tensors. `dir` may
+ * also be the path of config.json. storage as for moe_weights_load.
+ * Errors: MOE_INVALID_ARGUMENT (null pointer, malformed or unsupported config.json, a config that does not
+ * match the tensors - the message names the key, its value and the tensor - or layer_index outside
+ * [0, num_hidden_layers)); MOE_IO_ERROR (config.json or the weights cannot be read). */
+moe_status_t moe_weights_load_pretrained(const char* dir, int32_t layer_index, int32_t storage,
+                                         moe_weights_t** out);
+
 /* Seeded random weights (uniform like nn.Linear's init): the same bits for the same (shape, storage, seed) on
  * every machine. Errors: MOE_INVALID_ARGUMENT for a null pointer or an invalid shape. */
 moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t storage, uint64_t seed,
@@ -204,6 +214,13 @@ moe_status_t moe_layer_config_set_device(moe_layer_config_t* config, const char*
  * usable. */
 moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
                               moe_layer_t** out);
+
+/* Layer `layer_index` of a Hugging Face checkpoint directory (moe_weights_load_pretrained, fp32 storage) with
+ * the router config.json describes: its architecture's router, top_k = num_experts_per_tok (unless `config`
+ * sets top_k or renormalize, which then apply); dispatch, kernels and device from `config` (NULL: the
+ * defaults). Errors: those of moe_weights_load_pretrained and moe_layer_create. */
+moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
+                                         const moe_layer_config_t* config, moe_layer_t** out);
 
 /* NULL is ignored. Must not be called while another thread is inside a call on the same layer. */
 void moe_layer_destroy(moe_layer_t* layer);

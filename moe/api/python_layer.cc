@@ -21,6 +21,7 @@
 #include "moe/api/python_bindings.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
+#include "moe/io/pretrained.h"
 #include "moe/layer/moe_layer.h"
 #include "router/plan_checks.h"
 
@@ -266,6 +267,30 @@ py::array_t<float> layer_forward(PyLayer& self, const py::handle& x_obj, const p
 }  // namespace
 
 void bind_layer(py::module_& m) {
+  m.def(
+      "pretrained_config",
+      [](const std::string& dir) {
+        const io::PretrainedConfig c = io::read_pretrained_config(dir);
+        py::dict d;
+        d["architecture"] = std::string(io::to_string(c.architecture));
+        d["model_type"] = c.model_type;
+        d["hidden"] = c.layer.hidden;
+        d["expert_ff"] = c.layer.expert_ff;
+        d["num_experts"] = c.layer.num_experts;
+        d["num_layers"] = c.num_layers;
+        d["top_k"] = c.top_k;
+        d["renormalize"] = c.renormalize;
+        d["vocab_size"] = c.vocab_size;
+        d["num_heads"] = c.num_heads;
+        d["num_kv_heads"] = c.num_kv_heads;
+        d["max_positions"] = c.max_positions;
+        d["rms_eps"] = c.rms_eps;
+        d["rope_theta"] = c.rope_theta;
+        return d;
+      },
+      py::arg("dir"),
+      "config.json of a Hugging Face checkpoint directory in the project's terms "
+      "(io::read_pretrained_config).");
   py::class_<PyWeights>(m, "Weights",
                         "Immutable weights of one MoE layer (router gate, experts, shared expert).")
       .def_static(
@@ -291,6 +316,19 @@ void bind_layer(py::module_& m) {
           "Loads layer `layer_index` of a safetensors checkpoint (file, index json or directory) with the "
           "Hugging "
           "Face names of `architecture`. storage: 'f32', 'bf16' or None (the file's dtype).")
+      .def_static(
+          "load_pretrained",
+          [](const std::string& dir, int layer, const std::optional<std::string>& storage) {
+            const auto dtype = parse_storage(storage);
+            PyWeights w;
+            py::gil_scoped_release release;
+            w.weights =
+                std::make_shared<const io::LayerWeights>(io::load_pretrained_layer(dir, layer, dtype));
+            return w;
+          },
+          py::arg("dir"), py::arg("layer"), py::arg("storage") = py::none(),
+          "Loads layer `layer` of a Hugging Face checkpoint directory (config.json + safetensors): the shape "
+          "comes from config.json and is checked against the tensors (ValueError naming a mismatch).")
       .def_static(
           "random",
           [](int64_t hidden, int64_t expert_ff, int num_experts, int num_shared_experts, int64_t shared_ff,

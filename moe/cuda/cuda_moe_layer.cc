@@ -15,6 +15,7 @@
 #include "router/cuda/topk.h"
 #include "router/plan_checks.h"
 #include "router/rules/capacity.h"
+#include "router/rules/plan_rules.h"
 
 namespace moe {
 namespace {
@@ -30,27 +31,30 @@ void make_current(int device) {
   if (current != device) CUDA_CHECK(cudaSetDevice(device));
 }
 
-// Copies a row-major matrix view (any row stride) into dst at element offset `at` (dense rows).
-void upload_matrix(const kernels::MatrixView& m, std::byte* dst, size_t at) {
+// Enqueues on `stream` the copy of a row-major matrix view (any row stride) into dst at element offset `at`
+// (dense rows). Stream-ordered: the layer's kernels on that stream see it; upload_weights() synchronises the
+// stream once at the end so that work on any other stream (forward_device's caller's) sees it too.
+void upload_matrix(const kernels::MatrixView& m, std::byte* dst, size_t at, cudaStream_t stream) {
   const size_t esize = kernels::dtype_size(m.dtype);
   const size_t stride = static_cast<size_t>(std::max(m.row_stride, m.cols));
-  CUDA_CHECK(cudaMemcpy2D(dst + at * esize, m.cols * esize, m.data, stride * esize, m.cols * esize, m.rows,
-                          cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy2DAsync(dst + at * esize, m.cols * esize, m.data, stride * esize, m.cols * esize,
+                               m.rows, cudaMemcpyHostToDevice, stream));
 }
 
 // Expert matrices of `experts` stacked as [n][rows][cols] on the device; `pick` selects the matrix.
 template <typename Pick>
-cuda::DeviceBuffer<std::byte> upload_stacked(std::span<const io::ExpertTensors> experts, Pick pick) {
+cuda::DeviceBuffer<std::byte> upload_stacked(std::span<const io::ExpertTensors> experts, Pick pick,
+                                             cudaStream_t stream) {
   const kernels::MatrixView& first = pick(experts[0]);
   const size_t per = static_cast<size_t>(first.rows * first.cols);
   cuda::DeviceBuffer<std::byte> buf(per * experts.size() * kernels::dtype_size(first.dtype));
-  for (size_t e = 0; e < experts.size(); ++e) upload_matrix(pick(experts[e]), buf.data(), e * per);
+  for (size_t e = 0; e < experts.size(); ++e) upload_matrix(pick(experts[e]), buf.data(), e * per, stream);
   return buf;
 }
 
-void upload_floats(const kernels::MatrixView& m, cuda::DeviceBuffer<float>& out) {
+void upload_floats(const kernels::MatrixView& m, cuda::DeviceBuffer<float>& out, cudaStream_t stream) {
   out = cuda::DeviceBuffer<float>(static_cast<size_t>(m.rows * m.cols));
-  upload_matrix(m, reinterpret_cast<std::byte*>(out.data()), 0);
+  upload_matrix(m, reinterpret_cast<std::byte*>(out.data()), 0, stream);
 }
 
 }  // namespace
@@ -62,7 +66,7 @@ struct CudaMoELayer::Workspace {
   cuda::DeviceBuffer<float> x, y, logits, route_weights, top1, pair_weight, x_rows, y_rows, shared_out,
       shared_logit;
   cuda::DeviceBuffer<int32_t> route_experts, error_row, pair_expert, pair_slot, load, offsets, slot_pairs,
-      dense_offsets, dense_tiles, token_state_row, slots_held, first_choices;
+      dense_offsets, dense_tiles, token_state_row, slots_held, higher_choices;
   cuda::DeviceBuffer<uint32_t> next_position, prompt_length;
   cuda::DeviceBuffer<TokenMeta> meta;
   cuda::DeviceBuffer<PairStatus> pair_status;
@@ -147,9 +151,9 @@ void CudaMoELayer::upload_weights() {
   auto down = [](const io::ExpertTensors& t) -> const kernels::MatrixView& { return t.down_proj; };
 
   std::span<const io::ExpertTensors> experts = weights_->experts();
-  w1_ = upload_stacked(experts, first);
-  if (!gelu) w3_ = upload_stacked(experts, up);
-  w2_ = upload_stacked(experts, down);
+  w1_ = upload_stacked(experts, first, stream_);
+  if (!gelu) w3_ = upload_stacked(experts, up, stream_);
+  w2_ = upload_stacked(experts, down, stream_);
   experts_view_ = cuda::ExpertWeightsView{type,
                                           num_experts(),
                                           static_cast<int>(s.hidden),
@@ -160,9 +164,9 @@ void CudaMoELayer::upload_weights() {
                                           act};
   if (has_shared_) {
     std::span<const io::ExpertTensors> one(&*weights_->shared(), 1);
-    shared_w1_ = upload_stacked(one, first);
-    if (!gelu) shared_w3_ = upload_stacked(one, up);
-    shared_w2_ = upload_stacked(one, down);
+    shared_w1_ = upload_stacked(one, first, stream_);
+    if (!gelu) shared_w3_ = upload_stacked(one, up, stream_);
+    shared_w2_ = upload_stacked(one, down, stream_);
     shared_view_ = cuda::ExpertWeightsView{type,
                                            1,
                                            static_cast<int>(s.hidden),
@@ -172,12 +176,13 @@ void CudaMoELayer::upload_weights() {
                                            shared_w2_.data(),
                                            act};
   }
-  upload_floats(weights_->router_gate(), gate_w_);
-  if (has_shared_gate_) upload_floats(*weights_->shared_gate(), shared_gate_w_);
+  upload_floats(weights_->router_gate(), gate_w_, stream_);
+  if (has_shared_gate_) upload_floats(*weights_->shared_gate(), shared_gate_w_, stream_);
   if (!config_.router.selection_bias.empty()) {
     bias_ = cuda::DeviceBuffer<float>(config_.router.selection_bias.size());
-    bias_.upload(config_.router.selection_bias);
+    bias_.upload(config_.router.selection_bias, stream_);  // ordered on stream_ and waited for
   }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the weights are in place for every stream
 }
 
 void CudaMoELayer::ensure_workspace(int num_tokens) {
@@ -215,7 +220,8 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
     w->next_position = cuda::DeviceBuffer<uint32_t>(T);
     if (config_.policy.scope == CapacityScope::kSequence) {
       w->prompt_length = cuda::DeviceBuffer<uint32_t>(T);
-      w->first_choices = cuda::DeviceBuffer<int32_t>(T * E);
+      w->higher_choices =
+          cuda::DeviceBuffer<int32_t>(T * rules::sequence_counts_size(top_k(), num_experts()));
     }
   }
   const cuda::PlanShape shape{num_tokens, num_experts(), top_k(), num_ranked_, config_.policy};
@@ -272,7 +278,7 @@ size_t CudaMoELayer::device_bytes() const {
                    w.slots_held.size(),
                    w.next_position.size(),
                    w.prompt_length.size(),
-                   w.first_choices.size()}) {
+                   w.higher_choices.size()}) {
     bytes += n * 4;
   }
   bytes += w.meta.size() * sizeof(TokenMeta) + w.pair_status.size() +
@@ -366,7 +372,7 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
     in.state_slots_held = state->slots_held;
     in.state_next_position = state->next_position;
     in.state_prompt_length = state->prompt_length;
-    in.state_first_choices = state->first_choices;
+    in.state_higher_choices = state->higher_choices;
   }
   const cuda::PlanOutputs out{
       w.pair_expert.data(), w.pair_slot.data(), w.pair_weight.data(), w.pair_status.data(), w.load.data(),
@@ -428,7 +434,7 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
   const bool use_state = state != nullptr && rules::carries_routing_state(config_.policy);
   const bool sequence = config_.policy.scope == CapacityScope::kSequence;
   if (use_state) {
-    table_.build(meta, *state, num_experts());
+    table_.build(meta, *state, num_experts(), top_k());
     const size_t rows = static_cast<size_t>(table_.num_rows());
     CUDA_CHECK(cudaMemcpyAsync(w.token_state_row.data(), table_.token_row.data(), T * sizeof(int32_t),
                                cudaMemcpyHostToDevice, s));
@@ -441,10 +447,10 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
     if (sequence) {
       CUDA_CHECK(cudaMemcpyAsync(w.prompt_length.data(), table_.prompt_length.data(), rows * sizeof(uint32_t),
                                  cudaMemcpyHostToDevice, s));
-      CUDA_CHECK(cudaMemcpyAsync(w.first_choices.data(), table_.first_choices.data(),
-                                 rows * E * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(w.higher_choices.data(), table_.higher_choices.data(),
+                                 rows * table_.counts_size * sizeof(int32_t), cudaMemcpyHostToDevice, s));
       device_state.prompt_length = w.prompt_length.data();
-      device_state.first_choices = w.first_choices.data();
+      device_state.higher_choices = w.higher_choices.data();
     }
   }
   forward_device(w.x.data(), num_tokens, w.meta.data(), w.y.data(), s, use_state ? &device_state : nullptr);
@@ -463,8 +469,8 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
     CUDA_CHECK(cudaMemcpyAsync(table_.next_position.data(), w.next_position.data(), rows * sizeof(uint32_t),
                                cudaMemcpyDeviceToHost, s));
     if (sequence) {
-      CUDA_CHECK(cudaMemcpyAsync(table_.first_choices.data(), w.first_choices.data(),
-                                 rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+      CUDA_CHECK(cudaMemcpyAsync(table_.higher_choices.data(), w.higher_choices.data(),
+                                 rows * table_.counts_size * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     }
   }
   CUDA_CHECK(cudaStreamSynchronize(s));
@@ -490,26 +496,29 @@ const DispatchPlan& CudaMoELayer::last_plan() {
   Workspace& w = *ws_;
   DispatchPlan& plan = plan_;
   int64_t counts[4] = {0, 0, 0, 0};
-  CUDA_CHECK(cudaMemcpy(counts, w.counts.data(), sizeof(counts), cudaMemcpyDeviceToHost));
+  w.counts.download(counts, 4, stream_);
   const int E = num_experts(), k = top_k();
   plan.num_experts = E;
   plan.top_k = k;
-  plan.expert_offsets = w.offsets.download();
-  plan.expert_load = w.load.download();
-  plan.expert_capacity = w.capacity.download();
+  plan.expert_offsets.resize(E + 1);
+  plan.expert_load.resize(E);
+  plan.expert_capacity.resize(E);
+  w.offsets.download(plan.expert_offsets.data(), E + 1, stream_);
+  w.load.download(plan.expert_load.data(), E, stream_);
+  w.capacity.download(plan.expert_capacity.data(), E, stream_);
   plan.num_tokens = last_tokens_;
   const size_t P = static_cast<size_t>(last_tokens_) * k;
   plan.pair_expert.resize(P);
   plan.pair_slot.resize(P);
   plan.pair_weight.resize(P);
   plan.pair_status.resize(P);
-  w.pair_expert.download(plan.pair_expert.data(), P);
-  w.pair_slot.download(plan.pair_slot.data(), P);
-  w.pair_weight.download(plan.pair_weight.data(), P);
+  w.pair_expert.download(plan.pair_expert.data(), P, stream_);
+  w.pair_slot.download(plan.pair_slot.data(), P, stream_);
+  w.pair_weight.download(plan.pair_weight.data(), P, stream_);
   static_assert(sizeof(PairStatus) == 1);
-  w.pair_status.download(plan.pair_status.data(), P);
+  w.pair_status.download(plan.pair_status.data(), P, stream_);
   plan.slot_pairs.resize(plan.expert_offsets[E]);
-  w.slot_pairs.download(plan.slot_pairs.data(), plan.slot_pairs.size());
+  w.slot_pairs.download(plan.slot_pairs.data(), plan.slot_pairs.size(), stream_);
   plan.num_kept = counts[0];
   plan.num_rerouted = counts[1];
   plan.num_dropped = counts[2];

@@ -34,7 +34,7 @@ struct DeviceRoutingTable {
   int32_t* slots_held = nullptr;            // [num_rows * E]
   uint32_t* next_position = nullptr;        // [num_rows]
   const uint32_t* prompt_length = nullptr;  // [num_rows] (sequence scope)
-  int32_t* first_choices = nullptr;         // [num_rows * E] (sequence scope)
+  int32_t* higher_choices = nullptr;  // [num_rows * top_k * E] (sequence scope; rules::sequence_counts_size)
 };
 
 // The GPU twin of MoELayer. forward() computes the same function (docs/runtime.md): same router, the same
@@ -56,10 +56,11 @@ struct DeviceRoutingTable {
 // in, runs forward_device() on the layer's stream, synchronises once, checks the device-side errors and only
 // then writes y and the causal state.
 //
-// Memory: the constructor uploads the weights and sizes a device workspace for config.max_tokens rows; a
-// forward on up to that many rows allocates nothing. A larger batch grows the workspace once (forward()
-// only; forward_device() throws instead, since it may be running inside a graph capture).
-// Threading: one host thread at a time per layer. The layer's calls make `device` current.
+// Memory: the constructor uploads the weights (stream-ordered copies on the layer's stream, which it then
+// synchronises, so that forward_device() on any stream sees them) and sizes a device workspace for
+// config.max_tokens rows; a forward on up to that many rows allocates nothing. A larger batch grows the
+// workspace once (forward() only; forward_device() throws instead, since it may be running inside a graph
+// capture). Threading: one host thread at a time per layer. The layer's calls make `device` current.
 class CudaMoELayer final : public Layer {
  public:
   // Throws std::invalid_argument if the config is invalid or does not fit the weights (as MoELayer), and
@@ -93,8 +94,9 @@ class CudaMoELayer final : public Layer {
   int device() const { return device_; }
   // The stream forward() runs on (created non-blocking by the layer).
   cudaStream_t stream() const { return stream_; }
-  // The plan of the last forward: copied from the device on the first call after a forward (synchronises the
-  // layer's stream), then kept until the next forward.
+  // The plan of the last forward: copied from the device on the first call after a forward (ordered on and
+  // synchronising the layer's stream), then kept until the next forward. After forward_device() on another
+  // stream, synchronise that stream (or check_device_errors(stream)) before calling this.
   const DispatchPlan& last_plan() override;
   // Device bytes held: weights and workspace.
   size_t device_bytes() const;

@@ -20,6 +20,14 @@ namespace {
 
 }  // namespace
 
+std::unique_ptr<MoELayer> MoELayer::from_pretrained(const std::filesystem::path& dir, int layer_index,
+                                                    std::string_view preset) {
+  const io::Pretrained p = io::open_pretrained(dir);
+  auto weights = std::make_shared<const io::LayerWeights>(
+      io::load_pretrained_layer(p, layer_index, kernels::DType::kF32));
+  return std::make_unique<MoELayer>(MoELayerConfig::pretrained(preset, p.config), std::move(weights));
+}
+
 MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights)
     : config_(config.fitted_to(*weights)),
       weights_(std::move(weights)),
@@ -86,8 +94,10 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   // Gate, route, plan. Everything that can reject the batch runs before y or the causal state is touched.
   kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, weights_->router_gate(), logits_.data(),
                   num_experts(), pool_);
+  last_tokens_ = 0;
   router_.route(logits_.data(), num_tokens, routes_);
   planner_.plan(routes_, meta, state, plan_);
+  last_tokens_ = num_tokens;
 
   // Gather the rows of every kept pair, in slot order.
   const int64_t num_slots = plan_.expert_offsets[num_experts()];

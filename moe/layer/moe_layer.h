@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
@@ -40,6 +42,12 @@ class MoELayer final : public Layer {
   // fit the weights (expert count, shared expert presence, bias size).
   MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights);
   ~MoELayer();
+  // Layer `layer_index` of a Hugging Face checkpoint directory (config.json + safetensors): the weights and
+  // the router from config.json (MoELayerConfig::pretrained), the preset's dispatch and kernels; fp32
+  // storage. No shape arguments: a config that does not fit the tensors, or a layer index outside
+  // [0, num_hidden_layers), throws std::invalid_argument naming the mismatch (io::open_pretrained).
+  static std::unique_ptr<MoELayer> from_pretrained(const std::filesystem::path& dir, int layer_index,
+                                                   std::string_view preset = "deterministic");
   MoELayer(const MoELayer&) = delete;
   MoELayer& operator=(const MoELayer&) = delete;
 
@@ -53,6 +61,11 @@ class MoELayer final : public Layer {
   // The plan of the last forward() (valid until the next call).
   const DispatchPlan& last_plan() const { return plan_; }
   const DispatchPlan& last_plan() override { return plan_; }
+  // The router logits (gate output before scoring) of the last forward(): [num_tokens, num_experts] fp32,
+  // row-major; valid until the next call.
+  std::span<const float> last_router_logits() const {
+    return {logits_.data(), static_cast<size_t>(last_tokens_) * static_cast<size_t>(num_experts())};
+  }
   // Bytes of workspace held now (activations, routing, plan).
   size_t workspace_bytes() const;
   Fingerprint fingerprint() const override;
@@ -75,6 +88,7 @@ class MoELayer final : public Layer {
 
   // Workspace.
   int capacity_tokens_ = 0;
+  int last_tokens_ = 0;        // rows of the last forward()
   std::vector<float> logits_;  // [T, E]
   TokenRoutes routes_;
   DispatchPlan plan_;

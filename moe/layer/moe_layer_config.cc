@@ -70,6 +70,15 @@ MoELayerConfig MoELayerConfig::preset(std::string_view preset_name, io::Architec
   return c;
 }
 
+MoELayerConfig MoELayerConfig::pretrained(std::string_view preset_name, const io::PretrainedConfig& config) {
+  MoELayerConfig c = preset(preset_name, config.architecture);
+  c.router.num_experts = config.layer.num_experts;
+  c.router.top_k = config.top_k;
+  c.router.renormalize = config.renormalize;
+  c.validate();
+  return c;
+}
+
 const std::vector<std::string>& MoELayerConfig::preset_names() {
   static const std::vector<std::string> names = {"deterministic", "greedy"};
   return names;

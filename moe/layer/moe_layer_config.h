@@ -9,6 +9,7 @@
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/linear.h"
 #include "moe/io/layer_weights.h"
+#include "moe/io/pretrained.h"
 #include "router/dispatch_policy.h"
 #include "router/router_config.h"
 
@@ -38,6 +39,9 @@ struct MoELayerConfig {
   // The router of an architecture's checkpoints (mixtral, qwen2-moe, deepseek-v3, olmoe) with `preset_name`'s
   // dispatch and kernels ("deterministic" or "greedy"). Throws std::invalid_argument for unknown names.
   static MoELayerConfig preset(std::string_view preset_name, io::Architecture arch);
+  // The preset's dispatch and kernels with the router a Hugging Face config describes: its architecture's
+  // router with num_experts = num_local_experts, top_k = num_experts_per_tok, its renormalisation.
+  static MoELayerConfig pretrained(std::string_view preset_name, const io::PretrainedConfig& config);
   // The router preset an architecture uses (OLMoE: softmax top-8 of 64, no renormalisation).
   static RouterConfig router_for(io::Architecture arch);
   // The router a name means: an architecture's (router_for: "mixtral", "qwen2-moe", "deepseek-v3", "olmoe")

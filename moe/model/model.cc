@@ -124,7 +124,7 @@ void Model::validate_rows(std::span<const BatchRow> rows) const {
 }
 
 void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_rows,
-                    std::vector<float>& logits, ForwardStats* stats) {
+                    std::vector<float>& logits, ForwardStats* stats, LogitRows which) {
   validate_rows(rows);
   const ModelShape& s = weights_->shape;
   const int num_rows = static_cast<int>(rows.size());
@@ -204,7 +204,7 @@ void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_
   logit_rows.clear();
   for (int r = 0; r < num_rows; ++r) {
     // The cache now ends at the request's last row of this batch.
-    if (row_cache_[r]->length == rows[r].position + 1) logit_rows.push_back(r);
+    if (which == LogitRows::kEvery || row_cache_[r]->length == rows[r].position + 1) logit_rows.push_back(r);
   }
   const int num_out = static_cast<int>(logit_rows.size());
   for (int i = 0; i < num_out; ++i) {

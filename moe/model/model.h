@@ -38,6 +38,11 @@ struct ForwardStats {
   std::vector<MoEStats> layers;        // per layer
 };
 
+// Which rows forward() returns logits for.
+//   kLastPerRequest  the last row of each request present in the batch (what decoding samples from)
+//   kEvery           every row (scoring text: perplexity)
+enum class LogitRows { kLastPerRequest, kEvery };
+
 // Not thread-safe: one Model serves one thread (it owns the KV caches, the layers' workspaces and a
 // single-threaded pool). Several Models may share one ModelWeights.
 class Model {
@@ -58,8 +63,9 @@ class Model {
   // sequence scope (the default "stable" policy) every request must be admitted first.
   // Errors: std::invalid_argument (nothing is changed) for an empty batch, a bad token or position, a
   // request not admitted under sequence scope.
+  // `which` = kEvery returns every row's logits (logit_rows = 0 .. rows - 1).
   void forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_rows, std::vector<float>& logits,
-               ForwardStats* stats = nullptr);
+               ForwardStats* stats = nullptr, LogitRows which = LogitRows::kLastPerRequest);
 
   // Announces a request that will send a prompt of `prompt_length` tokens (in chunks of any size) and then
   // decode: sequence scope sizes the request's expert budgets from it. Needed under sequence scope before

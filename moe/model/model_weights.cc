@@ -11,6 +11,7 @@
 
 #include "base/splitmix64.h"
 #include "moe/io/checkpoint.h"
+#include "moe/io/pretrained.h"
 #include "moe/io/safetensors.h"
 
 namespace moe::model {
@@ -107,6 +108,33 @@ std::vector<float> read_dense(const io::Checkpoint& ckpt, const std::string& nam
   std::vector<float> out(count);
   std::memcpy(out.data(), t.data, count * sizeof(float));
   return out;
+}
+
+// The tensors of a model of shape `s` (validated) from `ckpt` (the layout of save_model).
+std::shared_ptr<const ModelWeights> read_model(const std::shared_ptr<const io::Checkpoint>& ckpt_ptr,
+                                               const ModelShape& s) {
+  const io::Checkpoint& ckpt = *ckpt_ptr;
+  auto w = std::make_shared<ModelWeights>();
+  w->shape = s;
+  const int64_t d = s.hidden;
+  w->embedding = read_dense(ckpt, "model.embed_tokens.weight", {s.vocab_size, d});
+  for (int i = 0; i < s.num_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    BlockWeights b;
+    b.attn_norm = read_dense(ckpt, p + "input_layernorm.weight", {d});
+    b.wq = read_dense(ckpt, p + "self_attn.q_proj.weight", {d, d});
+    b.wk = read_dense(ckpt, p + "self_attn.k_proj.weight", {d, d});
+    b.wv = read_dense(ckpt, p + "self_attn.v_proj.weight", {d, d});
+    b.wo = read_dense(ckpt, p + "self_attn.o_proj.weight", {d, d});
+    b.moe_norm = read_dense(ckpt, p + "post_attention_layernorm.weight", {d});
+    b.moe = std::make_shared<const io::LayerWeights>(io::load_layer(
+        ckpt_ptr, io::Architecture::kMixtral, i, ModelWeights::moe_shape(s), kernels::DType::kF32));
+    w->layers.push_back(std::move(b));
+  }
+  w->final_norm = read_dense(ckpt, "model.norm.weight", {d});
+  w->lm_head = read_dense(ckpt, "lm_head.weight", {s.vocab_size, d});
+  w->validate();
+  return w;
 }
 
 }  // namespace
@@ -260,27 +288,50 @@ std::shared_ptr<const ModelWeights> load_model(const std::filesystem::path& path
   }
   const ModelShape s = shape_from_metadata(ckpt->shards()[0].metadata(), path.string());
 
-  auto w = std::make_shared<ModelWeights>();
-  w->shape = s;
-  const int64_t d = s.hidden;
-  w->embedding = read_dense(*ckpt, "model.embed_tokens.weight", {s.vocab_size, d});
-  for (int i = 0; i < s.num_layers; ++i) {
-    const std::string p = layer_prefix(i);
-    BlockWeights b;
-    b.attn_norm = read_dense(*ckpt, p + "input_layernorm.weight", {d});
-    b.wq = read_dense(*ckpt, p + "self_attn.q_proj.weight", {d, d});
-    b.wk = read_dense(*ckpt, p + "self_attn.k_proj.weight", {d, d});
-    b.wv = read_dense(*ckpt, p + "self_attn.v_proj.weight", {d, d});
-    b.wo = read_dense(*ckpt, p + "self_attn.o_proj.weight", {d, d});
-    b.moe_norm = read_dense(*ckpt, p + "post_attention_layernorm.weight", {d});
-    b.moe = std::make_shared<const io::LayerWeights>(io::load_layer(
-        ckpt, io::Architecture::kMixtral, i, ModelWeights::moe_shape(s), kernels::DType::kF32));
-    w->layers.push_back(std::move(b));
+  return read_model(ckpt, s);
+}
+
+ModelShape shape_from_pretrained(const io::PretrainedConfig& c, const std::filesystem::path& dir) {
+  auto reject = [&](const std::string& what) {
+    throw std::invalid_argument("load_pretrained: " + (dir / "config.json").string() + ": " + what +
+                                " (moe::model runs Mixtral with multi-head attention, untied embeddings, "
+                                "SiLU experts, no sliding window)");
+  };
+  if (c.num_kv_heads != c.num_heads) {
+    reject("num_key_value_heads (" + std::to_string(c.num_kv_heads) + ") differs from num_attention_heads (" +
+           std::to_string(c.num_heads) + ")");
   }
-  w->final_norm = read_dense(*ckpt, "model.norm.weight", {d});
-  w->lm_head = read_dense(*ckpt, "lm_head.weight", {s.vocab_size, d});
-  w->validate();
-  return w;
+  if (c.tie_word_embeddings) reject("tie_word_embeddings is true");
+  if (c.hidden_act != "silu") reject("hidden_act is '" + c.hidden_act + "', not 'silu'");
+  if (c.sliding_window) reject("sliding_window is " + std::to_string(*c.sliding_window) + ", not null");
+  if (static_cast<int64_t>(c.head_dim) * c.num_heads != c.layer.hidden) {
+    reject("head_dim (" + std::to_string(c.head_dim) + ") x num_attention_heads (" +
+           std::to_string(c.num_heads) + ") differs from hidden_size (" + std::to_string(c.layer.hidden) +
+           ")");
+  }
+  ModelShape s;
+  s.vocab_size = c.vocab_size;
+  s.hidden = static_cast<int>(c.layer.hidden);
+  s.num_layers = c.num_layers;
+  s.num_heads = c.num_heads;
+  s.num_experts = c.layer.num_experts;
+  s.top_k = c.top_k;
+  s.expert_ff = static_cast<int>(c.layer.expert_ff);
+  s.max_positions = c.max_positions;
+  s.rms_eps = static_cast<float>(c.rms_eps);
+  s.rope_theta = static_cast<float>(c.rope_theta);
+  s.validate();
+  return s;
+}
+
+std::shared_ptr<const ModelWeights> load_pretrained(const std::filesystem::path& dir) {
+  const io::Pretrained p = io::open_pretrained(dir);
+  return read_model(p.checkpoint, shape_from_pretrained(p.config, io::pretrained_dir(dir)));
+}
+
+std::shared_ptr<const ModelWeights> load_model_any(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path) || path.filename() == "config.json") return load_pretrained(path);
+  return load_model(path);
 }
 
 }  // namespace moe::model

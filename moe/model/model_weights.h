@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "moe/io/layer_weights.h"
+#include "moe/io/pretrained.h"
 #include "moe/model/model_config.h"
 
 namespace moe::model {
@@ -80,5 +81,18 @@ ModelShape shape_from_metadata(const std::map<std::string, std::string>& meta, c
 // shape; a dense tensor that is not F32; MoE tensors may be F32/BF16/F16 and are widened to fp32 storage by
 // io::load_layer), io::IoError on I/O failure.
 std::shared_ptr<const ModelWeights> load_model(const std::filesystem::path& path);
+
+// The ModelShape of a Hugging Face Mixtral config (io::read_pretrained_config): vocab_size, hidden_size,
+// num_hidden_layers, num_attention_heads, num_local_experts, num_experts_per_tok, intermediate_size,
+// max_position_embeddings, rms_norm_eps, rope_theta. Throws std::invalid_argument naming what moe::model
+// cannot run: num_key_value_heads != num_attention_heads (grouped-query attention), tie_word_embeddings,
+// hidden_act other than silu, a sliding window, head_dim * heads != hidden_size. `dir` is for messages.
+ModelShape shape_from_pretrained(const io::PretrainedConfig& config, const std::filesystem::path& dir);
+// A Hugging Face checkpoint directory (config.json + model.safetensors or a sharded index, the tensor layout
+// above, any safetensors metadata): no shape arguments. The config is checked against the tensors
+// (io::check_pretrained) and every tensor's shape against the config; errors name the mismatch.
+std::shared_ptr<const ModelWeights> load_pretrained(const std::filesystem::path& dir);
+// load_pretrained for a directory or a config.json path, load_model for a .safetensors file.
+std::shared_ptr<const ModelWeights> load_model_any(const std::filesystem::path& path);
 
 }  // namespace moe::model

@@ -22,8 +22,9 @@ size_t total(std::span<const size_t> bytes) {
 
 }  // namespace
 
-HostStagedCommunicator::HostStagedCommunicator(Communicator& device_comm, int cuda_device)
-    : device_comm_(device_comm), cuda_device_(cuda_device) {
+HostStagedCommunicator::HostStagedCommunicator(Communicator& device_comm, int cuda_device,
+                                               cudaStream_t stream)
+    : device_comm_(device_comm), cuda_device_(cuda_device), stream_(stream) {
   if (device_comm_.memory_space() != MemorySpace::kCudaDevice) {
     throw std::invalid_argument("staged: the wrapped communicator '" + device_comm_.name() + "' works on " +
                                 std::string(to_string(device_comm_.memory_space())) +
@@ -64,8 +65,11 @@ void HostStagedCommunicator::reserve(size_t send_bytes, size_t recv_bytes) {
 
 void HostStagedCommunicator::copy(void* dst, const void* src, size_t bytes, bool to_device, const char* op) {
   if (bytes == 0) return;
-  check(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
-        error_prefix(op), "cudaMemcpy");
+  check(
+      cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream_),
+      error_prefix(op), "cudaMemcpyAsync");
+  // An upload is ordered before the collective on the same stream; a download must be complete on return.
+  if (!to_device) check(cudaStreamSynchronize(stream_), error_prefix(op), "cudaStreamSynchronize");
 }
 
 void HostStagedCommunicator::do_all_gather_v(const void* send, size_t send_bytes, void* recv,

@@ -1,8 +1,12 @@
 // moe/parallel/host_staged_communicator.h: a host-memory Communicator over a device-memory one.
 //
 // Every collective copies the host send buffer into device staging memory, runs the wrapped
-// communicator's collective on device memory, and copies the result back to the host receive buffer
-// (cudaMemcpy on the wrapped communicator's device). It lets host-side code - the CPU
+// communicator's collective on device memory, and copies the result back to the host receive buffer. The
+// copies are cudaMemcpyAsync on the stream the wrapped communicator enqueues its work on
+// (NcclCommunicator::stream()), so the collective is ordered after the upload and the download after the
+// collective; a download waits for that stream before it returns. (NOTES: a plain cudaMemcpy runs on the
+// legacy default stream, which a non-blocking stream is not ordered against: the collective could read the
+// staging buffer before the pageable upload's DMA has landed.) It lets host-side code - the CPU
 // ExpertParallelLayer, tools, tests - move its bytes through NCCL (grouped ncclSend/ncclRecv) unchanged;
 // the GPU layer passes device buffers to the NCCL communicator directly and needs no staging.
 //
@@ -11,6 +15,8 @@
 // std::runtime_error naming the CUDA call for a failed copy or allocation (the wrapped communicator is
 // then left as it is; the caller aborts). Threading: as the wrapped communicator (one thread at a time).
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <string>
@@ -22,8 +28,9 @@ namespace moe::parallel {
 class HostStagedCommunicator final : public Communicator {
  public:
   // `device_comm` is borrowed, must outlive this object and must work on MemorySpace::kCudaDevice memory of
-  // CUDA device `cuda_device` (std::invalid_argument otherwise).
-  HostStagedCommunicator(Communicator& device_comm, int cuda_device);
+  // CUDA device `cuda_device` (std::invalid_argument otherwise). `stream` is the stream device_comm enqueues
+  // its collectives on (borrowed; for NcclCommunicator, its stream()).
+  HostStagedCommunicator(Communicator& device_comm, int cuda_device, cudaStream_t stream);
   ~HostStagedCommunicator() override;
 
   int rank() const override { return device_comm_.rank(); }
@@ -52,6 +59,7 @@ class HostStagedCommunicator final : public Communicator {
 
   Communicator& device_comm_;
   int cuda_device_ = 0;
+  cudaStream_t stream_ = nullptr;
   void* send_ = nullptr;
   void* recv_ = nullptr;
   size_t send_capacity_ = 0;

@@ -238,6 +238,15 @@ void NcclCommunicator::wait(std::string_view op, bool query_stream) {
   }
 }
 
+// NOTES: on a non-blocking communicator ncclGroupEnd may return ncclInProgress before the group's kernels are
+// on the stream; work enqueued on the stream before ncclCommGetAsyncError reports ncclSuccess would run ahead
+// of them. So the group is settled first (wait without querying the stream), and only then does the caller
+// enqueue dependent work (the own block's copy) and wait for the stream.
+void NcclCommunicator::end_group() {
+  NCCL_CHECK(ncclGroupEnd());
+  wait(op_, /*query_stream=*/false);
+}
+
 void NcclCommunicator::do_all_gather_v(const void* send, size_t send_bytes, void* recv,
                                        std::span<const size_t> recv_bytes) {
   begin("all_gather_v");
@@ -255,7 +264,7 @@ void NcclCommunicator::do_all_gather_v(const void* send, size_t send_bytes, void
       NCCL_CHECK(ncclRecv(out + offsets_[peer], recv_bytes[peer], ncclUint8, peer, comm_, stream_));
     }
   }
-  NCCL_CHECK(ncclGroupEnd());
+  end_group();
   if (send_bytes != 0) {
     CUDA_CHECK(cudaMemcpyAsync(out + offsets_[rank_], send, send_bytes, cudaMemcpyDeviceToDevice, stream_));
   }
@@ -286,7 +295,7 @@ void NcclCommunicator::do_all_to_all_v(const void* send, std::span<const size_t>
     send_offset += send_bytes[peer];
     recv_offset += recv_bytes[peer];
   }
-  NCCL_CHECK(ncclGroupEnd());
+  end_group();
   if (send_bytes[rank_] != 0) {
     CUDA_CHECK(cudaMemcpyAsync(out + offsets_[rank_], in + self_send_offset, send_bytes[rank_],
                                cudaMemcpyDeviceToDevice, stream_));

@@ -9,8 +9,9 @@
 //
 // Transport: all_to_all_v is one ncclGroupStart/ncclGroupEnd of ncclSend/ncclRecv (ncclUint8) per
 // peer; all_gather_v the same with one send to every peer; a rank's own block is a device-to-device
-// cudaMemcpyAsync. Zero-byte blocks are skipped on both sides. broadcast is ncclBroadcast in
-// place; barrier a one-element ncclAllReduce on an internal scratch buffer.
+// cudaMemcpyAsync, enqueued only after the group has left ncclInProgress (end_group()). Zero-byte blocks are
+// skipped on both sides. broadcast is ncclBroadcast in place; barrier a one-element ncclAllReduce on an
+// internal scratch buffer.
 //
 // Setup: the ncclUniqueId travels either over a host communicator (create: rank 0 of the
 // bootstrap communicator calls ncclGetUniqueId and broadcasts it; typically an MpiCommunicator)
@@ -106,6 +107,9 @@ class NcclCommunicator final : public Communicator {
   void begin(std::string_view op);
   // Waits until the communicator has no operation in progress and the stream has drained.
   void wait(std::string_view op, bool query_stream = true);
+  // ncclGroupEnd, then waits until the group is no longer in progress (its work is on the stream): the only
+  // way this class ends a group, so that nothing is enqueued after a group that is still being issued.
+  void end_group();
   // Aborts the NCCL communicator, marks *this broken and throws std::runtime_error(message).
   [[noreturn]] void fail(const std::string& message);
 

@@ -56,7 +56,8 @@ def _meta_array(obj):
 class Layer:
     """One MoE layer: gate -> route -> plan -> expert FFN (SwiGLU) -> combine (+ shared expert).
 
-    Build it with ``Layer(weights, **config)``, ``Layer.random(...)``, ``Layer.from_safetensors(...)`` or
+    Build it with ``Layer(weights, **config)``, ``Layer.random(...)``, ``Layer.from_safetensors(...)``,
+    ``Layer.from_pretrained(dir, layer=i)`` or
     ``Layer.from_arrays(...)``. Config keywords (all optional):
 
     preset           "deterministic" (default: request-scoped capacity, request priority, invariant kernels: a
@@ -94,6 +95,18 @@ class Layer:
         w = Weights.load(path, architecture, layer_index, hidden, expert_ff, num_experts, num_shared_experts,
                          shared_ff, shared_expert_gate, score_bias, storage)
         config.setdefault("router", architecture)
+        return cls(w, **config)
+
+    @classmethod
+    def from_pretrained(cls, path, layer=0, storage=None, **config):
+        """Layer `layer` of a Hugging Face checkpoint directory (config.json + model.safetensors): no shape
+        arguments. The shape, the router (config.json's architecture) and top_k (num_experts_per_tok) come
+        from config.json and are checked against the tensors; a mismatch raises ValueError naming it.
+        Config keywords as for Layer() (top_k= overrides config.json's)."""
+        c = _moe.pretrained_config(str(path))
+        w = Weights.load_pretrained(str(path), layer, storage)
+        config.setdefault("router", c["architecture"])
+        config.setdefault("top_k", c["top_k"])
         return cls(w, **config)
 
     @classmethod

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "sim/diverge/diverge.h"
+#include "sim/diverge/record.h"
 
 namespace moe::sim {
 namespace {
@@ -20,7 +21,13 @@ struct Flags {
   bool no_sweep = false;
   std::string svg_dir;
   std::string json_out;
-  std::string model = "default";
+  std::string model = "kjv";
+  std::string model_dir = MOE_SOURCE_DIR "/models/kjv-moe";
+  std::string corpus_dir = MOE_SOURCE_DIR "/data/kjv";
+  std::string prompt;
+  std::string record_dir;
+  int64_t record_tokens = 4096;
+  int record_window = 256;
   std::vector<std::string> modes;
   std::vector<std::string> kernels = {"fast", "invariant"};
 };
@@ -35,8 +42,44 @@ void run(Flags& f) {
   auto& o = f.options;
   if (f.model == "tiny") {
     o.shape = model::ModelShape::tiny();
-  } else if (f.model != "default") {
-    throw std::invalid_argument("diverge: --model must be 'default' or 'tiny' (got '" + f.model + "')");
+  } else if (f.model == "kjv") {
+    if (o.weights_path.empty()) {
+      o.model_dir = f.model_dir;
+      o.corpus_dir = f.corpus_dir;
+    }
+  } else if (f.model != "random") {
+    throw std::invalid_argument(
+        "diverge: --model must be 'kjv' (the trained model), 'random' (d 256, 4 layers) "
+        "or 'tiny' (got '" +
+        f.model + "')");
+  }
+  if (!f.prompt.empty()) {
+    if (o.model_dir.empty())
+      throw std::invalid_argument("diverge: --prompt needs the trained model (--model kjv)");
+    const auto& defaults = diverge::default_prompts();
+    if (f.prompt.size() == 1 && f.prompt[0] >= '1' &&
+        f.prompt[0] < static_cast<char>('1' + defaults.size())) {
+      o.prompt = defaults[f.prompt[0] - '1'];
+    } else {
+      o.prompt = f.prompt;
+    }
+  } else if (!o.model_dir.empty()) {
+    o.prompt = diverge::default_prompts().front();
+  }
+  if (!f.record_dir.empty()) {
+    if (o.model_dir.empty()) {
+      throw std::invalid_argument("diverge: --record-logits needs the trained model (--model kjv)");
+    }
+    const diverge::LabModel lab = diverge::load_lab_model(o);
+    const auto summary = diverge::record_router_logits(lab.weights, lab.heldout, f.record_dir,
+                                                       f.record_tokens, f.record_window);
+    std::cout << "recorded the router logits of " << summary.tokens << " held-out tokens (" << summary.windows
+              << " windows of up to " << f.record_window << ") of " << lab.description << ":\n";
+    for (const auto& file : summary.files) std::cout << "  " << file.string() << "\n";
+    std::cout << "replay one layer: moe-sim replay --logits " << (summary.files.front()).string()
+              << " --meta " << summary.files.back().string() << " --top-k " << lab.weights->shape.top_k
+              << " --out plan.csv\n";
+    return;
   }
   if (f.no_sweep) o.sweep_capacity_factors.clear();
   if (!f.modes.empty()) {
@@ -63,6 +106,7 @@ void run(Flags& f) {
     std::cout << diverge::to_json(report);
   } else {
     std::cout << diverge::format_table(report);
+    std::cout << diverge::format_completions(report);
   }
   if (!f.json_out.empty()) write_file(f.json_out, diverge::to_json(report));
   if (!f.svg_dir.empty()) {
@@ -83,9 +127,12 @@ void add_diverge_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "diverge",
       "Same prompt, different answers: serve one probe N times among seeded stranger traffic on a small MoE "
-      "decoder with continuous batching, per dispatch mode and kernel kind (docs/divergence.md)");
+      "decoder (by default the trained KJV model, models/kjv-moe) with continuous batching, per dispatch "
+      "mode and "
+      "kernel kind; prints each distinct completion as text (docs/divergence.md)");
   cmd->add_option("-n,--trials", o.trials, "probe runs per configuration")->capture_default_str();
-  cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens")->capture_default_str();
+  cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens (random models: random tokens)")
+      ->capture_default_str();
   cmd->add_option("--gen-length", o.gen_length, "tokens the probe generates")->capture_default_str();
   cmd->add_option("--budget", o.scheduler.token_budget, "token budget per step (rows)")
       ->capture_default_str();
@@ -118,9 +165,28 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();
   cmd->add_option("--moe-gain", o.init.moe_norm_gain, "random weights: RMSNorm gain before the MoE layers")
       ->capture_default_str();
-  cmd->add_option("--weights", o.weights_path, "a moe-model/1 safetensors file instead of random weights");
-  cmd->add_option("--model", flags->model,
-                  "random model size: default (d 256, 4 layers) or tiny (d 64, 2 layers)")
+  cmd->add_option("--weights", o.weights_path,
+                  "a moe-model/1 safetensors file or a checkpoint directory instead of the model's weights");
+  cmd->add_option(
+         "--model", flags->model,
+         "kjv: the trained model (--model-dir, its tokenizer, stranger prompts from --corpus); random: "
+         "seeded random weights (d 256, 4 layers); tiny: random, d 64, 2 layers")
+      ->capture_default_str();
+  cmd->add_option("--model-dir", flags->model_dir, "the trained model's checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--corpus", flags->corpus_dir,
+                  "directory with heldout.txt (scripts/fetch-corpus.sh): stranger prompts of --model kjv")
+      ->capture_default_str();
+  cmd->add_option(
+      "--prompt", flags->prompt,
+      "the probe's prompt text (--model kjv); 1, 2 or 3 pick a default prompt (1 is the default)");
+  cmd->add_option(
+      "--record-logits", flags->record_dir,
+      "instead of the experiment: write the trained model's router logits on held-out text to DIR "
+      "(layer<l>.npy + meta.csv, the files moe-sim replay reads)");
+  cmd->add_option("--record-tokens", flags->record_tokens, "held-out tokens to record (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--record-window", flags->record_window, "tokens per recorded request (window)")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "trials run in parallel")->capture_default_str();
   cmd->add_option("--arrival-rate", o.traffic.arrival_rate, "stranger arrivals per step (Poisson mean)")

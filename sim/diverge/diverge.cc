@@ -5,9 +5,13 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -111,8 +115,61 @@ int DivergeOptions::max_token_budget() const {
 }
 
 std::shared_ptr<const model::ModelWeights> load_weights(const DivergeOptions& options) {
-  if (!options.weights_path.empty()) return model::load_model(options.weights_path);
+  if (!options.model_dir.empty()) return model::load_pretrained(options.model_dir);
+  if (!options.weights_path.empty()) return model::load_model_any(options.weights_path);
   return model::random_model(options.shape, options.weights_seed, options.init);
+}
+
+const std::vector<std::string>& default_prompts() {
+  static const std::vector<std::string> prompts = {
+      "And it came to pass, when the king heard the words of the book of the law, that he",
+      "In the beginning God created the heaven and the earth. And the earth was without form, and",
+      "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures:",
+  };
+  return prompts;
+}
+
+LabModel load_lab_model(const DivergeOptions& options) {
+  LabModel m;
+  m.weights = load_weights(options);
+  if (!options.model_dir.empty()) {
+    m.tokenizer = std::make_shared<const model::Tokenizer>(model::Tokenizer::load(options.model_dir));
+    m.description = options.model_dir;
+  } else if (!options.weights_path.empty()) {
+    m.description = options.weights_path;
+  } else {
+    m.description = "random(seed " + std::to_string(options.weights_seed) + ")";
+  }
+  if (!options.prompt.empty() && !m.tokenizer) {
+    throw std::invalid_argument("diverge: a text prompt needs a model with a tokenizer (--model kjv)");
+  }
+  if (!options.corpus_dir.empty()) {
+    if (!m.tokenizer) {
+      throw std::invalid_argument("diverge: stranger text from a corpus needs a model with a tokenizer");
+    }
+    const std::filesystem::path held = std::filesystem::path(options.corpus_dir) / "heldout.txt";
+    std::ifstream f(held, std::ios::binary);
+    if (!f) {
+      throw std::runtime_error(
+          "diverge: the held-out text " + held.string() + " is missing: run scripts/fetch-corpus.sh " +
+          options.corpus_dir +
+          " (it needs the packages bible-kjv and bible-kjv-text from scripts/install-deps.sh)");
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    m.heldout = m.tokenizer->encode(ss.str());
+  }
+  return m;
+}
+
+std::string tokens_text(const model::Tokenizer* tokenizer, std::span<const int32_t> tokens) {
+  if (tokenizer) return model::printable(tokenizer->decode(tokens));
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i) out += ' ';
+    out += std::to_string(tokens[i]);
+  }
+  return out;
 }
 
 void summarize(ConfigResult& r, int gen_length) {
@@ -132,8 +189,18 @@ void summarize(ConfigResult& r, int gen_length) {
       r.first_divergence[i] = static_cast<int>(len);
     if (r.first_divergence[i] >= 0) firsts.push_back(r.first_divergence[i]);
   }
-  r.distinct =
-      static_cast<int>(std::set<std::vector<int32_t>>(r.completions.begin(), r.completions.end()).size());
+  r.distinct_completions.clear();
+  {
+    std::map<std::vector<int32_t>, size_t> index;  // completion -> its entry
+    for (int i = 0; i < n; ++i) {
+      auto [it, fresh] = index.emplace(r.completions[i], r.distinct_completions.size());
+      if (fresh) r.distinct_completions.push_back({r.completions[i], 0, r.first_divergence[i]});
+      ++r.distinct_completions[it->second].count;
+    }
+    std::stable_sort(r.distinct_completions.begin(), r.distinct_completions.end(),
+                     [](const Completion& a, const Completion& b) { return a.count > b.count; });
+  }
+  r.distinct = static_cast<int>(r.distinct_completions.size());
   r.diverged = static_cast<int>(firsts.size());
   std::sort(firsts.begin(), firsts.end());
   if (firsts.empty()) {
@@ -164,7 +231,7 @@ void summarize(ConfigResult& r, int gen_length) {
 
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
-                        const std::vector<int32_t>& probe_prompt) {
+                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout) {
   const double start = now_seconds();
   model::ModelOptions mo;
   mo.kernel = spec.kernel;
@@ -199,8 +266,8 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
     r.chunk_sizes[trial] = sc.chunk_size;
     r.token_budgets[trial] = sc.token_budget;
     uint64_t probe_id = 0;
-    auto requests = make_traffic(options.traffic, weights->shape.vocab_size, trial_seed(options.seed, trial),
-                                 probe, &probe_id);
+    auto requests = make_traffic(options.traffic, PromptSource{weights->shape.vocab_size, heldout},
+                                 trial_seed(options.seed, trial), probe, &probe_id);
     outcomes[item] = serve(m, std::move(requests), sc, probe_id);
   });
   r.alone = outcomes[0].probe_tokens;
@@ -224,8 +291,26 @@ DivergeReport run_diverge(const DivergeOptions& options) {
   const double start = now_seconds();
   DivergeReport report;
   report.options = options;
-  auto weights = load_weights(options);
-  report.probe_prompt = random_prompt(options.probe_length, weights->shape.vocab_size, options.seed);
+  const LabModel lab = load_lab_model(options);
+  const auto& weights = lab.weights;
+  report.model = lab.description;
+  report.tokenizer = lab.tokenizer;
+  report.probe_prompt = options.prompt.empty()
+                            ? random_prompt(options.probe_length, weights->shape.vocab_size, options.seed)
+                            : lab.tokenizer->encode(options.prompt);
+  if (report.probe_prompt.empty()) throw std::invalid_argument("diverge: the prompt encodes to no tokens");
+  const int longest = static_cast<int>(report.probe_prompt.size()) + options.gen_length;
+  if (longest > weights->shape.max_positions) {
+    throw std::invalid_argument("diverge: prompt (" + std::to_string(report.probe_prompt.size()) +
+                                " tokens) + generation length (" + std::to_string(options.gen_length) +
+                                ") exceed the model's max_positions (" +
+                                std::to_string(weights->shape.max_positions) + ")");
+  }
+  if (options.traffic.prompt_max + options.traffic.decode_max > weights->shape.max_positions) {
+    throw std::invalid_argument(
+        "diverge: stranger prompt_max + decode_max exceed the model's max_positions (" +
+        std::to_string(weights->shape.max_positions) + ")");
+  }
   const auto grid = options.grid.empty() ? options.default_grid() : options.grid;
   auto progress = [&](const ConfigResult& r, const char* what) {
     if (!options.progress) return;
@@ -234,13 +319,13 @@ DivergeReport run_diverge(const DivergeOptions& options) {
                      " (" + fmt("%.1f", r.seconds) + " s)");
   };
   for (const auto& spec : grid) {
-    report.grid.push_back(run_config(spec, options, weights, report.probe_prompt));
+    report.grid.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout));
     progress(report.grid.back(), "grid");
   }
   for (const auto& mode : options.sweep_modes) {
     for (double cf : options.sweep_capacity_factors) {
       ConfigSpec spec{mode, kernels::KernelKind::kInvariant, cf, true};
-      report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt));
+      report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout));
       progress(report.sweep.back(), "sweep");
     }
   }
@@ -251,8 +336,12 @@ DivergeReport run_diverge(const DivergeOptions& options) {
 std::string format_table(const DivergeReport& report) {
   const auto& o = report.options;
   std::string out;
-  out += "probe: " + std::to_string(o.probe_length) + " prompt tokens, " + std::to_string(o.gen_length) +
-         " generated; " + std::to_string(o.trials) + " trials; budget " +
+  out += "model: " + report.model + "\n";
+  if (report.tokenizer) {
+    out += "prompt: \"" + tokens_text(report.tokenizer.get(), report.probe_prompt) + "\"\n";
+  }
+  out += "probe: " + std::to_string(report.probe_prompt.size()) + " prompt tokens, " +
+         std::to_string(o.gen_length) + " generated; " + std::to_string(o.trials) + " trials; budget " +
          std::to_string(o.scheduler.token_budget) + " tokens/step, chunk " +
          std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "\n";
   char line[256];
@@ -326,9 +415,36 @@ std::string format_table(const DivergeReport& report) {
   return out;
 }
 
+std::string format_completions(const DivergeReport& report) {
+  const model::Tokenizer* tok = report.tokenizer.get();
+  std::string out = "\ncompletions of the probe (count of ";
+  out += std::to_string(report.options.trials);
+  out += " trials, first generated position that differs from the alone run, text)\n";
+  char head[96];
+  for (const auto& r : report.grid) {
+    std::snprintf(head, sizeof(head), "%s cf %.2f: %d distinct\n", r.spec.label().c_str(),
+                  r.spec.capacity_factor, r.distinct);
+    out += head;
+    out += "  alone        ";
+    out += tokens_text(tok, r.alone);
+    out += '\n';
+    for (const Completion& c : r.distinct_completions) {
+      if (c.first_divergence < 0) {
+        std::snprintf(head, sizeof(head), "  %3dx     =   ", c.count);
+      } else {
+        std::snprintf(head, sizeof(head), "  %3dx  @%-4d  ", c.count, c.first_divergence);
+      }
+      out += head;
+      out += tokens_text(tok, c.tokens);
+      out += '\n';
+    }
+  }
+  return out;
+}
+
 namespace {
 
-nlohmann::json result_json(const ConfigResult& r) {
+nlohmann::json result_json(const ConfigResult& r, const model::Tokenizer* tokenizer) {
   nlohmann::json j;
   j["config"] = r.spec.label();
   j["mode"] = r.spec.mode;
@@ -351,6 +467,14 @@ nlohmann::json result_json(const ConfigResult& r) {
   j["distinct_at"] = r.distinct_at;
   j["diverged_at"] = r.diverged_at;
   j["alone"] = r.alone;
+  j["alone_text"] = tokens_text(tokenizer, r.alone);
+  j["completions"] = nlohmann::json::array();
+  for (const Completion& c : r.distinct_completions) {
+    j["completions"].push_back({{"text", tokens_text(tokenizer, c.tokens)},
+                                {"count", c.count},
+                                {"first_divergence", c.first_divergence},
+                                {"tokens", c.tokens}});
+  }
   j["seconds"] = r.seconds;
   return j;
 }
@@ -361,7 +485,7 @@ std::string to_json(const DivergeReport& report) {
   const auto& o = report.options;
   nlohmann::json j;
   j["trials"] = o.trials;
-  j["probe_length"] = o.probe_length;
+  j["probe_length"] = report.probe_prompt.size();
   j["gen_length"] = o.gen_length;
   j["token_budget"] = o.scheduler.token_budget;
   j["chunk_size"] = o.scheduler.chunk_size;
@@ -369,8 +493,9 @@ std::string to_json(const DivergeReport& report) {
   j["vary_budgets"] = o.vary_budgets;
   j["capacity_factor"] = o.capacity_factor;
   j["seed"] = o.seed;
-  j["weights"] =
-      o.weights_path.empty() ? "random(seed " + std::to_string(o.weights_seed) + ")" : o.weights_path;
+  j["weights"] = report.model;
+  j["prompt"] = tokens_text(report.tokenizer.get(), report.probe_prompt);
+  j["stranger_text"] = o.corpus_dir.empty() ? "random tokens" : o.corpus_dir + "/heldout.txt";
   j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},
                   {"fixed_interval", o.traffic.fixed_interval},
                   {"prompt_min", o.traffic.prompt_min},
@@ -380,11 +505,11 @@ std::string to_json(const DivergeReport& report) {
                   {"probe_arrival_step", o.traffic.probe_arrival_step}};
   j["probe_prompt"] = report.probe_prompt;
   j["grid"] = nlohmann::json::array();
-  for (const auto& r : report.grid) j["grid"].push_back(result_json(r));
+  for (const auto& r : report.grid) j["grid"].push_back(result_json(r, report.tokenizer.get()));
   j["sweep"] = nlohmann::json::array();
-  for (const auto& r : report.sweep) j["sweep"].push_back(result_json(r));
+  for (const auto& r : report.sweep) j["sweep"].push_back(result_json(r, report.tokenizer.get()));
   j["seconds"] = report.seconds;
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string svg_capacity_plot(const DivergeReport& report) {

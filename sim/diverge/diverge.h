@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/linear.h"
 #include "moe/model/model_config.h"
 #include "moe/model/model_weights.h"
+#include "moe/model/tokenizer.h"
 #include "sim/diverge/serving.h"
 #include "sim/diverge/traffic.h"
 
@@ -49,8 +51,17 @@ struct DivergeOptions {
   TrafficConfig traffic;
   model::ModelShape shape;  // random weights of this shape, unless weights_path is set
   uint64_t weights_seed = 0;
-  model::RandomInit init;        // scales of the random weights
-  std::string weights_path;      // a moe-model/1 safetensors file (model_weights.h)
+  model::RandomInit init;    // scales of the random weights
+  std::string weights_path;  // a moe-model/1 safetensors file or a checkpoint directory (load_model_any)
+  // A Hugging Face checkpoint directory (the trained model, models/kjv-moe): its weights (load_pretrained)
+  // and its tokenizer.json. Takes precedence over weights_path and the random shape.
+  std::string model_dir;
+  // The probe's prompt as text (needs model_dir's tokenizer); empty: probe_length random tokens.
+  std::string prompt;
+  // A directory with heldout.txt (scripts/fetch-corpus.sh): stranger prompts are windows of its tokens
+  // (needs model_dir's tokenizer); empty: uniform random tokens. A missing file is an error naming the
+  // script that builds it.
+  std::string corpus_dir;
   std::vector<ConfigSpec> grid;  // empty: default_grid()
   // Capacity-factor sweep (invariant kernels, varied serving, one row per mode and factor); empty disables
   // it.
@@ -67,6 +78,13 @@ struct DivergeOptions {
   int max_token_budget() const;
 };
 
+// One distinct completion of the probe over the trials.
+struct Completion {
+  std::vector<int32_t> tokens;
+  int count = 0;              // trials that gave it
+  int first_divergence = -1;  // first generated position differing from the alone run, -1 if it equals it
+};
+
 struct ConfigResult {
   ConfigSpec spec;
   std::vector<int32_t> alone;                     // the probe served alone
@@ -75,6 +93,7 @@ struct ConfigResult {
   std::vector<int> chunk_sizes;                   // per trial
   std::vector<int> token_budgets;                 // per trial
   int distinct = 0;                               // distinct completions among the trials
+  std::vector<Completion> distinct_completions;   // by count (descending), then first trial that gave it
   int diverged = 0;                               // trials whose completion differs from alone
   int bitwise_same = 0;                           // trials whose sampled logits equal alone's bit for bit
   int first_divergence_min = -1;                  // over diverged trials (-1 if none)
@@ -97,8 +116,22 @@ struct ConfigResult {
   }
 };
 
+// The model a run uses: its weights, and its tokenizer and held-out tokens when options.model_dir is set.
+struct LabModel {
+  std::shared_ptr<const model::ModelWeights> weights;
+  std::shared_ptr<const model::Tokenizer> tokenizer;  // null for random / moe-model/1 weights
+  std::vector<int32_t> heldout;                       // corpus_dir's held-out text, tokenized (or empty)
+  std::string description;                            // "models/kjv-moe", "random(seed 0)", a file
+};
+
+// The default probe prompts of the trained model (`moe-sim diverge --prompt 1|2|3`); the first is the
+// default.
+const std::vector<std::string>& default_prompts();
+
 struct DivergeReport {
   DivergeOptions options;
+  std::string model;                                  // LabModel::description
+  std::shared_ptr<const model::Tokenizer> tokenizer;  // for texts (null: token ids)
   std::vector<int32_t> probe_prompt;
   std::vector<ConfigResult> grid;
   std::vector<ConfigResult> sweep;  // capacity-factor sweep
@@ -107,12 +140,19 @@ struct DivergeReport {
 
 // The weights the options name (random or loaded).
 std::shared_ptr<const model::ModelWeights> load_weights(const DivergeOptions& options);
+// Weights, tokenizer and held-out tokens. Throws std::runtime_error naming scripts/fetch-corpus.sh when
+// corpus_dir lacks heldout.txt, std::invalid_argument for a prompt or corpus without a tokenizer.
+LabModel load_lab_model(const DivergeOptions& options);
+
+// Tokens as text: the tokenizer's bytes (printable(): "\n" for a newline), or ids separated by spaces.
+std::string tokens_text(const model::Tokenizer* tokenizer, std::span<const int32_t> tokens);
 
 // Runs one configuration: the probe alone, then the N trials. Deterministic for a given (options, spec,
 // weights), whatever options.threads is.
+// Stranger prompts are windows of `heldout` when it is not empty.
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
-                        const std::vector<int32_t>& probe_prompt);
+                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout = {});
 
 // The whole experiment: the grid, then the sweep.
 DivergeReport run_diverge(const DivergeOptions& options);
@@ -122,6 +162,9 @@ void summarize(ConfigResult& result, int gen_length);
 
 // Reports.
 std::string format_table(const DivergeReport& report);
+// Per grid configuration: the alone run's completion and each distinct completion with its count and first
+// differing position, as text.
+std::string format_completions(const DivergeReport& report);
 std::string to_json(const DivergeReport& report);
 // Distinct completions vs capacity factor, one series per mode (from the sweep).
 std::string svg_capacity_plot(const DivergeReport& report);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "base/splitmix64.h"
 
@@ -51,7 +52,16 @@ std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed) {
 
 std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
                                   uint64_t* probe_id) {
+  return make_traffic(config, PromptSource{vocab_size, {}}, seed, std::move(probe), probe_id);
+}
+
+std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSource& source, uint64_t seed,
+                                  Request probe, uint64_t* probe_id) {
   config.validate();
+  if (!source.text.empty() && source.text.size() < static_cast<size_t>(config.prompt_max)) {
+    throw std::invalid_argument("TrafficConfig: the prompt text has " + std::to_string(source.text.size()) +
+                                " tokens, fewer than prompt_max (" + std::to_string(config.prompt_max) + ")");
+  }
   SplitMix64 rng(mix64(seed ^ 0x747261666669ull));
   std::vector<Request> out;
   uint64_t next_id = 1;
@@ -67,7 +77,13 @@ std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, u
       r.id = next_id++;
       r.arrival_step = step;
       const int len = static_cast<int>(rng.uniform_int(config.prompt_min, config.prompt_max));
-      r.prompt = random_prompt(len, vocab_size, rng.next());
+      if (source.text.empty()) {
+        r.prompt = random_prompt(len, source.vocab_size, rng.next());
+      } else {
+        const size_t start =
+            static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(source.text.size()) - len));
+        r.prompt.assign(source.text.begin() + start, source.text.begin() + start + len);
+      }
       r.max_new_tokens = static_cast<int>(rng.uniform_int(config.decode_min, config.decode_max));
       out.push_back(std::move(r));
     }

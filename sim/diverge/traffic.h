@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sim/diverge/serving.h"
@@ -26,12 +27,22 @@ struct TrafficConfig {
   void validate() const;
 };
 
+// Where stranger prompts come from: uniform random tokens in [0, vocab_size) (text empty), or windows of a
+// token stream (held-out text): a prompt of length n starts at a uniform offset in [0, text.size() - n].
+struct PromptSource {
+  int vocab_size = 0;
+  std::span<const int32_t> text;
+};
+
 // The requests of one trial: the strangers drawn from splitmix64 streams keyed by `seed`, plus `probe`
 // (whose id and arrival_step are overwritten). Ids are assigned in arrival order starting at 1 (the probe
 // comes after the strangers that arrive in the same step), so under request priority the strangers that
 // arrived earlier outrank the probe. Returns the requests; *probe_id receives the probe's id.
+// Prompts come from `source` (a text shorter than prompt_max throws std::invalid_argument).
 std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
                                   uint64_t* probe_id);
+std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSource& source, uint64_t seed,
+                                  Request probe, uint64_t* probe_id);
 
 // A prompt of `length` uniform random tokens in [0, vocab_size) from the stream keyed by `seed`.
 std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed);

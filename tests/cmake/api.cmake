@@ -7,8 +7,17 @@ endif()
 # A C program (compiled as C99) using only moe/api/moe_c.h.
 add_executable(api_c_test ${PROJECT_SOURCE_DIR}/tests/api_c_test.c)
 set_target_properties(api_c_test PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
-target_compile_options(api_c_test PRIVATE -Wall -Wextra -Werror)
+target_compile_options(api_c_test PRIVATE -Wall -Wextra $<$<BOOL:${MOE_WERROR}>:-Werror>)
 target_link_libraries(api_c_test PRIVATE moe_api_c m)
+# The trained checkpoint for moe_weights_load_pretrained / moe_layer_create_pretrained, and a copy whose
+# config.json disagrees with its tensors (intermediate_size 96 instead of 88; the weights are a link).
+set(moe_bad_ckpt ${CMAKE_BINARY_DIR}/test_data/kjv-moe-bad-ff)
+file(READ ${PROJECT_SOURCE_DIR}/models/kjv-moe/config.json moe_kjv_config)
+string(REPLACE "\"intermediate_size\": 88" "\"intermediate_size\": 96" moe_kjv_bad_config "${moe_kjv_config}")
+file(WRITE ${moe_bad_ckpt}/config.json "${moe_kjv_bad_config}")
+file(CREATE_LINK ${PROJECT_SOURCE_DIR}/models/kjv-moe/model.safetensors ${moe_bad_ckpt}/model.safetensors SYMBOLIC)
+target_compile_definitions(api_c_test PRIVATE MOE_KJV_DIR="${PROJECT_SOURCE_DIR}/models/kjv-moe"
+                           MOE_KJV_BAD_DIR="${moe_bad_ckpt}")
 add_test(NAME api_c_test COMMAND api_c_test)
 # TMPDIR points nowhere: moe_weights_from_buffers must build weights memory to memory (no staging file).
 set_tests_properties(api_c_test PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT "TMPDIR=/nonexistent/moe-no-tmp")

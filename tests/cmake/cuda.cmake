@@ -23,7 +23,7 @@ if(TARGET moe_kernels_cuda)
   endforeach()
 endif()
 
-# The GPU layer (moe/gpu): host-side behaviour everywhere (unit); accuracy and bit equality on a GPU.
+# The GPU layer (moe/cuda): host-side behaviour everywhere (unit); accuracy and bit equality on a GPU.
 if(TARGET moe_cuda_layer)
   moe_add_test(NAME cuda_layer_test
     SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_layer_test.cc
@@ -34,4 +34,26 @@ if(TARGET moe_cuda_layer)
     LIBS moe_cuda_layer
     LABELS gpu)
   set_tests_properties(cuda_layer_gpu_test PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
+  # Stream ordering of uploads, weights on another stream, activations in place (issue 16's hazards on a GPU).
+  moe_add_test(NAME cuda_stream_order_gpu_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_stream_order_gpu_test.cc
+    LIBS moe_cuda_layer moe_kernels_cuda
+    LABELS gpu)
+  set_tests_properties(cuda_stream_order_gpu_test PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
+endif()
+
+# Code-level checks of the stream-ordering and aliasing rules (no GPU, no CUDA build needed).
+add_test(NAME cuda_hazards_check COMMAND ${CMAKE_COMMAND} -DMOE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                                         -P ${PROJECT_SOURCE_DIR}/tests/cuda_hazards_check.cmake)
+set_tests_properties(cuda_hazards_check PROPERTIES LABELS unit TIMEOUT 60)
+
+# The GPU bundle: scripts/gpu-check.sh's build step from gpu-bundle/ only (system copies hidden) builds the CUDA
+# layer and cuda_layer_test (tests/gpu_bundle_test.sh). One CUDA architecture (sm_90) keeps it to a few minutes
+# on two cores; it skips without the bundle (make deps fetches it) or without nvcc.
+if(MOE_ENABLE_CUDA)
+  add_test(NAME gpu_bundle_build_test
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu_bundle_test.sh ${PROJECT_SOURCE_DIR}
+                   ${CMAKE_BINARY_DIR}/gpu-bundle-test 90)
+  set_tests_properties(gpu_bundle_build_test PROPERTIES LABELS unit TIMEOUT 1800 SKIP_RETURN_CODE 77
+                       PROCESSORS 2)
 endif()

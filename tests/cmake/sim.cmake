@@ -1,4 +1,7 @@
-# Simulator tests (sim/): workloads, score models, parsers, experiments, the SVG writer, and the moe-sim CLI.
+# Simulator tests (sim/): workloads, score models, parsers, experiments, the SVG writer, and the moe-sim CLI (with MOE_BUILD_SIM).
+if(NOT TARGET moe_sim)
+  return()
+endif()
 foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test)
   moe_add_test(NAME ${name}
     SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
