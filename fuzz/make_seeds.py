@@ -86,6 +86,10 @@ def main():
                                                         "z": "b.safetensors"}}))
     put("checkpoint_index", "one_shard.json", json.dumps({"weight_map": {"z": "b.safetensors"}}))
 
+    # a Hugging Face config.json (the trained model's)
+    with open(os.path.join(here, "..", "models", "kjv-moe", "config.json"), "rb") as f:
+        put("hf_config", "kjv_moe.json", f.read())
+
     # moe-model files and their config (__metadata__)
     shape = dict(vocab_size=4, hidden=2, num_layers=1, num_heads=1, num_experts=2, top_k=1, expert_ff=2,
                  max_positions=8)

@@ -1,5 +1,6 @@
 #include "sim/npy.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -165,13 +166,21 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     return descr == std::string("<") + code ||
            (little && (descr == std::string("=") + code || descr == code));
   };
-  const size_t itemsize = is("f4") || is("i4") ? 4 : is("f8") ? 8 : is("f2") ? 2 : 0;
-  a.dtype = is("i4") ? "i4" : "f4";
-  if (itemsize == 0) {
+  // float64 and float16 are converted to float32 words (a.converted_from says so).
+  size_t itemsize = 4;
+  if (is("f4")) {
+    a.dtype = "f4";
+  } else if (is("i4")) {
+    a.dtype = "i4";
+  } else if (is("f8") || is("f2")) {
+    a.dtype = "f4";
+    itemsize = is("f8") ? 8 : 2;
+    a.converted_from = itemsize == 8 ? "float64" : "float16";
+  } else {
     fail("dtype '" + descr +
-         "' is not supported: router logits must be float32 ('<f4'; float64 and float16 " +
-         "are converted). Convert with: python3 -c \"import numpy; a = numpy.load('" + name +
-         "'); numpy.save('" + name + "', a.astype('<f4'))\"");
+         "' is not supported: router logits must be float32 ('<f4'; float64 and float16 are converted). "
+         "Convert with: python3 -c \"import numpy; a = numpy.load('" +
+         name + "'); numpy.save('" + name + "', a.astype('<f4'))\"");
   }
   if (field("fortran_order", HeaderValue::Kind::kBool).boolean) {
     fail("fortran_order is True: save a C-ordered array (numpy.ascontiguousarray)");
@@ -182,7 +191,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   for (int64_t d : a.shape) {
     dims += (dims.empty() ? "" : ", ") + std::to_string(d);
     if (d < 0 || (d > 0 && count > kMaxNpyValues / d)) {
-      fail("array too large: shape (" + dims + "...) has more than 2^31 - 1 values");
+      fail("array too large: shape (" + dims + "" + ") has more than 2^31 - 1 values");
     }
     count *= d;
   }
@@ -195,12 +204,11 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     fail("file is longer than shape (" + dims + ") needs (" +
          std::to_string(bytes.size() - data_begin - data_bytes) + " extra bytes)");
   }
-  if (!little && itemsize != 4) fail("float64 and float16 logits are converted on little-endian hosts only");
+  if (!little && itemsize != 4) fail("float64 and float16 arrays are converted on little-endian hosts only");
   a.words.resize(static_cast<size_t>(count));
   const char* data = bytes.data() + data_begin;
+  const size_t cols = a.shape.empty() ? 1 : static_cast<size_t>(std::max<int64_t>(1, a.shape.back()));
   if (itemsize == 8) {
-    a.converted_from = "float64";
-    const int64_t cols = a.shape.size() == 2 && a.shape[1] > 0 ? a.shape[1] : 1;
     for (size_t i = 0; i < a.words.size(); ++i) {
       double v;
       std::memcpy(&v, data + 8 * i, 8);
@@ -213,7 +221,6 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     return a;
   }
   if (itemsize == 2) {
-    a.converted_from = "float16";
     for (size_t i = 0; i < a.words.size(); ++i) {
       uint16_t h;
       std::memcpy(&h, data + 2 * i, 2);
@@ -228,16 +235,26 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   return a;
 }
 
+namespace {
+
+// The largest valid file: kMaxNpyValues float64 values after a header of at most 4 GiB (format 2.x/3.x).
+constexpr uint64_t kMaxNpyFileBytes = uint64_t{12} + 0xffffffffull + static_cast<uint64_t>(kMaxNpyValues) * 8;
+
+}  // namespace
+
 NpyArray read_npy(const std::string& path) {
-  // The largest valid file: kMaxNpyValues float64 values after a header of at most 4 GiB (format 2.x/3.x).
-  const uint64_t max_bytes = uint64_t{12} + 0xffffffffull + static_cast<uint64_t>(kMaxNpyValues) * 8;
-  return parse_npy(read_input_file(path, ".npy file", max_bytes), path);
+  return parse_npy(read_input_file(path, ".npy file", kMaxNpyFileBytes), path);
 }
 
 LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   const NpyArray a = parse_npy(bytes, name);
   auto fail = [&](const std::string& why) { throw DataError("bad .npy file '" + name + "': " + why); };
-  if (a.dtype != "f4") fail("dtype '<i4' is not supported: router logits must be float32 ('<f4')");
+  if (a.dtype != "f4") {
+    fail(
+        "dtype '<i4' is not supported: router logits must be float32 ('<f4'). Convert with: python3 -c "
+        "\"import numpy; a = numpy.load('" +
+        name + "'); numpy.save('" + name + "', a.astype('<f4'))\"");
+  }
   if (a.shape.size() != 2)
     fail("expected a 2-D array [tokens, experts], got " + std::to_string(a.shape.size()) + "-D");
   LogitsMatrix m;
@@ -245,16 +262,14 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   m.cols = a.shape[1];
   if (m.rows < 1 || m.cols < 1)
     fail("empty array (shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ")");
-  m.converted_from = a.converted_from;
   m.values.resize(a.words.size());
   std::memcpy(m.values.data(), a.words.data(), a.words.size() * 4);
+  m.converted_from = a.converted_from;
   return m;
 }
 
 LogitsMatrix read_npy_f32(const std::string& path) {
-  // The largest valid file: kMaxNpyValues float64 values after a header of at most 4 GiB (format 2.x/3.x).
-  const uint64_t max_bytes = uint64_t{12} + 0xffffffffull + static_cast<uint64_t>(kMaxNpyValues) * 8;
-  return parse_npy_f32(read_input_file(path, "logits file", max_bytes), path);
+  return parse_npy_f32(read_input_file(path, "logits file", kMaxNpyFileBytes), path);
 }
 
 void write_npy_f32(const std::string& path, const LogitsMatrix& m) {

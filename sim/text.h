@@ -18,6 +18,9 @@ int64_t parse_int(std::string_view s, std::string_view what);
 uint64_t parse_uint64(std::string_view s, std::string_view what);
 double parse_double(std::string_view s, std::string_view what);
 bool parse_bool(std::string_view s, std::string_view what);
+// The byte offset of the first byte of `s` that is not part of well-formed UTF-8 (no overlong forms, no
+// surrogates, at most U+10FFFF), or -1 if all of `s` is well-formed.
+int64_t utf8_error_offset(std::string_view s);
 // Shortest text that reads back as the same double ("1.25", "0.1", "3").
 std::string format_double(double v);
 
