@@ -1,3 +1,8 @@
 # kernels/cpu benchmarks: linear and expert FFN, fast vs invariant kinds.
 moe_add_bench(NAME kernels_cpu_linear_bench SOURCES ${PROJECT_SOURCE_DIR}/bench/kernels_cpu_linear_bench.cc
               LIBS moe_kernels_cpu)
+# What this CPU's vdpbf16ps computes: scores the contract of kernels/cpu/dpbf16.h against alternatives (a plain
+# program, not run by scripts/bench.sh).
+add_executable(dpbf16_probe ${PROJECT_SOURCE_DIR}/bench/dpbf16_probe.cc)
+target_include_directories(dpbf16_probe PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(dpbf16_probe PRIVATE moe_flags)
