@@ -19,3 +19,8 @@ moe_add_test(NAME kernels_cpu_alloc_test SOURCES ${PROJECT_SOURCE_DIR}/tests/ker
 # their invariance by exact bits (invariance).
 moe_add_test(NAME kernels_cpu_dpbf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_dpbf16_test.cc
              LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_bf16_compute_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_compute_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_bf16_invariance_test
+             SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_invariance_test.cc
+             LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)

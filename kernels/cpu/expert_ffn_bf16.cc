@@ -1,0 +1,138 @@
+#include "kernels/cpu/expert_ffn_bf16.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/linear_bf16.h"
+
+namespace moe::kernels {
+namespace {
+
+// Scratch parts, in floats, each rounded up to 16 floats (64 bytes).
+struct ScratchLayout {
+  size_t h1, h3, xb, hb, total;  // offsets of the parts (from the first 64-byte boundary) and the size
+};
+
+size_t round16(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+ScratchLayout layout(int64_t rows, int64_t d, int64_t ff) {
+  const size_t r = static_cast<size_t>(rows);
+  ScratchLayout s{};
+  s.h1 = 0;
+  s.h3 = s.h1 + round16(r * static_cast<size_t>(ff));
+  s.xb = s.h3 + round16(r * static_cast<size_t>(ff));
+  s.hb = s.xb + round16(r * static_cast<size_t>(bf16_pairs(d)));           // a float holds one bf16 pair
+  s.total = s.hb + round16(r * static_cast<size_t>(bf16_pairs(ff))) + 16;  // + 16: room to align the start
+  return s;
+}
+
+}  // namespace
+
+PackedFfnBf16::PackedFfnBf16(Activation activation, const FfnWeights& w) : act(activation) {
+  int64_t d = 0, ff = 0;
+  validate_ffn_weights(activation, w, &d, &ff);
+  w1 = PackedBf16Weights(w.w1);
+  if (activation == Activation::kSwiGLU) w3 = PackedBf16Weights(w.w3);
+  w2 = PackedBf16Weights(w.w2);
+}
+
+size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff) {
+  if (rows < 0 || d < 0 || ff < 0) {
+    throw std::invalid_argument("ffn_bf16_scratch_floats: negative size (rows " + std::to_string(rows) +
+                                ", d " + std::to_string(d) + ", ff " + std::to_string(ff) + ")");
+  }
+  return layout(rows, d, ff).total;
+}
+
+void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
+                      int64_t y_stride, float* scratch, ThreadPool& pool) {
+  const int64_t d = w.d(), ff = w.ff();
+  if (rows < 0)
+    throw std::invalid_argument("ffn_bf16_forward: rows (" + std::to_string(rows) + ") is negative");
+  if (x_stride < d || y_stride < d) {
+    throw std::invalid_argument("ffn_bf16_forward: x_stride (" + std::to_string(x_stride) +
+                                ") or y_stride (" + std::to_string(y_stride) + ") is less than d (" +
+                                std::to_string(d) + ")");
+  }
+  if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_bf16_forward: x or y is null with rows " + std::to_string(rows));
+  }
+  if (scratch == nullptr && rows > 0) {
+    throw std::invalid_argument("ffn_bf16_forward: scratch is null, need " +
+                                std::to_string(ffn_bf16_scratch_floats(rows, d, ff)) + " floats");
+  }
+  if (rows == 0) return;
+  const ScratchLayout s = layout(rows, d, ff);
+  float* base = scratch;
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float* h1 = base + s.h1;
+  float* h3 = base + s.h3;
+  auto* xb = reinterpret_cast<uint16_t*>(base + s.xb);
+  auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
+
+  round_rows_to_bf16(x, rows, x_stride, d, xb, pool);
+  linear_bf16_rounded(xb, rows, w.w1, h1, ff, pool);
+  if (w.act == Activation::kSwiGLU) linear_bf16_rounded(xb, rows, w.w3, h3, ff, pool);
+  // Elementwise activation and rounding of h: each thread takes a contiguous block of rows.
+  const int64_t hb_len = 2 * bf16_pairs(ff);
+  const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
+  pool.parallel_for(num_tasks, [&](int64_t task, int) {
+    int64_t r0 = 0, r1 = 0;
+    ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* hr = h1 + r * ff;
+      if (w.act == Activation::kSwiGLU) {
+        swiglu(hr, h3 + r * ff, hr, ff);
+      } else {
+        gelu(hr, hr, ff);
+      }
+      round_to_bf16_span(hr, ff, hb + r * hb_len);
+      if (hb_len > ff) hb[r * hb_len + ff] = 0;
+    }
+  });
+  linear_bf16_rounded(hb, rows, w.w2, y, y_stride, pool);
+}
+
+void ffn_bf16_reference_f64(const float* x, int64_t rows, const PackedFfnBf16& w, double* y, double* scale) {
+  const int64_t d = w.d(), ff = w.ff();
+  if (rows < 0) throw std::invalid_argument("ffn_bf16_reference_f64: rows is negative");
+  if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_bf16_reference_f64: x or y is null");
+  }
+  std::vector<double> xr(static_cast<size_t>(d)), h(static_cast<size_t>(ff));
+  const auto wv = [](const PackedBf16Weights& m, int64_t o, int64_t i) {
+    return static_cast<double>(bf16_to_f32(m.at(o, i)));
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < d; ++i) xr[static_cast<size_t>(i)] = round_to_bf16(x[r * d + i]);
+    for (int64_t j = 0; j < ff; ++j) {
+      double gate = 0.0, up = 0.0;
+      for (int64_t i = 0; i < d; ++i) gate += xr[static_cast<size_t>(i)] * wv(w.w1, j, i);
+      if (w.act == Activation::kSwiGLU) {
+        for (int64_t i = 0; i < d; ++i) up += xr[static_cast<size_t>(i)] * wv(w.w3, j, i);
+        h[static_cast<size_t>(j)] = silu_f64(gate) * up;
+      } else {
+        h[static_cast<size_t>(j)] = gelu_f64(gate);
+      }
+    }
+    for (int64_t o = 0; o < d; ++o) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int64_t j = 0; j < ff; ++j) {
+        const double t = h[static_cast<size_t>(j)] * wv(w.w2, o, j);
+        sum += t;
+        abs_sum += std::fabs(t);
+      }
+      y[r * d + o] = sum;
+      if (scale != nullptr) scale[r * d + o] = abs_sum;
+    }
+  }
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,58 @@
+// One expert's FFN in bf16 compute (see expert_ffn.h for the activations and the weight layout):
+//
+//   xb = bf16(x)                                   (round to nearest even, f32_to_bf16)
+//   g = xb @ w1^T, u = xb @ w3^T                   bf16 x bf16 products, fp32 accumulation (linear_bf16.h)
+//   h = silu(g) * u  (kSwiGLU) or gelu(g) (kGELU)  in fp32 (activations.h)
+//   y = bf16(h) @ w2^T                             the hidden activation is rounded to bf16 first
+//
+// Invariance: the same contract as the fp32 invariant FFN - each row of y depends only on that row of x
+// and the weights, bitwise, for any rows, strides, alignment or thread count (every step is row-wise: the
+// linear's fixed chain per output, elementwise activations, elementwise rounding).
+// Accuracy (tests/kernels_cpu_bf16_compute_test.cc), against ffn_bf16_reference_f64 (float64 from the same
+// bf16 x and weights, h NOT rounded): rounding h to bf16 moves each term of y_o = sum_j h_j w2[o][j] by at
+// most 2^-8 of itself (bf16's unit roundoff). The fp32 errors of the three products and of the activation
+// are ~1e-5 of their own scales, which cancellation in g (sum_i |x_i w1_ji| is ~sqrt(d) times |g_j|) can
+// raise to a few 1e-4 of h. The tests require |y_o - ref_o| <= 1.25 * 2^-8 * sum_j |h_j w2[o][j]|.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/bf16_packed.h"
+#include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moe::kernels {
+
+// An expert's weights packed once for bf16 compute (fp32 weights are rounded to bf16 when packed).
+struct PackedFfnBf16 {
+  Activation act = Activation::kSwiGLU;
+  PackedBf16Weights w1, w3, w2;  // w3 is empty for kGELU
+
+  PackedFfnBf16() = default;
+  // Validates like validate_ffn_weights and packs. Throws std::invalid_argument.
+  PackedFfnBf16(Activation activation, const FfnWeights& w);
+
+  int64_t d() const { return w1.in(); }
+  int64_t ff() const { return w1.out(); }
+};
+
+// Floats of scratch that ffn_bf16_forward needs for `rows` rows: the fp32 gate and up activations, and the
+// bf16 copies of x and h, each part 64-byte aligned within the buffer (which itself may have any alignment).
+size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff);
+
+// y = FFN(x) for `rows` rows in bf16 compute.
+//   x: rows x d, row r at x + r * x_stride (x_stride >= d). y: rows x d, row r at y + r * y_stride
+//   (y_stride >= d), overwritten; y must not overlap x or scratch.
+//   scratch: ffn_bf16_scratch_floats(rows, d, ff) floats owned by the caller, clobbered.
+// Threading: runs on `pool`. Allocates nothing. Errors: std::invalid_argument for null pointers with
+// nonzero sizes, negative rows, or strides smaller than d.
+void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
+                      int64_t y_stride, float* scratch, ThreadPool& pool);
+
+// The oracle: x rounded to bf16, the packed bf16 weights, everything else in double (h not rounded).
+// x is contiguous [rows, d]; y is contiguous [rows, d]. If `scale` is not null it receives, per output,
+// sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
+void ffn_bf16_reference_f64(const float* x, int64_t rows, const PackedFfnBf16& w, double* y, double* scale);
+
+}  // namespace moe::kernels

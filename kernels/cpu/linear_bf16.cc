@@ -1,0 +1,113 @@
+#include "kernels/cpu/linear_bf16.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/linear_bf16_kernel.h"
+
+namespace moe::kernels {
+namespace {
+
+void validate(const void* x, int64_t rows, const PackedBf16Weights& w, const float* y, int64_t y_stride,
+              const char* what) {
+  const std::string name(what);
+  if (rows < 0) throw std::invalid_argument(name + ": rows (" + std::to_string(rows) + ") is negative");
+  if (y_stride < w.out()) {
+    throw std::invalid_argument(name + ": y_stride (" + std::to_string(y_stride) + ") is less than out (" +
+                                std::to_string(w.out()) + ")");
+  }
+  if (x == nullptr && rows > 0 && w.in() > 0) throw std::invalid_argument(name + ": x is null");
+  if (y == nullptr && rows > 0 && w.out() > 0) throw std::invalid_argument(name + ": y is null");
+}
+
+// A buffer of the calling thread for linear_bf16 without a workspace: grows, then is reused.
+uint16_t* thread_workspace(size_t elems) {
+  thread_local std::vector<uint16_t> buffer;
+  if (buffer.size() < elems) buffer.resize(elems);
+  return buffer.data();
+}
+
+void run(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y, int64_t y_stride,
+         ThreadPool& pool) {
+  if (w.in() == 0) {
+    for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
+    return;
+  }
+  // Threads take contiguous ranges of whole panels; never the reduction.
+  const int64_t panels = w.panels();
+  const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
+  pool.parallel_for(tasks, [&](int64_t task, int) {
+    int64_t j0 = 0, j1 = 0;
+    ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);
+    if (j1 > j0) detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
+  });
+}
+
+}  // namespace
+
+namespace detail {
+
+void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                          int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* xr = xb + r * xs;
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const uint32_t* panel = w.panel(j);
+      const int64_t o0 = j * kBf16PanelOutputs;
+      const int64_t valid = std::min<int64_t>(kBf16PanelOutputs, w.out() - o0);
+      for (int64_t c = 0; c < valid; ++c) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < pairs; ++p) {
+          const uint32_t wp = panel[p * kBf16PanelOutputs + c];
+          acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
+                       static_cast<uint16_t>(wp >> 16));
+        }
+        y[r * y_stride + o0 + c] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+void linear_bf16(const float* x, int64_t rows, int64_t x_stride, const PackedBf16Weights& w, float* y,
+                 int64_t y_stride, uint16_t* workspace, ThreadPool& pool) {
+  validate(x, rows, w, y, y_stride, "linear_bf16");
+  if (x_stride < w.in()) {
+    throw std::invalid_argument("linear_bf16: x_stride (" + std::to_string(x_stride) + ") is less than in (" +
+                                std::to_string(w.in()) + ")");
+  }
+  if (rows == 0 || w.out() == 0) return;
+  uint16_t* xb =
+      workspace != nullptr ? workspace : thread_workspace(linear_bf16_workspace_elems(rows, w.in()));
+  round_rows_to_bf16(x, rows, x_stride, w.in(), xb, pool);
+  run(xb, rows, w, y, y_stride, pool);
+}
+
+void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
+                         int64_t y_stride, ThreadPool& pool) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded");
+  if (rows == 0 || w.out() == 0) return;
+  run(xb, rows, w, y, y_stride, pool);
+}
+
+bool linear_bf16_uses_avx512() {
+  return detail::kBf16UsesAvx512;
+}
+
+void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
+                                  int64_t y_stride) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded_portable");
+  if (rows == 0 || w.out() == 0) return;
+  if (w.in() == 0) {
+    for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
+    return;
+  }
+  detail::bf16_panels_portable(xb, rows, w, 0, w.panels(), y, y_stride);
+}
+
+}  // namespace moe::kernels
