@@ -222,9 +222,10 @@ TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
     const auto x = random_floats(static_cast<size_t>(c.rows * c.d), 14, -2.0f, 2.0f);
     for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
       for (DType dt : {DType::kBF16, DType::kF32}) {
-        const PackedFfnBf16 w(act, FfnWeights{w1.view(dt), w3.view(dt), w2.view(dt)});
+        const FfnWeights fw{w1.view(dt), w3.view(dt), w2.view(dt)};
+        const PackedFfnBf16 w(act, fw);
         std::vector<double> ref(static_cast<size_t>(c.rows * c.d)), scale(ref.size());
-        ffn_bf16_reference_f64(x.data(), c.rows, w, ref.data(), scale.data());
+        ffn_bf16_reference_f64(act, x.data(), c.rows, fw, ref.data(), scale.data());
         for (ThreadPool* pool : {&pool1, &pool2}) {
           std::vector<float> y(ref.size()), scratch(ffn_bf16_scratch_floats(c.rows, c.d, c.ff) + 1);
           ffn_bf16_forward(x.data(), c.rows, c.d, w, y.data(), c.d, scratch.data() + 1, *pool);  // misaligned

@@ -8,7 +8,6 @@
 
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/bf16.h"
-#include "kernels/cpu/linear_bf16.h"
 
 namespace moe::kernels {
 namespace {
@@ -35,12 +34,13 @@ ScratchLayout layout(int64_t rows, int64_t d, int64_t ff) {
 
 }  // namespace
 
-PackedFfnBf16::PackedFfnBf16(Activation activation, const FfnWeights& w) : act(activation) {
+PackedFfnBf16::PackedFfnBf16(Activation activation, const FfnWeights& w, const Bf16LinearMaker& make)
+    : act(activation) {
   int64_t d = 0, ff = 0;
   validate_ffn_weights(activation, w, &d, &ff);
-  w1 = PackedBf16Weights(w.w1);
-  if (activation == Activation::kSwiGLU) w3 = PackedBf16Weights(w.w3);
-  w2 = PackedBf16Weights(w.w2);
+  w1 = make(w.w1);
+  if (activation == Activation::kSwiGLU) w3 = make(w.w3);
+  w2 = make(w.w2);
 }
 
 size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff) {
@@ -78,8 +78,8 @@ void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const Pack
   auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
 
   round_rows_to_bf16(x, rows, x_stride, d, xb, pool);
-  linear_bf16_rounded(xb, rows, w.w1, h1, ff, pool);
-  if (w.act == Activation::kSwiGLU) linear_bf16_rounded(xb, rows, w.w3, h3, ff, pool);
+  w.w1->forward_rounded(xb, rows, h1, ff, pool);
+  if (w.act == Activation::kSwiGLU) w.w3->forward_rounded(xb, rows, h3, ff, pool);
   // Elementwise activation and rounding of h: each thread takes a contiguous block of rows.
   const int64_t hb_len = 2 * bf16_pairs(ff);
   const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
@@ -97,26 +97,40 @@ void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const Pack
       if (hb_len > ff) hb[r * hb_len + ff] = 0;
     }
   });
-  linear_bf16_rounded(hb, rows, w.w2, y, y_stride, pool);
+  w.w2->forward_rounded(hb, rows, y, y_stride, pool);
 }
 
-void ffn_bf16_reference_f64(const float* x, int64_t rows, const PackedFfnBf16& w, double* y, double* scale) {
-  const int64_t d = w.d(), ff = w.ff();
+void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
+                            double* scale) {
+  int64_t d = 0, ff = 0;
+  validate_ffn_weights(act, w, &d, &ff);
   if (rows < 0) throw std::invalid_argument("ffn_bf16_reference_f64: rows is negative");
   if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
     throw std::invalid_argument("ffn_bf16_reference_f64: x or y is null");
   }
-  std::vector<double> xr(static_cast<size_t>(d)), h(static_cast<size_t>(ff));
-  const auto wv = [](const PackedBf16Weights& m, int64_t o, int64_t i) {
-    return static_cast<double>(bf16_to_f32(m.at(o, i)));
+  // The bf16 values of the weights, widened to double once.
+  const auto widen = [](const MatrixView& m) {
+    std::vector<double> v(static_cast<size_t>(m.rows * m.cols));
+    for (int64_t r = 0; r < m.rows; ++r) {
+      for (int64_t c = 0; c < m.cols; ++c) {
+        const uint16_t b = m.dtype == DType::kBF16
+                               ? static_cast<const uint16_t*>(m.data)[r * m.row_stride + c]
+                               : f32_to_bf16(static_cast<const float*>(m.data)[r * m.row_stride + c]);
+        v[static_cast<size_t>(r * m.cols + c)] = bf16_to_f32(b);
+      }
+    }
+    return v;
   };
+  const std::vector<double> w1 = widen(w.w1), w2 = widen(w.w2);
+  const std::vector<double> w3 = act == Activation::kSwiGLU ? widen(w.w3) : std::vector<double>();
+  std::vector<double> xr(static_cast<size_t>(d)), h(static_cast<size_t>(ff));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < d; ++i) xr[static_cast<size_t>(i)] = round_to_bf16(x[r * d + i]);
     for (int64_t j = 0; j < ff; ++j) {
       double gate = 0.0, up = 0.0;
-      for (int64_t i = 0; i < d; ++i) gate += xr[static_cast<size_t>(i)] * wv(w.w1, j, i);
-      if (w.act == Activation::kSwiGLU) {
-        for (int64_t i = 0; i < d; ++i) up += xr[static_cast<size_t>(i)] * wv(w.w3, j, i);
+      for (int64_t i = 0; i < d; ++i) gate += xr[static_cast<size_t>(i)] * w1[static_cast<size_t>(j * d + i)];
+      if (act == Activation::kSwiGLU) {
+        for (int64_t i = 0; i < d; ++i) up += xr[static_cast<size_t>(i)] * w3[static_cast<size_t>(j * d + i)];
         h[static_cast<size_t>(j)] = silu_f64(gate) * up;
       } else {
         h[static_cast<size_t>(j)] = gelu_f64(gate);
@@ -125,7 +139,7 @@ void ffn_bf16_reference_f64(const float* x, int64_t rows, const PackedFfnBf16& w
     for (int64_t o = 0; o < d; ++o) {
       double sum = 0.0, abs_sum = 0.0;
       for (int64_t j = 0; j < ff; ++j) {
-        const double t = h[static_cast<size_t>(j)] * wv(w.w2, o, j);
+        const double t = h[static_cast<size_t>(j)] * w2[static_cast<size_t>(o * ff + j)];
         sum += t;
         abs_sum += std::fabs(t);
       }

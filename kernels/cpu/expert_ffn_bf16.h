@@ -5,9 +5,9 @@
 //   h = silu(g) * u  (kSwiGLU) or gelu(g) (kGELU)  in fp32 (activations.h)
 //   y = bf16(h) @ w2^T                             the hidden activation is rounded to bf16 first
 //
-// Invariance: the same contract as the fp32 invariant FFN - each row of y depends only on that row of x
-// and the weights, bitwise, for any rows, strides, alignment or thread count (every step is row-wise: the
-// linear's fixed chain per output, elementwise activations, elementwise rounding).
+// Invariance (with the invariant kind): the same contract as the fp32 invariant FFN - each row of y depends
+// only on that row of x and the weights, bitwise, for any rows, strides, alignment or thread count (every
+// step is row-wise: the linear's fixed chain per output, elementwise activations, elementwise rounding).
 // Accuracy (tests/kernels_cpu_bf16_compute_test.cc), against ffn_bf16_reference_f64 (float64 from the same
 // bf16 x and weights, h NOT rounded): rounding h to bf16 moves each term of y_o = sum_j h_j w2[o][j] by at
 // most 2^-8 of itself (bf16's unit roundoff). The fp32 errors of the three products and of the activation
@@ -17,24 +17,30 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
+#include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/bf16_packed.h"
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::kernels {
 
-// An expert's weights packed once for bf16 compute (fp32 weights are rounded to bf16 when packed).
+// An expert's weights prepared once for bf16 compute (fp32 weights are rounded to bf16), by either kind of
+// bf16 linear (bf16_linear_op.h): the invariant kernel by default, or e.g. oneDNN's for the fast kind.
 struct PackedFfnBf16 {
   Activation act = Activation::kSwiGLU;
-  PackedBf16Weights w1, w3, w2;  // w3 is empty for kGELU
+  std::unique_ptr<Bf16LinearOp> w1, w3, w2;  // w3 is null for kGELU
 
   PackedFfnBf16() = default;
-  // Validates like validate_ffn_weights and packs. Throws std::invalid_argument.
-  PackedFfnBf16(Activation activation, const FfnWeights& w);
+  // Validates like validate_ffn_weights and prepares each matrix with `make`. Throws
+  // std::invalid_argument.
+  PackedFfnBf16(Activation activation, const FfnWeights& w,
+                const Bf16LinearMaker& make = make_invariant_bf16_linear);
 
-  int64_t d() const { return w1.in(); }
-  int64_t ff() const { return w1.out(); }
+  int64_t d() const { return w1->in(); }
+  int64_t ff() const { return w1->out(); }
+  KernelKind kind() const { return w1->kind(); }
 };
 
 // Floats of scratch that ffn_bf16_forward needs for `rows` rows: the fp32 gate and up activations, and the
@@ -50,9 +56,10 @@ size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff);
 void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
                       int64_t y_stride, float* scratch, ThreadPool& pool);
 
-// The oracle: x rounded to bf16, the packed bf16 weights, everything else in double (h not rounded).
-// x is contiguous [rows, d]; y is contiguous [rows, d]. If `scale` is not null it receives, per output,
-// sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
-void ffn_bf16_reference_f64(const float* x, int64_t rows, const PackedFfnBf16& w, double* y, double* scale);
+// The oracle: x and the weights rounded to bf16 (f32_to_bf16; bf16 weights as they are), everything else
+// in double (h not rounded). x is contiguous [rows, d]; y is contiguous [rows, d]. If `scale` is not null
+// it receives, per output, sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
+void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
+                            double* scale);
 
 }  // namespace moe::kernels

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 
@@ -93,6 +94,11 @@ void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weigh
   validate(xb, rows, w, y, y_stride, "linear_bf16_rounded");
   if (rows == 0 || w.out() == 0) return;
   run(xb, rows, w, y, y_stride, pool);
+}
+
+void InvariantBf16Linear::forward_rounded(const uint16_t* xb, int64_t rows, float* y, int64_t y_stride,
+                                          ThreadPool& pool) const {
+  linear_bf16_rounded(xb, rows, packed_, y, y_stride, pool);
 }
 
 bool linear_bf16_uses_avx512() {
