@@ -24,3 +24,7 @@ moe_add_test(NAME kernels_cpu_bf16_compute_test SOURCES ${PROJECT_SOURCE_DIR}/te
 moe_add_test(NAME kernels_cpu_bf16_invariance_test
              SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_invariance_test.cc
              LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)
+if(TARGET moe_kernels_cpu_onednn)
+  moe_add_test(NAME kernels_cpu_onednn_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_onednn_test.cc
+               LIBS moe_kernels_cpu_onednn LABELS unit)
+endif()
