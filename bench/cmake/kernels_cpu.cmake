@@ -1,6 +1,12 @@
 # kernels/cpu benchmarks: linear and expert FFN, fast vs invariant kinds.
-moe_add_bench(NAME kernels_cpu_linear_bench SOURCES ${PROJECT_SOURCE_DIR}/bench/kernels_cpu_linear_bench.cc
-              LIBS moe_kernels_cpu)
+# With oneDNN, the bf16-compute cases also time its matmul.
+if(TARGET moe_kernels_cpu_onednn)
+  moe_add_bench(NAME kernels_cpu_linear_bench SOURCES ${PROJECT_SOURCE_DIR}/bench/kernels_cpu_linear_bench.cc
+                LIBS moe_kernels_cpu_onednn)
+else()
+  moe_add_bench(NAME kernels_cpu_linear_bench SOURCES ${PROJECT_SOURCE_DIR}/bench/kernels_cpu_linear_bench.cc
+                LIBS moe_kernels_cpu)
+endif()
 # What this CPU's vdpbf16ps computes: scores the contract of kernels/cpu/dpbf16.h against alternatives (a plain
 # program, not run by scripts/bench.sh).
 add_executable(dpbf16_probe ${PROJECT_SOURCE_DIR}/bench/dpbf16_probe.cc)
