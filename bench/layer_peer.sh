@@ -16,6 +16,12 @@ for threads in 1 2; do
   OPENBLAS_NUM_THREADS=$threads OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 "$(dirname "$0")/layer_peer.py" \
     --threads "$threads" >> "$out/layer_peer.jsonl"
 done
+# Percentages of peak and bandwidth against this machine's measured limits (bench/peak_bench.cc).
+if [ ! -f "$out/peak.json" ] && [ -x "$build/bin/peak_bench" ]; then
+  "$build/bin/peak_bench" --out "$out/peak.json"
+fi
+peaks=()
+[ -f "$out/peak.json" ] && peaks=(--peaks "$out/peak.json")
 /usr/bin/python3 "$(dirname "$0")/../scripts/layer_report.py" "$out/layer_bench.json" "$out/layer_peer.jsonl" \
-  --markdown "$out/layer_results.md" --svg "$out/layer_results.svg"
+  --markdown "$out/layer_results.md" --svg "$out/layer_results.svg" "${peaks[@]}"
 cat "$out/layer_results.md"

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Turns layer_bench JSON + layer_peer JSONL into a markdown table of ratios and an SVG bar plot.
 
-Ratios: deterministic/greedy time (target <= 1.10), peer/ours speed-up, GFLOP/s against the FMA peak
-(170 GFLOP/s per thread) and weight bytes/s against memory bandwidth (13 GB/s per thread).
+Ratios: deterministic/greedy time (target <= 1.10), peer/ours speed-up, GFLOP/s against the compute peak and
+weight bytes/s against memory bandwidth. With --peaks BUILD/bench/peak.json (bench/peak_bench.cc, measured on the
+machine at hand) the denominators are its best fp32 FMA peak (--precision f32) or vdpbf16ps peak (bf16) and its
+streaming read bandwidth, for the table's thread count; without it, the old reference figures (170 GFLOP/s and
+13 GB/s per thread).
 """
 import argparse
 import json
@@ -28,6 +31,19 @@ def load_ours(path):
         ms = b["real_time"] if b["time_unit"] == "ms" else b["real_time"] / 1e6
         rows[(shape, T, threads, preset)] = dict(ms=ms, gflops=b["GFLOPs"], gbps=b["weight_GBps"])  # already rates
     return rows
+
+
+def load_peaks(path, precision):
+    """{threads: (peak GFLOP/s, bandwidth GB/s)} from peak_bench's JSON."""
+    j = json.load(open(path))
+    compute = j["bf16_dp" if precision == "bf16" else "fp32_fma"]
+    if compute is None:
+        raise SystemExit(f"{path}: no {precision} peak (the build does not target AVX512_BF16)")
+    out = {}
+    for t in (1, 2):
+        key = f"threads_{t}"
+        out[t] = (compute[key]["best_gflops"], j["stream"][key]["best_gbps"])
+    return out
 
 
 def load_peer(path):
@@ -71,8 +87,11 @@ def main():
     p.add_argument("peer")
     p.add_argument("--markdown")
     p.add_argument("--svg")
+    p.add_argument("--peaks", help="peak_bench JSON: measured denominators for %% peak and %% bw")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32", help="which compute peak (with --peaks)")
     args = p.parse_args()
     ours, peer = load_ours(args.ours), load_peer(args.peer)
+    peaks = load_peaks(args.peaks, args.precision) if args.peaks else None
     lines = ["| shape | T | threads | greedy ms | deterministic ms | det/greedy | peer ms | peer/det | "
              "det GFLOP/s (% peak) | det weight GB/s (% bw) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -83,8 +102,10 @@ def main():
         det = ours[(shape, T, threads, "deterministic")]
         greedy = ours.get((shape, T, threads, "greedy"))
         pm = peer.get((shape, T, threads))
-        peak = PEAK_GFLOPS_PER_THREAD * threads
-        bw = MEM_GBPS_PER_THREAD * threads
+        if peaks and threads in peaks:
+            peak, bw = peaks[threads]
+        else:
+            peak, bw = PEAK_GFLOPS_PER_THREAD * threads, MEM_GBPS_PER_THREAD * threads
         lines.append(
             f"| {shape} | {T} | {threads} | {greedy['ms']:.2f} | {det['ms']:.2f} | {det['ms']/greedy['ms']:.2f} | "
             + (f"{pm:.2f} | {pm/det['ms']:.2f} | " if pm else "- | - | ")
