@@ -14,14 +14,16 @@ namespace {
 
 void validate(const void* x, int64_t rows, const PackedBf16Weights& w, const float* y, int64_t y_stride,
               const char* what) {
-  const std::string name(what);
-  if (rows < 0) throw std::invalid_argument(name + ": rows (" + std::to_string(rows) + ") is negative");
+  // The message is built only on failure: the hot path allocates nothing.
+  const auto fail = [what](const std::string& msg) {
+    throw std::invalid_argument(std::string(what) + ": " + msg);
+  };
+  if (rows < 0) fail("rows (" + std::to_string(rows) + ") is negative");
   if (y_stride < w.out()) {
-    throw std::invalid_argument(name + ": y_stride (" + std::to_string(y_stride) + ") is less than out (" +
-                                std::to_string(w.out()) + ")");
+    fail("y_stride (" + std::to_string(y_stride) + ") is less than out (" + std::to_string(w.out()) + ")");
   }
-  if (x == nullptr && rows > 0 && w.in() > 0) throw std::invalid_argument(name + ": x is null");
-  if (y == nullptr && rows > 0 && w.out() > 0) throw std::invalid_argument(name + ": y is null");
+  if (x == nullptr && rows > 0 && w.in() > 0) fail("x is null");
+  if (y == nullptr && rows > 0 && w.out() > 0) fail("y is null");
 }
 
 // A buffer of the calling thread for linear_bf16 without a workspace: grows, then is reused.

@@ -11,7 +11,8 @@
 // runs slice s on thread s of the pool (one oneDNN thread each: the pool, not OpenMP, owns the cores), so
 // `slices` should be the pool's thread count; fewer threads run several slices each, in order.
 // Primitives: one per (slice, rows), created on the first call with that row count (~0.3-1.5 ms; oneDNN's
-// JIT) and cached in the object for its lifetime; later calls with that row count allocate nothing.
+// JIT) and cached in the object for its lifetime; later calls with that row count make no allocation in
+// this wrapper (oneDNN manages its own scratchpad).
 // Thread safety: forward() may be called from several threads at once (the cache is locked).
 #pragma once
 
