@@ -6,11 +6,12 @@
 // streamed (each weight read once per call; weights rotate over 4 experts so that they come from DRAM). Names
 // read linear/<kind>/<dtype>/rows:R/threads:T.
 //
-// bf16 compute (activations rounded to bf16, bf16 weights, fp32 accumulation): linear_bf16c/<impl>/... and
-// ffn_bf16c/<impl>/... with impl = invariant (own vdpbf16ps kernel on packed weights, linear_bf16.h),
-// onednn (oneDNN's bf16 matmul, linear_onednn.h; when built) and, for the linear on one thread, eigen
-// (Eigen's own bfloat16 GEMM, which also accumulates in bf16: timed for comparison, not a candidate).
-// Each call includes rounding x to bf16. Weight bytes are the packed bf16 weights (2 bytes each).
+// bf16 compute (activations rounded to bf16, bf16 weights, fp32 accumulation):
+// linear_bf16c/<impl>/<in>x<out>/... (the gate projection 1024x2816 and the down projection 2816x1024) and
+// ffn_bf16c/<impl>/... with impl = invariant (own vdpbf16ps kernel on packed weights, linear_bf16.h), onednn
+// (oneDNN's bf16 matmul, linear_onednn.h; when built) and, for the linear on one thread, eigen (Eigen's own
+// bfloat16 GEMM, which also accumulates in bf16: timed for comparison, not a candidate). Each call includes
+// rounding x to bf16. Weight bytes are the packed bf16 weights (2 bytes each).
 //
 // Run: build/bin/kernels_cpu_linear_bench --benchmark_filter=linear/invariant
 // On a loaded machine: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true and read the
@@ -168,16 +169,21 @@ Bf16LinearMaker maker(Bf16Impl impl, int threads) {
   return make_invariant_bf16_linear;
 }
 
-void bm_linear_bf16c(benchmark::State& state, Bf16Impl impl, int64_t rows, int threads) {
-  const auto x = random_x(rows, kD);
-  std::vector<float> y(static_cast<size_t>(rows * kFf));
+// The gate projection (d -> ff, `up`) or the down projection (ff -> d).
+void bm_linear_bf16c(benchmark::State& state, Bf16Impl impl, bool up, int64_t rows, int threads) {
+  const int64_t in = up ? kD : kFf, out = up ? kFf : kD;
+  const auto x = random_x(rows, in);
+  std::vector<float> y(static_cast<size_t>(rows * out));
   ThreadPool& p = pool(threads);
   std::vector<std::unique_ptr<Bf16LinearOp>> ops;
-  for (int e = 0; e < kNumExperts; ++e) ops.push_back(maker(impl, threads)(expert(e).w1.view(DType::kBF16)));
-  std::vector<uint16_t> xb(linear_bf16_workspace_elems(rows, kD));
+  for (int e = 0; e < kNumExperts; ++e) {
+    const Matrix& w = up ? expert(e).w1 : expert(e).w2;
+    ops.push_back(maker(impl, threads)(w.view(DType::kBF16)));
+  }
+  std::vector<uint16_t> xb(linear_bf16_workspace_elems(rows, in));
   const auto call = [&](int e) {
-    round_rows_to_bf16(x.data(), rows, kD, kD, xb.data(), p);
-    ops[static_cast<size_t>(e)]->forward_rounded(xb.data(), rows, y.data(), kFf, p);
+    round_rows_to_bf16(x.data(), rows, in, in, xb.data(), p);
+    ops[static_cast<size_t>(e)]->forward_rounded(xb.data(), rows, y.data(), out, p);
   };
   call(0);  // warm-up (workspaces, oneDNN primitive)
   int e = 0;
@@ -253,23 +259,33 @@ void register_bf16_compute() {
 #if defined(MOE_HAVE_ONEDNN)
   impls.push_back(Bf16Impl::kOnednn);
 #endif
-  for (const char* op : {"linear_bf16c", "ffn_bf16c"}) {
-    for (Bf16Impl impl : impls) {
+  // linear_bf16c/<impl>/<in>x<out>/rows:R/threads:T (the gate and the down projection), then
+  // ffn_bf16c/<impl>/rows:R/threads:T.
+  for (Bf16Impl impl : impls) {
+    for (bool up : {true, false}) {
       for (int64_t rows : {1, 16, 256, 2048}) {
         for (int threads : {1, 2}) {
-          const std::string name = std::string(op) + "/" + impl_name(impl) + "/rows:" + std::to_string(rows) +
+          const std::string name = std::string("linear_bf16c/") + impl_name(impl) +
+                                   (up ? "/1024x2816" : "/2816x1024") + "/rows:" + std::to_string(rows) +
                                    "/threads:" + std::to_string(threads);
           add_statistics(
-              std::string(op) == "linear_bf16c"
-                  ? benchmark::RegisterBenchmark(name.c_str(), bm_linear_bf16c, impl, rows, threads)
-                  : benchmark::RegisterBenchmark(name.c_str(), bm_ffn_bf16c, impl, rows, threads));
+              benchmark::RegisterBenchmark(name.c_str(), bm_linear_bf16c, impl, up, rows, threads));
         }
+      }
+    }
+  }
+  for (Bf16Impl impl : impls) {
+    for (int64_t rows : {1, 16, 256, 2048}) {
+      for (int threads : {1, 2}) {
+        const std::string name = std::string("ffn_bf16c/") + impl_name(impl) +
+                                 "/rows:" + std::to_string(rows) + "/threads:" + std::to_string(threads);
+        add_statistics(benchmark::RegisterBenchmark(name.c_str(), bm_ffn_bf16c, impl, rows, threads));
       }
     }
   }
   // Eigen's bf16 GEMM runs at a few GFLOP/s: 2048 rows would take seconds per call.
   for (int64_t rows : {1, 16, 256}) {
-    const std::string name = "linear_bf16c/eigen/rows:" + std::to_string(rows) + "/threads:1";
+    const std::string name = "linear_bf16c/eigen/1024x2816/rows:" + std::to_string(rows) + "/threads:1";
     add_statistics(benchmark::RegisterBenchmark(name.c_str(), bm_linear_eigen_bf16, rows));
   }
 }
