@@ -38,7 +38,7 @@ asan: deps
 
 # Threaded code (thread pool, kernels, layer) under ThreadSanitizer: the tests labelled `threaded`.
 TSAN_TESTS = kernels_cpu_thread_pool_test kernels_cpu_invariance_test kernels_cpu_bf16_invariance_test layer_test \
-             layer_invariance_test
+             layer_cases_test
 tsan: deps
 	@cmake -S . -B build-tsan $(SANITIZER_FLAGS) -DMOE_SANITIZE=thread > /dev/null
 	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)

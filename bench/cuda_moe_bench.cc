@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "base/cuda/check.h"
+#include "base/cuda/device.h"
+#include "base/cuda/device_buffer.h"
 #include "bench/layer_shapes.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device.h"
-#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/expert_ffn.h"
-#include "kernels/cuda/plan_dispatch.h"
-#include "moe/gpu/cuda_moe_layer.h"
+#include "moe/cuda/cuda_moe_layer.h"
+#include "router/cuda/plan_dispatch.h"
 #include "router/dispatch_planner.h"
 
 namespace moe::cuda {
@@ -58,12 +58,12 @@ ModelWeights& Weights(const ModelShape& m) {
     w->w1 = DeviceBuffer<std::byte>(n * 2);
     w->w3 = DeviceBuffer<std::byte>(n * 2);
     w->w2 = DeviceBuffer<std::byte>(n * 2);
-    fill_uniform(WeightType::kBF16, w->w1.data(), n, 1, 0.02f, Stream());
-    fill_uniform(WeightType::kBF16, w->w3.data(), n, 2, 0.02f, Stream());
-    fill_uniform(WeightType::kBF16, w->w2.data(), n, 3, 0.02f, Stream());
+    fill_uniform(kernels::DType::kBF16, w->w1.data(), n, 1, 0.02f, Stream());
+    fill_uniform(kernels::DType::kBF16, w->w3.data(), n, 2, 0.02f, Stream());
+    fill_uniform(kernels::DType::kBF16, w->w2.data(), n, 3, 0.02f, Stream());
     CUDA_CHECK(cudaStreamSynchronize(Stream()));
-    w->view =
-        ExpertWeightsView{WeightType::kBF16, m.E, m.hidden, m.ffn, w->w1.data(), w->w3.data(), w->w2.data()};
+    w->view = ExpertWeightsView{kernels::DType::kBF16, m.E,          m.hidden,    m.ffn,
+                                w->w1.data(),          w->w3.data(), w->w2.data()};
     cache[m.name] = std::move(w);
     return *cache[m.name];
   }
@@ -97,7 +97,7 @@ void BM_ExpertFfn(benchmark::State& state, ModelShape m, FfnKind kind) {
   DeviceBuffer<int32_t> d_offsets(m.E + 1);
   d_offsets.upload(offsets);
   DeviceBuffer<float> x(static_cast<size_t>(rows) * m.hidden), y(static_cast<size_t>(rows) * m.hidden);
-  fill_uniform(WeightType::kF32, x.data(), x.size(), 7, 1.0f, Stream());
+  fill_uniform(kernels::DType::kF32, x.data(), x.size(), 7, 1.0f, Stream());
   DeviceBuffer<std::byte> ws(
       kind == FfnKind::kInvariant ? expert_ffn_invariant_workspace_bytes(m.E, rows, m.ffn) : 0);
   std::unique_ptr<CublasExpertFfn> fast;
@@ -166,7 +166,7 @@ void BM_Plan(benchmark::State& state, const char* mode) {
       load(E), offsets(E + 1), slot_pairs(experts.size());
   DeviceBuffer<float> d_weights(weights.size()), d_top1(T), pair_weight(experts.size());
   DeviceBuffer<TokenMeta> d_meta(T);
-  DeviceBuffer<uint8_t> status(experts.size());
+  DeviceBuffer<PairStatus> status(experts.size());
   DeviceBuffer<int64_t> capacity(E), counts(4);
   DeviceBuffer<PlanError> error(1);
   d_experts.upload(experts);
@@ -228,7 +228,7 @@ void BM_Layer(benchmark::State& state, LayerCase c, const char* preset) {
   DeviceBuffer<float> x(static_cast<size_t>(T) * c.layer.hidden), y(x.size());
   DeviceBuffer<TokenMeta> d_meta(T);
   d_meta.upload(meta);
-  fill_uniform(WeightType::kF32, x.data(), x.size(), 9, 1.0f, Stream());
+  fill_uniform(kernels::DType::kF32, x.data(), x.size(), 9, 1.0f, Stream());
   layer.forward_device(x.data(), T, d_meta.data(), y.data(), Stream());  // warm-up
   layer.check_device_errors(Stream());
   cudaEvent_t start, stop;

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/expert_ffn_bf16.h"

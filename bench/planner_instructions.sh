@@ -14,10 +14,11 @@
 # plan() exactly once (a plan is deterministic, so one call is exact), callgrind collects only inside plan()
 # and writes one profile per call; the profiles come in the order of --benchmark_list_tests.
 #
-# Columns: instructions (Ir) per plan() per mode, and the ratios. Caveat: valgrind counts each iteration of
-# the `rep stosb` in glibc's memset as an instruction, so the output's initialisation (the same bytes in
-# every mode, 11-13 % of greedy's count at T = 4096, k <= 2) weighs more than on the CPU, which pulls the
-# ratios slightly towards 1 (docs/results.md section 1 gives the ratios without it for those rows).
+# Columns: instructions (Ir) per plan() per mode, and the ratios; then the same counts without glibc's memset
+# ("-ms"). Caveat: valgrind counts each iteration of the `rep stosb` in glibc's memset as an instruction, so the
+# output's initialisation (the same bytes in every mode, 11-20 % of greedy's count at T = 4096, k <= 2) weighs
+# far more than on the CPU, and whether the compiler fills an array with memset or with a vector loop (an
+# inlining decision) moves the total by thousands of "instructions" without changing the work.
 set -euo pipefail
 build=${1:-build-callgrind}
 tokens=${TOKENS:-4096 65536}
@@ -34,7 +35,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/router_planner_bench" --benchmark_list_tests --benchmark_filter="$filter" >"$work/cases"
 # (--dump-after needs the leading '*': valgrind 3.19 does not fire on the 'moe::...' spelling.)
-valgrind --tool=callgrind --callgrind-out-file="$work/cg" --toggle-collect='moe::DispatchPlanner::plan(*' \
+valgrind --tool=callgrind --compress-strings=no --callgrind-out-file="$work/cg" --toggle-collect='moe::DispatchPlanner::plan(*' \
   --dump-after='*DispatchPlanner::plan(*' \
   "$build/bin/router_planner_bench" --benchmark_filter="$filter" --benchmark_min_time=0 \
   >/dev/null 2>"$work/log" || { cat "$work/log" >&2; exit 1; }
@@ -46,21 +47,28 @@ while read -r name; do
   i=$((i + 1))
   f="$work/cg.$i"
   [ -f "$f" ] || { echo "planner_instructions: missing profile $i of $n ($name)" >&2; exit 1; }
-  echo "$name $(awk '/^(totals|summary):/ {print $2; exit}' "$f")"
+  total=$(awk '/^(totals|summary):/ {print $2; exit}' "$f")
+  # glibc's memset as valgrind counts it (each byte of a `rep stosb` is an instruction): reported apart.
+  # Self cost of the functions named __memset*: cost lines of their fn= blocks, except the inclusive cost
+  # line that follows each calls= line.
+  mset=$(awk '/^fn=/ {inm = ($0 ~ /__memset/); next} /^calls=/ {skip = 1; next}
+              /^[0-9+-]/ {if (skip) {skip = 0; next} if (inm) s += $2} END {print s + 0}' "$f")
+  echo "$name $total $mset"
 done <"$work/cases" >"$work/counts"
 [ ! -f "$work/cg.$((n + 1))" ] || { echo "planner_instructions: more plan() calls than cases" >&2; exit 1; }
 
 awk '
   {
-    split($1, a, "/"); key = a[3] " " a[4] " " a[5]; ir[a[2], key] = $2
+    split($1, a, "/"); key = a[3] " " a[4] " " a[5]; ir[a[2], key] = $2; ms[a[2], key] = $3
     if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
   }
   END {
-    printf "%-21s %11s %11s %11s %13s %13s\n", "shape", "greedy Ir", "stable Ir", "causal Ir",
-      "stable/greedy", "causal/greedy"
+    printf "%-21s %11s %11s %11s %13s %13s   %11s %11s %11s\n", "shape", "greedy Ir", "stable Ir", "causal Ir",
+      "stable/greedy", "causal/greedy", "greedy -ms", "stable -ms", "causal -ms"
     for (i = 1; i <= nk; ++i) {
       k = keys[i]; g = ir["greedy", k]
-      printf "%-21s %11d %11d %11d %13.3f %13.3f\n", k, g, ir["stable", k], ir["causal", k],
-        ir["stable", k] / g, ir["causal", k] / g
+      printf "%-21s %11d %11d %11d %13.3f %13.3f   %11d %11d %11d\n", k, g, ir["stable", k], ir["causal", k],
+        ir["stable", k] / g, ir["causal", k] / g, g - ms["greedy", k], ir["stable", k] - ms["stable", k],
+        ir["causal", k] - ms["causal", k]
     }
   }' "$work/counts"

@@ -1,5 +1,6 @@
 # The installable package: `cmake --install build --prefix P` puts
-#   P/include/moe/{router,kernels/cpu,moe/io,moe/layer,moe/api}/*.h   (include root: P/include/moe)
+#   P/include/moe/{base,router,router/rules,kernels,kernels/cpu,moe/io,moe/layer,moe/api}/*.h
+#                                                                    (include root: P/include/moe)
 #   P/lib/libmoe_{router,kernels_cpu,io,layer,api_c}.a
 #   P/lib/cmake/moe/moe{Config,ConfigVersion,Targets}.cmake          (find_package(moe))
 #   P/lib/pkgconfig/moe.pc                                           (pkg-config moe)
@@ -19,9 +20,11 @@ set(MOE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moe)
 # moe_flags is exported only because static libraries carry their PRIVATE links as $<LINK_ONLY:...>: consumers
 # get its link options (sanitizers), never its compile options.
 set(moe_install_targets moe_router moe_kernels_cpu moe_io moe_layer moe_api_c moe_all moe_flags)
-if(TARGET moe_kernels_cuda)
-  list(APPEND moe_install_targets moe_kernels_cuda)
-endif()
+foreach(t moe_cuda_base moe_router_cuda moe_kernels_cuda)
+  if(TARGET ${t})
+    list(APPEND moe_install_targets ${t})
+  endif()
+endforeach()
 # Every project target that an installed target links (also privately: static libraries carry those links) must be
 # exported too; walk the link graph so that a new dependency cannot break the export.
 set(moe_queue ${moe_install_targets})
@@ -101,7 +104,8 @@ get_property(moe_public_headers GLOBAL PROPERTY MOE_PUBLIC_HEADERS)
 if(MOE_PACKAGE_HAS_CUDA)
   # The CUDA backend's headers (they need the CUDA toolkit's include directories, which CUDA::cudart brings).
   # Headers whose first line says they are internal, and plan_omp.h (its test library is not installed), stay out.
-  file(GLOB moe_cuda_headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/kernels/cuda/*.h)
+  file(GLOB moe_cuda_headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/base/cuda/*.h
+       ${PROJECT_SOURCE_DIR}/router/cuda/*.h ${PROJECT_SOURCE_DIR}/kernels/cuda/*.h)
   foreach(h ${moe_cuda_headers})
     file(STRINGS ${PROJECT_SOURCE_DIR}/${h} first_line LIMIT_COUNT 1)
     if(NOT first_line MATCHES "[Ii]nternal" AND NOT h MATCHES "plan_omp\\.h$")
@@ -141,9 +145,9 @@ endif()
 set(MOE_PC_GPU_LIBS "")
 set(MOE_PC_CUDA_KERNEL_LIBS "")
 set(MOE_PC_CUDA_SYSTEM_LIBS "")
-if("moe_gpu_layer" IN_LIST moe_install_targets)
-  set(MOE_PC_GPU_LIBS " -lmoe_gpu_layer")
-  set(MOE_PC_CUDA_KERNEL_LIBS " -lmoe_kernels_cuda")
+if("moe_cuda_layer" IN_LIST moe_install_targets)
+  set(MOE_PC_GPU_LIBS " -lmoe_cuda_layer")
+  set(MOE_PC_CUDA_KERNEL_LIBS " -lmoe_router_cuda -lmoe_kernels_cuda -lmoe_cuda_base")
   set(MOE_PC_CUDA_SYSTEM_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart")
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/moe.pc.in ${PROJECT_BINARY_DIR}/moe.pc @ONLY)

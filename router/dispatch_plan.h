@@ -5,9 +5,10 @@
 #include <string_view>
 #include <vector>
 
+#include "router/rules/plan_rules.h"  // PairStatus
+
 namespace moe {
 
-enum class PairStatus : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
 std::string_view to_string(PairStatus s);
 
 // A dispatch plan for num_tokens tokens with top_k pairs each; pair p = t * top_k + j.

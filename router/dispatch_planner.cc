@@ -1,33 +1,30 @@
 #include "router/dispatch_planner.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
-#include <stdexcept>
-#include <string>
+
+#include "router/plan_checks.h"
+#include "router/rules/capacity.h"
+#include "router/rules/plan_rules.h"
+#include "router/rules/sort_keys.h"
 
 namespace moe {
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) {
-  throw std::invalid_argument("dispatch planner: " + msg);
-}
+// Records placed pairs for the rules (router/rules/plan_rules.h): slot s of expert e is the s-th pair placed
+// there in claiming order, counted across pools.
+struct SlotPlacer {
+  DispatchPlan& out;
+  void operator()(int64_t pair, int32_t expert, float weight, PairStatus status, int32_t /*held_before*/) {
+    out.pair_expert[pair] = expert;
+    out.pair_slot[pair] = out.expert_load[expert]++;
+    out.pair_weight[pair] = weight;
+    out.pair_status[pair] = status;
+  }
+};
 
-// A 64-bit mix (splitmix64's finaliser), used for the random priority's keys.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Maps a finite float to an unsigned key with the same order; higher floats get lower keys, so sorting the
-// keys ascending sorts the floats descending. +0 and -0 map to the same key.
-uint64_t descending_key(float f) {
-  if (f == 0.0f) f = 0.0f;
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return ~ascending & 0xffffffffu;
+rules::RouteArrays route_arrays(const TokenRoutes& routes) {
+  return rules::RouteArrays{routes.experts.data(), routes.weights.data(), routes.top_k, routes.num_ranked};
 }
 
 template <typename Key>
@@ -45,19 +42,13 @@ void sort_if_needed(std::vector<Key>& keys) {
 
 DispatchPlanner::DispatchPlanner(int num_experts, int top_k, DispatchPolicy policy)
     : num_experts_(num_experts), top_k_(top_k), policy_(policy) {
-  if (num_experts < 1) fail("num_experts must be >= 1 (got " + std::to_string(num_experts) + ")");
-  if (top_k < 1 || top_k > num_experts) {
-    fail("top_k (" + std::to_string(top_k) + ") must be in [1, num_experts=" + std::to_string(num_experts) +
-         "]");
-  }
-  policy_.validate();
+  check_planner_config(num_experts, top_k, policy_);
   pool_count_.assign(num_experts_, 0);
   scratch_held_.assign(num_experts_, 0);
 }
 
 int DispatchPlanner::num_ranked_needed() const {
-  if (policy_.overflow != Overflow::kReroute) return top_k_;
-  return std::min(num_experts_, top_k_ + policy_.reroute_depth);
+  return rules::num_ranked_needed(policy_, num_experts_, top_k_);
 }
 
 void DispatchPlanner::reserve(int max_tokens) {
@@ -70,7 +61,7 @@ void DispatchPlanner::reserve(int max_tokens) {
 void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const TokenMeta> meta) {
   const int T = routes.num_tokens;
   order_.resize(T);
-  const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
+  const bool by_request = rules::orders_by_request(policy_);
   // Engines form batches request by request, so rows are usually in (request_id, position) order already:
   // one linear pass checks it and records where each request starts, replacing the sort and the grouping
   // pass.
@@ -124,12 +115,10 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
         key.major = meta[t].request_id;
         key.minor = meta[t].position;
       } else if (policy_.priority == Priority::kScore) {
-        key.major = descending_key(routes.top1_score[t]);
+        key.major = rules::descending_key(routes.top1_score[t]);
         key.minor = 0;
       } else {
-        // kRandom: a seeded shuffle keyed by the token's identity, not its row, so a request's own order does
-        // not move when strangers join the batch (kernels/cuda/plan_core.h computes the same key).
-        key.major = mix64(policy_.seed ^ mix64(meta[t].request_id ^ mix64(meta[t].position)));
+        key.major = rules::random_priority_key(policy_.seed, meta[t].request_id, meta[t].position);
         key.minor = 0;
       }
     }
@@ -148,8 +137,7 @@ void DispatchPlanner::order_tokens(const TokenRoutes& routes, std::span<const To
 
 void DispatchPlanner::split_groups(std::span<const TokenMeta> meta) {
   const int T = static_cast<int>(order_.size());
-  const bool per_request =
-      policy_.scope == CapacityScope::kRequest || policy_.scope == CapacityScope::kCausal;
+  const bool per_request = rules::pools_per_request(policy_);
   if (per_request && rows_distinct_) return;  // order_tokens() recorded the requests while checking the order
   group_begin_.clear();
   if (!per_request) {  // one pool for the whole batch
@@ -163,46 +151,61 @@ void DispatchPlanner::split_groups(std::span<const TokenMeta> meta) {
   group_begin_.push_back(T);
 }
 
-void DispatchPlanner::check_distinct(std::span<const TokenMeta> meta) const {
+PlanError DispatchPlanner::find_duplicate(std::span<const TokenMeta> meta) const {
+  PlanError error;
   for (size_t i = 1; i < order_.size(); ++i) {
     const TokenMeta& a = meta[order_[i - 1]];
     const TokenMeta& b = meta[order_[i]];
     if (a == b) {
-      fail("rows " + std::to_string(order_[i - 1]) + " and " + std::to_string(order_[i]) +
-           " both claim request " + std::to_string(a.request_id) + " position " + std::to_string(a.position));
+      error.code = kPlanDuplicateToken;
+      error.row_a = order_[i - 1];
+      error.row_b = order_[i];
+      error.request_id = a.request_id;
+      error.position = a.position;
+      break;
     }
   }
+  return error;
 }
 
-void DispatchPlanner::place(int64_t pair, int32_t expert, float weight, PairStatus status,
-                            DispatchPlan& out) {
-  out.pair_expert[pair] = expert;
-  out.pair_slot[pair] = out.expert_load[expert]++;
-  out.pair_weight[pair] = weight;
-  out.pair_status[pair] = status;
-}
-
-bool DispatchPlanner::try_reroute(const TokenRoutes& routes, int64_t pair, int64_t capacity,
-                                  DispatchPlan& out) {
-  const int64_t t = pair / top_k_;
-  const int32_t* used = out.pair_expert.data() + t * top_k_;
-  const int last_rank = std::min(routes.num_ranked, top_k_ + policy_.reroute_depth);
-  for (int r = top_k_; r < last_rank; ++r) {
-    const int32_t e = routes.expert(t, r);
-    if (e < 0) return false;  // unavailable ranks come last
-    if (std::find(used, used + top_k_, e) != used + top_k_) continue;
-    if (pool_count_[e] < capacity) {
-      ++pool_count_[e];
-      place(pair, e, routes.weight(t, r), PairStatus::kRerouted, out);
-      return true;
+PlanError DispatchPlanner::find_state_error(std::span<const TokenMeta> meta,
+                                            const RoutingState* state) const {
+  PlanError error;
+  const bool sequence = policy_.scope == CapacityScope::kSequence;
+  if (sequence && state == nullptr) return error;  // every request's rows are its whole prompt
+  const int num_groups = static_cast<int>(group_begin_.size()) - 1;
+  for (int g = 0; g < num_groups; ++g) {
+    const int32_t first = order_[group_begin_[g]];
+    const uint64_t id = meta[first].request_id;
+    const RoutingState::Request* known = state ? state->find(id) : nullptr;
+    if (sequence && (known == nullptr || known->prompt_length == 0)) {
+      error.code = kPlanNotAdmitted;
+      error.row_a = error.row_b = first;
+      error.request_id = id;
+      error.position = meta[first].position;
+      return error;
+    }
+    uint32_t expected = known ? known->next_position : 0;
+    for (int32_t i = group_begin_[g]; i < group_begin_[g + 1]; ++i, ++expected) {
+      const uint32_t position = meta[order_[i]].position;
+      if (position != expected) {
+        error.code = kPlanNonContiguousPosition;
+        error.row_a = first;
+        error.row_b = order_[i];
+        error.request_id = id;
+        error.position = position;
+        error.expected = expected;
+        return error;
+      }
     }
   }
-  return false;
+  return error;
 }
 
 void DispatchPlanner::plan_pooled_group(const TokenRoutes& routes, int32_t begin, int32_t end,
                                         int64_t capacity, DispatchPlan& out) {
   const bool reroute = policy_.overflow == Overflow::kReroute;
+  SlotPlacer place{out};
   overflow_.clear();
   for (int j = 0; j < top_k_; ++j) {
     for (int32_t i = begin; i < end; ++i) {
@@ -211,14 +214,17 @@ void DispatchPlanner::plan_pooled_group(const TokenRoutes& routes, int32_t begin
       if (e < 0) continue;  // unavailable: stays dropped
       const int64_t pair = static_cast<int64_t>(t) * top_k_ + j;
       if (pool_count_[e] < capacity) {
-        ++pool_count_[e];
-        place(pair, e, routes.weight(t, j), PairStatus::kKept, out);
+        place(pair, e, routes.weight(t, j), PairStatus::kKept, pool_count_[e]++);
       } else if (reroute) {
         overflow_.push_back(pair);
       }
     }
   }
-  for (int64_t pair : overflow_) try_reroute(routes, pair, capacity, out);
+  const rules::RouteArrays arrays = route_arrays(routes);
+  for (int64_t pair : overflow_) {
+    rules::try_reroute(arrays, policy_.reroute_depth, pair, out.pair_expert.data(), capacity,
+                       pool_count_.data(), place);
+  }
 }
 
 void DispatchPlanner::reset_pool(int32_t begin, int32_t end, const DispatchPlan& out) {
@@ -239,36 +245,20 @@ void DispatchPlanner::reset_pool(int32_t begin, int32_t end, const DispatchPlan&
 }
 
 void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
-                                        int32_t begin, int32_t end, CausalRoutingState::Request& request,
+                                        int32_t begin, int32_t end, RoutingState::Request& request,
                                         DispatchPlan& out) {
-  const bool reroute = policy_.overflow == Overflow::kReroute;
   auto budget = [&](uint32_t position) {
-    return std::max<int64_t>({1, policy_.min_capacity,
-                              rounded_capacity(policy_.capacity_factor, int64_t{position} + 1, top_k_,
-                                               num_experts_, policy_.rounding)});
+    return rules::causal_budget(policy_, position, top_k_, num_experts_);
   };
   const int64_t last_budget = budget(meta[order_[end - 1]].position);
   for (int e = 0; e < num_experts_; ++e) {
     pool_count_[e] = request.slots_held[e];
     out.expert_capacity[e] += std::max<int64_t>(0, last_budget - request.slots_held[e]);
   }
-  for (int32_t i = begin; i < end; ++i) {
-    const int32_t t = order_[i];
-    const int64_t capacity = budget(meta[t].position);
-    overflow_.clear();
-    for (int j = 0; j < top_k_; ++j) {
-      const int32_t e = routes.expert(t, j);
-      if (e < 0) continue;
-      const int64_t pair = static_cast<int64_t>(t) * top_k_ + j;
-      if (pool_count_[e] < capacity) {
-        ++pool_count_[e];
-        place(pair, e, routes.weight(t, j), PairStatus::kKept, out);
-      } else if (reroute) {
-        overflow_.push_back(pair);
-      }
-    }
-    for (int64_t pair : overflow_) try_reroute(routes, pair, capacity, out);
-  }
+  SlotPlacer place{out};
+  rules::decide_in_position_order(route_arrays(routes), policy_, order_.data(), begin, end, meta.data(),
+                                  budget, pool_count_.data(), out.pair_expert.data(), out.pair_status.data(),
+                                  place);
   for (int e = 0; e < num_experts_; ++e) {
     request.slots_held[e] = pool_count_[e];
     pool_count_[e] = 0;
@@ -276,50 +266,60 @@ void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<con
   request.next_position = meta[order_[end - 1]].position + 1;
 }
 
-void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta,
-                           CausalRoutingState* state, DispatchPlan& out) {
-  // Shapes.
-  if (routes.num_experts != num_experts_ || routes.top_k != top_k_) {
-    fail("routes are for " + std::to_string(routes.num_experts) + " experts, top_k " +
-         std::to_string(routes.top_k) + " but the planner for " + std::to_string(num_experts_) +
-         " experts, top_k " + std::to_string(top_k_));
+void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
+                                          int32_t begin, int32_t end, RoutingState::Request* request,
+                                          DispatchPlan& out) {
+  // With a state: the admitted prompt length, the slots and first choices its earlier chunks hold. Without:
+  // these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
+  const uint32_t prompt_length = request ? request->prompt_length : static_cast<uint32_t>(end - begin);
+  const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
+  const int64_t decode_capacity = rules::request_capacity(policy_, 1, top_k_, num_experts_);
+  if (request != nullptr) {
+    std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
+    std::copy(request->first_choices.begin(), request->first_choices.end(), scratch_held_.begin());
+  } else {
+    std::fill(pool_count_.begin(), pool_count_.end(), 0);
+    std::fill(scratch_held_.begin(), scratch_held_.end(), 0);
   }
-  if (routes.num_ranked < num_ranked_needed()) {
-    fail("routes rank " + std::to_string(routes.num_ranked) + " experts per token but the policy needs " +
-         std::to_string(num_ranked_needed()) + " (top_k + reroute_depth)");
+  // The prompt rows come first (positions ascend within the request). Stateless: all rows are prompt rows.
+  int32_t first_decode = begin;
+  while (first_decode < end && (request == nullptr || meta[order_[first_decode]].position < prompt_length)) {
+    ++first_decode;
   }
+  SlotPlacer place{out};
+  const rules::RouteArrays arrays = route_arrays(routes);
+  rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
+                                request ? request->next_position : 0, prompt_length, capacity,
+                                pool_count_.data(), scratch_held_.data(), out.pair_expert.data(),
+                                out.pair_status.data(), place);
+  rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
+  // Slots offered: what the prompt pool had left for this batch's prompt rows, and each decode row's own.
+  for (int e = 0; e < num_experts_; ++e) {
+    if (first_decode > begin) {
+      const int64_t held = request ? request->slots_held[e] : 0;
+      out.expert_capacity[e] += std::max<int64_t>(0, capacity - held);
+    }
+    out.expert_capacity[e] += int64_t{end - first_decode} * decode_capacity;
+  }
+  if (request != nullptr) {
+    std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
+    std::copy(scratch_held_.begin(), scratch_held_.end(), request->first_choices.begin());
+    request->next_position = meta[order_[end - 1]].position + 1;
+  }
+  std::fill(pool_count_.begin(), pool_count_.end(), 0);
+}
+
+void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
+                           DispatchPlan& out) {
+  check_plan_inputs(num_experts_, top_k_, policy_, routes, meta.size(), state);
   const int T = routes.num_tokens;
-  if (static_cast<int64_t>(meta.size()) != T) {
-    fail("token metadata has " + std::to_string(meta.size()) + " rows but the routes have " +
-         std::to_string(T));
-  }
-  if (state != nullptr && state->num_experts() != num_experts_) {
-    fail("causal routing state is for " + std::to_string(state->num_experts()) + " experts, not " +
-         std::to_string(num_experts_));
-  }
 
   // Claiming order and pools; every check before anything is written.
   order_tokens(routes, meta);
-  const bool by_request = policy_.priority == Priority::kRequest || policy_.scope == CapacityScope::kCausal;
-  if (by_request && !rows_distinct_) check_distinct(meta);
+  if (rules::orders_by_request(policy_) && !rows_distinct_) throw_if_plan_error(find_duplicate(meta));
   split_groups(meta);
   const int num_groups = static_cast<int>(group_begin_.size()) - 1;
-  if (policy_.scope == CapacityScope::kCausal) {
-    for (int g = 0; g < num_groups; ++g) {
-      const uint64_t id = meta[order_[group_begin_[g]]].request_id;
-      const CausalRoutingState::Request* known = state ? state->find(id) : nullptr;
-      uint32_t expected = known ? known->next_position : 0;
-      for (int32_t i = group_begin_[g]; i < group_begin_[g + 1]; ++i, ++expected) {
-        const uint32_t position = meta[order_[i]].position;
-        if (position != expected) {
-          fail("request " + std::to_string(id) + ": causal scope needs contiguous positions from " +
-               (known ? "its routing state's next position " : "position ") +
-               std::to_string(known ? known->next_position : 0) + ", but position " +
-               std::to_string(expected) + " is followed by " + std::to_string(position) + " in this batch");
-        }
-      }
-    }
-  }
+  if (rules::carries_routing_state(policy_)) throw_if_plan_error(find_state_error(meta, state));
 
   // Output shape.
   out.num_tokens = T;
@@ -336,9 +336,7 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
 
   switch (policy_.scope) {
     case CapacityScope::kBatch: {
-      const int64_t capacity = std::max<int64_t>(
-          policy_.min_capacity,
-          rounded_capacity(policy_.capacity_factor, T, top_k_, num_experts_, policy_.rounding));
+      const int64_t capacity = rules::batch_capacity(policy_, T, top_k_, num_experts_);
       out.batch_capacity = capacity;
       out.expert_capacity.assign(num_experts_, capacity);
       if (T > 0) plan_pooled_group(routes, 0, T, capacity, out);
@@ -355,9 +353,7 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       int64_t total_capacity = 0;
       for (int g = 0; g < num_groups; ++g) {
         const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
-        const int64_t capacity = std::max<int64_t>(
-            {1, policy_.min_capacity,
-             rounded_capacity(policy_.capacity_factor, end - begin, top_k_, num_experts_, policy_.rounding)});
+        const int64_t capacity = rules::request_capacity(policy_, end - begin, top_k_, num_experts_);
         total_capacity += capacity;
         plan_pooled_group(routes, begin, end, capacity, out);
         reset_pool(begin, end, out);
@@ -366,10 +362,10 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       break;
     }
     case CapacityScope::kCausal: {
-      CausalRoutingState::Request fresh;
+      RoutingState::Request fresh;
       for (int g = 0; g < num_groups; ++g) {
         const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
-        CausalRoutingState::Request* request;
+        RoutingState::Request* request;
         if (state != nullptr) {
           request = &state->get_or_create(meta[order_[begin]].request_id);
         } else {
@@ -382,6 +378,14 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       }
       break;
     }
+    case CapacityScope::kSequence:
+      for (int g = 0; g < num_groups; ++g) {
+        const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
+        RoutingState::Request* request =
+            state != nullptr ? &state->get_or_create(meta[order_[begin]].request_id) : nullptr;
+        plan_sequence_group(routes, meta, begin, end, request, out);
+      }
+      break;
   }
   finish(routes, out);
 }
@@ -417,11 +421,10 @@ void DispatchPlanner::finish(const TokenRoutes& routes, DispatchPlan& out) {
       survivors += out.pair_weight[pair];
     }
     if (lost == top_k_) ++out.num_tokens_fully_dropped;
-    if (policy_.renormalize_survivors && lost > 0 && lost < top_k_ && survivors > 0.0f) {
-      float chosen = 0.0f;
-      for (int j = 0; j < top_k_; ++j) chosen += routes.weight(t, j);
-      const float scale = chosen / survivors;
-      for (int j = 0; j < top_k_; ++j) out.pair_weight[static_cast<int64_t>(t) * top_k_ + j] *= scale;
+    if (policy_.renormalize_survivors && lost > 0) [[unlikely]] {
+      rules::renormalize_survivors(top_k_, lost, survivors,
+                                   &routes.weights[static_cast<int64_t>(t) * routes.num_ranked],
+                                   &out.pair_weight[static_cast<int64_t>(t) * top_k_]);
     }
   }
 }

@@ -5,9 +5,10 @@
 #include <span>
 #include <vector>
 
-#include "router/causal_state.h"
 #include "router/dispatch_plan.h"
 #include "router/dispatch_policy.h"
+#include "router/routing_state.h"
+#include "router/rules/plan_error.h"
 #include "router/token_meta.h"
 #include "router/token_routes.h"
 
@@ -15,16 +16,17 @@ namespace moe {
 
 // Plans batches for a fixed (num_experts, top_k, policy). The rules are those of docs/routing.md:
 // choice-major claiming in priority order within each capacity pool, then (kReroute) each overflowing pair
-// in the same order tries the token's next-ranked experts it does not already use. Under kCausal every
-// request is decided in (position, j) order and rerouting happens per token, so that decisions see only the
-// request's prefix.
+// in the same order tries the token's next-ranked experts it does not already use. Under kCausal and
+// kSequence every request is decided in (position, j) order and rerouting happens per token, so that
+// decisions see only the request's prefix.
 //
-// Invariance: with scope kRequest, kCausal or kNone the plan restricted to one request's tokens (expert,
-// weight, status) depends only on that request's tokens (and its causal state), not on other rows or the
-// row order. Slot numbers may depend on the rest of the batch.
+// Invariance: with scope kRequest, kCausal, kSequence or kNone the plan restricted to one request's tokens
+// (expert, weight, status) depends only on that request's tokens (and its routing state), not on other rows
+// or the row order; with kCausal, kSequence or kNone also not on how its prompt is chunked into calls. Slot
+// numbers may depend on the rest of the batch.
 //
 // Not thread-safe (it owns a workspace). After reserve(max_tokens), plan() allocates nothing for batches of
-// up to max_tokens (except CausalRoutingState growth for new requests).
+// up to max_tokens (except RoutingState growth for new requests).
 class DispatchPlanner {
  public:
   // Throws std::invalid_argument for an invalid policy or shape.
@@ -40,11 +42,14 @@ class DispatchPlanner {
 
   // routes: num_tokens tokens of this planner's (num_experts, top_k) with at least num_ranked_needed() ranks.
   // meta: one entry per token. state: used and advanced under kCausal (nullptr = every request starts
-  // fresh, so each must start at position 0); ignored otherwise.
-  // Throws std::invalid_argument for mismatched shapes, duplicate (request_id, position) where the policy
-  // depends on it, or (kCausal) a request whose positions are not contiguous from the state's next position.
-  // All checks run before anything is written: on a throw, `state` is unchanged (`out` is unspecified).
-  void plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, CausalRoutingState* state,
+  // fresh, so each must start at position 0) and kSequence (every request must be admitted; nullptr = each
+  // request's rows are its whole prompt); ignored otherwise.
+  // Throws std::invalid_argument for mismatched shapes (a state of another expert count or top_k included),
+  // duplicate (request_id, position) where the policy depends on it, a request the state has not admitted
+  // (kSequence), or (kCausal, kSequence with a state) positions not contiguous from the state's next
+  // position. All checks run before anything is written: on a throw, `state` is unchanged (`out` is
+  // unspecified).
+  void plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
             DispatchPlan& out);
 
  private:
@@ -56,15 +61,20 @@ class DispatchPlanner {
 
   void order_tokens(const TokenRoutes& routes, std::span<const TokenMeta> meta);
   void split_groups(std::span<const TokenMeta> meta);
-  void check_distinct(std::span<const TokenMeta> meta) const;
+  // The first duplicate (request_id, position) in claiming order, or kPlanOk.
+  PlanError find_duplicate(std::span<const TokenMeta> meta) const;
+  // Causal and sequence scopes: the first request the state does not admit (sequence, with a state) or whose
+  // positions are not contiguous from its state's next position.
+  PlanError find_state_error(std::span<const TokenMeta> meta, const RoutingState* state) const;
   void plan_pooled_group(const TokenRoutes& routes, int32_t begin, int32_t end, int64_t capacity,
                          DispatchPlan& out);
+  // Sequence scope: one request (request = its state; null: the rows are its whole prompt).
+  void plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
+                           int32_t end, RoutingState::Request* request, DispatchPlan& out);
   void plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
-                         int32_t end, CausalRoutingState::Request& request, DispatchPlan& out);
+                         int32_t end, RoutingState::Request& request, DispatchPlan& out);
   // Zeroes pool_count_ after the pool of order_[begin .. end) was planned into `out`.
   void reset_pool(int32_t begin, int32_t end, const DispatchPlan& out);
-  bool try_reroute(const TokenRoutes& routes, int64_t pair, int64_t capacity, DispatchPlan& out);
-  void place(int64_t pair, int32_t expert, float weight, PairStatus status, DispatchPlan& out);
   void finish(const TokenRoutes& routes, DispatchPlan& out);
 
   int num_experts_;
@@ -73,12 +83,14 @@ class DispatchPlanner {
 
   // Workspace, sized by reserve().
   std::vector<OrderKey> keys_;
-  std::vector<int32_t> order_;         // tokens in claiming order (grouped by pool for request/causal)
-  std::vector<int32_t> group_begin_;   // group g is order_[group_begin_[g] .. group_begin_[g+1])
-  std::vector<int32_t> pool_count_;    // [num_experts] slots taken in the current pool
-  std::vector<int64_t> overflow_;      // pairs waiting to reroute, in claiming order
-  std::vector<int32_t> scratch_held_;  // [num_experts] causal counts of the request being planned
-  bool rows_distinct_ = false;         // order_tokens() found the rows in strict (request, position) order
+  std::vector<int32_t> order_;        // tokens in claiming order (grouped by pool for request/causal)
+  std::vector<int32_t> group_begin_;  // group g is order_[group_begin_[g] .. group_begin_[g+1])
+  std::vector<int32_t> pool_count_;   // [num_experts] slots taken in the current pool
+  std::vector<int64_t> overflow_;     // pairs waiting to reroute, in claiming order
+  // [num_experts] causal: the counts of a request planned without a state; sequence: the request's first
+  // choices
+  std::vector<int32_t> scratch_held_;
+  bool rows_distinct_ = false;  // order_tokens() found the rows in strict (request, position) order
 };
 
 }  // namespace moe

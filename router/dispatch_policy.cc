@@ -39,6 +39,7 @@ Enum parse_enum(std::string_view what, std::string_view s,
 constexpr std::pair<std::string_view, CapacityScope> kScopes[] = {{"batch", CapacityScope::kBatch},
                                                                   {"request", CapacityScope::kRequest},
                                                                   {"causal", CapacityScope::kCausal},
+                                                                  {"sequence", CapacityScope::kSequence},
                                                                   {"none", CapacityScope::kNone}};
 constexpr std::pair<std::string_view, CapacityRounding> kRoundings[] = {{"ceil", CapacityRounding::kCeil},
                                                                         {"floor", CapacityRounding::kFloor}};
@@ -76,7 +77,7 @@ DispatchPolicy DispatchPolicy::mode(std::string_view name) {
     p.scope = CapacityScope::kBatch;
     p.priority = Priority::kArrival;
   } else if (name == "stable") {
-    p.scope = CapacityScope::kRequest;
+    p.scope = CapacityScope::kSequence;
     p.priority = Priority::kRequest;
   } else if (name == "rank-only") {
     p.scope = CapacityScope::kBatch;
@@ -118,15 +119,6 @@ Priority parse_priority(std::string_view s) {
 }
 Overflow parse_overflow(std::string_view s) {
   return parse_enum("overflow", s, kOverflows);
-}
-
-int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
-                         CapacityRounding rounding) {
-  const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
-  const double nearest = std::round(exact);
-  if (std::fabs(exact - nearest) <= 1e-9 * std::max(1.0, std::fabs(exact)))
-    return static_cast<int64_t>(nearest);
-  return static_cast<int64_t>(rounding == CapacityRounding::kCeil ? std::ceil(exact) : std::floor(exact));
 }
 
 }  // namespace moe

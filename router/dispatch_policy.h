@@ -8,13 +8,20 @@
 
 namespace moe {
 
-// Where capacity is counted (docs/routing.md):
-//   kBatch   one pool per expert for the whole batch: C = max(min_capacity, round(cf * T * k / E))
-//   kRequest one pool per (request, expert): C_r = max(1, min_capacity, round(cf * T_r * k / E))
-//   kCausal  a token at position p may take a slot at e while its request's earlier tokens hold fewer than
-//            max(1, min_capacity, round(cf * (p + 1) * k / E)) slots at e; counts carry across calls
-//   kNone    dropless
-enum class CapacityScope { kBatch, kRequest, kCausal, kNone };
+// Where capacity is counted (docs/routing.md section 2; the formulas: router/rules/capacity.h)
+//   kBatch     one pool per expert for the whole batch: C = max(min_capacity, round(cf * T * k / E))
+//   kRequest   one pool per (request, expert) in this batch: C_r = max(1, min_capacity, round(cf * T_r * k /
+//   E)) kCausal    a token at position p may take a slot at e while its request's earlier tokens hold fewer
+//   than
+//              max(1, min_capacity, round(cf * (p + 1) * k / E)) slots at e; counts carry across calls
+//   kSequence  one pool per (request, expert) for the request's whole prompt, sized from the prompt length L
+//   it
+//              was admitted with: C = max(1, min_capacity, round(cf * L * k / E)), claimed in (position, j)
+//              order across forward passes (counts carry in the RoutingState); each decode row (position >=
+//              L) is a pool of its own, C = max(1, min_capacity, round(cf * k / E)). Without a state, a
+//              request's rows in the batch are its whole prompt (L = T_r).
+//   kNone      dropless
+enum class CapacityScope { kBatch, kRequest, kCausal, kSequence, kNone };
 enum class CapacityRounding { kCeil, kFloor };
 // Order in which pairs claim slots inside one pool (after choice-major ordering):
 //   kArrival row order; kRequest ascending (request_id, position); kScore highest top-1 selection score
@@ -38,7 +45,7 @@ struct DispatchPolicy {
   // Throws std::invalid_argument naming the bad field, e.g. "capacity_factor must be > 0 (got -1)".
   void validate() const;
 
-  // Named modes: "greedy" (batch, arrival, drop), "stable" (request, request, drop), "rank-only"
+  // Named modes: "greedy" (batch, arrival, drop), "stable" (sequence, request, drop), "rank-only"
   // (batch, request, drop). Other fields keep their defaults. Throws for an unknown name.
   static DispatchPolicy mode(std::string_view name);
   static const std::vector<std::string>& mode_names();
@@ -55,10 +62,6 @@ CapacityRounding parse_capacity_rounding(std::string_view s);
 Priority parse_priority(std::string_view s);
 Overflow parse_overflow(std::string_view s);
 
-// round(cf * num_tokens * top_k / num_experts) in double. NOTES: a product that is an integer in exact
-// arithmetic but lands a hair above it in binary (1.1 * 100 = 110.00000000000001) is taken as that
-// integer, so ceil does not add a phantom slot: values within 1e-9 (relative) of an integer snap to it.
-int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
-                         CapacityRounding rounding);
+// The capacity and budget formulas of every scope are router/rules/capacity.h (host and device code).
 
 }  // namespace moe

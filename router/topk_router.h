@@ -5,13 +5,20 @@
 #include <vector>
 
 #include "router/router_config.h"
+#include "router/rules/topk_rule.h"
 #include "router/token_routes.h"
 
 namespace moe {
 
-// Routes rows of logits by the rules of a RouterConfig (see router_config.h and docs/routing.md).
-// Thread-compatible: route() is const and keeps its scratch in the caller's TokenRoutes, so one router may
-// serve many threads, each with its own output.
+// The plain-value form of `config` for rules::route_row: validated, num_ranked as TopKRouter takes it (0 =
+// top_k; below top_k is an error; capped at num_experts), bias pointing into config.selection_bias (which
+// must outlive the result). Throws std::invalid_argument naming the problem. The GPU router builds its
+// parameters with it too.
+rules::TopKParams make_topk_params(const RouterConfig& config, int num_ranked);
+
+// Routes rows of logits by the rules of a RouterConfig (see router_config.h and docs/routing.md), one row at
+// a time through rules::route_row (router/rules/topk_rule.h). Thread-compatible: route() is const and keeps
+// its scratch in the caller's TokenRoutes, so one router may serve many threads, each with its own output.
 class TopKRouter {
  public:
   // num_ranked: how many ranks to produce per token (>= top_k; top_k + reroute_depth when rerouting;
@@ -28,6 +35,7 @@ class TopKRouter {
 
  private:
   RouterConfig config_;
+  rules::TopKParams params_;  // selection_bias is set per call (from config_), so copies stay valid
   int num_ranked_;
 };
 

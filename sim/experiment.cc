@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 
-#include "router/causal_state.h"
 #include "router/dispatch_planner.h"
+#include "router/routing_state.h"
+#include "router/rules/capacity.h"
+#include "router/rules/plan_rules.h"
 #include "router/topk_router.h"
 #include "sim/errors.h"
 #include "sim/score_model.h"
@@ -25,8 +28,7 @@ double imbalance(const std::vector<int64_t>& loads) {
 }  // namespace
 
 int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy) {
-  if (policy.overflow != Overflow::kReroute) return router.top_k;
-  return std::min(router.num_experts, router.top_k + policy.reroute_depth);
+  return rules::num_ranked_needed(policy, router.num_experts, router.top_k);
 }
 
 PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool show_progress) {
@@ -53,12 +55,22 @@ PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool 
   return w;
 }
 
-RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progress* progress) {
+RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progress* progress,
+                  const PlanObserver& observe) {
   const int E = w.router.num_experts;
   const int k = w.router.top_k;
   DispatchPlanner planner(E, k, policy);
-  CausalRoutingState state(E);
-  const bool causal = policy.scope == CapacityScope::kCausal;
+  // Causal and sequence scopes carry a routing state across steps. Sequence scope admits each request with
+  // its prompt length when its first row is scheduled (a serving engine knows it at admission). A workload
+  // without request specs (replay: one batch of logits) plans sequence scope without a state: each request's
+  // rows are its whole prompt.
+  RoutingState state(E, k);
+  const bool sequence = policy.scope == CapacityScope::kSequence && !w.requests.empty();
+  const bool stateful = sequence || policy.scope == CapacityScope::kCausal;
+  std::unordered_map<uint64_t, uint32_t> prompt_length;
+  if (sequence) {
+    for (const RequestSpec& r : w.requests) prompt_length[r.id] = r.prompt_len;
+  }
   DispatchPlan plan;
   RunStats r;
   r.expert_load.assign(E, 0);
@@ -66,12 +78,18 @@ RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progr
   r.step_capacity_min = 1e300;
   r.step_capacity_max = -1e300;
   std::vector<int64_t> step_load(E);
-  double cap_sum = 0.0, drop_sum = 0.0, imbalance_sum = 0.0;
+  double cap_sum = 0.0, drop_sum = 0.0, imbalance_sum = 0.0, peak_sum = 0.0;
   for (size_t s = 0; s < w.steps.size(); ++s) {
     const Step& step = w.steps[s];
     if (step.rows.empty()) continue;
-    planner.plan(w.routes[s], step.rows, causal ? &state : nullptr, plan);
-    if (causal) r.peak_live_requests = std::max<int64_t>(r.peak_live_requests, state.num_requests());
+    if (sequence) {
+      for (const TokenMeta& m : step.rows) {
+        if (m.position == 0) state.admit(m.request_id, prompt_length.at(m.request_id));
+      }
+    }
+    planner.plan(w.routes[s], step.rows, stateful ? &state : nullptr, plan);
+    if (observe) observe(s, plan);
+    if (stateful) r.peak_live_requests = std::max<int64_t>(r.peak_live_requests, state.num_requests());
     ++r.steps;
     r.tokens += plan.num_tokens;
     r.pairs += plan.num_pairs();
@@ -98,7 +116,12 @@ RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progr
     const double imb = imbalance(step_load);
     imbalance_sum += imb;
     r.step_imbalance_max = std::max(r.step_imbalance_max, imb);
-    if (causal) {
+    const double nominal = policy.capacity_factor * static_cast<double>(plan.num_tokens) * k / E;
+    const double peak =
+        static_cast<double>(*std::max_element(plan.expert_load.begin(), plan.expert_load.end())) / nominal;
+    peak_sum += peak;
+    r.step_peak_load_max = std::max(r.step_peak_load_max, peak);
+    if (stateful) {
       for (uint64_t id : step.finished) state.release(id);
     }
     if (progress) progress->advance();
@@ -107,6 +130,7 @@ RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progr
     r.step_capacity_mean = cap_sum / static_cast<double>(r.steps);
     r.step_drop_rate_mean = drop_sum / static_cast<double>(r.steps);
     r.step_imbalance_mean = imbalance_sum / static_cast<double>(r.steps);
+    r.step_peak_load_mean = peak_sum / static_cast<double>(r.steps);
     r.drop_rate = static_cast<double>(r.dropped) / static_cast<double>(r.pairs);
   } else {
     r.step_capacity_min = r.step_capacity_max = 0.0;

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "router/dispatch_plan.h"
 #include "router/dispatch_policy.h"
 #include "router/router_config.h"
 #include "router/token_routes.h"
@@ -24,7 +26,7 @@ struct PreparedWorkload {
   int64_t num_tokens = 0;
 };
 
-// Ranks per token a policy needs (top_k, plus reroute_depth when rerouting; capped at num_experts).
+// Ranks per token a policy needs: rules::num_ranked_needed (router/rules/capacity.h) for this router.
 int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy);
 
 // Schedules config.workload and routes every step under config.router with `num_ranked` ranks.
@@ -50,12 +52,21 @@ struct RunStats {
   double step_drop_rate_mean = 0.0, step_drop_rate_max = 0.0;
   double step_imbalance_mean = 0.0, step_imbalance_max = 0.0;
   double step_capacity_min = 0.0, step_capacity_mean = 0.0, step_capacity_max = 0.0;
-  int64_t peak_live_requests = 0;  // most requests held in the causal routing state at once
+  // Per step: the busiest expert's load against the nominal batch capacity cf * T * k / E of that step's T
+  // tokens - what an engine sizes an expert's buffer from. Batch scope keeps it at most C / (cf*T*k/E), about
+  // 1; request, causal and sequence scopes bound each request's share only, so their sum can exceed it
+  // (docs/routing.md section 2, "What each scope bounds").
+  double step_peak_load_mean = 0.0, step_peak_load_max = 0.0;
+  int64_t peak_live_requests = 0;  // most requests held in the routing state at once
 };
 
-// Plans every step under `policy` (causal scope: one CausalRoutingState across steps; finished requests
-// are released after their last step). Deterministic: the same inputs give the same stats.
+// Called with each step's index and plan, right after it was planned (the plan is reused for the next step).
+using PlanObserver = std::function<void(size_t step, const DispatchPlan& plan)>;
+
+// Plans every step under `policy` (causal scope: one RoutingState across steps; finished requests
+// are released after their last step). Deterministic: the same inputs give the same stats. `observe` (if set)
+// sees every plan, so callers that need the plans themselves (replay's CSV) do not plan again.
 RunStats simulate(const PreparedWorkload& workload, const DispatchPolicy& policy,
-                  Progress* progress = nullptr);
+                  Progress* progress = nullptr, const PlanObserver& observe = nullptr);
 
 }  // namespace moe::sim

@@ -4,7 +4,6 @@
 #include <fstream>
 #include <set>
 
-#include "router/dispatch_planner.h"
 #include "router/topk_router.h"
 #include "sim/errors.h"
 #include "sim/meta_csv.h"
@@ -59,9 +58,8 @@ ReplayResult run_replay(const SimConfig& input) {
   try {
     const TopKRouter router(config.router, w.num_ranked);
     router.route(logits.values.data(), T, w.routes[0]);
-    DispatchPlanner planner(E, config.router.top_k, config.policy);
-    planner.plan(w.routes[0], meta, nullptr, plan);
-    result.stats = simulate(w, config.policy);
+    // One plan: the stats and the CSV both come from the step simulate() plans.
+    result.stats = simulate(w, config.policy, nullptr, [&](size_t, const DispatchPlan& p) { plan = p; });
   } catch (const std::invalid_argument& e) {
     std::string where = " (in '" + config.replay.logits_path + "'";
     if (!config.replay.meta_path.empty()) where += " with '" + config.replay.meta_path + "'";

@@ -86,6 +86,8 @@ nlohmann::ordered_json run_stats_json(const RunStats& s, bool multi_step) {
     per_step["drop_rate_max"] = s.step_drop_rate_max;
     per_step["load_imbalance_mean"] = s.step_imbalance_mean;
     per_step["load_imbalance_max"] = s.step_imbalance_max;
+    per_step["peak_load_vs_nominal_mean"] = s.step_peak_load_mean;
+    per_step["peak_load_vs_nominal_max"] = s.step_peak_load_max;
     j["per_step"] = per_step;
   }
   return j;
@@ -137,6 +139,8 @@ void print_run_table(std::ostream& out, const RunStats& s, const PreparedWorkloa
     t.add_row({"step drop_rate max", fixed(s.step_drop_rate_max)});
     t.add_row({"step load_imbalance mean", fixed(s.step_imbalance_mean)});
     t.add_row({"step load_imbalance max", fixed(s.step_imbalance_max)});
+    t.add_row({"step peak load / (cf*T*k/E) mean", fixed(s.step_peak_load_mean)});
+    t.add_row({"step peak load / (cf*T*k/E) max", fixed(s.step_peak_load_max)});
   }
   t.print(out);
   out << "expert_load:";
@@ -150,7 +154,7 @@ Table sweep_table(const std::vector<SweepPoint>& points) {
     for (const auto& [name, value] : points.front().axis_values) header.push_back(name);
   }
   for (const char* h : {"mode", "cf", "drop_rate", "dropped", "rerouted", "fully_dropped", "load_imbalance",
-                        "capacity/step", "step_drop_max"}) {
+                        "capacity/step", "step_drop_max", "peak_load_max"}) {
     header.push_back(h);
   }
   Table t(header);
@@ -167,6 +171,7 @@ Table sweep_table(const std::vector<SweepPoint>& points) {
     row.push_back(fixed(p.stats.load_imbalance));
     row.push_back(dropless ? "dropless" : fixed(p.stats.step_capacity_mean, 1));
     row.push_back(fixed(p.stats.step_drop_rate_max));
+    row.push_back(fixed(p.stats.step_peak_load_max));
     t.add_row(std::move(row));
   }
   return t;

@@ -11,13 +11,6 @@ uint64_t rotl(uint64_t x, int k) {
 
 }  // namespace
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t stream_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
   uint64_t h = mix64(seed);
   h = mix64(h ^ a);
@@ -30,7 +23,7 @@ Rng::Rng(uint64_t key) {
   uint64_t x = key;
   for (uint64_t& s : s_) {
     s = mix64(x);
-    x += 0x9e3779b97f4a7c15ull;
+    x += kGoldenGamma;
   }
 }
 

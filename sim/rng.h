@@ -4,14 +4,13 @@
 
 #include <cstdint>
 
+#include "base/splitmix64.h"
+
 namespace moe::sim {
 
-// splitmix64's finaliser applied to x + golden ratio: a bijective 64-bit mix.
-uint64_t mix64(uint64_t x);
-
 // A stream key from a seed and up to three identifiers, e.g. stream_key(seed, request_id, position, tag).
-// Each argument is folded in with mix64, so streams for different tuples are independent for all practical
-// purposes.
+// Each argument is folded in with mix64 (base/splitmix64.h), so streams for different tuples are independent
+// for all practical purposes.
 uint64_t stream_key(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0);
 
 // xoshiro256** seeded by running splitmix64 from `key`. Every derived draw is a fixed function of next():

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload.h"
+#include "sim/request_spec.h"
 
 namespace moe::sim {
 

@@ -7,17 +7,9 @@
 
 #include "router/token_meta.h"
 #include "sim/length_dist.h"
+#include "sim/request_spec.h"
 
 namespace moe::sim {
-
-// One request: it arrives at a step, brings prompt_len prompt tokens (positions 0..prompt_len-1) and then
-// feeds decode_len generated tokens one per step (positions prompt_len..prompt_len+decode_len-1).
-struct RequestSpec {
-  uint64_t id = 0;
-  int64_t arrival_step = 0;
-  uint32_t prompt_len = 1;
-  uint32_t decode_len = 0;
-};
 
 struct WorkloadConfig {
   int num_requests = 16;

@@ -1,5 +1,5 @@
-/* The C API from a C program (compiled as C99, using only moe/api/moe_c.h): a forward pass on random weights and
- * on caller buffers, stats, plan, fingerprint sizing, batch invariance, and the error paths. */
+/* The C API from a C program (compiled as C99, using only moe/api/moe_c.h): a forward pass on random weights
+ * and on caller buffers, stats, plan, fingerprint sizing, batch invariance, and the error paths. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,23 +9,23 @@
 
 static int g_failures = 0;
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-              #cond, moe_last_error());                                              \
-      ++g_failures;                                                                  \
-    }                                                                                \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              moe_last_error());                                                               \
+      ++g_failures;                                                                            \
+    }                                                                                          \
   } while (0)
 
-#define CHECK_OK(call)                                                                       \
-  do {                                                                                       \
-    moe_status_t s_ = (call);                                                                \
-    if (s_ != MOE_OK) {                                                                      \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call,               \
-              moe_status_string(s_), moe_last_error());                                      \
-      exit(1);                                                                               \
-    }                                                                                        \
+#define CHECK_OK(call)                                                                                 \
+  do {                                                                                                 \
+    moe_status_t s_ = (call);                                                                          \
+    if (s_ != MOE_OK) {                                                                                \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, moe_status_string(s_), \
+              moe_last_error());                                                                       \
+      exit(1);                                                                                         \
+    }                                                                                                  \
   } while (0)
 
 enum { kHidden = 32, kFf = 48, kExperts = 4, kTokens = 12 };
@@ -52,7 +52,7 @@ static void test_random_forward(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
   moe_layer_t* layer = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   float x[kTokens * kHidden], y[kTokens * kHidden];
   uint64_t ids[kTokens];
   uint32_t pos[kTokens];
@@ -63,10 +63,11 @@ static void test_random_forward(void) {
   int t;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 7, &weights));
-  moe_layer_config_init(&config);
-  config.scope = "none"; /* dropless */
-  CHECK_OK(moe_layer_create(weights, &config, &layer));
-  moe_weights_destroy(weights); /* the layer keeps its own reference */
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_scope(config, "none")); /* dropless */
+  CHECK_OK(moe_layer_create(weights, config, &layer));
+  moe_layer_config_destroy(config); /* the layer keeps nothing of the config */
+  moe_weights_destroy(weights);     /* the layer keeps its own reference */
   CHECK_OK(moe_layer_dims(layer, &hidden, &experts, &top_k));
   CHECK(hidden == kHidden && experts == kExperts && top_k == 2);
 
@@ -131,7 +132,8 @@ static void test_random_forward(void) {
   moe_layer_destroy(layer);
 }
 
-/* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset). */
+/* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset).
+ */
 static void test_batch_invariance(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
@@ -189,7 +191,7 @@ static void test_buffers(void) {
   float shared_gate[kHidden];
   moe_weights_t* weights = NULL;
   moe_layer_t* layer = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   float x[4 * kHidden], y[4 * kHidden];
   uint64_t ids[4] = {0, 0, 1, 1};
   uint32_t pos[4] = {0, 1, 0, 1};
@@ -236,36 +238,180 @@ static void test_buffers(void) {
   for (e = 0; e < 3 * kExperts; ++e) free(mats[e]);
   for (e = 0; e < 3; ++e) free(shared[e]);
 
-  moe_layer_config_init(&config);
-  config.router = "qwen2-moe";
-  config.top_k = 2;
-  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_router(config, "qwen2-moe"));
+  CHECK_OK(moe_layer_config_set_top_k(config, 2));
+  CHECK_OK(moe_layer_create(weights, config, &layer));
   fill(x, sizeof x / sizeof x[0], 9, 1.0f);
   CHECK_OK(moe_layer_forward(layer, x, 4, kHidden, ids, pos, y, NULL));
   CHECK(all_finite(y, sizeof y / sizeof y[0]));
   moe_layer_destroy(layer);
 
-  /* Bad config: unknown preset / router, top_k too large. */
-  config.preset = "fastest";
-  CHECK(moe_layer_create(weights, &config, &layer) == MOE_INVALID_ARGUMENT && layer == NULL);
+  /* Bad config: an unknown preset / router / scope / kernel is refused by its setter, naming it, and leaves
+   * the config as it was; top_k too large for the weights is refused by moe_layer_create. */
+  CHECK(moe_layer_config_set_preset(config, "fastest") == MOE_INVALID_ARGUMENT);
   CHECK(strstr(moe_last_error(), "fastest") != NULL);
-  config.preset = "deterministic";
-  config.top_k = 9;
-  CHECK(moe_layer_create(weights, &config, &layer) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_router(config, "gpt") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "gpt") != NULL);
+  CHECK(moe_layer_config_set_scope(config, "global") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "global") != NULL);
+  CHECK(moe_layer_config_set_kernel(config, "turbo") == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_capacity_factor(config, -1.0) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_top_k(config, 0) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_groups(config, 2, 3) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_preset(NULL, "greedy") == MOE_INVALID_ARGUMENT);
+  CHECK(moe_layer_config_set_preset(config, NULL) == MOE_INVALID_ARGUMENT);
+  CHECK_OK(moe_layer_create(weights, config, &layer)); /* the refused values changed nothing */
+  moe_layer_destroy(layer);
+  layer = NULL;
+  CHECK_OK(moe_layer_config_set_top_k(config, 9));
+  CHECK(moe_layer_create(weights, config, &layer) == MOE_INVALID_ARGUMENT && layer == NULL);
   CHECK(strstr(moe_last_error(), "top_k") != NULL);
+  moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
 }
 
-/* Causal capacity: a prompt in one call or in chunks gives the same bits (the state carries the counts). */
-static void test_causal_chunks(void) {
+/* The hidden row of (request, position): the same input wherever the row is sent. */
+static void token_row(uint64_t id, uint32_t position, float* out) {
+  fill(out, kHidden, 1000003ULL * (id + 1) + position, 1.0f);
+}
+
+/* Sends `n` rows (ids[i], pos[i]) through the layer, each row's input from token_row. */
+static moe_status_t forward_rows(moe_layer_t* layer, int n, const uint64_t* ids, const uint32_t* pos,
+                                 float* y, moe_routing_state_t* state) {
+  float x[64 * kHidden];
+  int i;
+  for (i = 0; i < n; ++i) token_row(ids[i], pos[i], x + i * kHidden);
+  return moe_layer_forward(layer, x, n, kHidden, ids, pos, y, state);
+}
+
+/* The serving lifecycle under the deterministic preset (sequence scope): a probe admitted with its prompt
+ * length, prefilled alone in one call, then decoded, gives the same bits as the probe prefilled in chunks of
+ * 7 and 13 among admitted strangers (rows interleaved) and decoded next to theirs. Then the lifecycle's
+ * errors, each leaving the state unchanged. */
+static void test_serving_lifecycle(void) {
+  enum { kPrompt = 20, kDecode = 4, kLen = kPrompt + kDecode, kProbe = 42 };
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
   moe_layer_t* layer = NULL;
   moe_layer_t* other = NULL;
-  moe_causal_state_t* full_state = NULL;
-  moe_causal_state_t* chunk_state = NULL;
-  moe_causal_state_t* wrong_state = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
+  moe_routing_state_t* alone = NULL;
+  moe_routing_state_t* served = NULL;
+  moe_routing_state_t* wrong = NULL;
+  float y_alone[kLen * kHidden], y[64 * kHidden], y_probe[kLen * kHidden];
+  uint64_t ids[64];
+  uint32_t pos[64];
+  uint32_t stranger_next[3] = {0, 0, 0};
+  const uint32_t stranger_prompt[3] = {9, 30, 4};
+  int64_t held = -1;
+  int t, n, at = 0, step, i;
+  moe_stats_t stats;
+  int64_t probe_dropped = 0;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 21, &weights));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_capacity_factor(config, 1.0)); /* capacity binds */
+  CHECK_OK(moe_layer_create(weights, config, &layer));         /* deterministic preset: sequence scope */
+  moe_layer_config_destroy(config);
+
+  /* Alone, unchunked: prompt and decode rows in one call. */
+  CHECK_OK(moe_routing_state_create(layer, &alone));
+  CHECK_OK(moe_routing_state_admit(alone, kProbe, kPrompt));
+  for (t = 0; t < kLen; ++t) {
+    ids[t] = kProbe;
+    pos[t] = (uint32_t)t;
+  }
+  CHECK_OK(forward_rows(layer, kLen, ids, pos, y_alone, alone));
+  CHECK_OK(moe_layer_stats(layer, &stats, NULL, 0));
+  probe_dropped = stats.num_dropped;
+  CHECK_OK(moe_routing_state_release(alone, kProbe));
+
+  /* Served: chunks of 7 and 13, then one decode row per step, strangers 1..3 in every step. */
+  CHECK_OK(moe_routing_state_create(layer, &served));
+  CHECK_OK(moe_routing_state_admit(served, kProbe, kPrompt));
+  for (i = 0; i < 3; ++i) CHECK_OK(moe_routing_state_admit(served, (uint64_t)(i + 1), stranger_prompt[i]));
+  for (step = 0; at < kLen; ++step) {
+    const int chunk = step == 0 ? 7 : (step == 1 ? 13 : 1);
+    int probe_rows[16], m = 0;
+    n = 0;
+    for (i = 0; i < 3; ++i) { /* a stranger's chunk of up to 5 prompt rows, or one decode row */
+      int rows = stranger_next[i] < stranger_prompt[i] ? (int)(stranger_prompt[i] - stranger_next[i]) : 1;
+      if (rows > 5) rows = 5;
+      while (rows-- > 0) {
+        ids[n] = (uint64_t)(i + 1);
+        pos[n++] = stranger_next[i]++;
+        if (n % 2 == 1 && m < chunk) { /* interleave the probe's rows */
+          ids[n] = kProbe;
+          pos[n] = (uint32_t)(at + m);
+          probe_rows[m++] = n++;
+        }
+      }
+    }
+    while (m < chunk) {
+      ids[n] = kProbe;
+      pos[n] = (uint32_t)(at + m);
+      probe_rows[m++] = n++;
+    }
+    CHECK_OK(forward_rows(layer, n, ids, pos, y, served));
+    for (i = 0; i < m; ++i)
+      memcpy(y_probe + (at + i) * kHidden, y + probe_rows[i] * kHidden, sizeof(float) * kHidden);
+    at += chunk;
+  }
+  CHECK(memcmp(y_alone, y_probe, sizeof y_alone) == 0);
+  CHECK(probe_dropped > 0); /* capacity bound the probe alone, so equality means something */
+
+  /* Errors; the state holds the probe and 3 strangers throughout. */
+  CHECK_OK(moe_routing_state_num_requests(served, &held));
+  CHECK(held == 4);
+  ids[0] = 77;
+  pos[0] = 0; /* never admitted */
+  CHECK(forward_rows(layer, 1, ids, pos, y, served) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "admitted") != NULL);
+  ids[0] = kProbe;
+  pos[0] = kLen + 1; /* skips a position */
+  CHECK(forward_rows(layer, 1, ids, pos, y, served) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "contiguous") != NULL);
+  pos[0] = kLen - 1; /* goes back */
+  CHECK(forward_rows(layer, 1, ids, pos, y, served) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_routing_state_admit(served, kProbe, 3) == MOE_INVALID_ARGUMENT); /* already admitted */
+  CHECK(strstr(moe_last_error(), "already admitted") != NULL);
+  CHECK(moe_routing_state_admit(served, 78, 0) == MOE_INVALID_ARGUMENT); /* empty prompt */
+  CHECK(moe_routing_state_release(served, 79) == MOE_INVALID_ARGUMENT);  /* unknown */
+  CHECK(strstr(moe_last_error(), "does not hold") != NULL);
+  CHECK_OK(moe_routing_state_num_requests(served, &held));
+  CHECK(held == 4);
+  pos[0] = kLen; /* the probe's next position still works */
+  CHECK_OK(forward_rows(layer, 1, ids, pos, y, served));
+
+  /* A state made for another layer shape. */
+  shape.num_experts = kExperts + 2;
+  moe_weights_destroy(weights);
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 22, &weights));
+  CHECK_OK(moe_layer_create(weights, NULL, &other));
+  CHECK_OK(moe_routing_state_create(other, &wrong));
+  CHECK_OK(moe_routing_state_admit(wrong, kProbe, kPrompt));
+  pos[0] = 0;
+  CHECK(forward_rows(layer, 1, ids, pos, y, wrong) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "routing state is for") != NULL);
+  CHECK(moe_routing_state_admit(NULL, 1, 1) == MOE_INVALID_ARGUMENT);
+  moe_routing_state_destroy(wrong);
+  moe_routing_state_destroy(served);
+  moe_routing_state_destroy(alone);
+  moe_layer_destroy(other);
+  moe_layer_destroy(layer);
+  moe_weights_destroy(weights);
+}
+
+/* Causal scope: a prompt in one call or in chunks gives the same bits (the state carries the counts); a
+ * request is created at its first forward pass. */
+static void test_causal_chunks(void) {
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  moe_routing_state_t* full_state = NULL;
+  moe_routing_state_t* chunk_state = NULL;
+  moe_layer_config_t* config = NULL;
   enum { kLen = 20, kSplit = 7 };
   float x[kLen * kHidden], y_full[kLen * kHidden], y_chunks[kLen * kHidden];
   uint64_t ids[kLen];
@@ -273,18 +419,19 @@ static void test_causal_chunks(void) {
   int t;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 21, &weights));
-  moe_layer_config_init(&config);
-  config.scope = "causal";
-  config.capacity_factor = 1.0;
-  CHECK_OK(moe_layer_create(weights, &config, &layer));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_scope(config, "causal"));
+  CHECK_OK(moe_layer_config_set_capacity_factor(config, 1.0));
+  CHECK_OK(moe_layer_create(weights, config, &layer));
+  moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
   fill(x, sizeof x / sizeof x[0], 23, 1.0f);
   for (t = 0; t < kLen; ++t) {
     ids[t] = 9;
     pos[t] = (uint32_t)t;
   }
-  CHECK_OK(moe_causal_state_create(layer, &full_state));
-  CHECK_OK(moe_causal_state_create(layer, &chunk_state));
+  CHECK_OK(moe_routing_state_create(layer, &full_state));
+  CHECK_OK(moe_routing_state_create(layer, &chunk_state));
   CHECK_OK(moe_layer_forward(layer, x, kLen, kHidden, ids, pos, y_full, full_state));
   CHECK_OK(moe_layer_forward(layer, x, kSplit, kHidden, ids, pos, y_chunks, chunk_state));
   CHECK_OK(moe_layer_forward(layer, x + kSplit * kHidden, kLen - kSplit, kHidden, ids + kSplit, pos + kSplit,
@@ -292,30 +439,21 @@ static void test_causal_chunks(void) {
   CHECK(memcmp(y_full, y_chunks, sizeof y_full) == 0);
   /* Positions out of sequence for the state: rejected. */
   CHECK(moe_layer_forward(layer, x, 1, kHidden, ids, pos, y_chunks, chunk_state) == MOE_INVALID_ARGUMENT);
-  CHECK_OK(moe_causal_state_release(chunk_state, 9));
+  CHECK_OK(moe_routing_state_release(chunk_state, 9));
   CHECK_OK(moe_layer_forward(layer, x, 1, kHidden, ids, pos, y_chunks, chunk_state));
-
-  /* A state sized for another expert count is rejected. */
-  shape.num_experts = kExperts + 2;
-  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 22, &weights));
-  CHECK_OK(moe_layer_create(weights, NULL, &other));
-  CHECK_OK(moe_causal_state_create(other, &wrong_state));
-  CHECK(moe_layer_forward(layer, x, 1, kHidden, ids, pos, y_chunks, wrong_state) == MOE_INVALID_ARGUMENT);
-  CHECK(strstr(moe_last_error(), "causal state") != NULL);
-  moe_causal_state_destroy(wrong_state);
-  moe_causal_state_destroy(full_state);
-  moe_causal_state_destroy(chunk_state);
-  moe_layer_destroy(other);
+  moe_routing_state_destroy(full_state);
+  moe_routing_state_destroy(chunk_state);
   moe_layer_destroy(layer);
-  moe_weights_destroy(weights);
 }
 
 static void test_io_errors(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
-  CHECK(moe_weights_load("/nonexistent/dir/model.safetensors", "mixtral", 0, &shape, -1, &weights) == MOE_IO_ERROR);
+  CHECK(moe_weights_load("/nonexistent/dir/model.safetensors", "mixtral", 0, &shape, -1, &weights) ==
+        MOE_IO_ERROR);
   CHECK(weights == NULL && strlen(moe_last_error()) > 0);
-  CHECK(moe_weights_load("/nonexistent.safetensors", "gpt5", 0, &shape, -1, &weights) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_weights_load("/nonexistent.safetensors", "gpt5", 0, &shape, -1, &weights) ==
+        MOE_INVALID_ARGUMENT);
   shape.hidden = 0;
   CHECK(moe_weights_random(&shape, MOE_DTYPE_F32, 1, &weights) == MOE_INVALID_ARGUMENT);
   CHECK(strstr(moe_last_error(), "hidden") != NULL);
@@ -329,7 +467,7 @@ static void test_device(void) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
   moe_layer_t *cpu = NULL, *gpu = NULL;
-  moe_layer_config_t config;
+  moe_layer_config_t* config = NULL;
   float x[kT * kHidden], y_cpu[kT * kHidden], y_gpu[kT * kHidden];
   uint64_t ids[kT];
   uint32_t pos[kT];
@@ -338,14 +476,13 @@ static void test_device(void) {
   size_t i;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 11, &weights));
-  moe_layer_config_init(&config);
-  config.device = "tpu";
-  CHECK(moe_layer_create(weights, &config, &gpu) == MOE_INVALID_ARGUMENT);
-  CHECK(gpu == NULL && strstr(moe_last_error(), "\"tpu\"") != NULL);
-  config.device = "cpu";
-  CHECK_OK(moe_layer_create(weights, &config, &cpu));
-  config.device = "cuda";
-  rc = moe_layer_create(weights, &config, &gpu);
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK(moe_layer_config_set_device(config, "tpu") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "\"tpu\"") != NULL);
+  CHECK_OK(moe_layer_config_set_device(config, "cpu"));
+  CHECK_OK(moe_layer_create(weights, config, &cpu));
+  rc = moe_layer_config_set_device(config, "cuda");
+  if (rc == MOE_OK) rc = moe_layer_create(weights, config, &gpu);
   if (rc != MOE_OK) {
     /* No GPU build: an argument error saying so; a GPU build without a device: a runtime error naming why. */
     CHECK(gpu == NULL);
@@ -367,6 +504,7 @@ static void test_device(void) {
     moe_layer_destroy(gpu);
   }
   moe_layer_destroy(cpu);
+  moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
 }
 
@@ -375,6 +513,7 @@ int main(void) {
   test_random_forward();
   test_batch_invariance();
   test_buffers();
+  test_serving_lifecycle();
   test_causal_chunks();
   test_io_errors();
   test_device();

@@ -27,7 +27,7 @@ struct Case {
   int E, k, hidden, ffn, T;
 };
 
-void CheckAccuracy(Kind kind, WeightType type, double tolerance) {
+void CheckAccuracy(Kind kind, kernels::DType type, double tolerance) {
   std::mt19937_64 rng(17);
   // Odd sizes exercise every tile edge; the last case has more rows per expert than one tile.
   const Case cases[] = {{4, 2, 96, 200, 37}, {8, 2, 64, 128, 1}, {16, 4, 130, 72, 300}};
@@ -51,19 +51,20 @@ void CheckAccuracy(Kind kind, WeightType type, double tolerance) {
 
 TEST(CudaFfnAccuracy, InvariantF32) {
   MOE_REQUIRE_GPU();
-  CheckAccuracy(Kind::kInvariant, WeightType::kF32, 1e-5);
+  CheckAccuracy(Kind::kInvariant, kernels::DType::kF32, 1e-5);
 }
 TEST(CudaFfnAccuracy, InvariantBf16Weights) {
   MOE_REQUIRE_GPU();
-  CheckAccuracy(Kind::kInvariant, WeightType::kBF16, 1e-5);  // the reference uses the same bf16 weights
+  CheckAccuracy(Kind::kInvariant, kernels::DType::kBF16, 1e-5);  // the reference uses the same bf16 weights
 }
 TEST(CudaFfnAccuracy, CublasF32) {
   MOE_REQUIRE_GPU();
-  CheckAccuracy(Kind::kFast, WeightType::kF32, 1e-5);
+  CheckAccuracy(Kind::kFast, kernels::DType::kF32, 1e-5);
 }
 TEST(CudaFfnAccuracy, CublasBf16) {
   MOE_REQUIRE_GPU();
-  CheckAccuracy(Kind::kFast, WeightType::kBF16, 2e-2);  // activations rounded to bf16 for the tensor cores
+  CheckAccuracy(Kind::kFast, kernels::DType::kBF16,
+                2e-2);  // activations rounded to bf16 for the tensor cores
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ std::vector<float> Rows(const std::vector<float>& x, const std::vector<int>& row
   return out;
 }
 
-void CheckInvariance(WeightType type) {
+void CheckInvariance(kernels::DType type) {
   std::mt19937_64 rng(23);
   const int E = 8, k = 2, d = 80, f = 136, T = 150;
   auto ex = testing::RandomExperts(rng, E, d, f, type);
@@ -74,11 +74,11 @@ void CheckInvariance(WeightType type) {
 
 TEST(CudaFfnInvariance, F32WeightsBitwise) {
   MOE_REQUIRE_GPU();
-  CheckInvariance(WeightType::kF32);
+  CheckInvariance(kernels::DType::kF32);
 }
 TEST(CudaFfnInvariance, Bf16WeightsBitwise) {
   MOE_REQUIRE_GPU();
-  CheckInvariance(WeightType::kBF16);
+  CheckInvariance(kernels::DType::kBF16);
 }
 
 }  // namespace

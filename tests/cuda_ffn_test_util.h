@@ -10,31 +10,18 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device_buffer.h"
+#include "base/cuda/check.h"
+#include "base/cuda/device_buffer.h"
+#include "kernels/bf16.h"
 #include "kernels/cuda/expert_ffn.h"
 #include "router/dispatch_planner.h"
 
 namespace moe::cuda::testing {
 
-// Round-to-nearest-even float -> bfloat16 bits (finite inputs).
-inline uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Host experts (float values, already representable in the storage type) and their device copies.
 struct Experts {
   int E = 0, hidden = 0, ffn = 0;
-  WeightType type = WeightType::kF32;
+  kernels::DType type = kernels::DType::kF32;
   std::vector<float> w1, w3, w2;  // [E][ffn][hidden], [E][ffn][hidden], [E][hidden][ffn]
   DeviceBuffer<std::byte> d_w1, d_w3, d_w2;
 
@@ -44,7 +31,7 @@ struct Experts {
 };
 
 inline std::unique_ptr<Experts> RandomExperts(std::mt19937_64& rng, int E, int hidden, int ffn,
-                                              WeightType type) {
+                                              kernels::DType type) {
   auto ex = std::make_unique<Experts>();
   ex->E = E;
   ex->hidden = hidden;
@@ -55,14 +42,14 @@ inline std::unique_ptr<Experts> RandomExperts(std::mt19937_64& rng, int E, int h
     w.resize(n);
     for (float& v : w) {
       v = normal(rng) * scale;
-      if (type == WeightType::kBF16) v = FromBf16(ToBf16(v));
+      if (type == kernels::DType::kBF16) v = kernels::round_to_bf16(v);
     }
-    if (type == WeightType::kF32) {
+    if (type == kernels::DType::kF32) {
       d = DeviceBuffer<std::byte>(n * 4);
       CUDA_CHECK(cudaMemcpy(d.data(), w.data(), n * 4, cudaMemcpyHostToDevice));
     } else {
       std::vector<uint16_t> bits(n);
-      for (size_t i = 0; i < n; ++i) bits[i] = ToBf16(w[i]);
+      for (size_t i = 0; i < n; ++i) bits[i] = kernels::f32_to_bf16(w[i]);
       d = DeviceBuffer<std::byte>(n * 2);
       CUDA_CHECK(cudaMemcpy(d.data(), bits.data(), n * 2, cudaMemcpyHostToDevice));
     }

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "kernels/cuda/device.h"
+#include "base/cuda/device.h"
 
 #define MOE_REQUIRE_GPU()                                        \
   do {                                                           \

@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/device.h"
-#include "moe/gpu/cuda_moe_layer.h"
+#include "base/cuda/device.h"
+#include "moe/cuda/cuda_moe_layer.h"
 #include "tests/support/layer_fixtures.h"
 
 namespace moe {

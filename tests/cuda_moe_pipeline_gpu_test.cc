@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/plan_dispatch.h"
-#include "kernels/cuda/topk.h"
+#include "router/cuda/plan_dispatch.h"
+#include "router/cuda/topk.h"
 #include "router/topk_router.h"
 #include "tests/cuda_ffn_test_util.h"
 #include "tests/cuda_gpu_test_util.h"
@@ -24,7 +24,7 @@ TEST(CudaMoePipelineGpu, RoutePlanFfnCombineOnOneStream) {
   const int T = 333, d = 96, f = 160;
   RouterConfig config = RouterConfig::preset("mixtral");
   const int E = config.num_experts, k = config.top_k;
-  auto ex = testing::RandomExperts(rng, E, d, f, WeightType::kBF16);
+  auto ex = testing::RandomExperts(rng, E, d, f, kernels::DType::kBF16);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(T) * d), logits(static_cast<size_t>(T) * E);
   for (float& v : x) v = normal(rng);
@@ -51,7 +51,7 @@ TEST(CudaMoePipelineGpu, RoutePlanFfnCombineOnOneStream) {
   DeviceBuffer<int32_t> experts(P), error_row(1), pair_expert(P), pair_slot(P), load(E), offsets(E + 1),
       slot_pairs(P);
   DeviceBuffer<TokenMeta> d_meta(T);
-  DeviceBuffer<uint8_t> status(P);
+  DeviceBuffer<PairStatus> status(P);
   DeviceBuffer<int64_t> capacity(E), counts(4);
   DeviceBuffer<PlanError> error(1);
   d_logits.upload(logits);

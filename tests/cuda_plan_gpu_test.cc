@@ -7,10 +7,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/plan_dispatch.h"
-#include "kernels/cuda/plan_host.h"
+#include "base/cuda/check.h"
+#include "base/cuda/device_buffer.h"
+#include "router/cuda/plan_dispatch.h"
+#include "router/cuda/plan_host.h"
 #include "router/dispatch_planner.h"
 #include "tests/cuda_gpu_test_util.h"
 #include "tests/cuda_plan_test_util.h"
@@ -33,7 +33,7 @@ TEST(CudaPlanGpu, EqualsCpuPlannerOnRandomBatches) {
   const int token_counts[] = {0, 1, 5, 64, 300, 2048};
   const int shapes[][2] = {{1, 1}, {8, 2}, {16, 4}, {64, 6}, {256, 8}};
   int n = 0;
-  for (int scope = 0; scope < 4; ++scope) {
+  for (int scope = 0; scope < 5; ++scope) {
     for (int priority = 0; priority < 4; ++priority) {
       for (int overflow = 0; overflow < 2; ++overflow) {
         for (const auto& shape : shapes) {
@@ -74,7 +74,7 @@ TEST(CudaPlanGpu, CausalStateAcrossCalls) {
   const int E = 16, k = 2;
   DispatchPlanner cpu(E, k, policy);
   ArrayPlanner gpu(E, k, policy, GpuRunner());
-  CausalRoutingState cpu_state(E), gpu_state(E);
+  RoutingState cpu_state(E), gpu_state(E);
   std::vector<uint64_t> ids = {3, 1000000007ull, 42};
   std::vector<uint32_t> next(3, 0);
   for (int call = 0; call < 6; ++call) {
@@ -114,7 +114,7 @@ TEST(CudaPlanGpu, RejectsWhatTheCpuRejects) {
     DispatchPolicy policy;
     policy.scope = CapacityScope::kCausal;
     ArrayPlanner gpu(E, k, policy, GpuRunner());
-    CausalRoutingState state(E);
+    RoutingState state(E);
     DispatchPlan plan;
     gpu.plan(routes, std::vector<TokenMeta>{{9, 0}, {9, 1}, {4, 0}, {4, 1}}, &state, plan);
     const std::vector<int32_t> held = state.find(9)->slots_held;
@@ -160,7 +160,7 @@ TEST(CudaPlanGpu, CapturesIntoAGraph) {
     o.pair_expert = static_cast<int32_t*>(buf(P * 4));
     o.pair_slot = static_cast<int32_t*>(buf(P * 4));
     o.pair_weight = static_cast<float*>(buf(P * 4));
-    o.pair_status = static_cast<uint8_t*>(buf(P));
+    o.pair_status = static_cast<PairStatus*>(buf(P));
     o.expert_load = static_cast<int32_t*>(buf(E * 4));
     o.expert_capacity = static_cast<int64_t*>(buf(E * 8));
     o.expert_offsets = static_cast<int32_t*>(buf((E + 1) * 4));

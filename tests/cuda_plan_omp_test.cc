@@ -1,4 +1,4 @@
-// The GPU planner's algorithm (kernels/cuda/plan_core.h), run on Thrust's OpenMP backend, against the CPU
+// The GPU planner's algorithm (router/cuda/plan_core.h), run on Thrust's OpenMP backend, against the CPU
 // DispatchPlanner: every field of the plan must be equal (weights bitwise) for random batches over every
 // scope x priority x overflow, skewed routing that forces overflow, shuffled rows and unavailable ranks.
 #include <gtest/gtest.h>
@@ -11,10 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/plan_bits.h"
-#include "kernels/cuda/plan_host.h"
-#include "kernels/cuda/plan_omp.h"
+#include "router/cuda/plan_bits.h"
+#include "router/cuda/plan_host.h"
+#include "router/cuda/plan_omp.h"
 #include "router/dispatch_planner.h"
+#include "router/rules/sort_keys.h"
 #include "tests/cuda_plan_test_util.h"
 
 namespace moe::cuda {
@@ -31,7 +32,7 @@ struct ShapeCase {
 
 TEST(CudaPlanOmp, EqualsCpuPlannerOnRandomBatches) {
   const CapacityScope scopes[] = {CapacityScope::kBatch, CapacityScope::kRequest, CapacityScope::kCausal,
-                                  CapacityScope::kNone};
+                                  CapacityScope::kSequence, CapacityScope::kNone};
   const Priority priorities[] = {Priority::kArrival, Priority::kRequest, Priority::kScore, Priority::kRandom};
   const Overflow overflows[] = {Overflow::kDrop, Overflow::kReroute};
   const ShapeCase shapes[] = {{1, 1}, {4, 2}, {8, 2}, {16, 4}, {64, 6}, {256, 8}};
@@ -82,7 +83,7 @@ TEST(CudaPlanOmp, EqualsCpuPlannerOnRandomBatches) {
       }
     }
   }
-  EXPECT_GT(batches, 3000);
+  EXPECT_GT(batches, 4000);
   EXPECT_GT(rerouted, 1000);  // the cases exercise overflow, not just the easy path
   EXPECT_GT(dropped, 1000);
 }
@@ -92,7 +93,7 @@ TEST(CudaPlanOmp, EqualsCpuPlannerUnderHeavyOverflow) {
   std::mt19937_64 rng(7);
   for (int n = 0; n < 1500; ++n) {
     DispatchPolicy policy;
-    policy.scope = static_cast<CapacityScope>(rng() % 4);
+    policy.scope = static_cast<CapacityScope>(rng() % 5);
     policy.priority = static_cast<Priority>(rng() % 4);
     policy.overflow = rng() % 3 ? Overflow::kReroute : Overflow::kDrop;
     policy.capacity_factor = 0.25 + 0.25 * static_cast<double>(rng() % 6);
@@ -124,9 +125,9 @@ TEST(CudaPlanOmp, EqualsCpuPlannerUnderHeavyOverflow) {
 // Large batches: wider sort keys (more pools, more pairs) than the small cases reach.
 TEST(CudaPlanOmp, EqualsCpuPlannerOnLargeBatches) {
   std::mt19937_64 rng(41);
-  for (int n = 0; n < 16; ++n) {
+  for (int n = 0; n < 20; ++n) {
     DispatchPolicy policy;
-    policy.scope = static_cast<CapacityScope>(n % 4);
+    policy.scope = static_cast<CapacityScope>(n % 5);
     policy.priority = static_cast<Priority>((n / 4) % 4);
     policy.overflow = n % 3 ? Overflow::kReroute : Overflow::kDrop;
     policy.reroute_depth = 2;
@@ -159,7 +160,7 @@ TEST(CudaPlanOmp, CausalStateAcrossCalls) {
     const int E = 4 + static_cast<int>(rng() % 13), k = 1 + static_cast<int>(rng() % 3);
     DispatchPlanner cpu(E, k, policy);
     ArrayPlanner gpu(E, k, policy, omp_plan_runner());
-    CausalRoutingState cpu_state(E), gpu_state(E);
+    RoutingState cpu_state(E), gpu_state(E);
     const int num_requests = 1 + static_cast<int>(rng() % 5);
     std::vector<uint64_t> ids;
     std::vector<uint32_t> next(num_requests, 0);
@@ -198,6 +199,87 @@ TEST(CudaPlanOmp, CausalStateAcrossCalls) {
   }
 }
 
+// Sequence scope under a serving engine's schedule: requests admitted with their prompt lengths, prompts
+// prefilled in chunks of random size, then decoded a row a step, co-batched in shuffled row order, finished
+// requests released and new ones admitted. Both planners carry their own state; plans and every state field
+// must agree after every call.
+TEST(CudaPlanOmp, SequenceStateAcrossCalls) {
+  std::mt19937_64 rng(1201);
+  int calls = 0;
+  int64_t dropped = 0, rerouted = 0;
+  for (int scenario = 0; scenario < 100; ++scenario) {
+    DispatchPolicy policy = DispatchPolicy::mode("stable");
+    if (scenario % 4 == 3) policy.priority = static_cast<Priority>(rng() % 4);  // sequence ignores it
+    policy.overflow = rng() % 2 ? Overflow::kReroute : Overflow::kDrop;
+    policy.capacity_factor = 0.5 + 0.25 * static_cast<double>(rng() % 6);
+    policy.rounding = rng() % 2 ? CapacityRounding::kCeil : CapacityRounding::kFloor;
+    policy.min_capacity = rng() % 4 == 0 ? static_cast<int>(rng() % 3) : 0;
+    policy.reroute_depth = 1 + static_cast<int>(rng() % 3);
+    policy.renormalize_survivors = rng() % 2 == 0;
+    const int E = 2 + static_cast<int>(rng() % 15);
+    const int k = 1 + static_cast<int>(rng() % std::min(E, 4));
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    RoutingState cpu_state(E, k), gpu_state(E, k);
+    struct Live {
+      uint64_t id;
+      uint32_t prompt, next, end;
+    };
+    std::vector<Live> live;
+    uint64_t next_id = rng() % 1000;
+    for (int call = 0; call < 24; ++call) {
+      for (int n = static_cast<int>(rng() % 3); n > 0; --n) {
+        const uint32_t prompt = 1 + static_cast<uint32_t>(rng() % 70);
+        live.push_back({next_id, prompt, 0, prompt + static_cast<uint32_t>(rng() % 5)});
+        cpu_state.admit(next_id, prompt);
+        gpu_state.admit(next_id, prompt);
+        next_id += 1 + rng() % 3;
+      }
+      std::vector<TokenMeta> meta;
+      for (Live& r : live) {
+        const uint32_t n = r.next < r.prompt ? std::min(r.prompt - r.next, static_cast<uint32_t>(rng() % 20))
+                                             : static_cast<uint32_t>(rng() % 2);
+        for (uint32_t i = 0; i < n; ++i) meta.push_back(TokenMeta{r.id, r.next++});
+      }
+      std::shuffle(meta.begin(), meta.end(), rng);
+      TokenRoutes routes =
+          RandomRoutes(rng, static_cast<int>(meta.size()), E, k, cpu.num_ranked_needed(), 0.8, 0.1);
+      DispatchPlan want, got;
+      cpu.plan(routes, meta, &cpu_state, want);
+      gpu.plan(routes, meta, &gpu_state, got);
+      const std::string what = "scenario " + std::to_string(scenario) + " call " + std::to_string(call) +
+                               " " + Describe(policy, E, k, static_cast<int>(meta.size()), calls);
+      ExpectSamePlan(want, got, what);
+      ASSERT_EQ(cpu_state.num_requests(), gpu_state.num_requests()) << what;
+      for (const Live& r : live) {
+        const auto* a = cpu_state.find(r.id);
+        const auto* b = gpu_state.find(r.id);
+        ASSERT_TRUE(a && b) << what;
+        EXPECT_EQ(a->prompt_length, b->prompt_length) << what;
+        EXPECT_EQ(a->next_position, b->next_position) << what;
+        EXPECT_EQ(a->slots_held, b->slots_held) << what;
+        EXPECT_EQ(a->first_choices, b->first_choices) << what;
+      }
+      if (::testing::Test::HasFailure()) return;
+      ++calls;
+      dropped += want.num_dropped;
+      rerouted += want.num_rerouted;
+      for (size_t i = 0; i < live.size();) {
+        if (live[i].next >= live[i].end) {
+          cpu_state.release(live[i].id);
+          gpu_state.release(live[i].id);
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          ++i;
+        }
+      }
+    }
+  }
+  EXPECT_GE(calls, 2000);
+  EXPECT_GT(dropped, 1000);  // capacity binds
+  EXPECT_GT(rerouted, 100);
+}
+
 TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
   std::mt19937_64 rng(3);
   const int E = 8, k = 2;
@@ -219,7 +301,7 @@ TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
     std::vector<TokenMeta> meta = {{5, 0}, {5, 1}, {6, 0}, {6, 2}};
     DispatchPlanner cpu(E, k, policy);
     ArrayPlanner gpu(E, k, policy, omp_plan_runner());
-    CausalRoutingState cpu_state(E), gpu_state(E);
+    RoutingState cpu_state(E), gpu_state(E);
     DispatchPlan plan;
     EXPECT_THROW(cpu.plan(routes, meta, &cpu_state, plan), std::invalid_argument);
     EXPECT_THROW(gpu.plan(routes, meta, &gpu_state, plan), std::invalid_argument);
@@ -232,7 +314,7 @@ TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
     policy.scope = CapacityScope::kCausal;
     DispatchPlanner cpu(E, k, policy);
     ArrayPlanner gpu(E, k, policy, omp_plan_runner());
-    CausalRoutingState cpu_state(E), gpu_state(E);
+    RoutingState cpu_state(E), gpu_state(E);
     DispatchPlan a, b;
     std::vector<TokenMeta> first = {{9, 0}, {9, 1}, {4, 0}, {4, 1}};
     cpu.plan(routes, first, &cpu_state, a);
@@ -244,29 +326,49 @@ TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
     EXPECT_EQ(cpu_state.find(9)->next_position, 2u);
     EXPECT_EQ(gpu_state.find(9)->next_position, 2u);
   }
-}
-
-// The planner's host/device integer helpers against the router's own.
-TEST(CudaPlanOmp, CapacityArithmeticMatchesTheRouter) {
-  const double cfs[] = {0.1, 0.5, 1.0, 1.1, 1.25, 1.5, 2.0, 3.3};
-  for (double cf : cfs) {
-    for (int64_t n = 0; n < 3000; n += 7) {
-      for (int k : {1, 2, 6, 8}) {
-        for (int E : {1, 3, 8, 64, 256}) {
-          for (CapacityRounding r : {CapacityRounding::kCeil, CapacityRounding::kFloor}) {
-            ASSERT_EQ(rounded_capacity(cf, n, k, E, r),
-                      rounded_capacity_hd(cf, n, k, E, r == CapacityRounding::kCeil))
-                << cf << " " << n << " " << k << " " << E;
-          }
-        }
+  // Sequence scope: a request not admitted, and a chunk that skips positions; the same message, no state
+  // change.
+  {
+    const DispatchPolicy policy = DispatchPolicy::mode("stable");
+    DispatchPlanner cpu(E, k, policy);
+    ArrayPlanner gpu(E, k, policy, omp_plan_runner());
+    RoutingState cpu_state(E, k), gpu_state(E, k);
+    for (RoutingState* s : {&cpu_state, &gpu_state}) {
+      s->admit(3, 6);
+      s->admit(8, 2);
+    }
+    auto message = [&](auto& planner, RoutingState& state, const std::vector<TokenMeta>& meta) {
+      DispatchPlan plan;
+      try {
+        planner.plan(routes, meta, &state, plan);
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
       }
+      return std::string("no error");
+    };
+    const std::vector<TokenMeta> stranger = {{3, 0}, {3, 1}, {5, 0}, {8, 0}};
+    const std::string not_admitted = message(cpu, cpu_state, stranger);
+    EXPECT_NE(not_admitted.find("request 5"), std::string::npos) << not_admitted;
+    EXPECT_NE(not_admitted.find("admitted"), std::string::npos) << not_admitted;
+    EXPECT_EQ(message(gpu, gpu_state, stranger), not_admitted);
+    const std::vector<TokenMeta> gap = {{3, 0}, {3, 2}, {8, 0}, {8, 1}};
+    const std::string skipped = message(cpu, cpu_state, gap);
+    EXPECT_NE(skipped.find("contiguous"), std::string::npos) << skipped;
+    EXPECT_EQ(message(gpu, gpu_state, gap), skipped);
+    for (RoutingState* s : {&cpu_state, &gpu_state}) {
+      EXPECT_EQ(s->find(3)->next_position, 0u);
+      EXPECT_EQ(s->find(3)->first_choices, std::vector<int32_t>(E, 0));
     }
   }
+}
+
+// The sort-key helpers the planner builds its keys from.
+TEST(CudaPlanOmp, SortKeyHelpers) {
   // descending_key: higher floats sort first; +0 and -0 share a key.
   const float values[] = {-1e30f, -2.0f, -0.5f, -0.0f, 0.0f, 1e-30f, 0.5f, 2.0f, 1e30f};
   for (size_t i = 1; i < std::size(values); ++i)
-    EXPECT_LE(descending_key(values[i]), descending_key(values[i - 1]));
-  EXPECT_EQ(descending_key(-0.0f), descending_key(0.0f));
+    EXPECT_LE(rules::descending_key(values[i]), rules::descending_key(values[i - 1]));
+  EXPECT_EQ(rules::descending_key(-0.0f), rules::descending_key(0.0f));
   EXPECT_EQ(bits_below(1), 0);
   EXPECT_EQ(bits_below(2), 1);
   EXPECT_EQ(bits_below(256), 8);
@@ -294,7 +396,7 @@ TEST(CudaPlanOmp, ShapeValidationNamesTheField) {
   std::vector<int32_t> ints(64, 0);
   std::vector<float> floats(64, 0.0f);
   std::vector<TokenMeta> meta(4);
-  std::vector<uint8_t> status(8);
+  std::vector<PairStatus> status(8);
   int64_t counts[4];
   int64_t capacity[8];
   PlanError error;

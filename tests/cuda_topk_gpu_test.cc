@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/topk.h"
+#include "base/cuda/check.h"
+#include "router/cuda/topk.h"
 #include "router/topk_router.h"
 #include "tests/cuda_gpu_test_util.h"
 

@@ -1,7 +1,11 @@
-// sim/diverge: stable dispatch with causal capacity and invariant kernels gives the probe exactly one
-// completion - the one it gets alone - over 30+ trials with varied traffic and prefill chunk sizes.
+// sim/diverge: the deterministic preset (stable dispatch: sequence scope, invariant kernels) gives the probe
+// exactly one completion - the one it gets alone, with bit-identical logits - over 30+ trials with varied
+// traffic (Poisson and fixed-interval arrivals), prefill chunk sizes and token budgets; so do causal scope
+// and dropless dispatch. Request scope, whose budgets follow the forward pass, is the counter-check.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "sim/diverge/diverge.h"
@@ -18,6 +22,7 @@ DivergeOptions options() {
   o.scheduler.token_budget = 32;
   o.scheduler.chunk_size = 8;
   o.vary_chunks = {1, 3, 8, 16, 32};
+  o.vary_budgets = {16, 32, 64};
   o.traffic.arrival_rate = 0.7;
   o.traffic.prompt_max = 40;
   o.traffic.decode_max = 24;
@@ -29,20 +34,38 @@ DivergeOptions options() {
   return o;
 }
 
-TEST(DivergeInvariance, StableCausalInvariantGivesOneCompletion) {
-  for (double cf : {0.5, 1.0}) {
-    DivergeOptions o = options();
-    o.grid = {{"causal", kernels::KernelKind::kInvariant, cf, true}};
-    const DivergeReport rep = run_diverge(o);
-    const ConfigResult& r = rep.grid[0];
-    EXPECT_EQ(r.distinct, 1) << "cf " << cf;
-    EXPECT_EQ(r.diverged, 0) << "cf " << cf;
-    // The traffic really varied the probe's batches, and the probe did lose pairs (to its own budget).
-    EXPECT_GT(r.rows, 32 * 44);
-    if (cf == 0.5) {
-      EXPECT_GT(r.probe_pairs_dropped, 0);
+TEST(DivergeInvariance, StableAndCausalGiveOneCompletionWithTheSameBits) {
+  for (const char* mode : {"stable", "causal"}) {
+    for (double cf : {0.5, 1.0}) {
+      for (int fixed_interval : {0, 2}) {
+        DivergeOptions o = options();
+        o.traffic.fixed_interval = fixed_interval;
+        o.grid = {{mode, kernels::KernelKind::kInvariant, cf, true}};
+        const DivergeReport rep = run_diverge(o);
+        const ConfigResult& r = rep.grid[0];
+        const std::string what =
+            std::string(mode) + " cf " + std::to_string(cf) + " interval " + std::to_string(fixed_interval);
+        EXPECT_EQ(r.distinct, 1) << what;
+        EXPECT_EQ(r.diverged, 0) << what;
+        EXPECT_EQ(r.bitwise_same, o.trials) << what;
+        // The traffic really varied the probe's batches, its chunks and budgets, and the probe lost pairs.
+        EXPECT_GT(r.rows, 32 * 44) << what;
+        EXPECT_EQ(std::set<int>(r.token_budgets.begin(), r.token_budgets.end()).size(), 3u) << what;
+        if (cf == 0.5) {
+          EXPECT_GT(r.probe_pairs_dropped, 0) << what;
+        }
+      }
     }
   }
+}
+
+// The counter-check: request scope sizes the probe's budget from its rows in each forward pass, so varying
+// the chunk size and budget changes its logits.
+TEST(DivergeInvariance, RequestScopeDependsOnTheServerConfiguration) {
+  DivergeOptions o = options();
+  o.grid = {{"request", kernels::KernelKind::kInvariant, 0.5, true}};
+  const DivergeReport rep = run_diverge(o);
+  EXPECT_LT(rep.grid[0].bitwise_same, o.trials);
 }
 
 TEST(DivergeInvariance, DroplessInvariantGivesOneCompletion) {

@@ -210,15 +210,17 @@ TEST(Diverge, ReportsRenderAsTableJsonAndSvg) {
   ASSERT_EQ(rep.sweep.size(), 2u);
   const std::string table = format_table(rep);
   EXPECT_NE(table.find("greedy/fast"), std::string::npos);
-  EXPECT_NE(table.find("causal/invariant/chunks"), std::string::npos);
+  EXPECT_NE(table.find("causal/invariant/varied"), std::string::npos);
   auto j = nlohmann::json::parse(to_json(rep));
   EXPECT_EQ(j["grid"].size(), 2u);
   EXPECT_EQ(j["grid"][1]["distinct"], 1);
   EXPECT_EQ(j["grid"][1]["chunk_sizes"], (std::vector<int>{8, 16, 32}));
+  EXPECT_EQ(j["grid"][1]["token_budgets"], (std::vector<int>{32, 32, 32}));  // the first of vary_budgets
+  EXPECT_EQ(j["grid"][0]["token_budgets"], (std::vector<int>{32, 32, 32}));  // the scheduler's
   const std::string svg = svg_capacity_plot(rep);
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
   EXPECT_NE(svg.find("<polyline class=\"series\""), std::string::npos);
-  EXPECT_NE(svg_length_plot(rep).find("causal/invariant/chunks"), std::string::npos);
+  EXPECT_NE(svg_length_plot(rep).find("causal/invariant/varied"), std::string::npos);
 }
 
 TEST(Diverge, RejectsBadOptions) {

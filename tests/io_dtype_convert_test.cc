@@ -7,9 +7,14 @@
 #include <limits>
 #include <stdexcept>
 
+#include "kernels/bf16.h"
 #include "moe/io/dtype_convert.h"
 
 namespace moe::io::internal {
+
+// The weights loader rounds with the project's one bf16 conversion (kernels/bf16.h).
+using kernels::bf16_to_f32;
+using kernels::f32_to_bf16;
 namespace {
 
 uint32_t bits(float f) {

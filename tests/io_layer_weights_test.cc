@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/layer_weights.h"
 #include "tests/io_test_util.h"
@@ -57,7 +58,7 @@ float at(const MatrixView& v, int64_t r, int64_t c) {
     }
     case DType::kBF16:
       std::memcpy(&h, p, 2);
-      return internal::bf16_to_f32(h);
+      return kernels::bf16_to_f32(h);
     case DType::kF16:
       std::memcpy(&h, p, 2);
       return internal::f16_to_f32(h);
@@ -365,7 +366,7 @@ TEST(LayerStorage, F16FileConvertsToF32) {
   EXPECT_EQ(at(w.router_gate(), 1, 2), at(MatrixView{g.data, DType::kF16, 4, 16, 16}, 1, 2));
   const LayerWeights b = load_layer(ckpt, arch, 0, s, DType::kBF16);
   EXPECT_EQ(b.experts()[2].down_proj.dtype, DType::kBF16);
-  EXPECT_EQ(at(b.experts()[2].down_proj, 3, 4), internal::bf16_to_f32(internal::f32_to_bf16(at(ref, 3, 4))));
+  EXPECT_EQ(at(b.experts()[2].down_proj, 3, 4), kernels::bf16_to_f32(kernels::f32_to_bf16(at(ref, 3, 4))));
 }
 
 TEST(LayerStorage, ShardedCheckpointLoadsLikeOneFile) {
@@ -597,6 +598,101 @@ TEST(LayerHash, SensitiveToEveryBitDtypeAndShape) {
   t.hidden = 12;
   t.expert_ff = 16;
   EXPECT_NE(random_layer(t, DType::kF32, 100).content_hash(), w.content_hash());
+}
+
+// The views of an existing LayerWeights (every tensor), as a caller would pass its own memory.
+LayerViews views_of(const LayerWeights& w) {
+  LayerViews v;
+  v.router_gate = w.router_gate();
+  v.score_bias = w.score_bias();
+  v.experts.assign(w.experts().begin(), w.experts().end());
+  v.shared = w.shared();
+  v.shared_gate = w.shared_gate();
+  return v;
+}
+
+// Weights built from caller memory: copied or borrowed, the same content hash as the weights the memory held
+// (hence as the same values loaded from a file), for every architecture's tensor set.
+TEST(WeightsFromViews, CopyAndBorrowKeepTheContent) {
+  for (Architecture arch : {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kDeepseekV3}) {
+    SCOPED_TRACE(std::string(to_string(arch)));
+    const LayerShape s = shape_for(arch);
+    for (DType storage : {DType::kF32, DType::kBF16}) {
+      auto source = std::make_shared<LayerWeights>(random_layer(s, storage, 7));
+      const LayerWeights copied = weights_from_views(s, views_of(*source), storage, Ownership::kCopy);
+      EXPECT_EQ(copied.content_hash(), source->content_hash());
+      EXPECT_NE(copied.experts()[0].up_proj.data, source->experts()[0].up_proj.data);  // a copy
+      const LayerWeights borrowed =
+          weights_from_views(s, views_of(*source), storage, Ownership::kBorrow, source);
+      EXPECT_EQ(borrowed.experts()[0].up_proj.data, source->experts()[0].up_proj.data);  // no copy
+      const uint64_t hash = source->content_hash();
+      source.reset();  // the borrowed weights hold their keep-alive
+      EXPECT_EQ(borrowed.content_hash(), hash);
+    }
+  }
+  // Copying converts: f32 views into bf16 storage round as loading an f32 file into bf16 does.
+  TempDir dir;
+  const LayerShape s = shape_for(Architecture::kMixtral);
+  const LayerWeights f32 = random_layer(s, DType::kF32, 9);
+  save_layer(f32, Architecture::kMixtral, 0, dir / "w.safetensors");
+  const LayerWeights from_file =
+      load_layer(Checkpoint::open(dir / "w.safetensors"), Architecture::kMixtral, 0, s, DType::kBF16);
+  EXPECT_EQ(weights_from_views(s, views_of(f32), DType::kBF16, Ownership::kCopy).content_hash(),
+            from_file.content_hash());
+}
+
+// A strided view is copied row by row; borrowing keeps the stride.
+TEST(WeightsFromViews, StridedViews) {
+  LayerShape s = shape_for(Architecture::kMixtral);
+  const LayerWeights dense = random_layer(s, DType::kF32, 3);
+  LayerViews v = views_of(dense);
+  std::vector<float> padded(static_cast<size_t>(s.num_experts) * (s.hidden + 5));
+  for (int e = 0; e < s.num_experts; ++e) {
+    for (int64_t c = 0; c < s.hidden; ++c) padded[e * (s.hidden + 5) + c] = at(dense.router_gate(), e, c);
+  }
+  v.router_gate = MatrixView{padded.data(), DType::kF32, s.num_experts, s.hidden, s.hidden + 5};
+  EXPECT_EQ(weights_from_views(s, v, DType::kF32, Ownership::kCopy).content_hash(), dense.content_hash());
+  EXPECT_EQ(weights_from_views(s, v, DType::kF32, Ownership::kBorrow).content_hash(), dense.content_hash());
+}
+
+TEST(WeightsFromViews, ErrorsNameTheTensor) {
+  const LayerShape s = shape_for(Architecture::kQwen2Moe);
+  const LayerWeights w = random_layer(s, DType::kF32, 1);
+  auto expect = [&](LayerViews v, DType storage, Ownership own, const std::string& needle) {
+    EXPECT_NE(
+        thrown_message<std::invalid_argument>([&] { weights_from_views(s, v, storage, own); }).find(needle),
+        std::string::npos)
+        << needle;
+  };
+  LayerViews v = views_of(w);
+  v.experts[3].up_proj.rows = 7;
+  expect(v, DType::kF32, Ownership::kCopy, "experts[3].up_proj: [7, 16] but the shape needs [12, 16]");
+  v = views_of(w);
+  v.experts[1].down_proj.data = nullptr;
+  expect(v, DType::kF32, Ownership::kCopy, "experts[1].down_proj: data is null");
+  v = views_of(w);
+  v.experts.pop_back();
+  expect(v, DType::kF32, Ownership::kCopy, "3 experts given, the shape has 4");
+  v = views_of(w);
+  v.shared_gate.reset();
+  expect(v, DType::kF32, Ownership::kCopy, "shared_gate is required");
+  v = views_of(w);
+  v.shared.reset();
+  expect(v, DType::kF32, Ownership::kCopy, "the shape has a shared expert but no shared views were given");
+  v = views_of(w);
+  v.router_gate.row_stride = 3;
+  expect(v, DType::kF32, Ownership::kCopy, "router_gate: row_stride 3 is below cols 16");
+  expect(views_of(w), DType::kBF16, Ownership::kBorrow, "dtype f32 but bf16 is needed");  // no conversion
+  expect(views_of(w), DType::kF16, Ownership::kCopy, "storage dtype must be f32 or bf16");
+  LayerShape mixtral = shape_for(Architecture::kMixtral);
+  const LayerWeights m = random_layer(mixtral, DType::kF32, 2);
+  LayerViews extra = views_of(m);
+  const std::vector<float> bias(4, 0.0f);
+  extra.score_bias = bias;
+  EXPECT_NE(thrown_message<std::invalid_argument>([&] {
+              weights_from_views(mixtral, extra, DType::kF32, Ownership::kCopy);
+            }).find("score_bias given but shape.score_bias is not set"),
+            std::string::npos);
 }
 
 }  // namespace

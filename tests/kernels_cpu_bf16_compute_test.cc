@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/bf16_packed.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 
 namespace moe::kernels {
 namespace {

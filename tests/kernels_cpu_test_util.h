@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/bf16.h"
-#include "kernels/cpu/dtype.h"
+#include "kernels/bf16.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels::test_util {
 

@@ -46,7 +46,7 @@ TEST(Layer, RejectsBadInputWithoutTouchingOutputOrState) {
   std::vector<TokenMeta> meta = {{1, 0}, {1, 1}, {2, 0}};
   testing::Batch b = MakeBatch(meta, 32);
   std::vector<float> y(b.x.size(), 7.0f);
-  CausalRoutingState state(8);
+  RoutingState state(8);
   ExpectInvalid([&] { layer.forward(b.x.data(), 2, meta, y.data(), &state); },
                 "token metadata has 3 rows but x has 2");
   b.x[2 * 32 + 5] = std::numeric_limits<float>::quiet_NaN();  // row 2 -> every gate logit NaN
@@ -93,7 +93,7 @@ TEST(Layer, FingerprintNamesEverything) {
   EXPECT_EQ(fa.weights_hash, weights->content_hash());
   EXPECT_NE(fa.config_hash, fb.config_hash);
   EXPECT_EQ(fa.kernel, "invariant (gate invariant)");
-  EXPECT_EQ(fa.dispatch, "request/request/drop");
+  EXPECT_EQ(fa.dispatch, "sequence/request/drop");
   EXPECT_EQ(fb.dispatch, "batch/arrival/drop");
   EXPECT_EQ(fa.num_threads, 2);
   const std::string json = fa.to_json();

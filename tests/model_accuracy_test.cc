@@ -3,11 +3,12 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "moe/model/model.h"
 #include "moe/model/ops.h"
-#include "moe/model/splitmix64.h"
 
 namespace moe::model {
 namespace {
@@ -91,9 +92,23 @@ TEST(Model, ForwardRejectsBadRows) {
   Model m(w, ModelOptions{});
   std::vector<int32_t> rows_out;
   std::vector<float> logits;
-  std::vector<BatchRow> rows = {{1, 0, 5}, {1, 2, 6}};  // position gap
-  EXPECT_THROW(m.forward(rows, rows_out, logits), std::invalid_argument);
+  std::vector<BatchRow> rows = {{1, 0, 5}, {1, 1, 6}};
+  // The default policy (stable: sequence scope) needs every request admitted first; nothing changes.
+  try {
+    m.forward(rows, rows_out, logits);
+    ADD_FAILURE() << "expected a throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("request 1 was not admitted"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(m.num_requests(), 0u);
+  EXPECT_THROW(m.admit(1, 0), std::invalid_argument);  // an empty prompt
+  m.admit(1, 2);
+  m.admit(2, 1);
+  EXPECT_THROW(m.admit(1, 2), std::invalid_argument);  // already live
+  EXPECT_THROW(m.release(3), std::invalid_argument);   // never admitted
+  rows = {{1, 0, 5}, {1, 2, 6}};                       // position gap
+  EXPECT_THROW(m.forward(rows, rows_out, logits), std::invalid_argument);
+  EXPECT_EQ(m.cache_length(1), 0u);
   rows = {{1, 0, 128}};  // token out of range
   EXPECT_THROW(m.forward(rows, rows_out, logits), std::invalid_argument);
   rows = {};
@@ -107,6 +122,9 @@ TEST(Model, ForwardRejectsBadRows) {
   EXPECT_THROW(m.forward(rows, rows_out, logits), std::invalid_argument);
   m.release(1);
   EXPECT_EQ(m.cache_length(1), 0u);
+  EXPECT_THROW(m.release(1), std::invalid_argument);  // already released
+  m.release(2);
+  EXPECT_EQ(m.num_requests(), 0u);
 }
 
 TEST(Model, ArgmaxTiesToLowerId) {

@@ -2,11 +2,12 @@
 // vs full recomputation (invariant kernels; memcmp, never a tolerance).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "moe/model/model.h"
-#include "moe/model/splitmix64.h"
 
 namespace moe::model {
 namespace {
@@ -41,6 +42,7 @@ TEST_P(ModelInvariance, RequestAloneEqualsRequestInBatch) {
   std::vector<float> logits;
 
   Model alone(w, options(GetParam()));
+  alone.admit(7, 12);
   std::vector<BatchRow> rows;
   for (int p = 0; p < 12; ++p) rows.push_back({7, static_cast<uint32_t>(p), probe[p]});
   alone.forward(rows, out_rows, logits);
@@ -48,10 +50,12 @@ TEST_P(ModelInvariance, RequestAloneEqualsRequestInBatch) {
 
   for (int order = 0; order < 4; ++order) {
     Model crowded(w, options(GetParam()));
-    // Strangers 1..5 first prefill part of their prompts so that some of them decode next to the probe.
+    crowded.admit(7, 12);
+    // Strangers 1..5 first prefill their prompts so that they decode next to the probe.
     std::vector<BatchRow> warm;
     for (uint64_t s = 1; s <= 5; ++s) {
       auto sp = prompt_of(3 + 4 * static_cast<int>(s), shape.vocab_size, 100 + s + 10 * order);
+      crowded.admit(s, static_cast<uint32_t>(sp.size()));
       for (size_t p = 0; p < sp.size(); ++p) warm.push_back({s, static_cast<uint32_t>(p), sp[p]});
     }
     crowded.forward(warm, out_rows, logits);
@@ -62,6 +66,7 @@ TEST_P(ModelInvariance, RequestAloneEqualsRequestInBatch) {
     }
     for (int p = 0; p < 12; ++p) batch.push_back({7, static_cast<uint32_t>(p), probe[p]});
     for (uint64_t s = 8; s < 8 + static_cast<uint64_t>(order) * 3; ++s) {
+      crowded.admit(s, 6);
       for (uint32_t p = 0; p < 6; ++p)
         batch.push_back({s, p, static_cast<int32_t>((s + p) % shape.vocab_size)});
     }
@@ -90,42 +95,78 @@ TEST_P(ModelInvariance, RequestAloneEqualsRequestInBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ModelInvariance, ::testing::Values("stable", "causal", "dropless"));
+INSTANTIATE_TEST_SUITE_P(Modes, ModelInvariance,
+                         ::testing::Values("stable", "request", "causal", "dropless"));
 
-// Causal scope: prefilling in chunks of 1, 3, 5 or all at once gives the same bits.
-TEST(ModelChunking, CausalChunkedPrefillEqualsWholePrefill) {
+// Sequence (stable) and causal scopes: prefilling in chunks of 1, 3, 5 or all at once gives the same bits.
+TEST(ModelChunking, ChunkedPrefillEqualsWholePrefill) {
   const ModelShape shape = ModelShape::tiny();
   auto w = random_model(shape, 9);
   const auto prompt = prompt_of(23, shape.vocab_size, 3);
-  std::vector<float> want;
-  for (int chunk : {0, 1, 3, 5, 16}) {
-    Model m(w, options("causal"));
-    std::vector<int32_t> out_rows;
-    std::vector<float> logits;
-    const int step = chunk == 0 ? 23 : chunk;
-    for (int b = 0; b < 23; b += step) {
-      std::vector<BatchRow> rows;
-      for (int p = b; p < std::min(23, b + step); ++p)
-        rows.push_back({1, static_cast<uint32_t>(p), prompt[p]});
-      m.forward(rows, out_rows, logits);
-    }
-    if (want.empty()) {
-      want = logits;
-    } else {
-      EXPECT_TRUE(same_bits(logits.data(), want.data(), want.size())) << "chunk " << chunk;
+  for (const char* mode : {"stable", "causal"}) {
+    std::vector<float> want;
+    for (int chunk : {0, 1, 3, 5, 16}) {
+      Model m(w, options(mode));
+      m.admit(1, 23);
+      std::vector<int32_t> out_rows;
+      std::vector<float> logits;
+      const int step = chunk == 0 ? 23 : chunk;
+      for (int b = 0; b < 23; b += step) {
+        std::vector<BatchRow> rows;
+        for (int p = b; p < std::min(23, b + step); ++p)
+          rows.push_back({1, static_cast<uint32_t>(p), prompt[p]});
+        m.forward(rows, out_rows, logits);
+      }
+      if (want.empty()) {
+        want = logits;
+      } else {
+        EXPECT_TRUE(same_bits(logits.data(), want.data(), want.size())) << mode << " chunk " << chunk;
+      }
     }
   }
 }
 
+// The counter-check: request scope sizes a request's budget from its rows in the forward pass, so chunking
+// the same prompt changes some logits (the model is sensitive to drops at cf 1).
+TEST(ModelChunking, RequestScopeDependsOnTheChunking) {
+  const ModelShape shape = ModelShape::tiny();
+  auto w = random_model(shape, 9);
+  int changed = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const auto prompt = prompt_of(23, shape.vocab_size, 30 + seed);
+    std::vector<float> want;
+    for (int chunk : {0, 1, 3}) {
+      Model m(w, options("request"));
+      std::vector<int32_t> out_rows;
+      std::vector<float> logits;
+      const int step = chunk == 0 ? 23 : chunk;
+      for (int b = 0; b < 23; b += step) {
+        std::vector<BatchRow> rows;
+        for (int p = b; p < std::min(23, b + step); ++p)
+          rows.push_back({1, static_cast<uint32_t>(p), prompt[p]});
+        m.forward(rows, out_rows, logits);
+      }
+      if (want.empty()) {
+        want = logits;
+      } else if (!same_bits(logits.data(), want.data(), want.size())) {
+        ++changed;
+      }
+    }
+  }
+  EXPECT_GT(changed, 0) << "request scope should depend on the chunking";
+}
+
 // Decoding token by token with the KV cache equals recomputing the whole sequence in one pass, bit for bit
-// (invariant kernels; causal and dropless dispatch, whose decisions do not depend on the chunking).
+// (invariant kernels; sequence, causal and dropless dispatch, whose decisions do not depend on the chunking;
+// under sequence scope the recomputation admits the same prompt length, so its later rows are decode rows).
 TEST(ModelKvCache, DecodeEqualsFullRecomputation) {
-  for (const char* mode : {"causal", "dropless"}) {
+  for (const char* mode : {"stable", "causal", "dropless"}) {
     for (const ModelShape& shape : {ModelShape::tiny(), ModelShape{}}) {
       auto w = random_model(shape, 11);
       const int gen = shape.hidden == 64 ? 24 : 6;
       auto seq = prompt_of(10, shape.vocab_size, 4);
       Model cached(w, options(mode));
+      cached.admit(1, static_cast<uint32_t>(seq.size()));
       std::vector<int32_t> out_rows;
       std::vector<float> logits;
       std::vector<BatchRow> rows;
@@ -134,6 +175,7 @@ TEST(ModelKvCache, DecodeEqualsFullRecomputation) {
       for (int t = 0; t < gen; ++t) {
         // Full recomputation of the sequence so far in a fresh model.
         Model fresh(w, options(mode));
+        fresh.admit(1, 10);
         std::vector<BatchRow> all;
         for (size_t p = 0; p < seq.size(); ++p) all.push_back({1, static_cast<uint32_t>(p), seq[p]});
         std::vector<int32_t> fr;
@@ -150,15 +192,17 @@ TEST(ModelKvCache, DecodeEqualsFullRecomputation) {
   }
 }
 
-// generate() with chunked prefill equals generate() with one pass (causal + invariant).
+// generate() with chunked prefill equals generate() with one pass (sequence or causal scope, invariant).
 TEST(ModelKvCache, GenerateIsChunkInvariant) {
   auto w = random_model(ModelShape::tiny(), 2);
   const auto prompt = prompt_of(17, 128, 8);
-  Model m(w, options("causal"));
-  const auto a = m.generate(1, prompt, 20, 0);
-  EXPECT_EQ(m.num_requests(), 0u);
-  EXPECT_EQ(m.generate(2, prompt, 20, 4), a);
-  EXPECT_EQ(m.generate(3, prompt, 20, 1), a);
+  for (const char* mode : {"stable", "causal"}) {
+    Model m(w, options(mode));
+    const auto a = m.generate(1, prompt, 20, 0);
+    EXPECT_EQ(m.num_requests(), 0u);
+    EXPECT_EQ(m.generate(2, prompt, 20, 4), a) << mode;
+    EXPECT_EQ(m.generate(3, prompt, 20, 1), a) << mode;
+  }
 }
 
 }  // namespace

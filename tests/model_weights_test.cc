@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "moe/io/safetensors.h"
 #include "moe/model/model.h"
-#include "moe/model/splitmix64.h"
 
 namespace moe::model {
 namespace {
@@ -31,6 +31,7 @@ std::vector<float> last_logits(Model& m, const std::vector<int32_t>& prompt, uin
   for (size_t p = 0; p < prompt.size(); ++p) rows.push_back({id, static_cast<uint32_t>(p), prompt[p]});
   std::vector<int32_t> out_rows;
   std::vector<float> logits;
+  m.admit(id, static_cast<uint32_t>(prompt.size()));
   m.forward(rows, out_rows, logits);
   m.release(id);
   return logits;
@@ -85,7 +86,7 @@ void check_sensitivity(const ModelShape& shape, int num_prompts, int prompt_leng
   ModelOptions dropless;
   dropless.policy = ModelOptions::dispatch_mode("dropless", 1.0);
   ModelOptions starved;  // request scope at cf 0.5: most tokens lose a pair
-  starved.policy = ModelOptions::dispatch_mode("stable", 0.5);
+  starved.policy = ModelOptions::dispatch_mode("request", 0.5);
   Model full(w, dropless), dropping(w, starved);
   int flips = 0;
   double mean_std = 0;

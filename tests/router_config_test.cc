@@ -7,9 +7,12 @@
 #include <string>
 
 #include "router/dispatch_policy.h"
+#include "router/rules/capacity.h"
 
 namespace moe {
 namespace {
+
+using rules::rounded_capacity;
 
 // Asserts that `fn` throws std::invalid_argument whose message contains `needle`.
 template <typename Fn>
@@ -37,6 +40,48 @@ TEST(Capacity, IntegerProductsDoNotRoundUp) {
   EXPECT_EQ(rounded_capacity(1.0, 10, 2, 8, CapacityRounding::kCeil), 3);   // 2.5 -> 3
   EXPECT_EQ(rounded_capacity(1.0, 10, 2, 8, CapacityRounding::kFloor), 2);  // 2.5 -> 2
   EXPECT_EQ(rounded_capacity(2.0, 0, 2, 8, CapacityRounding::kCeil), 0);
+}
+
+// The capacity formula over a grid of factors that are exact fractions num / den, against exact integer
+// arithmetic: ceil and floor of num * n * k / (den * E). (It was the CUDA planner's twin check; the one
+// formula is now router/rules/capacity.h, so it is checked against exact arithmetic instead.) Non-integer
+// exact values here lie at least 1 / (den * E) >= 1 / 2560 from an integer, far outside the 1e-9 snapping
+// band.
+TEST(Capacity, AgreesWithExactArithmetic) {
+  const int64_t factors[][2] = {{1, 10}, {1, 2}, {1, 1}, {11, 10}, {5, 4}, {3, 2}, {2, 1}, {33, 10}};
+  for (const auto& f : factors) {
+    const double cf = static_cast<double>(f[0]) / static_cast<double>(f[1]);
+    for (int64_t n = 0; n < 3000; n += 7) {
+      for (int k : {1, 2, 6, 8}) {
+        for (int E : {1, 3, 8, 64, 256}) {
+          const int64_t num = f[0] * n * k, den = f[1] * E;
+          const int64_t floor_exact = num / den, ceil_exact = (num + den - 1) / den;
+          ASSERT_EQ(rounded_capacity(cf, n, k, E, CapacityRounding::kFloor), floor_exact) << cf << " " << n;
+          ASSERT_EQ(rounded_capacity(cf, n, k, E, CapacityRounding::kCeil), ceil_exact) << cf << " " << n;
+        }
+      }
+    }
+  }
+}
+
+// The budgets of the scopes are the one formula, floored as docs/routing.md says.
+TEST(Capacity, ScopeBudgets) {
+  DispatchPolicy p;
+  p.capacity_factor = 1.0;
+  EXPECT_EQ(rules::batch_capacity(p, 10, 2, 8), 3);   // ceil(2.5)
+  EXPECT_EQ(rules::batch_capacity(p, 0, 2, 8), 0);    // an empty batch offers nothing
+  EXPECT_EQ(rules::request_capacity(p, 0, 2, 8), 1);  // a request's floor is 1
+  EXPECT_EQ(rules::request_capacity(p, 10, 2, 8), 3);
+  EXPECT_EQ(rules::causal_budget(p, 9, 2, 8), 3);  // position 9: a 10-token prefix
+  EXPECT_EQ(rules::causal_budget(p, 0, 2, 8), 1);
+  p.min_capacity = 4;
+  EXPECT_EQ(rules::batch_capacity(p, 10, 2, 8), 4);
+  EXPECT_EQ(rules::request_capacity(p, 10, 2, 8), 4);
+  EXPECT_EQ(rules::num_ranked_needed(p, 8, 2), 2);
+  p.overflow = Overflow::kReroute;
+  p.reroute_depth = 3;
+  EXPECT_EQ(rules::num_ranked_needed(p, 8, 2), 5);
+  EXPECT_EQ(rules::num_ranked_needed(p, 4, 2), 4);  // capped at num_experts
 }
 
 TEST(RouterConfig, PresetsAreValidAndDocumented) {
@@ -88,8 +133,9 @@ TEST(DispatchPolicy, NamedModes) {
   EXPECT_EQ(greedy.priority, Priority::kArrival);
   EXPECT_EQ(greedy.overflow, Overflow::kDrop);
   const DispatchPolicy stable = DispatchPolicy::mode("stable");
-  EXPECT_EQ(stable.scope, CapacityScope::kRequest);
+  EXPECT_EQ(stable.scope, CapacityScope::kSequence);
   EXPECT_EQ(stable.priority, Priority::kRequest);
+  EXPECT_EQ(stable.overflow, Overflow::kDrop);
   const DispatchPolicy rank_only = DispatchPolicy::mode("rank-only");
   EXPECT_EQ(rank_only.scope, CapacityScope::kBatch);
   EXPECT_EQ(rank_only.priority, Priority::kRequest);

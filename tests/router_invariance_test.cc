@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "router/dispatch_planner.h"
 #include "router/topk_router.h"
 
@@ -18,17 +19,10 @@ constexpr int kExperts = 8;
 constexpr int kTopK = 2;
 constexpr int kRanked = 4;  // top_k + reroute depth 2
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Logits of a token depend only on (request id, position): a skewed popularity so capacity binds.
 void TokenLogits(uint64_t request, uint32_t position, float* out) {
   for (int e = 0; e < kExperts; ++e) {
-    const uint64_t h = Mix(Mix(request * 1315423911ull + position) ^ static_cast<uint64_t>(e));
+    const uint64_t h = mix64(mix64(request * 1315423911ull + position) ^ static_cast<uint64_t>(e));
     const float noise = static_cast<float>(h >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
     out[e] = 2.0f * noise - 0.4f * static_cast<float>(e);                              // low ids are popular
   }
@@ -90,7 +84,7 @@ RouterConfig Config() {
   return c;
 }
 
-DispatchPlan PlanBatch(const Batch& b, const DispatchPolicy& policy, CausalRoutingState* state = nullptr) {
+DispatchPlan PlanBatch(const Batch& b, const DispatchPolicy& policy, RoutingState* state = nullptr) {
   TopKRouter router(Config(), kRanked);
   TokenRoutes routes;
   router.route(b.logits.data(), static_cast<int>(b.meta.size()), routes);
@@ -158,7 +152,7 @@ TEST_P(InvariantPolicies, ProbePlanIgnoresStrangersAndRowOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Router, InvariantPolicies,
                          ::testing::Combine(::testing::Values(CapacityScope::kRequest, CapacityScope::kCausal,
-                                                              CapacityScope::kNone),
+                                                              CapacityScope::kSequence, CapacityScope::kNone),
                                             ::testing::Values(Priority::kRequest),
                                             ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
 
@@ -168,12 +162,12 @@ INSTANTIATE_TEST_SUITE_P(RouterRandomPriority, InvariantPolicies,
                                             ::testing::Values(Priority::kRandom),
                                             ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
 
-// Causal and dropless scopes decide by position whatever the priority says.
-INSTANTIATE_TEST_SUITE_P(RouterAnyPriority, InvariantPolicies,
-                         ::testing::Combine(::testing::Values(CapacityScope::kCausal),
-                                            ::testing::Values(Priority::kArrival, Priority::kScore,
-                                                              Priority::kRandom),
-                                            ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
+// Causal and sequence scopes decide by position whatever the priority says.
+INSTANTIATE_TEST_SUITE_P(
+    RouterAnyPriority, InvariantPolicies,
+    ::testing::Combine(::testing::Values(CapacityScope::kCausal, CapacityScope::kSequence),
+                       ::testing::Values(Priority::kArrival, Priority::kScore, Priority::kRandom),
+                       ::testing::Values(Overflow::kDrop, Overflow::kReroute)));
 
 TEST(Invariance, StableModeIsInvariant) {
   const Search s = SearchForDisplacement(DispatchPolicy::mode("stable"), 2000, 5);
@@ -212,7 +206,7 @@ TEST(Invariance, CausalPlanIgnoresChunkingAndStrangers) {
     const Batch whole = MakeBatch({probe}, nullptr);
     const std::vector<Outcome> reference = ProbeOutcomes(whole, PlanBatch(whole, p), probe.id);
 
-    CausalRoutingState state(kExperts);
+    RoutingState state(kExperts);
     std::vector<Outcome> chunked;
     std::vector<uint32_t> stranger_next(5, 0);
     for (int begin = 0; begin < length;) {
@@ -231,6 +225,71 @@ TEST(Invariance, CausalPlanIgnoresChunkingAndStrangers) {
     }
     ASSERT_EQ(chunked, reference) << "trial " << trial;
   }
+}
+
+// Sequence scope (the stable mode) under a serving engine: a probe request admitted with its prompt length,
+// prefilled in random chunks and then decoded one token a step, every step co-batched with random admitted
+// strangers (their own prompts and decodes in flight) in shuffled row order, with overflow drop and reroute:
+// its outcomes equal the probe alone and unchunked (its whole prompt and decode rows in one call).
+TEST(Invariance, SequencePlanIgnoresChunkingStrangersAndOrder) {
+  std::mt19937_64 rng(2024);
+  int64_t probe_drops = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    DispatchPolicy p = DispatchPolicy::mode("stable");
+    p.overflow = trial % 2 ? Overflow::kReroute : Overflow::kDrop;
+    p.reroute_depth = 2;
+    p.capacity_factor = trial % 3 == 0 ? 0.75 : 1.0;
+    const uint32_t prompt = 1 + static_cast<uint32_t>(rng() % 48);
+    const int decode = static_cast<int>(rng() % 6);
+    const uint64_t probe = 7;
+    const Batch whole = MakeBatch({{probe, 0, static_cast<int>(prompt) + decode}}, nullptr);
+    RoutingState alone_state(kExperts, kTopK);
+    alone_state.admit(probe, prompt);
+    const std::vector<Outcome> reference = ProbeOutcomes(whole, PlanBatch(whole, p, &alone_state), probe);
+    for (const Outcome& o : reference) probe_drops += o.status != PairStatus::kKept;
+
+    RoutingState state(kExperts, kTopK);
+    state.admit(probe, prompt);
+    struct Stranger {
+      uint64_t id;
+      uint32_t prompt, next;
+    };
+    std::vector<Stranger> strangers;
+    uint64_t next_id = 100;
+    std::vector<Outcome> served;
+    uint32_t at = 0;
+    const uint32_t end = prompt + static_cast<uint32_t>(decode);
+    while (at < end) {
+      // The probe's rows this step: a prompt chunk of random size, or one decode row.
+      const uint32_t n = at < prompt ? std::min(prompt - at, 1 + static_cast<uint32_t>(rng() % 16)) : 1;
+      std::vector<Request> requests = {{probe, at, static_cast<int>(n)}};
+      // Strangers arrive (admitted with their prompt length), advance by a chunk or a decode row, and finish.
+      if (rng() % 2) {
+        strangers.push_back({next_id++, 1 + static_cast<uint32_t>(rng() % 40), 0});
+        state.admit(strangers.back().id, strangers.back().prompt);
+      }
+      for (Stranger& st : strangers) {
+        const uint32_t m =
+            st.next < st.prompt ? std::min(st.prompt - st.next, 1 + static_cast<uint32_t>(rng() % 24)) : 1;
+        requests.push_back({st.id, st.next, static_cast<int>(m)});
+        st.next += m;
+      }
+      const Batch b = MakeBatch(requests, &rng);
+      const std::vector<Outcome> part = ProbeOutcomes(b, PlanBatch(b, p, &state), probe);
+      served.insert(served.end(), part.begin(), part.end());
+      for (size_t i = 0; i < strangers.size();) {
+        if (strangers[i].next >= strangers[i].prompt + 3) {
+          state.release(strangers[i].id);
+          strangers.erase(strangers.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          ++i;
+        }
+      }
+      at += n;
+    }
+    ASSERT_EQ(served, reference) << "trial " << trial << ": prompt " << prompt << ", decode " << decode;
+  }
+  EXPECT_GT(probe_drops, 0) << "capacity must bind for the property to mean anything";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "router/dispatch_planner.h"
+#include "router/rules/plan_rules.h"
 #include "tests/support/allocation_counter.h"
 
 namespace moe {
@@ -43,7 +44,7 @@ DispatchPolicy Policy(CapacityScope scope, Priority priority, double cf) {
 }
 
 DispatchPlan Plan(const DispatchPolicy& policy, const TokenRoutes& routes, const std::vector<TokenMeta>& meta,
-                  CausalRoutingState* state = nullptr) {
+                  RoutingState* state = nullptr) {
   DispatchPlanner planner(routes.num_experts, routes.top_k, policy);
   DispatchPlan plan;
   planner.plan(routes, meta, state, plan);
@@ -221,11 +222,11 @@ TEST(Planner, CausalPlanDoesNotDependOnChunking) {
   DispatchPolicy p = Policy(CapacityScope::kCausal, Priority::kRequest, 1.0);
   p.overflow = Overflow::kReroute;
   p.reroute_depth = 1;
-  CausalRoutingState whole_state(4);
+  RoutingState whole_state(4);
   const DispatchPlan whole = Plan(p, all, OneRequest(12, 42), &whole_state);
   ASSERT_GT(whole.num_dropped + whole.num_rerouted, 0) << "the case must exercise the budget";
 
-  CausalRoutingState state(4);
+  RoutingState state(4);
   DispatchPlanner planner(4, 2, p);
   int begin = 0;
   for (int size : {5, 1, 6}) {
@@ -252,16 +253,140 @@ TEST(Planner, CausalRejectsGapsAndMisplacedChunks) {
       [&] {
         Plan(p, routes, {{1, 0}, {1, 2}});
       },
-      "request 1: causal scope needs contiguous positions");
-  ExpectInvalid([&] { Plan(p, routes, {{1, 3}, {1, 4}}); }, "position 0, but position 0 is followed by 3");
-  CausalRoutingState state(2);
+      "request 1: causal and sequence scopes need contiguous positions");
+  ExpectInvalid([&] { Plan(p, routes, {{1, 3}, {1, 4}}); }, "but row 0 has position 3 where 0 was expected");
+  RoutingState state(2);
   Plan(p, routes, {{1, 0}, {1, 1}}, &state);
   const std::vector<int32_t> held = state.find(1)->slots_held;
-  ExpectInvalid([&] { Plan(p, routes, {{1, 5}, {1, 6}}, &state); }, "routing state's next position 2");
+  ExpectInvalid(
+      [&] {
+        Plan(p, routes, {{1, 5}, {1, 6}}, &state);
+      },
+      "but row 0 has position 5 where 2 was expected");
   EXPECT_EQ(state.find(1)->slots_held, held) << "a rejected batch must not touch the state";
   EXPECT_EQ(state.find(1)->next_position, 2u);
   state.release(1);
   EXPECT_EQ(state.find(1), nullptr);
+  ExpectInvalid([&] { state.release(1); }, "request 1 cannot be released: the state does not hold it");
+}
+
+// The worked example of docs/routing.md, sequence scope: E = 4, k = 2, cf 1 (ceil). A request admitted with
+// an 8-token prompt gets one pool of C = max(1, ceil(1 * 8 * 2 / 4)) = 4 slots per expert for its whole
+// prompt, claimed in (position, j) order whatever the chunking. Choices (j0, j1) by position:
+//   p0 (0,3)  p1 (0,3)  p2 (2,3)  p3 (2,3)  p4 (0,3)  p5 (2,3)  p6 (2,3)  p7 (2,3)
+// Second choices (rank 1) must leave expert 3 the reserve R = ceil(3 (j + 1) (f3 + 1) n / (4 (p + 1 + E))),
+// f3 = 0 first choices of it so far, n = 7 - p rows to come: p2 finds count 2 against 4 - ceil(15/14) = 2 and
+// is refused; p3 is kept (count 2 < 4 - 1); p4, p5, p6 are refused (count 3, cap 3). Expert 2 fills with p2,
+// p3, p5, p6's first choices, so p7's first choice is dropped - and p7, holding no slot, claims expert 3 as a
+// first choice would (count 3 < 4): no token loses both pairs. (Claimed in (position, j) order without the
+// reserve, p2 would take expert 3's last slot early and p7 would lose both.) Then a decode row at position 8,
+// (2, 3), is a pool of its own (budget max(1, ceil(2 / 4)) = 1 per expert): both pairs kept, though the
+// prompt's pools of experts 2 and 3 are full.
+TEST(Planner, SequenceWorkedExample) {
+  const std::vector<std::vector<int32_t>> prompt = {{0, 3}, {0, 3}, {2, 3}, {2, 3},
+                                                    {0, 3}, {2, 3}, {2, 3}, {2, 3}};
+  const DispatchPolicy p = Policy(CapacityScope::kSequence, Priority::kRequest, 1.0);
+  // docs/routing.md's table: p0..p7 = KK KK KK KD KD KK KD DD.
+  const std::vector<PairStatus> want = {kKept, kKept,    kKept, kKept, kKept, kKept,    kKept,    kDropped,
+                                        kKept, kDropped, kKept, kKept, kKept, kDropped, kDropped, kDropped};
+  for (const std::vector<int>& chunks : {std::vector<int>{8}, {3, 5}, {1, 1, 6}, {5, 2, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(chunks));
+    RoutingState state(4, 2);
+    state.admit(7, 8);
+    DispatchPlanner planner(4, 2, p);
+    std::vector<PairStatus> got;
+    int at = 0;
+    for (int n : chunks) {
+      std::vector<std::vector<int32_t>> part(prompt.begin() + at, prompt.begin() + at + n);
+      std::vector<TokenMeta> meta;
+      for (int i = 0; i < n; ++i) meta.push_back({7, static_cast<uint32_t>(at + i)});
+      DispatchPlan plan;
+      planner.plan(MakeRoutes(4, 2, part), meta, &state, plan);
+      got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+      // Slots offered: the prompt pool's room left per expert.
+      if (at == 0) {
+        EXPECT_EQ(plan.expert_capacity, (std::vector<int64_t>{4, 4, 4, 4}));
+      }
+      at += n;
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(state.find(7)->slots_held, (std::vector<int32_t>{3, 0, 4, 4}));
+    EXPECT_EQ(state.find(7)->first_choices, (std::vector<int32_t>{3, 0, 5, 0}));
+    EXPECT_EQ(state.find(7)->next_position, 8u);
+    DispatchPlan decode;
+    const std::vector<TokenMeta> decode_row = {{7, 8}};
+    planner.plan(MakeRoutes(4, 2, {{2, 3}}), decode_row, &state, decode);
+    EXPECT_EQ(decode.pair_status, (std::vector<PairStatus>{kKept, kKept}));
+    EXPECT_EQ(decode.expert_capacity, (std::vector<int64_t>{1, 1, 1, 1}));  // one decode row's pool
+    EXPECT_EQ(state.find(7)->slots_held, (std::vector<int32_t>{3, 0, 4, 4})) << "decode rows hold nothing";
+    EXPECT_EQ(state.find(7)->next_position, 9u);
+  }
+}
+
+// The reserve in exact integers, as docs/routing.md gives it.
+TEST(Planner, SequenceReserve) {
+  // Rank 1: round(3 * 2 * (f + 1) * n / (4 * (p + 1 + E))), halves up.
+  EXPECT_EQ(rules::sequence_reserve(0, 0, 8, 4, 1), 2);     // round(42 / 20) = round(2.1)
+  EXPECT_EQ(rules::sequence_reserve(0, 1, 8, 4, 1), 2);     // round(36 / 24) = round(1.5)
+  EXPECT_EQ(rules::sequence_reserve(0, 2, 8, 4, 1), 1);     // round(30 / 28)
+  EXPECT_EQ(rules::sequence_reserve(0, 4, 8, 4, 1), 1);     // round(18 / 36) = round(0.5)
+  EXPECT_EQ(rules::sequence_reserve(0, 5, 8, 4, 1), 0);     // round(12 / 40)
+  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 1), 83);  // round(3000 / 36) = round(83.33)
+  // Rank j is graded by (j + 1) / 2: rank 3 leaves twice the room of rank 1.
+  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 3), 167);  // round(6000 / 36) = round(166.67)
+  EXPECT_EQ(rules::sequence_reserve(9, 7, 8, 4, 1), 0);      // the last row leaves nothing to reserve
+  EXPECT_EQ(rules::sequence_reserve(1u << 31, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits: no room
+}
+
+// Without a routing state a request's rows in the batch are its whole prompt: the plan of admitting it with
+// L = its row count and planning it in one call.
+TEST(Planner, SequenceWithoutStateIsTheWholePrompt) {
+  std::vector<std::vector<int32_t>> ranked;
+  for (int t = 0; t < 10; ++t) ranked.push_back({t % 4 == 3 ? 2 : 0, 1});
+  const TokenRoutes routes = MakeRoutes(4, 2, ranked);
+  const DispatchPolicy p = Policy(CapacityScope::kSequence, Priority::kRequest, 1.0);
+  const DispatchPlan stateless = Plan(p, routes, OneRequest(10, 3));
+  RoutingState state(4, 2);
+  state.admit(3, 10);
+  const DispatchPlan admitted = Plan(p, routes, OneRequest(10, 3), &state);
+  EXPECT_EQ(stateless.pair_status, admitted.pair_status);
+  EXPECT_EQ(stateless.pair_expert, admitted.pair_expert);
+  EXPECT_GT(stateless.num_dropped, 0);
+}
+
+// The request lifecycle: every misuse is an error naming the request, and changes nothing.
+TEST(Planner, SequenceLifecycleErrorsChangeNothing) {
+  const TokenRoutes two = MakeRoutes(4, 2, {{0, 1}, {0, 1}});
+  const DispatchPolicy p = Policy(CapacityScope::kSequence, Priority::kRequest, 1.0);
+  RoutingState state(4, 2);
+  // Not admitted.
+  ExpectInvalid([&] { Plan(p, two, OneRequest(2, 5), &state); },
+                "request 5: sequence scope needs the request admitted");
+  EXPECT_EQ(state.num_requests(), 0u);
+  state.admit(5, 6);
+  ExpectInvalid([&] { state.admit(5, 6); }, "request 5 is already admitted");
+  ExpectInvalid([&] { state.admit(9, 0); }, "request 9: prompt_length must be >= 1");
+  ExpectInvalid([&] { state.release(8); }, "request 8 cannot be released");
+  // Positions that do not start at 0, skip, or go back.
+  ExpectInvalid([&] { Plan(p, two, {{5, 1}, {5, 2}}, &state); }, "row 0 has position 1 where 0 was expected");
+  ExpectInvalid([&] { Plan(p, two, {{5, 0}, {5, 2}}, &state); }, "row 1 has position 2 where 1 was expected");
+  Plan(p, two, OneRequest(2, 5), &state);
+  const RoutingState::Request before = *state.find(5);
+  ExpectInvalid([&] { Plan(p, two, OneRequest(2, 5), &state); }, "row 0 has position 0 where 2 was expected");
+  // A stranger in the same batch that was not admitted: the whole batch is refused, state untouched.
+  ExpectInvalid([&] { Plan(p, two, {{5, 2}, {6, 0}}, &state); }, "request 6: sequence scope needs");
+  EXPECT_EQ(state.find(5)->slots_held, before.slots_held);
+  EXPECT_EQ(state.find(5)->next_position, before.next_position);
+  // A state made for another layer shape.
+  RoutingState other_experts(8, 2), other_k(4, 1);
+  other_experts.admit(5, 6);
+  other_k.admit(5, 6);
+  ExpectInvalid([&] { Plan(p, two, OneRequest(2, 5), &other_experts); },
+                "routing state is for 8 experts, not 4");
+  ExpectInvalid([&] { Plan(p, two, OneRequest(2, 5), &other_k); }, "routing state is for top_k 1, not 2");
+  state.release(5);
+  EXPECT_EQ(state.find(5), nullptr);
+  EXPECT_FALSE(state.release_if_held(5));
 }
 
 TEST(Planner, DroplessKeepsEveryPair) {

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "kernels/cpu/bf16_packed.h"
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/thread_pool.h"
 

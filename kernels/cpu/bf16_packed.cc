@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <new>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/simd.h"
 

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::kernels {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/activations.h"
-#include "kernels/cpu/bf16.h"
 
 namespace moe::kernels {
 namespace {

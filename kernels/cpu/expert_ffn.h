@@ -1,8 +1,8 @@
-// One expert's feed-forward network on a batch of rows.
+// One expert's feed-forward network on a batch of rows, for the activations of kernels/tensor.h:
 //
-//   kSwiGLU: y = w2 @ (silu(w1 x) * (w3 x))     Mixtral / Qwen-MoE / DeepSeek experts
-//   kGELU:   y = w2 @ gelu(w1 x)                 w1 is the up projection; w3 is ignored (may be empty);
-//                                                 gelu is the tanh approximation (activations.h)
+//   kSwiGLU  y = w2 @ (silu(w1 x) * (w3 x))     Mixtral / Qwen2-MoE / DeepSeek experts
+//   kGELU    y = w2 @ gelu(w1 x)                w1 is the up projection; w3 is ignored (may be empty);
+//                                               gelu is the tanh approximation (activations.h)
 //
 // Weights use the Hugging Face layout: w1 = gate_proj [ff, d], w3 = up_proj [ff, d], w2 = down_proj
 // [d, ff]; each fp32 or bf16 (independently). Intermediate activations are fp32.
@@ -11,13 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/dtype.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels {
-
-enum class Activation : uint8_t { kSwiGLU, kGELU };
 
 struct FfnWeights {
   MatrixView w1;  // gate_proj [ff, d] (the up projection for kGELU)

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/activations.h"
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 
 namespace moe::kernels {
 namespace {

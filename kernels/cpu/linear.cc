@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/linear_invariant.h"
 
 namespace moe::kernels {

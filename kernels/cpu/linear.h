@@ -7,35 +7,21 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
-#include "kernels/cpu/dtype.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels {
 
-enum class KernelKind : uint8_t {
-  // The library path (Eigen), multithreaded by splitting output columns. Its reduction order may change
-  // with the number of rows (Eigen picks GEMV for one row and a blocked GEMM otherwise), so a row's bits
-  // may depend on the rest of the batch.
-  kFast,
-  // The batch-invariant path. Each y[r][o] is computed with one fixed reduction order:
-  //   16 fp32 lane accumulators, acc[l] = fma(x[r][i], w[o][i], acc[l]) for i = 16c + l in ascending c;
-  //   the last partial chunk reads zeros beyond `in`; then the fixed pairwise tree
-  //   ((a0+a8)+(a4+a12)) + ((a2+a10)+(a6+a14)) + ... (halves: +8, then +4, +2, +1).
-  // Hence the bits of y[r][o] depend only on x's row r and on W: not on rows, on where the row sits in
-  // the buffer, on x_stride/y_stride, on alignment, or on the pool's thread count. Threads split output
-  // columns (never the reduction); every register tile shape, the in-place path for 1-3 rows and the
-  // packed path for more rows use this same order (a long reduction may be processed in pieces, with
-  // the 16 lane accumulators stored and reloaded exactly in between).
-  kInvariant,
-};
-
-inline constexpr std::string_view to_string(KernelKind k) {
-  return k == KernelKind::kFast ? "fast" : "invariant";
-}
-
 // Computes y = x @ W^T.
+//   kind kInvariant (kernels/tensor.h's contract) on the CPU: each y[r][o] is computed with one fixed
+//   reduction order: 16 fp32 lane accumulators, acc[l] = fma(x[r][i], w[o][i], acc[l]) for i = 16c + l in
+//   ascending c; the last partial chunk reads zeros beyond `in`; then the fixed pairwise tree
+//   ((a0+a8)+(a4+a12)) + ((a2+a10)+(a6+a14)) + ... (halves: +8, then +4, +2, +1). Threads split output
+//   columns (never the reduction); every register tile shape, the in-place path for 1-3 rows and the packed
+//   path for more rows use this same order (a long reduction may be processed in pieces, with the 16 lane
+//   accumulators stored and reloaded exactly in between). kind kFast is Eigen: a GEMV for one row and a
+//   blocked GEMM otherwise.
 //   x: rows x w.cols fp32, row r at x + r * x_stride (x_stride >= w.cols); any alignment.
 //   w: [out, in] fp32 or bf16 (kF16 is rejected: convert it when loading).
 //   y: rows x w.rows fp32, row r at y + r * y_stride (y_stride >= w.rows); overwritten. y must not

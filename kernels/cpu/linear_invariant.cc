@@ -24,7 +24,7 @@
 #include <new>
 #include <utility>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/simd.h"
 
 namespace moe::kernels::detail {

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/dtype.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels::detail {
 

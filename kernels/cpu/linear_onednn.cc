@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/linear.h"
 
 namespace moe::kernels {

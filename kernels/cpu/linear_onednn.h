@@ -22,7 +22,7 @@
 #include <string>
 
 #include "kernels/cpu/bf16_linear_op.h"
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moe::kernels {

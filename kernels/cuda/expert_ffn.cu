@@ -4,7 +4,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/check.h"
+#include "base/cuda/check.h"
+#include "base/splitmix64.h"
 #include "kernels/cuda/expert_ffn.h"
 
 namespace moe::cuda {
@@ -220,10 +221,7 @@ __global__ void gelu_kernel(const float* up, int ffn, const int32_t* __restrict_
 __global__ void fill_kernel(bool bf16, void* data, size_t count, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const uint64_t z = mix64(seed + kGoldenGamma * i);
     const float v = (static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
     if (bf16) {
       static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(v);
@@ -277,10 +275,10 @@ void single_group_offsets(int32_t* offsets, int num_rows, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k,
+void grouped_linear_invariant(kernels::DType type, const void* w, int num_experts, int n, int k,
                               const float* x_rows, const int32_t* expert_offsets, int max_rows, float* out,
                               int32_t* tile_table, cudaStream_t stream) {
-  if (type == WeightType::kF32) {
+  if (type == kernels::DType::kF32) {
     launch_grouped<float, kPlain>(w, nullptr, num_experts, n, k, x_rows, expert_offsets, max_rows, out,
                                   tile_table, stream);
   } else {
@@ -305,8 +303,8 @@ void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const
   float* h = static_cast<float*>(workspace);
   int32_t* tiles = reinterpret_cast<int32_t*>(
       static_cast<char*>(workspace) + align_up(static_cast<size_t>(max_rows) * w.ffn * sizeof(float)));
-  const bool gelu_act = w.activation == FfnActivation::kGELU;
-  if (w.type == WeightType::kF32) {
+  const bool gelu_act = w.activation == kernels::Activation::kGELU;
+  if (w.type == kernels::DType::kF32) {
     if (gelu_act) {
       launch_grouped<float, kGeluEpi>(w.w1, nullptr, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
                                       max_rows, h, tiles, stream);
@@ -327,10 +325,10 @@ void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const
                            tiles, stream);
 }
 
-void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale,
+void fill_uniform(kernels::DType type, void* data, size_t count, uint64_t seed, float scale,
                   cudaStream_t stream) {
   if (count == 0) return;
-  fill_kernel<<<grid_for(count), 256, 0, stream>>>(type == WeightType::kBF16, data, count, seed, scale);
+  fill_kernel<<<grid_for(count), 256, 0, stream>>>(type == kernels::DType::kBF16, data, count, seed, scale);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,28 +14,24 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/tensor.h"
+
 namespace moe::cuda {
 
-enum class WeightType { kF32, kBF16 };
-
-// The expert's activation, as kernels/cpu/activations.h defines it (the GPU uses CUDA's expf where the CPU
-// uses its own polynomial exp, so the two agree to a few ulp, not bitwise).
-//   kSwiGLU  y = w2 @ (silu(w1 @ x) * (w3 @ x))
-//   kGELU    y = w2 @ gelu(w1 @ x), gelu the tanh approximation; w1 holds the up projection, w3 is unused
-enum class FfnActivation { kSwiGLU, kGELU };
-
+// The activation is kernels/tensor.h's, computed as kernels/cpu/activations.h defines it (the GPU uses CUDA's
+// expf where the CPU uses its own polynomial exp, so the two agree to a few ulp, not bitwise).
 // E experts, HuggingFace [out, in] layout, contiguous per expert:
 //   w1 (gate; GELU: up) [E][ffn][hidden], w3 (up; GELU: unused) [E][ffn][hidden], w2 (down) [E][hidden][ffn]
-// Elements are float (kF32) or bfloat16 (kBF16) bits; accumulation is always fp32.
+// Elements are float (kF32) or bfloat16 (kBF16) bits (kF16 is not accepted); accumulation is always fp32.
 struct ExpertWeightsView {
-  WeightType type = WeightType::kF32;
+  kernels::DType type = kernels::DType::kF32;
   int num_experts = 0;
   int hidden = 0;
   int ffn = 0;
   const void* w1 = nullptr;
   const void* w3 = nullptr;
   const void* w2 = nullptr;
-  FfnActivation activation = FfnActivation::kSwiGLU;
+  kernels::Activation activation = kernels::Activation::kSwiGLU;
 };
 
 // x_rows[r] = x[slot_pairs[r] / top_k] for r < expert_offsets[E] (slot_pairs and offsets from the plan).
@@ -61,16 +57,15 @@ void combine_rows_with_shared(const float* y_rows, int hidden, const int32_t* pa
 // launchers below serve a plain (dense) layer, e.g. the router gate or a shared expert. Asynchronous.
 void single_group_offsets(int32_t* offsets, int num_rows, cudaStream_t stream);
 
-// ---- invariant kind
-// ------------------------------------------------------------------------------------------ NOTES: one fixed
-// tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics. Each output
-// element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that order, so its
-// bits depend only on its own input row and the weights, not on how many rows the expert has, where the row
-// sits in the buffer, or what else is in the batch.
+// ---- invariant kind ---------------------------------------------------------------------------------------
+// NOTES: one fixed tile shape (64 x 64 x 16) and one code path for every row count; no split-K, no atomics.
+// Each output element is accumulated by one thread as fmaf(x[k], w[k], acc) for k = 0, 1, ..., K-1 in that
+// order, so its bits depend only on its own input row and the weights, not on how many rows the expert has,
+// where the row sits in the buffer, or what else is in the batch.
 
 // Grouped linear: out[r] = W_e @ x_rows[r] for the expert e of row r; W [E][n][k] of `type`, out [max_rows,
 // n]. `tile_table` is device int32 [num_experts + 1] scratch.
-void grouped_linear_invariant(WeightType type, const void* w, int num_experts, int n, int k,
+void grouped_linear_invariant(kernels::DType type, const void* w, int num_experts, int n, int k,
                               const float* x_rows, const int32_t* expert_offsets, int max_rows, float* out,
                               int32_t* tile_table, cudaStream_t stream);
 
@@ -85,11 +80,11 @@ void expert_ffn_invariant(const ExpertWeightsView& weights, const float* x_rows,
 
 // Fills count elements of `type` with uniform values in [-scale, scale), a pure function of (seed, index):
 // for benchmarks and tests that need large weights without a host copy.
-void fill_uniform(WeightType type, void* data, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+void fill_uniform(kernels::DType type, void* data, size_t count, uint64_t seed, float scale,
+                  cudaStream_t stream);
 
-// ---- fast kind
-// ---------------------------------------------------------------------------------------------- Element-wise
-// helpers of the fast path.
+// ---- fast kind --------------------------------------------------------------------------------------------
+// Element-wise helpers of the fast path.
 void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t stream);
 // h[i] = silu(gate[i]) * up[i] for i < expert_offsets[E] * ffn; written as float (out_f32) or bfloat16 bits.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,

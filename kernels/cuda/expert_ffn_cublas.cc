@@ -1,7 +1,7 @@
 // The fast kind of the expert FFN on cuBLAS (see expert_ffn.h).
 #include <cstddef>
 
-#include "kernels/cuda/check.h"
+#include "base/cuda/check.h"
 #include "kernels/cuda/expert_ffn.h"
 
 namespace moe::cuda {
@@ -12,7 +12,7 @@ CublasExpertFfn::CublasExpertFfn(const ExpertWeightsView& weights, int max_rows)
   CUBLAS_CHECK(cublasCreate(&handle_));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&gate_), h * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&up_), h * sizeof(float)));
-  if (weights.type == WeightType::kBF16) {
+  if (weights.type == kernels::DType::kBF16) {
     CUDA_CHECK(cudaMalloc(&x_bf16_, static_cast<size_t>(max_rows) * weights.hidden * 2));
     CUDA_CHECK(cudaMalloc(&h_bf16_, h * 2));
   }
@@ -33,7 +33,7 @@ CublasExpertFfn::~CublasExpertFfn() {
 // with w read transposed (op T on a k x n column-major matrix) and x as a k x rows column-major matrix.
 void CublasExpertFfn::gemm(const void* w, int n, int k, const void* x, int rows, float* out) {
   const float alpha = 1.0f, beta = 0.0f;
-  const cudaDataType_t type = weights_.type == WeightType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t type = weights_.type == kernels::DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, type, k, x, type, k,
                             &beta, out, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -41,9 +41,9 @@ void CublasExpertFfn::gemm(const void* w, int n, int k, const void* x, int rows,
 void CublasExpertFfn::forward(const float* x_rows, const int32_t* expert_offsets, float* y_rows,
                               cudaStream_t stream) {
   const int E = weights_.num_experts, d = weights_.hidden, f = weights_.ffn;
-  const bool bf16 = weights_.type == WeightType::kBF16;
+  const bool bf16 = weights_.type == kernels::DType::kBF16;
   const size_t wsize = bf16 ? 2 : 4;
-  const bool gelu_act = weights_.activation == FfnActivation::kGELU;
+  const bool gelu_act = weights_.activation == kernels::Activation::kGELU;
   CUDA_CHECK(cudaMemcpyAsync(host_offsets_, expert_offsets, (E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                              stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the one documented synchronisation of the fast path

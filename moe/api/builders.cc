@@ -1,51 +1,20 @@
 #include "moe/api/builders.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
-#include <filesystem>
 #include <span>
 #include <stdexcept>
-#include <system_error>
 
-#include "moe/io/checkpoint.h"
-#include "moe/io/safetensors.h"
+#include "moe/api/layer_factory.h"
 #include "router/dispatch_policy.h"
+#include "router/router_config.h"
 
 namespace moe::api {
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) {
   throw std::invalid_argument(msg);
-}
-
-// Removes a file when it goes out of scope (also on a throw).
-class TempFile {
- public:
-  TempFile() {
-    static std::atomic<uint64_t> counter{0};
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = std::filesystem::temp_directory_path() /
-            ("moe-weights-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-             std::to_string(now) + ".safetensors");
-  }
-  ~TempFile() {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-std::span<const std::byte> bytes_of(const void* p, int64_t rows, int64_t cols, kernels::DType dtype) {
-  return {static_cast<const std::byte*>(p),
-          static_cast<size_t>(rows) * static_cast<size_t>(cols) * kernels::dtype_size(dtype)};
 }
 
 }  // namespace
@@ -55,12 +24,6 @@ io::LayerWeights weights_from_buffers(const io::LayerShape& shape, const WeightB
   if (b.dtype != kernels::DType::kF32 && b.dtype != kernels::DType::kBF16) {
     fail("weight buffers: dtype must be f32 or bf16");
   }
-  // The naming family only decides the staging file's tensor names: the one whose rules fit the shape.
-  const io::Architecture arch = shape.score_bias ? io::Architecture::kDeepseekV3
-                                : (shape.num_shared_experts > 0 || shape.shared_expert_gate)
-                                    ? io::Architecture::kQwen2Moe
-                                    : io::Architecture::kMixtral;
-  shape.validate_for(arch);
   const size_t E = static_cast<size_t>(shape.num_experts);
   const int64_t d = shape.hidden, ff = shape.expert_ff, sff = shape.shared_ff;
   if (b.router_gate == nullptr) fail("weight buffers: router_gate is required");
@@ -92,105 +55,128 @@ io::LayerWeights weights_from_buffers(const io::LayerShape& shape, const WeightB
              : "weight buffers: shared_expert_gate given but shape.shared_expert_gate is not set");
   }
 
-  const std::string prefix =
-      std::string("model.layers.0.") + (arch == io::Architecture::kMixtral ? "block_sparse_moe." : "mlp.");
-  const std::string dt(io::safetensors_dtype_name(b.dtype));
-  std::vector<io::TensorToWrite> tensors;
-  tensors.reserve(3 * E + 6);
-  tensors.push_back({prefix + "gate.weight",
-                     "F32",
-                     {shape.num_experts, d},
-                     bytes_of(b.router_gate, shape.num_experts, d, kernels::DType::kF32)});
-  if (shape.score_bias) {
-    tensors.push_back({prefix + "gate.e_score_correction_bias",
-                       "F32",
-                       {shape.num_experts},
-                       bytes_of(b.score_bias, 1, shape.num_experts, kernels::DType::kF32)});
-  }
+  auto view = [](const void* p, int64_t rows, int64_t cols, kernels::DType dtype) {
+    return kernels::MatrixView{p, dtype, rows, cols, cols};
+  };
+  io::LayerViews views;
+  views.router_gate = view(b.router_gate, shape.num_experts, d, kernels::DType::kF32);
+  if (shape.score_bias) views.score_bias = std::span<const float>(b.score_bias, E);
   for (size_t e = 0; e < E; ++e) {
-    const std::string base = prefix + "experts." + std::to_string(e) + ".";
-    const bool mixtral = arch == io::Architecture::kMixtral;
-    tensors.push_back({base + (mixtral ? "w1.weight" : "gate_proj.weight"),
-                       dt,
-                       {ff, d},
-                       bytes_of(b.gate_proj[e], ff, d, b.dtype)});
-    tensors.push_back({base + (mixtral ? "w3.weight" : "up_proj.weight"),
-                       dt,
-                       {ff, d},
-                       bytes_of(b.up_proj[e], ff, d, b.dtype)});
-    tensors.push_back({base + (mixtral ? "w2.weight" : "down_proj.weight"),
-                       dt,
-                       {d, ff},
-                       bytes_of(b.down_proj[e], d, ff, b.dtype)});
+    views.experts.push_back(io::ExpertTensors{view(b.gate_proj[e], ff, d, b.dtype),
+                                              view(b.up_proj[e], ff, d, b.dtype),
+                                              view(b.down_proj[e], d, ff, b.dtype)});
   }
   if (has_shared) {
-    const std::string base =
-        prefix + (arch == io::Architecture::kDeepseekV3 ? "shared_experts." : "shared_expert.");
-    tensors.push_back(
-        {base + "gate_proj.weight", dt, {sff, d}, bytes_of(b.shared_gate_proj, sff, d, b.dtype)});
-    tensors.push_back({base + "up_proj.weight", dt, {sff, d}, bytes_of(b.shared_up_proj, sff, d, b.dtype)});
-    tensors.push_back(
-        {base + "down_proj.weight", dt, {d, sff}, bytes_of(b.shared_down_proj, d, sff, b.dtype)});
+    views.shared =
+        io::ExpertTensors{view(b.shared_gate_proj, sff, d, b.dtype), view(b.shared_up_proj, sff, d, b.dtype),
+                          view(b.shared_down_proj, d, sff, b.dtype)};
   }
-  if (shape.shared_expert_gate) {
-    tensors.push_back({prefix + "shared_expert_gate.weight",
-                       "F32",
-                       {1, d},
-                       bytes_of(b.shared_expert_gate, 1, d, kernels::DType::kF32)});
-  }
+  if (shape.shared_expert_gate) views.shared_gate = view(b.shared_expert_gate, 1, d, kernels::DType::kF32);
+  return io::weights_from_views(shape, views, b.dtype, io::Ownership::kCopy);
+}
 
-  TempFile file;
-  io::write_safetensors(file.path(), tensors);
-  // The mapping outlives the unlinked file: the weights keep the Checkpoint (and its mapping) alive.
-  return io::load_layer(io::Checkpoint::open(file.path()), arch, 0, shape, b.dtype);
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) fail(what);
+}
+
+}  // namespace
+
+void LayerOptions::set_preset(const std::string& name) {
+  const auto& known = MoELayerConfig::preset_names();
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    std::string list;
+    for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
+    fail("unknown preset '" + name + "' (known: " + list + ")");
+  }
+  preset = name;
+}
+void LayerOptions::set_router(const std::string& name) {
+  MoELayerConfig::router_named(name);  // throws for an unknown name
+  router = name;
+}
+void LayerOptions::set_top_k(int k) {
+  require(k >= 1, "top_k must be >= 1 (got " + std::to_string(k) + ")");
+  top_k = k;
+}
+void LayerOptions::set_renormalize(int on) {
+  require(on == 0 || on == 1, "renormalize must be 0 or 1 (got " + std::to_string(on) + ")");
+  renormalize = on == 1;
+}
+void LayerOptions::set_num_groups(int groups) {
+  require(groups >= 1, "num_groups must be >= 1 (got " + std::to_string(groups) + ")");
+  num_groups = groups;
+}
+void LayerOptions::set_topk_groups(int kept) {
+  require(kept >= 1, "topk_groups must be >= 1 (got " + std::to_string(kept) + ")");
+  topk_groups = kept;
+}
+void LayerOptions::set_capacity_factor(double cf) {
+  require(std::isfinite(cf) && cf > 0.0,
+          "capacity_factor must be finite and > 0 (got " + std::to_string(cf) + ")");
+  capacity_factor = cf;
+}
+void LayerOptions::set_min_capacity(int n) {
+  require(n >= 0, "min_capacity must be >= 0 (got " + std::to_string(n) + ")");
+  min_capacity = n;
+}
+void LayerOptions::set_scope(const std::string& name) {
+  scope = parse_capacity_scope(name);
+}
+void LayerOptions::set_priority(const std::string& name) {
+  priority = parse_priority(name);
+}
+void LayerOptions::set_overflow(const std::string& name) {
+  overflow = parse_overflow(name);
+}
+void LayerOptions::set_reroute_depth(int depth) {
+  require(depth >= 1, "reroute_depth must be >= 1 (got " + std::to_string(depth) + ")");
+  reroute_depth = depth;
+}
+void LayerOptions::set_kernel(const std::string& name) {
+  if (name == "invariant") {
+    kernel = kernels::KernelKind::kInvariant;
+  } else if (name == "fast") {
+    kernel = kernels::KernelKind::kFast;
+  } else {
+    fail("unknown kernel '" + name + "' (known: invariant, fast)");
+  }
+}
+void LayerOptions::set_num_threads(int n) {
+  require(n >= 1, "num_threads must be >= 1 (got " + std::to_string(n) + ")");
+  num_threads = n;
+}
+void LayerOptions::set_max_tokens(int n) {
+  require(n >= 1, "max_tokens must be >= 1 (got " + std::to_string(n) + ")");
+  max_tokens = n;
+}
+void LayerOptions::set_device(const std::string& name) {
+  check_device_name(name);
+  device = name.empty() ? "cpu" : name;
 }
 
 MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weights) {
-  const std::string preset = o.preset.empty() ? "deterministic" : o.preset;
-  const std::string router = o.router.empty() ? "mixtral" : o.router;
-  MoELayerConfig c;
-  bool is_arch = true;
-  io::Architecture arch = io::Architecture::kMixtral;
-  try {
-    arch = io::parse_architecture(router);
-  } catch (const std::invalid_argument&) {
-    is_arch = false;
-  }
-  if (is_arch) {
-    c = MoELayerConfig::preset(preset, arch);
-  } else {
-    c = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
-    try {
-      c.router = RouterConfig::preset(router);
-    } catch (const std::invalid_argument&) {
-      fail("unknown router '" + router + "' (known: mixtral, qwen2-moe, deepseek-v3, olmoe, switch)");
-    }
-  }
+  MoELayerConfig c = MoELayerConfig::preset(o.preset, io::Architecture::kMixtral);
+  c.router = MoELayerConfig::router_named(o.router);
   c.router.num_experts = weights.shape().num_experts;
-  if (o.top_k < 0) fail("top_k must be >= 0 (0 keeps the router's; got " + std::to_string(o.top_k) + ")");
-  if (o.top_k > 0) c.router.top_k = o.top_k;
-  if (c.router.top_k > c.router.num_experts && o.top_k == 0) c.router.top_k = c.router.num_experts;
-  if (o.renormalize >= 0) c.router.renormalize = o.renormalize != 0;
-  if (o.num_groups > 0) c.router.num_groups = o.num_groups;
-  if (o.topk_groups > 0) c.router.topk_groups = o.topk_groups;
-  if (o.capacity_factor > 0) c.policy.capacity_factor = o.capacity_factor;
-  if (!o.scope.empty()) c.policy.scope = parse_capacity_scope(o.scope);
-  if (!o.priority.empty()) c.policy.priority = parse_priority(o.priority);
-  if (!o.overflow.empty()) c.policy.overflow = parse_overflow(o.overflow);
-  if (!o.kernel.empty()) {
-    if (o.kernel == "invariant") {
-      c.expert_kernel = c.gate_kernel = kernels::KernelKind::kInvariant;
-    } else if (o.kernel == "fast") {
-      c.expert_kernel = c.gate_kernel = kernels::KernelKind::kFast;
-    } else {
-      fail("unknown kernel '" + o.kernel + "' (known: invariant, fast)");
-    }
+  if (o.top_k) {
+    c.router.top_k = *o.top_k;
+  } else if (c.router.top_k > c.router.num_experts) {
+    c.router.top_k = c.router.num_experts;
   }
-  if (o.num_threads < 0)
-    fail("num_threads must be >= 0 (0 = 1 thread; got " + std::to_string(o.num_threads) + ")");
-  if (o.num_threads > 0) c.num_threads = o.num_threads;
-  if (o.max_tokens < 0) fail("max_tokens must be >= 0 (0 = 256; got " + std::to_string(o.max_tokens) + ")");
-  if (o.max_tokens > 0) c.max_tokens = o.max_tokens;
+  if (o.renormalize) c.router.renormalize = *o.renormalize;
+  if (o.num_groups) c.router.num_groups = *o.num_groups;
+  if (o.topk_groups) c.router.topk_groups = *o.topk_groups;
+  if (o.capacity_factor) c.policy.capacity_factor = *o.capacity_factor;
+  if (o.min_capacity) c.policy.min_capacity = *o.min_capacity;
+  if (o.scope) c.policy.scope = *o.scope;
+  if (o.priority) c.policy.priority = *o.priority;
+  if (o.overflow) c.policy.overflow = *o.overflow;
+  if (o.reroute_depth) c.policy.reroute_depth = *o.reroute_depth;
+  if (o.kernel) c.expert_kernel = c.gate_kernel = *o.kernel;
+  if (o.num_threads) c.num_threads = *o.num_threads;
+  if (o.max_tokens) c.max_tokens = *o.max_tokens;
   c.validate();
   return c;
 }

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer_config.h"
+#include "router/dispatch_policy.h"
 
 namespace moe::api {
 
@@ -25,25 +27,46 @@ struct WeightBuffers {
   const float* shared_expert_gate = nullptr;
 };
 
-// Copies `buffers` into new LayerWeights of `shape` (storage = buffers.dtype).
-// NOTES: io::LayerWeights can only be built by moe_io (load_layer, random_layer), so the copy is staged as a
-// safetensors file in std::filesystem::temp_directory_path(), loaded with load_layer (a mapping of the file)
-// and unlinked before returning. A public "weights from views" constructor in moe_io would remove the detour.
-// Throws std::invalid_argument for a bad shape or a missing/superfluous buffer, std::runtime_error on I/O.
+// Copies `buffers` into new LayerWeights of `shape` (storage = buffers.dtype) with io::weights_from_views:
+// memory to memory, no file. Throws std::invalid_argument for a bad shape or a missing/superfluous buffer.
 io::LayerWeights weights_from_buffers(const io::LayerShape& shape, const WeightBuffers& buffers);
 
-// The layer options of moe_layer_config_t with "keep" meaning empty strings and 0 / -1 values.
+// The layer options of moe_layer_config_t and moe.Layer: an option left unset (nullopt) takes the preset's or
+// the router's value. The setters check a value at once and throw std::invalid_argument naming it (unknown
+// names, values out of range), leaving the options unchanged; make_config checks what depends on the weights.
 struct LayerOptions {
-  std::string preset = "deterministic";  // "deterministic" | "greedy"
-  std::string router = "mixtral";        // architecture name or router preset name
-  int top_k = 0;
-  int renormalize = -1;
-  int num_groups = 0;
-  int topk_groups = 0;
-  double capacity_factor = 0.0;
-  std::string scope, priority, overflow, kernel;
-  int num_threads = 0;
-  int max_tokens = 0;
+  std::string preset = "deterministic";  // MoELayerConfig::preset_names()
+  std::string router = "mixtral";        // an architecture name or a router preset name
+  std::optional<int> top_k;
+  std::optional<bool> renormalize;
+  std::optional<int> num_groups, topk_groups;
+  std::optional<double> capacity_factor;
+  std::optional<int> min_capacity;
+  std::optional<CapacityScope> scope;
+  std::optional<Priority> priority;
+  std::optional<Overflow> overflow;
+  std::optional<int> reroute_depth;
+  std::optional<kernels::KernelKind> kernel;
+  std::optional<int> num_threads;
+  std::optional<int> max_tokens;
+  std::string device = "cpu";
+
+  void set_preset(const std::string& name);
+  void set_router(const std::string& name);
+  void set_top_k(int k);
+  void set_renormalize(int on);     // 0 or 1
+  void set_num_groups(int groups);  // must divide num_experts (checked by make_config)
+  void set_topk_groups(int kept);   // <= num_groups (checked by make_config)
+  void set_capacity_factor(double cf);
+  void set_min_capacity(int n);
+  void set_scope(const std::string& name);
+  void set_priority(const std::string& name);
+  void set_overflow(const std::string& name);
+  void set_reroute_depth(int depth);
+  void set_kernel(const std::string& name);
+  void set_num_threads(int n);
+  void set_max_tokens(int n);
+  void set_device(const std::string& name);
 };
 
 // The config of `options` for `weights` (num_experts from the weights). Validated; throws

@@ -15,28 +15,33 @@
 #include <utility>
 #include <vector>
 
-#include "moe/api/backend_layer.h"
 #include "moe/api/builders.h"
+#include "moe/api/layer_factory.h"
 #include "moe/io/checkpoint.h"
+#include "moe/io/io_error.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer.h"
-#include "router/causal_state.h"
+#include "router/routing_state.h"
 #include "router/token_meta.h"
 
 struct moe_weights {
   std::shared_ptr<const moe::io::LayerWeights> weights;
 };
 
+struct moe_layer_config {
+  moe::api::LayerOptions options;
+};
+
 struct moe_layer {
-  std::unique_ptr<moe::api::BackendLayer> layer;
+  std::unique_ptr<moe::Layer> layer;
   std::vector<moe::TokenMeta> meta;  // reused across calls
   moe::MoEStats stats;               // of the last successful forward
   bool has_run = false;
 };
 
-struct moe_causal_state {
-  explicit moe_causal_state(int num_experts) : state(num_experts) {}
-  moe::CausalRoutingState state;
+struct moe_routing_state {
+  moe_routing_state(int num_experts, int top_k) : state(num_experts, top_k) {}
+  moe::RoutingState state;
 };
 
 namespace {
@@ -48,10 +53,11 @@ moe_status_t set_error(moe_status_t status, const std::string& message) {
   return status;
 }
 
-// Runs `fn` (returning moe_status_t), mapping every exception to a status and the thread's message.
-// io_context: std::runtime_error means an operating-system failure (moe_io's convention) -> MOE_IO_ERROR.
+// Runs `fn` (returning moe_status_t), mapping every exception to a status and the thread's message by its
+// type: io::IoError and filesystem/system errors are MOE_IO_ERROR, std::invalid_argument and
+// std::out_of_range MOE_INVALID_ARGUMENT, std::bad_alloc MOE_OUT_OF_MEMORY, anything else MOE_RUNTIME_ERROR.
 template <class Fn>
-moe_status_t guarded(const char* where, bool io_context, Fn&& fn) noexcept {
+moe_status_t guarded(const char* where, Fn&& fn) noexcept {
   try {
     return fn();
   } catch (const std::invalid_argument& e) {
@@ -64,8 +70,8 @@ moe_status_t guarded(const char* where, bool io_context, Fn&& fn) noexcept {
     return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
   } catch (const std::system_error& e) {
     return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
-  } catch (const std::runtime_error& e) {
-    return set_error(io_context ? MOE_IO_ERROR : MOE_RUNTIME_ERROR, std::string(where) + ": " + e.what());
+  } catch (const moe::io::IoError& e) {
+    return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
   } catch (const std::exception& e) {
     return set_error(MOE_RUNTIME_ERROR, std::string(where) + ": " + e.what());
   } catch (...) {
@@ -155,7 +161,7 @@ moe_status_t moe_weights_load(const char* path, const char* architecture, int32_
   if (path == nullptr) return null_arg(kWhere, "path");
   if (architecture == nullptr) return null_arg(kWhere, "architecture");
   if (shape == nullptr) return null_arg(kWhere, "shape");
-  return guarded(kWhere, true, [&] {
+  return guarded(kWhere, [&] {
     const moe::io::Architecture arch = moe::io::parse_architecture(architecture);
     std::optional<moe::kernels::DType> dtype;
     if (storage != -1) dtype = to_dtype(storage, "storage");
@@ -174,7 +180,7 @@ moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t stor
   if (out == nullptr) return null_arg(kWhere, "out");
   *out = nullptr;
   if (shape == nullptr) return null_arg(kWhere, "shape");
-  return guarded(kWhere, false, [&] {
+  return guarded(kWhere, [&] {
     return wrap_weights(moe::io::random_layer(to_shape(*shape), to_dtype(storage, "storage"), seed), out);
   });
 }
@@ -186,7 +192,7 @@ moe_status_t moe_weights_from_buffers(const moe_layer_shape_t* shape, const moe_
   *out = nullptr;
   if (shape == nullptr) return null_arg(kWhere, "shape");
   if (buffers == nullptr) return null_arg(kWhere, "buffers");
-  return guarded(kWhere, true, [&] {
+  return guarded(kWhere, [&] {
     const moe::io::LayerShape s = to_shape(*shape);
     s.validate();
     moe::api::WeightBuffers b;
@@ -224,7 +230,7 @@ moe_status_t moe_weights_storage(const moe_weights_t* weights, moe_dtype_t* stor
 moe_status_t moe_weights_hash(const moe_weights_t* weights, uint64_t* hash) {
   if (weights == nullptr) return null_arg("moe_weights_hash", "weights");
   if (hash == nullptr) return null_arg("moe_weights_hash", "hash");
-  return guarded("moe_weights_hash", false, [&] {
+  return guarded("moe_weights_hash", [&] {
     *hash = weights->weights->content_hash();
     return MOE_OK;
   });
@@ -236,12 +242,103 @@ void moe_weights_destroy(moe_weights_t* weights) {
 
 // ---- Layer ----------------------------------------------------------------------------------------------
 
-void moe_layer_config_init(moe_layer_config_t* config) {
-  if (config == nullptr) return;
-  std::memset(config, 0, sizeof *config);
-  config->preset = "deterministic";
-  config->router = "mixtral";
-  config->renormalize = -1;
+moe_status_t moe_layer_config_create(moe_layer_config_t** out) {
+  if (out == nullptr) return null_arg("moe_layer_config_create", "out");
+  *out = nullptr;
+  return guarded("moe_layer_config_create", [&] {
+    *out = new moe_layer_config();
+    return MOE_OK;
+  });
+}
+
+void moe_layer_config_destroy(moe_layer_config_t* config) {
+  delete config;
+}
+
+}  // extern "C"
+
+namespace {
+
+// A setter: null checks, then `set` on a copy of the options, stored only when it succeeds (a rejected value
+// leaves the config unchanged).
+template <class Set>
+moe_status_t set_option(const char* where, moe_layer_config_t* config, Set&& set) {
+  if (config == nullptr) return null_arg(where, "config");
+  return guarded(where, [&] {
+    moe::api::LayerOptions o = config->options;
+    set(o);
+    config->options = std::move(o);
+    return MOE_OK;
+  });
+}
+
+template <class Set>
+moe_status_t set_name(const char* where, moe_layer_config_t* config, const char* value, Set&& set) {
+  if (value == nullptr) return null_arg(where, "value");
+  return set_option(where, config, [&](moe::api::LayerOptions& o) { set(o, std::string(value)); });
+}
+
+}  // namespace
+
+extern "C" {
+
+moe_status_t moe_layer_config_set_preset(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_preset", c, v,
+                  [](auto& o, const std::string& s) { o.set_preset(s); });
+}
+moe_status_t moe_layer_config_set_router(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_router", c, v,
+                  [](auto& o, const std::string& s) { o.set_router(s); });
+}
+moe_status_t moe_layer_config_set_top_k(moe_layer_config_t* c, int32_t v) {
+  return set_option("moe_layer_config_set_top_k", c, [&](auto& o) { o.set_top_k(v); });
+}
+moe_status_t moe_layer_config_set_renormalize(moe_layer_config_t* c, int32_t v) {
+  return set_option("moe_layer_config_set_renormalize", c, [&](auto& o) { o.set_renormalize(v); });
+}
+moe_status_t moe_layer_config_set_groups(moe_layer_config_t* c, int32_t groups, int32_t kept) {
+  return set_option("moe_layer_config_set_groups", c, [&](auto& o) {
+    o.set_num_groups(groups);
+    o.set_topk_groups(kept);
+    if (kept > groups) {
+      throw std::invalid_argument("topk_groups (" + std::to_string(kept) + ") exceeds num_groups (" +
+                                  std::to_string(groups) + ")");
+    }
+  });
+}
+moe_status_t moe_layer_config_set_capacity_factor(moe_layer_config_t* c, double v) {
+  return set_option("moe_layer_config_set_capacity_factor", c, [&](auto& o) { o.set_capacity_factor(v); });
+}
+moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* c, int32_t v) {
+  return set_option("moe_layer_config_set_min_capacity", c, [&](auto& o) { o.set_min_capacity(v); });
+}
+moe_status_t moe_layer_config_set_scope(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_scope", c, v, [](auto& o, const std::string& s) { o.set_scope(s); });
+}
+moe_status_t moe_layer_config_set_priority(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_priority", c, v,
+                  [](auto& o, const std::string& s) { o.set_priority(s); });
+}
+moe_status_t moe_layer_config_set_overflow(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_overflow", c, v,
+                  [](auto& o, const std::string& s) { o.set_overflow(s); });
+}
+moe_status_t moe_layer_config_set_reroute_depth(moe_layer_config_t* c, int32_t v) {
+  return set_option("moe_layer_config_set_reroute_depth", c, [&](auto& o) { o.set_reroute_depth(v); });
+}
+moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_kernel", c, v,
+                  [](auto& o, const std::string& s) { o.set_kernel(s); });
+}
+moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* c, int32_t v) {
+  return set_option("moe_layer_config_set_num_threads", c, [&](auto& o) { o.set_num_threads(v); });
+}
+moe_status_t moe_layer_config_set_max_tokens(moe_layer_config_t* c, int32_t v) {
+  return set_option("moe_layer_config_set_max_tokens", c, [&](auto& o) { o.set_max_tokens(v); });
+}
+moe_status_t moe_layer_config_set_device(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_device", c, v,
+                  [](auto& o, const std::string& s) { o.set_device(s); });
 }
 
 moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
@@ -250,27 +347,11 @@ moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_conf
   if (out == nullptr) return null_arg(kWhere, "out");
   *out = nullptr;
   if (weights == nullptr) return null_arg(kWhere, "weights");
-  return guarded(kWhere, false, [&] {
-    moe_layer_config_t c;
-    moe_layer_config_init(&c);
-    if (config != nullptr) c = *config;
-    moe::api::LayerOptions o;
-    o.preset = c.preset ? c.preset : "";
-    o.router = c.router ? c.router : "";
-    o.top_k = c.top_k;
-    o.renormalize = c.renormalize;
-    o.num_groups = c.num_groups;
-    o.topk_groups = c.topk_groups;
-    o.capacity_factor = c.capacity_factor;
-    o.scope = c.scope ? c.scope : "";
-    o.priority = c.priority ? c.priority : "";
-    o.overflow = c.overflow ? c.overflow : "";
-    o.kernel = c.kernel ? c.kernel : "";
-    o.num_threads = c.num_threads;
-    o.max_tokens = c.max_tokens;
+  return guarded(kWhere, [&] {
+    const moe::api::LayerOptions o = config ? config->options : moe::api::LayerOptions{};
     auto handle = std::make_unique<moe_layer>();
-    handle->layer = moe::api::make_backend_layer(
-        c.device ? c.device : "", moe::api::make_config(o, *weights->weights), weights->weights);
+    handle->layer =
+        moe::api::make_layer(o.device, moe::api::make_config(o, *weights->weights), weights->weights);
     handle->meta.reserve(handle->layer->config().max_tokens);
     handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
     *out = handle.release();
@@ -290,29 +371,47 @@ moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* 
   return MOE_OK;
 }
 
-moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out) {
-  if (out == nullptr) return null_arg("moe_causal_state_create", "out");
+moe_status_t moe_routing_state_create(const moe_layer_t* layer, moe_routing_state_t** out) {
+  if (out == nullptr) return null_arg("moe_routing_state_create", "out");
   *out = nullptr;
-  if (layer == nullptr) return null_arg("moe_causal_state_create", "layer");
-  return guarded("moe_causal_state_create", false, [&] {
-    *out = new moe_causal_state(layer->layer->num_experts());
+  if (layer == nullptr) return null_arg("moe_routing_state_create", "layer");
+  return guarded("moe_routing_state_create", [&] {
+    *out = new moe_routing_state(layer->layer->num_experts(), layer->layer->top_k());
     return MOE_OK;
   });
 }
 
-moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id) {
-  if (state == nullptr) return null_arg("moe_causal_state_release", "state");
-  state->state.release(request_id);
+moe_status_t moe_routing_state_admit(moe_routing_state_t* state, uint64_t request_id,
+                                     uint32_t prompt_length) {
+  if (state == nullptr) return null_arg("moe_routing_state_admit", "state");
+  return guarded("moe_routing_state_admit", [&] {
+    state->state.admit(request_id, prompt_length);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_release(moe_routing_state_t* state, uint64_t request_id) {
+  if (state == nullptr) return null_arg("moe_routing_state_release", "state");
+  return guarded("moe_routing_state_release", [&] {
+    state->state.release(request_id);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_num_requests(const moe_routing_state_t* state, int64_t* out) {
+  if (state == nullptr) return null_arg("moe_routing_state_num_requests", "state");
+  if (out == nullptr) return null_arg("moe_routing_state_num_requests", "out");
+  *out = static_cast<int64_t>(state->state.num_requests());
   return MOE_OK;
 }
 
-void moe_causal_state_destroy(moe_causal_state_t* state) {
+void moe_routing_state_destroy(moe_routing_state_t* state) {
   delete state;
 }
 
 moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,
                                const uint64_t* request_ids, const uint32_t* positions, float* y,
-                               moe_causal_state_t* state) {
+                               moe_routing_state_t* state) {
   static constexpr const char* kWhere = "moe_layer_forward";
   if (layer == nullptr) return null_arg(kWhere, "layer");
   if (num_tokens < 0 || num_tokens > INT32_MAX) {
@@ -330,13 +429,7 @@ moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_t
     if (request_ids == nullptr) return null_arg(kWhere, "request_ids");
     if (positions == nullptr) return null_arg(kWhere, "positions");
   }
-  if (state != nullptr && state->state.num_experts() != layer->layer->num_experts()) {
-    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": the causal state is for " +
-                                               std::to_string(state->state.num_experts()) +
-                                               " experts but the layer has " +
-                                               std::to_string(layer->layer->num_experts()));
-  }
-  return guarded(kWhere, false, [&] {
+  return guarded(kWhere, [&] {
     layer->meta.resize(static_cast<size_t>(num_tokens));
     for (int64_t t = 0; t < num_tokens; ++t) layer->meta[t] = moe::TokenMeta{request_ids[t], positions[t]};
     layer->layer->forward(x, static_cast<int>(num_tokens), layer->meta, y, state ? &state->state : nullptr,
@@ -400,7 +493,7 @@ moe_status_t moe_layer_fingerprint(const moe_layer_t* layer, char* buffer, size_
                                    size_t* required) {
   static constexpr const char* kWhere = "moe_layer_fingerprint";
   if (layer == nullptr) return null_arg(kWhere, "layer");
-  return guarded(kWhere, false, [&] {
+  return guarded(kWhere, [&] {
     const std::string json = layer->layer->fingerprint().to_json();
     const size_t need = json.size() + 1;
     if (required != nullptr) *required = need;

@@ -13,7 +13,7 @@
  *     matching *_destroy function (which accepts NULL). Input buffers stay owned by the caller and are
  *     read during the call only, unless a function says it keeps them.
  *   - Threading: functions on different handles may run concurrently. A moe_weights_t is immutable and
- *     may be shared by any number of layers and threads. A moe_layer_t and a moe_causal_state_t serve
+ *     may be shared by any number of layers and threads. A moe_layer_t and a moe_routing_state_t serve
  *     one thread at a time (the layer's forward is not reentrant; the layer runs its own worker threads
  *     inside a call).
  *   - Shapes are row-major and contiguous. Sizes are counts of elements, not bytes, unless named *_bytes.
@@ -121,11 +121,10 @@ typedef struct {
   const float* shared_expert_gate;
 } moe_weight_buffers_t;
 
-/* Weights from caller buffers. The buffers are COPIED during the call: the caller may free or change them as
- * soon as it returns. Errors: MOE_INVALID_ARGUMENT for a null pointer where a buffer is required, a buffer
- * given where the shape has no such tensor, or an invalid shape; MOE_IO_ERROR if the staging copy cannot be
- * written (NOTES: the copy is staged through a temporary file in $TMPDIR or /tmp, removed before the call
- * returns). */
+/* Weights from caller buffers. The buffers are COPIED during the call (memory to memory; no file is
+ * involved): the caller may free or change them as soon as it returns. Errors: MOE_INVALID_ARGUMENT for a
+ * null pointer where a buffer is required, a buffer given where the shape has no such tensor, or an invalid
+ * shape; MOE_OUT_OF_MEMORY if the copy cannot be allocated. */
 moe_status_t moe_weights_from_buffers(const moe_layer_shape_t* shape, const moe_weight_buffers_t* buffers,
                                       moe_weights_t** out);
 
@@ -143,54 +142,66 @@ void moe_weights_destroy(moe_weights_t* weights);
 
 typedef struct moe_layer moe_layer_t;
 
-/* How a layer routes and computes. Initialise with moe_layer_config_init(), then change fields; a field
- * left at its "keep" value (NULL, 0, -1 as listed) takes the preset's or the router's value.
- *   preset           "deterministic" (request-scoped capacity, request priority, drop, invariant
- *                    kernels) or "greedy" (batch-scoped capacity, arrival priority, drop, fast kernels).
- *                    NULL: "deterministic".
- *   router           the routing rules of an architecture: "mixtral" (softmax, top-2, renormalised),
- *                    "qwen2-moe" (softmax, top-4, not renormalised), "deepseek-v3" (sigmoid + bias,
- *                    groups, scaling 2.5), "olmoe", or the router preset "switch". NULL: "mixtral".
- *                    num_experts always comes from the weights.
- *   top_k            0: the router's (capped at num_experts); else 1..num_experts
- *   renormalize      -1: the router's; 0 or 1: renormalise the k weights to sum 1
- *   num_groups       0: the router's (DeepSeek-V3 group-limited choice; must divide num_experts)
- *   topk_groups      0: the router's
- *   capacity_factor  <= 0: the preset's (1.25)
- *   scope            NULL or "batch" | "request" | "causal" | "none" (none = dropless)
- *   priority         NULL or "arrival" | "request" | "score" | "random"
- *   overflow         NULL or "drop" | "reroute"
- *   kernel           NULL or "invariant" | "fast" (experts and router gate)
- *   num_threads      0: 1 thread (the calling one); else the threads used inside a forward pass
- *   max_tokens       0: 256. The workspace is sized for batches of this many rows at creation; a larger
- *                    batch grows it once.
- *   device           NULL or "cpu"; "cuda" or "cuda:N": the same layer on CUDA device N (builds with CUDA;
- *                    host arrays in and out, one synchronisation per forward; docs/cuda.md). No usable
- *                    device: MOE_RUNTIME_ERROR naming the reason. num_threads is then ignored. */
-typedef struct {
-  const char* preset;
-  const char* router;
-  int32_t top_k;
-  int32_t renormalize;
-  int32_t num_groups;
-  int32_t topk_groups;
-  double capacity_factor;
-  const char* scope;
-  const char* priority;
-  const char* overflow;
-  const char* kernel;
-  int32_t num_threads;
-  int32_t max_tokens;
-  const char* device;
-} moe_layer_config_t;
+/* How a layer routes and computes: an opaque configuration, built with moe_layer_config_create() and
+ * changed with the setters below (leveldb's C API style), so that new options never change a struct layout.
+ * An option that was never set takes the preset's or the router's value. Each setter checks its value at once
+ * (an unknown name, a value out of range: MOE_INVALID_ARGUMENT naming it, the config unchanged); what depends
+ * on the weights (top_k against num_experts, groups that divide it) is checked by moe_layer_create.
+ * A config is not tied to any layer: it may be reused for several layers and destroyed right after creating
+ * them. One thread at a time per config. */
+typedef struct moe_layer_config moe_layer_config_t;
 
-/* Fills `config` with the "keep" values above (the deterministic preset with the mixtral router). NULL is
- * ignored. */
-void moe_layer_config_init(moe_layer_config_t* config);
+/* A new config: the "deterministic" preset with the "mixtral" router. Errors: MOE_INVALID_ARGUMENT for a
+ * null `out`, MOE_OUT_OF_MEMORY. */
+moe_status_t moe_layer_config_create(moe_layer_config_t** out);
+/* NULL is ignored. */
+void moe_layer_config_destroy(moe_layer_config_t* config);
 
-/* A layer over `weights` (the layer keeps its own reference to them). config NULL: moe_layer_config_init's.
- * Errors: MOE_INVALID_ARGUMENT naming the bad field (unknown preset/router/scope, top_k above num_experts,
- * ...) or a config that does not fit the weights. */
+/* preset: "deterministic" (request-scoped capacity, request priority, drop, invariant kernels) or "greedy"
+ * (batch-scoped capacity, arrival priority, drop, fast kernels). Setting the preset keeps the options set
+ * explicitly (they apply on top of it). */
+moe_status_t moe_layer_config_set_preset(moe_layer_config_t* config, const char* preset);
+/* router: the routing rules of an architecture: "mixtral" (softmax, top-2, renormalised), "qwen2-moe"
+ * (softmax, top-4, not renormalised), "deepseek-v3" (sigmoid + bias, groups, scaling 2.5), "olmoe", or the
+ * router preset "switch". num_experts always comes from the weights. */
+moe_status_t moe_layer_config_set_router(moe_layer_config_t* config, const char* router);
+/* top_k: 1..num_experts (default: the router's, capped at num_experts). */
+moe_status_t moe_layer_config_set_top_k(moe_layer_config_t* config, int32_t top_k);
+/* renormalize: 0 or 1, renormalise the k weights to sum 1 (default: the router's). */
+moe_status_t moe_layer_config_set_renormalize(moe_layer_config_t* config, int32_t renormalize);
+/* Group-limited choice (DeepSeek-V3): num_groups >= 1 must divide num_experts; topk_groups in
+ * [1, num_groups]. */
+moe_status_t moe_layer_config_set_groups(moe_layer_config_t* config, int32_t num_groups, int32_t topk_groups);
+/* capacity_factor: finite and > 0 (default 1.25). */
+moe_status_t moe_layer_config_set_capacity_factor(moe_layer_config_t* config, double capacity_factor);
+/* min_capacity: >= 0, the least number of slots any pool offers (default 0). */
+moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* config, int32_t min_capacity);
+/* scope: "batch" | "request" | "causal" | "sequence" | "none" (none = dropless) (docs/routing.md). The
+ * "deterministic" preset is "sequence": it needs each request admitted into a moe_routing_state_t. */
+moe_status_t moe_layer_config_set_scope(moe_layer_config_t* config, const char* scope);
+/* priority: "arrival" | "request" | "score" | "random". */
+moe_status_t moe_layer_config_set_priority(moe_layer_config_t* config, const char* priority);
+/* overflow: "drop" | "reroute"; reroute_depth >= 1 ranks beyond top_k an overflowing pair may try
+ * (default 1). */
+moe_status_t moe_layer_config_set_overflow(moe_layer_config_t* config, const char* overflow);
+moe_status_t moe_layer_config_set_reroute_depth(moe_layer_config_t* config, int32_t reroute_depth);
+/* kernel: "invariant" | "fast", for the experts and the router gate. */
+moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* config, const char* kernel);
+/* num_threads: >= 1, the threads used inside a forward pass (default 1: the calling thread). */
+moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* config, int32_t num_threads);
+/* max_tokens: >= 1. The workspace is sized for batches of this many rows at creation (default 256); a larger
+ * batch grows it once. */
+moe_status_t moe_layer_config_set_max_tokens(moe_layer_config_t* config, int32_t max_tokens);
+/* device: "cpu" (default); "cuda" or "cuda:N": the same layer on CUDA device N (builds with CUDA; host arrays
+ * in and out, one synchronisation per forward; docs/cuda.md). No usable device is reported by
+ * moe_layer_create (MOE_RUNTIME_ERROR naming the reason); a build without CUDA rejects "cuda" here.
+ * num_threads is then ignored. */
+moe_status_t moe_layer_config_set_device(moe_layer_config_t* config, const char* device);
+
+/* A layer over `weights` (the layer keeps its own reference to them). config NULL: the defaults of
+ * moe_layer_config_create. Errors: MOE_INVALID_ARGUMENT for a config that does not fit the weights (top_k
+ * above num_experts, groups that do not divide it, ...); MOE_RUNTIME_ERROR for a CUDA device that is not
+ * usable. */
 moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
                               moe_layer_t** out);
 
@@ -200,36 +211,54 @@ void moe_layer_destroy(moe_layer_t* layer);
 /* The layer's hidden size, experts and top-k. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
 moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* num_experts, int32_t* top_k);
 
-/* Per-request routing state for causal capacity (scope "causal"): slot counts that carry across forward
- * passes, so a request's routing depends only on its own prefix however the prompt is chunked. One state per
- * stream of forward calls; not thread-safe. Ignored by the other scopes. */
-typedef struct moe_causal_state moe_causal_state_t;
+/* Per-request routing state of one layer: what scopes "sequence" and "causal" carry across forward passes,
+ * so that a request's routing depends only on the request itself however its prompt is chunked and whoever
+ * shares its batches. The request lifecycle of a serving engine:
+ *   moe_routing_state_admit(state, id, prompt_length)   before the request's first forward pass
+ *   moe_layer_forward(..., state)                        prompt chunks of any size, then decode rows
+ *   moe_routing_state_release(state, id)                 when the request finishes
+ * Scope "sequence" (the deterministic preset) needs every request admitted; "causal" creates a request at
+ * its first forward pass (admitting it is allowed). Other scopes ignore the state. One state per layer (a
+ * model keeps one per MoE layer), used by one thread at a time. */
+typedef struct moe_routing_state moe_routing_state_t;
 
-/* A new, empty state sized for `layer`'s experts (usable with any layer of the same expert count); the caller
- * owns it (moe_causal_state_destroy). Errors: MOE_INVALID_ARGUMENT for a null pointer. */
-moe_status_t moe_causal_state_create(const moe_layer_t* layer, moe_causal_state_t** out);
-/* Forgets a finished request (unknown ids are ignored). Errors: MOE_INVALID_ARGUMENT for a null state. */
-moe_status_t moe_causal_state_release(moe_causal_state_t* state, uint64_t request_id);
+/* A new, empty state for `layer`'s shape (num_experts, top_k): forwarding it through a layer of another
+ * shape is MOE_INVALID_ARGUMENT. The caller owns it (moe_routing_state_destroy). Errors:
+ * MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_routing_state_create(const moe_layer_t* layer, moe_routing_state_t** out);
+/* Admits a request that will send `prompt_length` prompt tokens (positions 0 .. prompt_length - 1, in
+ * chunks of any size) and then decode. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state,
+ * prompt_length 0, or a request the state already holds. */
+moe_status_t moe_routing_state_admit(moe_routing_state_t* state, uint64_t request_id, uint32_t prompt_length);
+/* Forgets a finished request. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state or a
+ * request the state does not hold. */
+moe_status_t moe_routing_state_release(moe_routing_state_t* state, uint64_t request_id);
+/* The number of requests the state holds. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_routing_state_num_requests(const moe_routing_state_t* state, int64_t* out);
 /* NULL is ignored. */
-void moe_causal_state_destroy(moe_causal_state_t* state);
+void moe_routing_state_destroy(moe_routing_state_t* state);
 
 /* One forward pass over num_tokens rows.
  *   x            [num_tokens, hidden] fp32, caller-owned, read only
  *   hidden       the row length of x and y; must equal the layer's hidden size
  *   request_ids  [num_tokens] the request each row belongs to
  *   positions    [num_tokens] each row's index within its request; (request_id, position) pairs must be
- *                distinct within a batch (and, under causal scope, continue the state's positions)
+ *                distinct within a batch (and, under sequence and causal scopes with a state, continue each
+ *                request's positions where its previous forward pass left them)
  *   y            [num_tokens, hidden] fp32, caller-owned, overwritten; must not overlap x
- *   state        NULL, or the causal state to read and advance (causal scope)
+ *   state        the routing state to read and advance (sequence and causal scopes), or NULL: then every
+ *                request starts at position 0 and, under sequence scope, its rows in this call are its whole
+ *                prompt
  * num_tokens may be 0 (nothing is written; pointers may then be NULL).
  * Errors: MOE_INVALID_ARGUMENT for a null pointer with rows, hidden that does not match the layer, negative
  * num_tokens, a row of x whose router logits are all non-finite (NaN/inf in x; the message names the row),
- * duplicate (request_id, position) pairs, or causal positions out of sequence. On an error y and state are
+ * duplicate (request_id, position) pairs, positions that skip or go back, a request not admitted (sequence
+ * scope), or a state made for a layer of another shape. On an error y and state are
  * unchanged. Threading: one thread at a time per layer. Memory: allocation-free after the first call, for
  * batches up to the largest seen (or max_tokens). */
 moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,
                                const uint64_t* request_ids, const uint32_t* positions, float* y,
-                               moe_causal_state_t* state);
+                               moe_routing_state_t* state);
 
 /* The routing outcome of the last successful forward pass (all zero before the first). */
 typedef struct {

@@ -27,8 +27,8 @@ Checkpoint::Checkpoint(const std::filesystem::path& path) : path_(path) {
     } else if (std::filesystem::exists(path / kSingleName, ec)) {
       shards_.emplace_back(path / kSingleName);
     } else {
-      throw std::runtime_error("checkpoint directory " + path.string() + " has neither " + kIndexName +
-                               " nor " + kSingleName);
+      throw IoError("checkpoint directory " + path.string() + " has neither " + kIndexName + " nor " +
+                    kSingleName);
     }
   } else if (ends_with(path.filename().string(), ".json")) {
     open_index(path);
@@ -44,10 +44,10 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const std::filesystem::path& 
 void Checkpoint::open_index(const std::filesystem::path& index_path) {
   indexed_ = true;
   std::ifstream in(index_path, std::ios::binary);
-  if (!in) throw std::runtime_error("checkpoint index " + index_path.string() + ": cannot open");
+  if (!in) throw IoError("checkpoint index " + index_path.string() + ": cannot open");
   std::stringstream text;
   text << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("checkpoint index " + index_path.string() + ": read failed");
+  if (in.bad()) throw IoError("checkpoint index " + index_path.string() + ": read failed");
   json index;
   try {
     index = json::parse(text.str());
@@ -79,9 +79,9 @@ void Checkpoint::open_index(const std::filesystem::path& index_path) {
     const std::filesystem::path shard_path = dir / rel;
     std::error_code ec;
     if (!std::filesystem::exists(shard_path, ec)) {
-      throw std::runtime_error("checkpoint index " + index_path.string() + " names shard " +
-                               shard_path.string() + " (holding tensor '" + tensor_names.front() + "' and " +
-                               std::to_string(tensor_names.size() - 1) + " more), which is missing");
+      throw IoError("checkpoint index " + index_path.string() + " names shard " + shard_path.string() +
+                    " (holding tensor '" + tensor_names.front() + "' and " +
+                    std::to_string(tensor_names.size() - 1) + " more), which is missing");
     }
     shards_.emplace_back(shard_path);
     for (const auto& name : tensor_names) weight_map_.emplace(name, shards_.size() - 1);

@@ -20,10 +20,10 @@ namespace moe::io {
 // Every shard is mapped and its header validated when the Checkpoint is opened, so a missing or corrupt
 // shard is reported at once; mapping is lazy in the OS sense (pages are read when tensors are touched).
 //
-// Errors: std::runtime_error when a file cannot be opened, read or mapped (including a shard that the index
-// names but that does not exist, with the index, shard and one tensor it should hold in the message);
-// std::invalid_argument for malformed contents (index JSON, shard headers, a shard path that leaves the
-// checkpoint directory) and for a tensor the index lists but its shard lacks (reported by find/get).
+// Errors: io::IoError (moe/io/io_error.h) when a file cannot be opened, read or mapped (including a shard
+// that the index names but that does not exist, with the index, shard and one tensor it should hold in the
+// message); std::invalid_argument for malformed contents (index JSON, shard headers, a shard path that leaves
+// the checkpoint directory) and for a tensor the index lists but its shard lacks (reported by find/get).
 //
 // Thread safety: immutable after construction; every method may be called concurrently.
 // Ownership: movable, not copyable. TensorInfo pointers and data stay valid while the Checkpoint lives;

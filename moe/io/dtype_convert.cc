@@ -4,18 +4,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/bf16.h"
+
 namespace moe::io::internal {
-
-float bf16_to_f32(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-}
-
-uint16_t f32_to_bf16(float value) {
-  const uint32_t u = std::bit_cast<uint32_t>(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: quiet
-  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding_bias) >> 16);
-}
 
 float f16_to_f32(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
@@ -52,7 +43,7 @@ float load_as_f32(const std::byte* p, kernels::DType from) {
     case kernels::DType::kBF16: {
       uint16_t b;
       std::memcpy(&b, p, 2);
-      return bf16_to_f32(b);
+      return kernels::bf16_to_f32(b);
     }
     case kernels::DType::kF16: {
       uint16_t b;
@@ -80,7 +71,7 @@ void convert(const std::byte* src, kernels::DType from, std::byte* dst, kernels:
       return;
     case kernels::DType::kBF16:
       for (size_t i = 0; i < count; ++i) {
-        const uint16_t v = f32_to_bf16(load_as_f32(src + i * in, from));
+        const uint16_t v = kernels::f32_to_bf16(load_as_f32(src + i * in, from));
         std::memcpy(dst + i * 2, &v, 2);
       }
       return;

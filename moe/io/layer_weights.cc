@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/splitmix64.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/safetensors.h"
 
@@ -100,26 +101,12 @@ size_t checked_bytes(int64_t rows, int64_t cols, DType dtype) {
   return static_cast<size_t>(r * c * s);
 }
 
-// splitmix64 (Steele, Lea, Flood 2014): fixed arithmetic, the same stream on every platform.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-bound, bound): a 24-bit uniform in [0, 1) mapped in double (every step exact or correctly
-  // rounded IEEE arithmetic), then rounded once to float.
-  float uniform(double bound) {
-    const double u = static_cast<double>(next() >> 40) * 0x1p-24;
-    return static_cast<float>((2.0 * u - 1.0) * bound);
-  }
-
- private:
-  uint64_t state_;
-};
+// Uniform in [-bound, bound) from splitmix64 (base/splitmix64.h): a 24-bit uniform in [0, 1) mapped in
+// double (every step exact or correctly rounded IEEE arithmetic), then rounded once to float.
+float uniform_in(SplitMix64& rng, double bound) {
+  const double u = static_cast<double>(rng.next() >> 40) * 0x1p-24;
+  return static_cast<float>((2.0 * u - 1.0) * bound);
+}
 
 uint64_t stream_seed(uint64_t seed, const std::string& canonical_name) {
   return XXH3_64bits_withSeed(canonical_name.data(), canonical_name.size(), seed);
@@ -219,7 +206,7 @@ class LayerBuilder {
     std::vector<float> values(static_cast<size_t>(rows) * static_cast<size_t>(cols));
     SplitMix64 rng(stream_seed(seed, canonical));
     const double bound = 1.0 / std::sqrt(static_cast<double>(cols));
-    for (float& v : values) v = rng.uniform(bound);
+    for (float& v : values) v = uniform_in(rng, bound);
     return owned_matrix(reinterpret_cast<const std::byte*>(values.data()), DType::kF32, rows, cols, to);
   }
 
@@ -229,6 +216,20 @@ class LayerBuilder {
   void set_shared(ExpertTensors e) { w_.shared_ = e; }
   void set_shared_gate(MatrixView v) { w_.shared_gate_ = v; }
   void set_checkpoint(std::shared_ptr<const Checkpoint> c) { w_.checkpoint_ = std::move(c); }
+  void set_keep_alive(std::shared_ptr<const void> owner) { w_.keep_alive_ = std::move(owner); }
+
+  // A caller's matrix: borrowed as it is, or copied (and converted to `to`) row by row into an owned one.
+  MatrixView caller_matrix(const MatrixView& v, DType to, Ownership ownership) {
+    if (ownership == Ownership::kBorrow) return v;
+    std::byte* dst = alloc(checked_bytes(v.rows, v.cols, to));
+    const size_t in_row = static_cast<size_t>(v.row_stride) * kernels::dtype_size(v.dtype);
+    const size_t out_row = static_cast<size_t>(v.cols) * kernels::dtype_size(to);
+    for (int64_t r = 0; r < v.rows; ++r) {
+      internal::convert(static_cast<const std::byte*>(v.data) + static_cast<size_t>(r) * in_row, v.dtype,
+                        dst + static_cast<size_t>(r) * out_row, to, static_cast<size_t>(v.cols));
+    }
+    return MatrixView{dst, to, v.rows, v.cols, v.cols};
+  }
   void mark_zero_copy() { w_.zero_copy_ = true; }
 
  private:
@@ -393,6 +394,90 @@ LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architectu
   return std::move(b.weights());
 }
 
+namespace {
+
+// Checks one caller view: set, of dtype `dtype` (or any file dtype when `any_dtype`), [rows, cols], rows
+// `row_stride` >= cols apart.
+void check_view(const std::string& name, const MatrixView& v, int64_t rows, int64_t cols, DType dtype,
+                bool any_dtype) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("weights_from_views: " + name + ": " + what);
+  };
+  if (v.data == nullptr) fail("data is null");
+  if (v.rows != rows || v.cols != cols) {
+    fail("[" + std::to_string(v.rows) + ", " + std::to_string(v.cols) + "] but the shape needs [" +
+         std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  if (v.row_stride < v.cols) {
+    fail("row_stride " + std::to_string(v.row_stride) + " is below cols " + std::to_string(v.cols));
+  }
+  if (!any_dtype && v.dtype != dtype) {
+    fail("dtype " + std::string(kernels::to_string(v.dtype)) + " but " +
+         std::string(kernels::to_string(dtype)) + " is needed");
+  }
+}
+
+}  // namespace
+
+LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views, DType storage,
+                                Ownership ownership, std::shared_ptr<const void> keep_alive) {
+  shape.validate();
+  LayerBuilder b(shape, storage);  // rejects kF16 storage
+  const bool copy = ownership == Ownership::kCopy;
+  const int64_t d = shape.hidden, ff = shape.expert_ff, E = shape.num_experts;
+  auto fail = [](const std::string& what) { throw std::invalid_argument("weights_from_views: " + what); };
+
+  check_view("router_gate", views.router_gate, E, d, DType::kF32, false);
+  if (shape.score_bias != !views.score_bias.empty()) {
+    fail(shape.score_bias ? "score_bias is required (shape.score_bias is set)"
+                          : "score_bias given but shape.score_bias is not set");
+  }
+  if (shape.score_bias && static_cast<int64_t>(views.score_bias.size()) != E) {
+    fail("score_bias has " + std::to_string(views.score_bias.size()) + " values, the shape needs " +
+         std::to_string(E));
+  }
+  if (static_cast<int64_t>(views.experts.size()) != E) {
+    fail(std::to_string(views.experts.size()) + " experts given, the shape has " + std::to_string(E));
+  }
+  // The expert matrices share one dtype: the storage dtype when borrowed, any file dtype when copied.
+  const DType expert_dtype = views.experts.empty() ? storage : views.experts[0].gate_proj.dtype;
+  if (expert_dtype != DType::kF32 && expert_dtype != DType::kBF16 && !(copy && expert_dtype == DType::kF16)) {
+    fail("expert matrices must be f32 or bf16 (f16 only with Ownership::kCopy)");
+  }
+  const DType want = copy ? expert_dtype : storage;
+  auto check_ffn = [&](const std::string& name, const ExpertTensors& t, int64_t f) {
+    check_view(name + ".gate_proj", t.gate_proj, f, d, want, false);
+    check_view(name + ".up_proj", t.up_proj, f, d, want, false);
+    check_view(name + ".down_proj", t.down_proj, d, f, want, false);
+  };
+  for (int64_t e = 0; e < E; ++e) check_ffn("experts[" + std::to_string(e) + "]", views.experts[e], ff);
+  if ((shape.num_shared_experts > 0) != views.shared.has_value()) {
+    fail(shape.num_shared_experts > 0 ? "the shape has a shared expert but no shared views were given"
+                                      : "shared expert views given but shape.num_shared_experts is 0");
+  }
+  if (views.shared) check_ffn("shared", *views.shared, shape.shared_ff);
+  if (shape.shared_expert_gate != views.shared_gate.has_value()) {
+    fail(shape.shared_expert_gate ? "shared_gate is required (shape.shared_expert_gate is set)"
+                                  : "shared_gate given but shape.shared_expert_gate is not set");
+  }
+  if (views.shared_gate) check_view("shared_gate", *views.shared_gate, 1, d, DType::kF32, false);
+
+  // Everything checked: build.
+  b.set_keep_alive(std::move(keep_alive));
+  b.set_router_gate(b.caller_matrix(views.router_gate, DType::kF32, ownership));
+  if (shape.score_bias)
+    b.set_score_bias(std::vector<float>(views.score_bias.begin(), views.score_bias.end()));
+  auto ffn = [&](const ExpertTensors& t) {
+    return ExpertTensors{b.caller_matrix(t.gate_proj, storage, ownership),
+                         b.caller_matrix(t.up_proj, storage, ownership),
+                         b.caller_matrix(t.down_proj, storage, ownership)};
+  };
+  for (const ExpertTensors& t : views.experts) b.add_expert(ffn(t));
+  if (views.shared) b.set_shared(ffn(*views.shared));
+  if (views.shared_gate) b.set_shared_gate(b.caller_matrix(*views.shared_gate, DType::kF32, ownership));
+  return std::move(b.weights());
+}
+
 LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed) {
   shape.validate();
   LayerBuilder b(shape, storage);
@@ -401,7 +486,7 @@ LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed)
   if (shape.score_bias) {
     std::vector<float> bias(static_cast<size_t>(shape.num_experts));
     SplitMix64 rng(stream_seed(seed, "score_bias"));
-    for (float& v : bias) v = rng.uniform(0.05);
+    for (float& v : bias) v = uniform_in(rng, 0.05);
     b.set_score_bias(std::move(bias));
   }
   for (int e = 0; e < shape.num_experts; ++e) {

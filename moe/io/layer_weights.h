@@ -1,4 +1,5 @@
-// The weights of one MoE layer: loading from Hugging Face checkpoints, seeded random init, saving, hashing.
+// The weights of one MoE layer: loading from Hugging Face checkpoints, from caller memory, seeded random
+// init, saving, hashing.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
 #include "moe/io/checkpoint.h"
 
 namespace moe::io {
@@ -62,10 +63,11 @@ struct ExpertTensors {
 // The weights of one MoE layer, in one storage dtype (kF32 or kBF16) for the expert matrices; the router
 // gate, the selection bias and the shared-expert gate are always fp32.
 //
-// Ownership: a LayerWeights owns everything its views point to: either an owned buffer (converted or random
-// weights) or the mapped checkpoint, kept alive by a shared_ptr. Views stay valid while the LayerWeights
-// lives, including after it is moved (moving does not relocate the storage). Movable, not copyable. Thread
-// safety: immutable once built; all const methods may be called concurrently.
+// Ownership: a LayerWeights owns everything its views point to - an owned buffer (converted, copied or random
+// weights), the mapped checkpoint, or a caller's keep-alive handle - with one exception: weights_from_views
+// with Ownership::kBorrow and no keep-alive point into memory the caller keeps alive. Views stay valid while
+// the LayerWeights lives, including after it is moved (moving does not relocate the storage). Movable, not
+// copyable. Thread safety: immutable once built; all const methods may be called concurrently.
 class LayerWeights {
  public:
   LayerWeights() = default;
@@ -103,6 +105,7 @@ class LayerWeights {
 
   LayerShape shape_;
   kernels::DType storage_ = kernels::DType::kF32;
+  std::shared_ptr<const void> keep_alive_;  // a borrower's owner (weights_from_views), or null
   kernels::MatrixView router_gate_;
   std::vector<float> score_bias_;
   std::vector<ExpertTensors> experts_;
@@ -137,6 +140,38 @@ class LayerWeights {
 LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch, int layer_index,
                         const LayerShape& expected, std::optional<kernels::DType> storage = std::nullopt);
 
+// One layer's tensors in caller memory (host), nn.Linear layout, any row stride >= cols:
+//   router_gate  [num_experts, hidden], fp32
+//   score_bias   num_experts fp32 values iff shape.score_bias, else empty
+//   experts      num_experts entries: gate_proj, up_proj [expert_ff, hidden], down_proj [hidden, expert_ff]
+//   shared       the (fused) shared expert iff shape.num_shared_experts > 0: [shared_ff, hidden] x 2,
+//                [hidden, shared_ff]
+//   shared_gate  [1, hidden], fp32, iff shape.shared_expert_gate
+// Every expert and shared matrix has the same dtype, kF32 or kBF16 (kF16 views are accepted with kCopy and
+// converted).
+struct LayerViews {
+  kernels::MatrixView router_gate;
+  std::span<const float> score_bias;
+  std::vector<ExpertTensors> experts;
+  std::optional<ExpertTensors> shared;
+  std::optional<kernels::MatrixView> shared_gate;
+};
+
+// What weights_from_views does with the caller's memory.
+//   kCopy    copies (converting the expert matrices to `storage`) into buffers the LayerWeights owns; the
+//            caller may free or change its memory as soon as the call returns.
+//   kBorrow  keeps the caller's views, no copy: the memory must stay alive and unchanged while the weights
+//            (and every layer built on them) live - `keep_alive` (if not null) is held until then, e.g. the
+//            owner of the arrays. The views' dtype must equal `storage`; the score bias is always copied.
+enum class Ownership { kCopy, kBorrow };
+
+// Weights from caller memory: no file is involved. Checks every view against `shape` (data set, dtype, rows,
+// cols, row_stride >= cols) and throws std::invalid_argument naming the tensor ("experts[3].up_proj: [512,
+// 256] but the shape needs [384, 256]") for a missing, superfluous or mis-shaped view, an invalid shape, or
+// kF16 storage. The result's content_hash equals that of the same values loaded from a file.
+LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views, kernels::DType storage,
+                                Ownership ownership, std::shared_ptr<const void> keep_alive = nullptr);
+
 // Seeded random weights, the same bits for the same (shape, storage, seed) on every machine and compiler.
 // Each tensor draws from its own splitmix64 stream keyed by (seed, canonical tensor name), so adding experts
 // leaves the existing ones unchanged. Values are uniform in [-1/sqrt(in), 1/sqrt(in)) like nn.Linear's
@@ -148,7 +183,7 @@ LayerWeights random_layer(const LayerShape& shape, kernels::DType storage, uint6
 // Writes `weights` as layer `layer_index` of `arch` into a safetensors file at `path`, with the names
 // load_layer reads (expert matrices in the storage dtype; router gate, bias and shared gate in F32), so that
 // load_layer(Checkpoint(path), arch, layer_index, weights.shape(), weights.storage()) gives back the same
-// content_hash. Throws std::invalid_argument if the shape does not fit `arch`, std::runtime_error on I/O.
+// content_hash. Throws std::invalid_argument if the shape does not fit `arch`, io::IoError on I/O.
 void save_layer(const LayerWeights& weights, Architecture arch, int layer_index,
                 const std::filesystem::path& path);
 

@@ -70,7 +70,7 @@ std::optional<uint64_t> element_count(const std::vector<int64_t>& shape) {
 }
 
 [[noreturn]] void os_error(const std::filesystem::path& path, const std::string& what, int err) {
-  throw std::runtime_error("safetensors file " + path.string() + ": " + what + ": " + std::strerror(err));
+  throw IoError("safetensors file " + path.string() + ": " + what + ": " + std::strerror(err));
 }
 
 uint64_t read_u64_le(const std::byte* p) {
@@ -340,8 +340,7 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   tmp += ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw std::runtime_error(where + ": cannot create " + tmp.string() + ": " + std::strerror(errno));
+    if (!out) throw IoError(where + ": cannot create " + tmp.string() + ": " + std::strerror(errno));
     const uint64_t header_len = header_text.size();
     out.write(reinterpret_cast<const char*>(&header_len), sizeof(header_len));
     out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
@@ -350,13 +349,13 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
       out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     }
     out.flush();
-    if (!out) throw std::runtime_error(where + ": write to " + tmp.string() + " failed");
+    if (!out) throw IoError(where + ": write to " + tmp.string() + " failed");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
-    throw std::runtime_error(where + ": cannot rename " + tmp.string() + ": " + ec.message());
+    throw IoError(where + ": cannot rename " + tmp.string() + ": " + ec.message());
   }
 }
 

@@ -5,7 +5,7 @@
 // relative to the start of the data area), plus an optional "__metadata__" object of string values.
 //
 // Errors (the message names the file, the tensor and what was expected against what was found):
-//   std::runtime_error      the operating system failed: open, stat, mmap, write, rename.
+//   io::IoError             the operating system failed: open, stat, mmap, write, rename (io_error.h).
 //   std::invalid_argument   the contents are wrong: header length beyond the file, malformed JSON, offsets
 //   out of
 //                           the data area, byte count that does not match shape x dtype, an unknown or
@@ -24,7 +24,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
+#include "kernels/tensor.h"
+#include "moe/io/io_error.h"
 
 namespace moe::io {
 
@@ -55,7 +56,7 @@ std::string_view safetensors_dtype_name(kernels::DType dtype);
 // The file must not be truncated by another process while mapped (the OS would raise SIGBUS).
 class SafetensorsFile {
  public:
-  // Maps and validates `path`. Throws std::runtime_error if the file cannot be opened or mapped,
+  // Maps and validates `path`. Throws io::IoError if the file cannot be opened or mapped,
   // std::invalid_argument if its contents are malformed.
   explicit SafetensorsFile(const std::filesystem::path& path);
   ~SafetensorsFile();
@@ -118,7 +119,7 @@ struct TensorToWrite {
 // that every tensor is aligned to its element size. The file is written to `path` + ".tmp" and renamed, so a
 // reader never sees a half-written file.
 // Throws std::invalid_argument for an empty or duplicate name, a negative dimension, a name "__metadata__",
-// or a payload whose size does not match shape x element size (for known dtypes); std::runtime_error if
+// or a payload whose size does not match shape x element size (for known dtypes); io::IoError if
 // writing fails.
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});

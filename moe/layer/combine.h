@@ -8,8 +8,7 @@
 
 namespace moe {
 
-// out[i] = sum_{j < top_k, status[j] != kDropped} weight[j] * rows[j][i], summed in ascending j starting from
-// 0.0f,
+// out[i] = sum_{j < top_k, status[j] != kDropped} weight[j] * rows[j][i], summed in ascending j from 0.0f,
 //          then + shared_scale * shared[i] when shared != nullptr.
 // rows[j] is the expert output for pair j (ignored when dropped). Every output element is computed with this
 // one fixed order, so a row's bits depend only on its inputs: not on where the expert rows live (a local

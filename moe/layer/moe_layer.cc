@@ -9,6 +9,7 @@
 
 #include "moe/layer/combine.h"
 #include "moe/layer/expert_schedule.h"
+#include "router/rules/capacity.h"
 
 namespace moe {
 namespace {
@@ -25,8 +26,7 @@ MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights
       hidden_(weights_->shape().hidden),
       pool_(config_.num_threads),
       router_(config_.router,
-              DispatchPlanner(config_.router.num_experts, config_.router.top_k, config_.policy)
-                  .num_ranked_needed()),
+              rules::num_ranked_needed(config_.policy, config_.router.num_experts, config_.router.top_k)),
       planner_(config_.router.num_experts, config_.router.top_k, config_.policy) {
   for (const io::ExpertTensors& t : weights_->experts()) {
     experts_.push_back(expert_ffn_weights(t, config_.activation));
@@ -79,7 +79,7 @@ size_t MoELayer::workspace_bytes() const {
 }
 
 void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
-                       CausalRoutingState* state, MoEStats* stats) {
+                       RoutingState* state, MoEStats* stats) {
   check_forward_args(x, num_tokens, meta, y, hidden_);
   ensure_workspace(num_tokens);
 

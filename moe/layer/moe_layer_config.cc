@@ -39,6 +39,19 @@ RouterConfig MoELayerConfig::router_for(io::Architecture arch) {
   throw std::invalid_argument("moe layer config: unknown architecture");
 }
 
+RouterConfig MoELayerConfig::router_named(std::string_view name) {
+  try {
+    return router_for(io::parse_architecture(name));
+  } catch (const std::invalid_argument&) {
+  }
+  try {
+    return RouterConfig::preset(name);
+  } catch (const std::invalid_argument&) {
+  }
+  throw std::invalid_argument("unknown router '" + std::string(name) +
+                              "' (known: mixtral, qwen2-moe, deepseek-v3, olmoe, switch)");
+}
+
 MoELayerConfig MoELayerConfig::preset(std::string_view preset_name, io::Architecture arch) {
   MoELayerConfig c;
   c.router = router_for(arch);

@@ -40,6 +40,9 @@ struct MoELayerConfig {
   static MoELayerConfig preset(std::string_view preset_name, io::Architecture arch);
   // The router preset an architecture uses (OLMoE: softmax top-8 of 64, no renormalisation).
   static RouterConfig router_for(io::Architecture arch);
+  // The router a name means: an architecture's (router_for: "mixtral", "qwen2-moe", "deepseek-v3", "olmoe")
+  // or a router preset's (RouterConfig::preset: also "switch"). Throws std::invalid_argument listing both.
+  static RouterConfig router_named(std::string_view name);
   static const std::vector<std::string>& preset_names();
 
   // This config made to fit `weights`: validated, the expert count checked against the weights, and the

@@ -34,20 +34,37 @@ Model::Model(std::shared_ptr<const ModelWeights> weights, ModelOptions options)
   const MoELayerConfig layer_config = options_.layer_config(s);
   for (int l = 0; l < s.num_layers; ++l) {
     layers_.push_back(std::make_unique<MoELayer>(layer_config, weights_->layers[l].moe));
-    causal_.emplace_back(s.num_experts);
+    routing_.emplace_back(s.num_experts, s.top_k);
   }
 }
 
 Model::~Model() = default;
 
+void Model::admit(uint64_t request_id, uint32_t prompt_length) {
+  if (prompt_length == 0) {
+    throw std::invalid_argument("Model::admit: request " + std::to_string(request_id) +
+                                ": prompt_length must be >= 1");
+  }
+  if (is_live(request_id)) {
+    throw std::invalid_argument("Model::admit: request " + std::to_string(request_id) +
+                                " is already live (release it first)");
+  }
+  for (auto& state : routing_) state.admit(request_id, prompt_length);
+  caches_.try_emplace(request_id);
+}
+
 void Model::release(uint64_t request_id) {
-  caches_.erase(request_id);
-  for (auto& c : causal_) c.release(request_id);
+  if (caches_.erase(request_id) == 0) {
+    throw std::invalid_argument("Model::release: request " + std::to_string(request_id) +
+                                " is not live (never admitted or forwarded, or already released)");
+  }
+  // Causal scope creates a layer's state at the request's first forward pass: it may be missing.
+  for (auto& state : routing_) state.release_if_held(request_id);
 }
 
 void Model::clear() {
   caches_.clear();
-  for (auto& c : causal_) c.clear();
+  for (auto& state : routing_) state.clear();
 }
 
 uint32_t Model::cache_length(uint64_t request_id) const {
@@ -87,7 +104,15 @@ void Model::validate_rows(std::span<const BatchRow> rows) const {
                                   std::to_string(s.max_positions) + ")");
     }
     auto it = next.find(row.request_id);
-    if (it == next.end()) it = next.emplace(row.request_id, cache_length(row.request_id)).first;
+    if (it == next.end()) {
+      if (options_.policy.scope == CapacityScope::kSequence && !is_live(row.request_id)) {
+        throw std::invalid_argument("Model::forward: row " + std::to_string(r) + ": request " +
+                                    std::to_string(row.request_id) +
+                                    " was not admitted (sequence scope needs Model::admit with its prompt "
+                                    "length before its first forward pass)");
+      }
+      it = next.emplace(row.request_id, cache_length(row.request_id)).first;
+    }
     if (row.position != it->second) {
       throw std::invalid_argument(
           "Model::forward: row " + std::to_string(r) + " of request " + std::to_string(row.request_id) +
@@ -124,7 +149,7 @@ void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_
                 sizeof(float) * d);
   }
   if (scores_.size() < max_keys) scores_.resize(max_keys);
-  const bool causal = options_.policy.scope == CapacityScope::kCausal;
+  const bool stateful = rules::carries_routing_state(options_.policy);
   if (stats) {
     stats->dropped_pairs.assign(num_rows, 0);
     stats->layers.resize(s.num_layers);
@@ -159,7 +184,7 @@ void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_
     for (int r = 0; r < num_rows; ++r) {
       rms_norm(h_.data() + r * d, b.moe_norm.data(), d, s.rms_eps, norm_.data() + r * d);
     }
-    layers_[l]->forward(norm_.data(), num_rows, meta_, moe_out_.data(), causal ? &causal_[l] : nullptr,
+    layers_[l]->forward(norm_.data(), num_rows, meta_, moe_out_.data(), stateful ? &routing_[l] : nullptr,
                         stats ? &stats->layers[l] : nullptr);
     for (size_t i = 0; i < nd; ++i) h_[i] += moe_out_[i];
     if (stats) {
@@ -196,10 +221,11 @@ std::vector<int32_t> Model::generate(uint64_t request_id, std::span<const int32_
   if (num_new_tokens < 0 || chunk < 0) {
     throw std::invalid_argument("Model::generate: num_new_tokens and chunk must be >= 0");
   }
-  if (cache_length(request_id) != 0) {
+  if (is_live(request_id)) {
     throw std::invalid_argument("Model::generate: request " + std::to_string(request_id) +
                                 " is already live");
   }
+  admit(request_id, static_cast<uint32_t>(prompt.size()));
   std::vector<int32_t> out;
   std::vector<int32_t> logit_rows;
   std::vector<float> logits;

@@ -21,7 +21,7 @@
 #include "moe/layer/moe_layer.h"
 #include "moe/model/model_config.h"
 #include "moe/model/model_weights.h"
-#include "router/causal_state.h"
+#include "router/routing_state.h"
 
 namespace moe::model {
 
@@ -54,21 +54,32 @@ class Model {
   // vocab_size logits. A request's rows must carry consecutive positions starting at its cache length (0
   // for a new request) and appear in ascending position order; tokens must lie in [0, vocab_size) and
   // positions below max_positions. Rows are passed to the MoE layers in this order with TokenMeta
-  // (request_id, position), and one CausalRoutingState per layer under causal scope.
-  // Errors: std::invalid_argument (nothing is changed) for an empty batch, a bad token or position.
+  // (request_id, position), and one RoutingState per layer under causal and sequence scopes. Under
+  // sequence scope (the default "stable" policy) every request must be admitted first.
+  // Errors: std::invalid_argument (nothing is changed) for an empty batch, a bad token or position, a
+  // request not admitted under sequence scope.
   void forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_rows, std::vector<float>& logits,
                ForwardStats* stats = nullptr);
 
-  // Forgets a finished request: its KV cache and causal routing state. Unknown ids are ignored.
+  // Announces a request that will send a prompt of `prompt_length` tokens (in chunks of any size) and then
+  // decode: sequence scope sizes the request's expert budgets from it. Needed under sequence scope before
+  // the request's first forward(); accepted under every scope. Throws std::invalid_argument if
+  // prompt_length is 0 or the request is live (admitted or with cached tokens).
+  void admit(uint64_t request_id, uint32_t prompt_length);
+  // Forgets a finished request: its KV cache and routing state. Throws std::invalid_argument if the model
+  // does not hold it (neither admitted nor forwarded).
   void release(uint64_t request_id);
   // Forgets every request.
   void clear();
   // Tokens cached for `request_id` (0 if unknown).
   uint32_t cache_length(uint64_t request_id) const;
+  // Whether the model holds the request (admitted or forwarded, not yet released).
+  bool is_live(uint64_t request_id) const { return caches_.count(request_id) != 0; }
   size_t num_requests() const { return caches_.size(); }
 
-  // Greedy decoding of one request alone: prefill `prompt` in chunks of `chunk` rows (0 = one pass), then
-  // generate `num_new_tokens` tokens, feeding each back. The request is released afterwards.
+  // Greedy decoding of one request alone: admit it, prefill `prompt` in chunks of `chunk` rows (0 = one
+  // pass), then generate `num_new_tokens` tokens, feeding each back. The request is released afterwards.
+  // Throws std::invalid_argument if the request is live.
   std::vector<int32_t> generate(uint64_t request_id, std::span<const int32_t> prompt, int num_new_tokens,
                                 int chunk = 0);
 
@@ -91,7 +102,7 @@ class Model {
   ModelOptions options_;
   kernels::ThreadPool pool_;
   std::vector<std::unique_ptr<MoELayer>> layers_;
-  std::vector<CausalRoutingState> causal_;  // one per layer, used under causal scope
+  std::vector<RoutingState> routing_;  // one per layer, used under causal and sequence scopes
   std::unordered_map<uint64_t, RequestCache> caches_;
 
   // Workspace (grows to the largest batch).

@@ -68,7 +68,8 @@ MoELayerConfig ModelOptions::layer_config(const ModelShape& shape) const {
 }
 
 const std::vector<std::string>& ModelOptions::dispatch_mode_names() {
-  static const std::vector<std::string> names = {"greedy", "rank-only", "stable", "causal", "dropless"};
+  static const std::vector<std::string> names = {"greedy",  "rank-only", "stable",
+                                                 "request", "causal",    "dropless"};
   return names;
 }
 
@@ -76,6 +77,9 @@ DispatchPolicy ModelOptions::dispatch_mode(std::string_view name, double capacit
   DispatchPolicy p;
   if (name == "greedy" || name == "rank-only" || name == "stable") {
     p = DispatchPolicy::mode(name);
+  } else if (name == "request") {
+    p = DispatchPolicy::mode("stable");
+    p.scope = CapacityScope::kRequest;
   } else if (name == "causal") {
     p = DispatchPolicy::mode("stable");
     p.scope = CapacityScope::kCausal;

@@ -56,8 +56,10 @@ struct ModelOptions {
   void validate() const;
   // The config of every MoE layer of a model of `shape` (single-threaded layers).
   MoELayerConfig layer_config(const ModelShape& shape) const;
-  // The dispatch modes of the divergence lab: "greedy", "rank-only", "stable" (router/ named modes),
-  // "causal" (causal scope + request priority + drop), "dropless" (no capacity), each at capacity factor cf.
+  // The dispatch modes of the divergence lab: "greedy", "rank-only", "stable" (router/ named modes; stable is
+  // sequence scope), "request" (request scope + request priority + drop: pools of one forward pass, which
+  // chunking changes), "causal" (causal scope + request priority + drop), "dropless" (no capacity), each at
+  // capacity factor cf.
   // Throws std::invalid_argument for an unknown name, listing the known ones.
   static DispatchPolicy dispatch_mode(std::string_view name, double capacity_factor);
   static const std::vector<std::string>& dispatch_mode_names();

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/splitmix64.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/safetensors.h"
-#include "moe/model/splitmix64.h"
 
 namespace moe::model {
 namespace {

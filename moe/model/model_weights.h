@@ -37,9 +37,9 @@ struct ModelWeights {
 // variance input gives outputs of variance gain^2; the embedding has unit variance.
 //   moe_norm_gain  the MoE RMSNorm weight. io::random_layer draws experts with nn.Linear's init (variance
 //                  1 / (3 in)), which leaves the MoE branch small beside the residual; a gain of 1.5 lifts it
-//                  and sharpens the router so that a dropped pair moves the logits enough to change the argmax
-//                  now and then, not always (tests/model_weights_test.cc checks both; docs/divergence.md shows
-//                  how the gain sets the model's sensitivity).
+//                  and sharpens the router so that a dropped pair moves the logits enough to change the
+//                  argmax now and then, not always (tests/model_weights_test.cc checks both;
+//                  docs/divergence.md shows how the gain sets the model's sensitivity).
 //   lm_head_gain   the standard deviation of the logits over the vocabulary for a unit-RMS final state.
 struct RandomInit {
   float moe_norm_gain = 1.5f;
@@ -66,11 +66,11 @@ std::shared_ptr<const ModelWeights> random_model(const ModelShape& shape, uint64
 // plus __metadata__: format = "moe-model/1" and every ModelShape field (top_k, rms_eps, rope_theta,
 // max_positions, num_heads are not recoverable from tensor shapes). Attention is multi-head (no GQA),
 // rotary on (q, k) with the half-split (rotate_half) convention of Hugging Face Llama/Mixtral.
-// save_model throws std::runtime_error on I/O failure.
+// save_model throws io::IoError on I/O failure.
 void save_model(const ModelWeights& weights, const std::filesystem::path& path);
 // Throws std::invalid_argument for a file that is not in this layout (missing metadata or tensor, wrong
 // shape; a dense tensor that is not F32; MoE tensors may be F32/BF16/F16 and are widened to fp32 storage by
-// io::load_layer), std::runtime_error on I/O failure.
+// io::load_layer), io::IoError on I/O failure.
 std::shared_ptr<const ModelWeights> load_model(const std::filesystem::path& path);
 
 }  // namespace moe::model

@@ -7,6 +7,9 @@ copies of these files; ``PYTHONPATH=build/python python3 -c "import moe"``).
 - ``moe.Weights``: layer weights from a safetensors checkpoint, seeded random, or arrays (copied).
 - ``moe.Layer``: one MoE layer; ``forward(x, request_ids, positions)`` on numpy float32 arrays (read in place,
   no copy) or CPU torch tensors (float32 shares memory; bfloat16/float16 are converted to float32 and back).
+- ``moe.RoutingState``: a serving engine's request lifecycle for one layer (``admit(request_id, prompt_length)``,
+  forward passes with ``state=``, ``release(request_id)``): under the deterministic preset (scope "sequence") a
+  request's output is then bitwise the same whoever shares its batches and however its prompt is chunked.
 - ``moe.torch_module.MoEBlock``: a ``torch.nn.Module`` replacing a Hugging Face Mixtral / Qwen2-MoE sparse MoE
   block (imported lazily: torch is optional).
 
@@ -19,11 +22,11 @@ import json as _json
 import numpy as _np
 
 from . import _moe
-from ._moe import CausalState, Weights, plan
+from ._moe import RoutingState, Weights, plan
 
 __version__ = _moe.__version__
 
-__all__ = ["CausalState", "Layer", "Weights", "plan", "__version__"]
+__all__ = ["Layer", "RoutingState", "Weights", "plan", "__version__"]
 
 
 def _torch():
@@ -111,7 +114,9 @@ class Layer:
         numpy: x must be C-contiguous float32 (no copy is made; other dtypes raise TypeError). Returns a new
         float32 array, or fills `out`. torch (CPU): float32 contiguous tensors share memory with the call;
         bfloat16/float16 are converted to float32 for the layer and the result back to x's dtype. Inference only
-        (no autograd). state: a moe.CausalState for scope "causal".
+        (no autograd). state: the layer's moe.RoutingState (layer.routing_state()) under scopes "sequence" (the
+        deterministic preset: admit every request first) and "causal"; None: every request starts at position 0
+        and, under "sequence", its rows in this call are its whole prompt.
         """
         if _is_torch_tensor(x):
             return self._forward_torch(x, request_ids, positions, out, state)
@@ -142,9 +147,9 @@ class Layer:
                                                 None, state))
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
-    def causal_state(self):
-        """A new CausalState for this layer (scope "causal")."""
-        return CausalState(self._impl.num_experts)
+    def routing_state(self):
+        """A new, empty RoutingState for this layer's shape (num_experts, top_k)."""
+        return RoutingState(self._impl.num_experts, self._impl.top_k)
 
     def last_stats(self):
         """Routing outcome of the last forward: counts of kept/rerouted/dropped pairs, fully dropped tokens, and

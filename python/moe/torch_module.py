@@ -18,10 +18,12 @@ Differences from the Hugging Face block, by design:
 - Computation is float32 (bf16 weights are widened exactly; bf16 activations are converted to float32 and back),
   so bf16 results are closer to a float64 reference than the bf16 HF block is, not bitwise equal to it.
 - Defaults to the "deterministic" preset with dropless dispatch (scope="none"), matching the HF blocks, which
-  never drop tokens; pass scope="request"/"causal" and capacity_factor to enable capacity.
-- scope="causal": the block keeps a moe.CausalState, so a request's routing depends only on its own prefix
-  however the prompt is chunked or decoded; positions must then continue across calls (pass them explicitly
-  when decoding) and finished requests are released with ``release_request(request_id)``.
+  never drop tokens; pass scope="sequence" (or "request"/"causal") and capacity_factor to enable capacity.
+- scope="sequence" (the deterministic preset's own scope) and scope="causal": the block keeps a
+  moe.RoutingState, so a request's routing depends only on the request itself however the prompt is chunked
+  or decoded and whoever shares the batch. The serving lifecycle: ``admit_request(request_id, prompt_length)``
+  before a request's first forward (required under "sequence"), forward calls whose positions continue where
+  the request left off (pass them explicitly when decoding), ``release_request(request_id)`` when it finishes.
 - Request ids and positions: for [B, S, d] input the defaults are the batch index as request id and the sequence
   index as position; for [T, d] input, one request (id 0) at positions 0..T-1. Pass them explicitly in a serving
   stack where a batch mixes requests ([T] or [B, S] integer tensors/arrays; request_ids may also be [B]).
@@ -68,12 +70,12 @@ def _need(sd, key):
 class MoEBlock(torch.nn.Module):
     """Drop-in replacement for a Mixtral / Qwen2-MoE sparse MoE block (see the module docstring)."""
 
-    def __init__(self, layer, gate_weight, architecture, causal=False):
+    def __init__(self, layer, gate_weight, architecture, stateful=False):
         super().__init__()
         self.layer = layer
-        # scope="causal": slot counts carry across calls per request (positions must continue where the request
-        # left off; release finished requests with release_request()).
-        self.causal_state = layer.causal_state() if causal else None
+        # scope="sequence"/"causal": routing state carried across calls per request (positions must continue
+        # where the request left off; admit_request() first, release_request() when it finishes).
+        self.routing_state = layer.routing_state() if stateful else None
         self.architecture = architecture
         self.num_experts = layer.num_experts
         self.top_k = layer.top_k
@@ -122,7 +124,7 @@ class MoEBlock(torch.nn.Module):
         config.setdefault("max_tokens", 1024)
         layer = Layer.from_arrays(gate, gp, up, dp, router=arch, top_k=k, renormalize=renormalize, **shared,
                                   **config)
-        return cls(layer, gate, arch, causal=config.get("scope") == "causal")
+        return cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence"))
 
     @classmethod
     def from_hf_block(cls, block, **config):
@@ -175,19 +177,26 @@ class MoEBlock(torch.nn.Module):
         x = hidden_states.detach().reshape(-1, d)
         if x.dtype == torch.float32:
             x = x.contiguous()
-        y = self.layer.forward(x, ids, pos, state=self.causal_state)
+        y = self.layer.forward(x, ids, pos, state=self.routing_state)
         router_logits = torch.nn.functional.linear(x.to(torch.float32), self.gate_weight).to(hidden_states.dtype)
         return y.reshape(shape), router_logits
 
-    def release_request(self, request_id):
-        """Forgets a finished request's causal routing state (scope="causal"; a no-op otherwise)."""
-        if self.causal_state is not None:
-            self.causal_state.release(int(request_id))
+    def admit_request(self, request_id, prompt_length):
+        """Admits a request that will send prompt_length prompt tokens (in calls of any size), then decode
+        (scopes "sequence" and "causal"; a no-op otherwise). ValueError if it is already admitted."""
+        if self.routing_state is not None:
+            self.routing_state.admit(int(request_id), int(prompt_length))
 
-    def reset_causal_state(self):
-        """Forgets every request's causal routing state (scope="causal"; a no-op otherwise)."""
-        if self.causal_state is not None:
-            self.causal_state.clear()
+    def release_request(self, request_id):
+        """Forgets a finished request's routing state (scopes "sequence" and "causal"; a no-op otherwise).
+        ValueError if the block does not hold it."""
+        if self.routing_state is not None:
+            self.routing_state.release(int(request_id))
+
+    def reset_routing_state(self):
+        """Forgets every request's routing state (a no-op for stateless scopes)."""
+        if self.routing_state is not None:
+            self.routing_state.clear()
 
     def extra_repr(self):
         return "architecture=%s, num_experts=%d, top_k=%d, hidden=%d, config=%s" % (

@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "sim/diverge/diverge.h"
 
@@ -41,8 +42,10 @@ void run(Flags& f) {
   if (!f.modes.empty()) {
     o.grid.clear();
     for (const auto& m : f.modes) {
-      const bool vary = m == "causal" || m == "stable-chunks";
-      const std::string mode = m == "stable-chunks" ? "stable" : m;
+      // "<mode>-varied": chunk sizes and token budgets varied over the trials.
+      constexpr std::string_view kVaried = "-varied";
+      const bool vary = m.size() > kVaried.size() && m.ends_with(kVaried);
+      const std::string mode = vary ? m.substr(0, m.size() - kVaried.size()) : m;
       for (const auto& k : f.kernels) {
         if (k != "fast" && k != "invariant") {
           throw std::invalid_argument("diverge: --kernels takes fast and/or invariant (got '" + k + "')");
@@ -87,7 +90,11 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--budget", o.scheduler.token_budget, "token budget per step (rows)")
       ->capture_default_str();
   cmd->add_option("--chunk", o.scheduler.chunk_size, "prefill chunk size")->capture_default_str();
-  cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */chunks configs")
+  cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */varied configs")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--vary-budgets", o.vary_budgets,
+                  "token budgets cycled over the trials of */varied configs (each kept for one chunk cycle)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--cf,--capacity-factor", o.capacity_factor, "capacity factor of the grid")
@@ -95,13 +102,14 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--sweep-cf", o.sweep_capacity_factors, "capacity factors of the sweep (comma separated)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--sweep-modes", o.sweep_modes, "modes of the sweep")
+  cmd->add_option("--sweep-modes", o.sweep_modes, "modes of the sweep (always varied)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-sweep", flags->no_sweep, "skip the capacity-factor sweep");
-  cmd->add_option(
-         "--modes", flags->modes,
-         "grid modes (greedy,rank-only,stable,stable-chunks,causal,dropless); default: the full grid")
+  cmd->add_option("--modes", flags->modes,
+                  "grid modes (greedy, rank-only, request, stable, causal, dropless; MODE-varied varies "
+                  "chunk sizes and "
+                  "token budgets over the trials); default: the full grid")
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')

@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "base/splitmix64.h"
 #include "moe/model/model.h"
-#include "moe/model/splitmix64.h"
 #include "sim/diverge/svg.h"
 
 namespace moe::sim::diverge {
@@ -47,7 +47,7 @@ void parallel(int n, int threads, F&& fn) {
 }
 
 uint64_t trial_seed(uint64_t seed, int trial) {
-  return model::mix64(seed ^ model::mix64(0x7472ull + trial));
+  return mix64(seed ^ mix64(0x7472ull + trial));
 }
 
 std::string fmt(const char* f, double v) {
@@ -60,7 +60,7 @@ std::string fmt(const char* f, double v) {
 
 std::string ConfigSpec::label() const {
   std::string s = mode + "/" + std::string(kernels::to_string(kernel));
-  if (vary_chunks) s += "/chunks";
+  if (varied) s += "/varied";
   return s;
 }
 
@@ -75,6 +75,8 @@ void DivergeOptions::validate() const {
   check(capacity_factor > 0, "capacity factor (" + std::to_string(capacity_factor) + ") must be > 0");
   check(!vary_chunks.empty(), "the list of varied chunk sizes is empty");
   for (int c : vary_chunks) check(c >= 1, "chunk size (" + std::to_string(c) + ") must be >= 1");
+  check(!vary_budgets.empty(), "the list of varied token budgets is empty");
+  for (int b : vary_budgets) check(b >= 1, "token budget (" + std::to_string(b) + ") must be >= 1");
   for (double cf : sweep_capacity_factors)
     check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
   for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(m, 1.0);
@@ -93,11 +95,19 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
   };
   both("greedy", false);
   both("rank-only", false);
+  both("request", false);
+  g.push_back({"request", KernelKind::kInvariant, capacity_factor, true});
   both("stable", false);
   g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true});
-  both("causal", true);
+  g.push_back({"causal", KernelKind::kInvariant, capacity_factor, true});
   both("dropless", false);
   return g;
+}
+
+int DivergeOptions::max_token_budget() const {
+  int budget = scheduler.token_budget;
+  for (int b : vary_budgets) budget = std::max(budget, b);
+  return budget;
 }
 
 std::shared_ptr<const model::ModelWeights> load_weights(const DivergeOptions& options) {
@@ -159,12 +169,13 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
   model::ModelOptions mo;
   mo.kernel = spec.kernel;
   mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
-  mo.max_tokens = options.scheduler.token_budget;
+  mo.max_tokens = options.max_token_budget();
   const int n = options.trials;
   ConfigResult r;
   r.spec = spec;
   r.completions.resize(n);
   r.chunk_sizes.resize(n);
+  r.token_budgets.resize(n);
   std::vector<ServeOutcome> outcomes(n + 1);
   Request probe;
   probe.prompt = probe_prompt;
@@ -180,8 +191,13 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
       return;
     }
     const int trial = item - 1;
-    if (spec.vary_chunks) sc.chunk_size = options.vary_chunks[trial % options.vary_chunks.size()];
+    if (spec.varied) {
+      const size_t nc = options.vary_chunks.size();
+      sc.chunk_size = options.vary_chunks[static_cast<size_t>(trial) % nc];
+      sc.token_budget = options.vary_budgets[(static_cast<size_t>(trial) / nc) % options.vary_budgets.size()];
+    }
     r.chunk_sizes[trial] = sc.chunk_size;
+    r.token_budgets[trial] = sc.token_budget;
     uint64_t probe_id = 0;
     auto requests = make_traffic(options.traffic, weights->shape.vocab_size, trial_seed(options.seed, trial),
                                  probe, &probe_id);
@@ -223,7 +239,7 @@ DivergeReport run_diverge(const DivergeOptions& options) {
   }
   for (const auto& mode : options.sweep_modes) {
     for (double cf : options.sweep_capacity_factors) {
-      ConfigSpec spec{mode, kernels::KernelKind::kInvariant, cf, mode == "causal"};
+      ConfigSpec spec{mode, kernels::KernelKind::kInvariant, cf, true};
       report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt));
       progress(report.sweep.back(), "sweep");
     }
@@ -274,25 +290,37 @@ std::string format_table(const DivergeReport& report) {
     }
   }
   if (!report.sweep.empty()) {
-    out += "\ncapacity-factor sweep (invariant kernels; causal with varied chunks): distinct completions\n";
-    std::vector<double> cfs = o.sweep_capacity_factors;
-    std::snprintf(line, sizeof(line), "%-24s", "mode");
-    out += line;
-    for (double cf : cfs) {
-      std::snprintf(line, sizeof(line), " %6s", fmt("%.2f", cf).c_str());
+    // One block per measure, a row per mode and a column per capacity factor.
+    const std::vector<double>& cfs = o.sweep_capacity_factors;
+    auto block = [&](const char* title, auto&& cell) {
+      out += '\n';
+      out += title;
+      out += '\n';
+      std::snprintf(line, sizeof(line), "%-24s", "mode");
       out += line;
-    }
-    out += "\n";
-    size_t i = 0;
-    for (const auto& mode : o.sweep_modes) {
-      std::snprintf(line, sizeof(line), "%-24s", mode.c_str());
-      out += line;
-      for (size_t c = 0; c < cfs.size(); ++c, ++i) {
-        std::snprintf(line, sizeof(line), " %6d", report.sweep[i].distinct);
+      for (double cf : cfs) {
+        std::snprintf(line, sizeof(line), " %7s", fmt("%.2f", cf).c_str());
         out += line;
       }
       out += "\n";
-    }
+      size_t i = 0;
+      for (const auto& mode : o.sweep_modes) {
+        std::snprintf(line, sizeof(line), "%-24s", mode.c_str());
+        out += line;
+        for (size_t c = 0; c < cfs.size(); ++c, ++i) {
+          out += ' ';
+          out += cell(report.sweep[i]);
+        }
+        out += "\n";
+      }
+    };
+    out +=
+        "\ncapacity-factor sweep (invariant kernels, chunk sizes and token budgets varied over the trials)";
+    block("distinct completions", [&](const ConfigResult& r) { return fmt("%7.0f", r.distinct); });
+    block("trials whose sampled logits equal the alone run's bit for bit",
+          [&](const ConfigResult& r) { return fmt("%7.0f", r.bitwise_same); });
+    block("probe pairs dropped (share)",
+          [&](const ConfigResult& r) { return fmt("%6.2f%%", 100.0 * r.dropped_pair_share()); });
   }
   out += "(" + fmt("%.1f", report.seconds) + " s)\n";
   return out;
@@ -306,7 +334,7 @@ nlohmann::json result_json(const ConfigResult& r) {
   j["mode"] = r.spec.mode;
   j["kernel"] = std::string(kernels::to_string(r.spec.kernel));
   j["capacity_factor"] = r.spec.capacity_factor;
-  j["vary_chunks"] = r.spec.vary_chunks;
+  j["varied"] = r.spec.varied;
   j["distinct"] = r.distinct;
   j["diverged"] = r.diverged;
   j["bitwise_same"] = r.bitwise_same;
@@ -318,6 +346,7 @@ nlohmann::json result_json(const ConfigResult& r) {
   j["probe_steps"] = r.probe_steps;
   j["rows"] = r.rows;
   j["chunk_sizes"] = r.chunk_sizes;
+  j["token_budgets"] = r.token_budgets;
   j["gen_points"] = r.gen_points;
   j["distinct_at"] = r.distinct_at;
   j["diverged_at"] = r.diverged_at;
@@ -337,6 +366,7 @@ std::string to_json(const DivergeReport& report) {
   j["token_budget"] = o.scheduler.token_budget;
   j["chunk_size"] = o.scheduler.chunk_size;
   j["vary_chunks"] = o.vary_chunks;
+  j["vary_budgets"] = o.vary_budgets;
   j["capacity_factor"] = o.capacity_factor;
   j["seed"] = o.seed;
   j["weights"] =
@@ -391,7 +421,7 @@ std::string svg_length_plot(const DivergeReport& report) {
   // A fast-kernel row whose curve equals its invariant twin's is folded into the twin's legend entry.
   auto twin = [&](const ConfigResult& r) -> const ConfigResult* {
     for (const auto& other : report.grid) {
-      if (&other != &r && other.spec.mode == r.spec.mode && other.spec.vary_chunks == r.spec.vary_chunks &&
+      if (&other != &r && other.spec.mode == r.spec.mode && other.spec.varied == r.spec.varied &&
           other.spec.capacity_factor == r.spec.capacity_factor && other.spec.kernel != r.spec.kernel) {
         return &other;
       }

@@ -20,26 +20,29 @@
 namespace moe::sim::diverge {
 
 // One configuration of the grid.
-//   mode          a ModelOptions::dispatch_mode name: greedy, rank-only, stable, causal, dropless
-//   kernel        kFast (Eigen) or kInvariant for every linear of the model
-//   vary_chunks   trial i prefills with chunk size DivergeOptions::vary_chunks[i % size] instead of the
-//                 scheduler's chunk_size (the probe-alone reference always uses chunk_size)
+//   mode     a ModelOptions::dispatch_mode name: greedy, rank-only, request, stable, causal, dropless
+//   kernel   kFast (Eigen) or kInvariant for every linear of the model
+//   varied   the server's configuration changes over the trials, as between two deployments or under budget
+//            pressure: trial i prefills with chunk size vary_chunks[i % C] and a token budget of
+//            vary_budgets[(i / C) % B] (C, B: the lists' sizes) instead of the scheduler's chunk_size and
+//            token_budget. The probe-alone reference always uses the scheduler's.
 struct ConfigSpec {
   std::string mode = "greedy";
   kernels::KernelKind kernel = kernels::KernelKind::kFast;
   double capacity_factor = 1.0;
-  bool vary_chunks = false;
+  bool varied = false;
 
-  // "greedy/fast", "causal/invariant/chunks" ...
+  // "greedy/fast", "stable/invariant/varied" ...
   std::string label() const;
 };
 
 struct DivergeOptions {
-  int trials = 30;            // N: probe runs per configuration
-  int probe_length = 24;      // prompt tokens of the probe
-  int gen_length = 32;        // tokens the probe generates
-  SchedulerConfig scheduler;  // token budget, chunk size
-  std::vector<int> vary_chunks = {8, 16, 32};
+  int trials = 30;                                // N: probe runs per configuration
+  int probe_length = 24;                          // prompt tokens of the probe
+  int gen_length = 32;                            // tokens the probe generates
+  SchedulerConfig scheduler;                      // token budget, chunk size
+  std::vector<int> vary_chunks = {8, 16, 32};     // chunk sizes of */varied configurations
+  std::vector<int> vary_budgets = {32, 64, 128};  // token budgets of */varied configurations
   double capacity_factor = 1.0;
   uint64_t seed = 1;  // traffic of trial i: stream (seed, i); the probe prompt: stream (seed)
   int threads = 1;    // trials run in parallel, one single-threaded Model each
@@ -49,16 +52,19 @@ struct DivergeOptions {
   model::RandomInit init;        // scales of the random weights
   std::string weights_path;      // a moe-model/1 safetensors file (model_weights.h)
   std::vector<ConfigSpec> grid;  // empty: default_grid()
-  // Capacity-factor sweep (invariant kernels, one row per mode and factor); empty disables it.
+  // Capacity-factor sweep (invariant kernels, varied serving, one row per mode and factor); empty disables
+  // it.
   std::vector<double> sweep_capacity_factors = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
-  std::vector<std::string> sweep_modes = {"greedy", "rank-only", "stable", "causal"};
+  std::vector<std::string> sweep_modes = {"greedy", "rank-only", "request", "stable", "causal"};
   std::function<void(const std::string&)> progress;  // one line per finished configuration (may be empty)
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
-  // greedy, rank-only, stable (fixed chunk), stable (varied chunks), causal (varied chunks), dropless,
-  // each with fast and invariant kernels, at capacity_factor.
+  // At capacity_factor: greedy, rank-only, request, stable and dropless with fast and invariant kernels at
+  // the scheduler's fixed chunk and budget; request, stable and causal with invariant kernels, varied.
   std::vector<ConfigSpec> default_grid() const;
+  // The largest token budget a configuration uses (the models' workspace size).
+  int max_token_budget() const;
 };
 
 struct ConfigResult {
@@ -67,6 +73,7 @@ struct ConfigResult {
   std::vector<std::vector<int32_t>> completions;  // per trial
   std::vector<int> first_divergence;              // per trial: first index differing from alone, -1 if none
   std::vector<int> chunk_sizes;                   // per trial
+  std::vector<int> token_budgets;                 // per trial
   int distinct = 0;                               // distinct completions among the trials
   int diverged = 0;                               // trials whose completion differs from alone
   int bitwise_same = 0;                           // trials whose sampled logits equal alone's bit for bit

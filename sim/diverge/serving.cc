@@ -114,10 +114,10 @@ ServeOutcome serve(model::Model& model, std::vector<Request> requests, const Sch
                                 " is not among the requests");
   }
   if (model.num_requests() != 0) throw std::invalid_argument("serve: the model already holds live requests");
-  uint32_t probe_prompt_length = 0;
-  for (const auto& r : requests) {
-    if (r.id == probe_id) probe_prompt_length = static_cast<uint32_t>(r.prompt.size());
-  }
+  // A request is admitted (with its prompt length, as an engine knows it) when its first chunk is scheduled.
+  std::unordered_map<uint64_t, uint32_t> prompt_length;
+  for (const auto& r : requests) prompt_length[r.id] = static_cast<uint32_t>(r.prompt.size());
+  const uint32_t probe_prompt_length = prompt_length.at(probe_id);
   Scheduler scheduler(config, std::move(requests));
   ServeOutcome out;
   model::ForwardStats stats;
@@ -137,6 +137,9 @@ ServeOutcome serve(model::Model& model, std::vector<Request> requests, const Sch
       ++out.steps;
       if (rows.empty()) continue;
       out.rows += static_cast<int64_t>(rows.size());
+      for (const model::BatchRow& row : rows) {
+        if (row.position == 0) model.admit(row.request_id, prompt_length.at(row.request_id));
+      }
       model.forward(rows, logit_rows, logits, &stats);
       int probe_rows = 0;
       int probe_dropped = 0;

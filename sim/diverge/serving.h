@@ -92,9 +92,11 @@ struct ServeOutcome {
   uint64_t probe_logits_hash = 0xCBF29CE484222325ull;
 };
 
-// Runs `requests` through `model` (which must hold no live request) until request `probe_id` finishes;
-// releases every request from the model afterwards. Throws std::invalid_argument if probe_id is absent, or
-// if the server runs max_steps steps without finishing it.
+// Runs `requests` through `model` (which must hold no live request) until request `probe_id` finishes,
+// admitting each request with its prompt length when its first chunk is scheduled and releasing it when it
+// finishes (the lifecycle of docs/routing.md section 2); releases every request from the model afterwards.
+// Throws std::invalid_argument if probe_id is absent, or if the server runs max_steps steps without finishing
+// it.
 ServeOutcome serve(model::Model& model, std::vector<Request> requests, const SchedulerConfig& config,
                    uint64_t probe_id, int max_steps = 100000);
 

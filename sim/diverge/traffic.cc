@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "moe/model/splitmix64.h"
+#include "base/splitmix64.h"
 
 namespace moe::sim::diverge {
 namespace {
@@ -14,7 +14,7 @@ void check(bool ok, const std::string& message) {
 }
 
 // Knuth's product method (fine for small means): the count of uniforms whose product stays above e^-mean.
-int poisson(model::SplitMix64& rng, double mean) {
+int poisson(SplitMix64& rng, double mean) {
   const double limit = std::exp(-mean);
   int k = 0;
   double p = rng.uniform();
@@ -43,7 +43,7 @@ void TrafficConfig::validate() const {
 }
 
 std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed) {
-  model::SplitMix64 rng(model::mix64(seed ^ 0x70726F6D7074ull));
+  SplitMix64 rng(mix64(seed ^ 0x70726F6D7074ull));
   std::vector<int32_t> out(length);
   for (auto& t : out) t = static_cast<int32_t>(rng.uniform_int(0, vocab_size - 1));
   return out;
@@ -52,7 +52,7 @@ std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed) {
 std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
                                   uint64_t* probe_id) {
   config.validate();
-  model::SplitMix64 rng(model::mix64(seed ^ 0x747261666669ull));
+  SplitMix64 rng(mix64(seed ^ 0x747261666669ull));
   std::vector<Request> out;
   uint64_t next_id = 1;
   bool probe_placed = false;

@@ -12,15 +12,11 @@ if(TARGET moe_plan_omp)
 endif()
 
 if(TARGET moe_kernels_cuda)
-  moe_add_test(NAME cuda_topk_row_test
-    SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_topk_row_test.cc
-    LIBS moe_router
-    LABELS unit)
   foreach(name cuda_plan_gpu_test cuda_topk_gpu_test cuda_ffn_accuracy_test cuda_ffn_invariance_test
       cuda_moe_pipeline_gpu_test)
     moe_add_test(NAME ${name}
       SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
-      LIBS moe_kernels_cuda moe_router
+      LIBS moe_router_cuda moe_kernels_cuda moe_router
       LABELS gpu)
     # Without a device every case skips; report the program as skipped rather than passed.
     set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
@@ -28,19 +24,14 @@ if(TARGET moe_kernels_cuda)
 endif()
 
 # The GPU layer (moe/gpu): host-side behaviour everywhere (unit); accuracy and bit equality on a GPU.
-if(TARGET moe_gpu_layer)
+if(TARGET moe_cuda_layer)
   moe_add_test(NAME cuda_layer_test
     SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_layer_test.cc
-    LIBS moe_gpu_layer
+    LIBS moe_cuda_layer
     LABELS unit)
-  foreach(pair "cuda_layer_accuracy_test;gpu" "cuda_layer_invariance_test;gpu,invariance")
-    list(GET pair 0 name)
-    list(GET pair 1 label)
-    string(REPLACE "," ";" label "${label}")
-    moe_add_test(NAME ${name}
-      SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
-      LIBS moe_gpu_layer
-      LABELS ${label})
-    set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
-  endforeach()
+  moe_add_test(NAME cuda_layer_gpu_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_layer_gpu_test.cc
+    LIBS moe_cuda_layer
+    LABELS gpu)
+  set_tests_properties(cuda_layer_gpu_test PROPERTIES SKIP_REGULAR_EXPRESSION "no usable CUDA device")
 endif()

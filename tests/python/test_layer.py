@@ -50,7 +50,7 @@ class AccuracyTest(unittest.TestCase):
 
     def test_with_drops_matches_reference_restricted_to_the_plan(self):
         a = random_arrays(3)
-        layer = moe.Layer.from_arrays(**a, capacity_factor=0.5)  # deterministic preset, request scope: drops
+        layer = moe.Layer.from_arrays(**a, capacity_factor=0.5)  # deterministic preset, sequence scope: drops
         x = tokens(4, 64)
         ids = np.repeat(np.arange(2), 32).astype(np.uint64)
         pos = np.tile(np.arange(32), 2).astype(np.uint32)
@@ -115,7 +115,7 @@ class InvarianceTest(unittest.TestCase):
         return layer.last_stats()
 
     def test_request_alone_equals_cobatched_shuffled(self):
-        layer = moe.Layer.random(D, FF, E, seed=11)  # deterministic preset: request scope, capacity 1.25
+        layer = moe.Layer.random(D, FF, E, seed=11)  # deterministic preset: sequence scope, capacity 1.25
         dropped = 0
         for seed, (n_mine, n_strangers) in enumerate([(1, 7), (5, 40), (17, 100), (33, 200)]):
             dropped += self.check_alone_vs_cobatched(layer, 100 + seed, n_mine, n_strangers)["num_dropped"]
@@ -130,12 +130,87 @@ class InvarianceTest(unittest.TestCase):
         self.assertEqual(outs[0].tobytes(), outs[1].tobytes())
         self.assertEqual(outs[0].tobytes(), outs[2].tobytes())
 
+    def test_sequence_scope_serving_lifecycle(self):
+        """The deterministic preset under a serving engine: a probe admitted with its prompt length, alone and
+        unchunked (prompt and decode rows in one call) vs prefilled in chunks among admitted strangers, rows
+        shuffled, then decoded next to theirs: the same bits. Then the lifecycle's errors."""
+        layer = moe.Layer.random(D, FF, E, seed=14, capacity_factor=1.0)
+
+        def rows(meta):
+            x = np.stack([np.random.default_rng(1000003 * (i + 1) + p).standard_normal(D) for i, p in meta])
+            return (np.ascontiguousarray(x, dtype=np.float32), np.array([i for i, _ in meta], np.uint64),
+                    np.array([p for _, p in meta], np.uint32))
+
+        prompt, decode, probe = 27, 5, 42
+        alone_state = layer.routing_state()
+        alone_state.admit(probe, prompt)
+        x, ids, pos = rows([(probe, p) for p in range(prompt + decode)])
+        alone = layer.forward(x, ids, pos, state=alone_state)
+        dropped = layer.last_stats()["num_dropped"]
+        self.assertGreater(dropped, 0, "capacity should bind, or the test proves little")
+
+        rng = np.random.default_rng(5)
+        for trial in range(5):
+            state = layer.routing_state()
+            state.admit(probe, prompt)
+            strangers = {}
+            served = {}
+            at = 0
+            while at < prompt + decode:
+                n = min(prompt - at, int(rng.integers(1, 12))) if at < prompt else 1
+                meta = [(probe, p) for p in range(at, at + n)]
+                if rng.random() < 0.6:  # a stranger arrives
+                    sid = 100 * (trial + 1) + len(strangers)
+                    strangers[sid] = [int(rng.integers(1, 30)), 0]
+                    state.admit(sid, strangers[sid][0])
+                for sid, s in strangers.items():
+                    m = min(s[0] - s[1], 6) if s[1] < s[0] else 1
+                    meta += [(sid, p) for p in range(s[1], s[1] + m)]
+                    s[1] += m
+                order = rng.permutation(len(meta))
+                x, ids, pos = rows([meta[i] for i in order])
+                y = layer.forward(x, ids, pos, state=state)
+                for r in range(len(order)):
+                    if ids[r] == probe:
+                        served[int(pos[r])] = y[r]
+                at += n
+            got = np.stack([served[p] for p in range(prompt + decode)])
+            self.assertEqual(alone.tobytes(), got.tobytes(), "trial %d" % trial)
+            self.assertEqual(state.num_requests, 1 + len(strangers))
+            self.assertIn(probe, state)
+
+        # The lifecycle's errors: each raises ValueError naming the problem and changes nothing.
+        state = layer.routing_state()
+        x, ids, pos = rows([(7, 0)])
+        with self.assertRaisesRegex(ValueError, "admitted"):
+            layer.forward(x, ids, pos, state=state)  # never admitted
+        state.admit(7, 4)
+        with self.assertRaisesRegex(ValueError, "already admitted"):
+            state.admit(7, 4)
+        with self.assertRaisesRegex(ValueError, "prompt_length must be >= 1"):
+            state.admit(8, 0)
+        with self.assertRaisesRegex(ValueError, "does not hold"):
+            state.release(9)
+        layer.forward(x, ids, pos, state=state)
+        x2, ids2, pos2 = rows([(7, 2)])
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            layer.forward(x2, ids2, pos2, state=state)  # skips position 1
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            layer.forward(x, ids, pos, state=state)  # goes back to 0
+        other = moe.Layer.random(D, FF, E + 2, seed=15).routing_state()
+        other.admit(7, 4)
+        with self.assertRaisesRegex(ValueError, "routing state is for %d experts" % (E + 2)):
+            layer.forward(x, ids, pos, state=other)
+        self.assertEqual(state.num_requests, 1)
+        state.release(7)
+        self.assertNotIn(7, state)
+
     def test_causal_chunking(self):
         layer = moe.Layer.random(D, FF, E, seed=13, scope="causal")
         x = tokens(22, 30)
         ids = np.zeros(30, np.uint64)
-        full = layer.forward(x, ids, np.arange(30, dtype=np.uint32), state=layer.causal_state())
-        state = layer.causal_state()
+        full = layer.forward(x, ids, np.arange(30, dtype=np.uint32), state=layer.routing_state())
+        state = layer.routing_state()
         parts = [layer.forward(np.ascontiguousarray(x[a:b]), ids[a:b], np.arange(a, b, dtype=np.uint32),
                                state=state) for a, b in ((0, 7), (7, 8), (8, 30))]
         self.assertEqual(full.tobytes(), np.concatenate(parts).tobytes())
@@ -281,7 +356,7 @@ class BadInputTest(unittest.TestCase):
         self.assertEqual(s["num_kept"] + s["num_rerouted"] + s["num_dropped"], 12)
         self.assertEqual(int(s["expert_load"].sum()), s["num_kept"] + s["num_rerouted"])
         fp = json.loads(self.layer.fingerprint())
-        self.assertEqual(fp["dispatch"], "request/request/drop")
+        self.assertEqual(fp["dispatch"], "sequence/request/drop")
         self.assertEqual(fp["weights_hash"], "%016x" % self.layer.weights.content_hash)
         self.assertEqual(fp["version"], moe.__version__)
 

@@ -115,7 +115,7 @@ class MoEBlockTest(unittest.TestCase):
         ours = MoEBlock.from_hf_block(block, scope="causal", capacity_factor=1.0)
         x = torch.randn(2, 12, D)
         full, _ = ours(x)  # both requests, positions 0..11
-        ours.reset_causal_state()
+        ours.reset_routing_state()
         prefill, _ = ours(x[:, :9])
         steps = [ours(x[:, p:p + 1], positions=torch.full((2, 1), p))[0] for p in range(9, 12)]
         chunked = torch.cat([prefill] + steps, dim=1)
@@ -125,6 +125,48 @@ class MoEBlockTest(unittest.TestCase):
         ours.release_request(0)
         ours.release_request(1)
         ours(x[:, :1])
+
+    def test_sequence_scope_serving(self):
+        """scope="sequence" (the deterministic preset's scope) with capacity: a request admitted with its prompt
+        length gives the same bits alone and unchunked as prefilled in chunks among admitted strangers (rows
+        shuffled) and then decoded next to theirs."""
+        block = MixtralSparseMoeBlock(D, FF, E)
+        ours = MoEBlock.from_hf_block(block, preset="deterministic", scope="sequence", capacity_factor=1.0)
+        gen = torch.Generator().manual_seed(3)
+        prompt, decode = 19, 4
+        x = torch.randn(prompt + decode, D, generator=gen)
+        ours.admit_request(5, prompt)
+        alone, _ = ours(x, request_ids=torch.full((prompt + decode,), 5), positions=torch.arange(prompt + decode))
+        self.assertGreater(ours.layer.last_stats()["num_dropped"], 0, "capacity should bind")
+        ours.release_request(5)
+        with self.assertRaisesRegex(ValueError, "does not hold"):
+            ours.release_request(5)
+        with self.assertRaisesRegex(ValueError, "admitted"):
+            ours(x[:3], request_ids=torch.full((3,), 5), positions=torch.arange(3))  # not admitted
+
+        ours.admit_request(5, prompt)
+        ours.admit_request(6, 30)
+        ours.admit_request(7, 8)
+        stranger_x = {6: torch.randn(40, D, generator=gen), 7: torch.randn(40, D, generator=gen)}
+        stranger_at = {6: 0, 7: 0}
+        served = torch.empty_like(x)
+        at = 0
+        for n in (4, 9, 6, 1, 1, 1, 1):
+            rows = [(5, p, x[p]) for p in range(at, at + n)]
+            for sid in (6, 7):
+                m = 5 if stranger_at[sid] < (30 if sid == 6 else 8) else 1
+                rows += [(sid, p, stranger_x[sid][p]) for p in range(stranger_at[sid], stranger_at[sid] + m)]
+                stranger_at[sid] += m
+            perm = torch.randperm(len(rows), generator=gen)
+            rows = [rows[i] for i in perm]
+            y, _ = ours(torch.stack([r[2] for r in rows]), request_ids=torch.tensor([r[0] for r in rows]),
+                        positions=torch.tensor([r[1] for r in rows]))
+            for i, r in enumerate(rows):
+                if r[0] == 5:
+                    served[r[1]] = y[i]
+            at += n
+        self.assertEqual(at, prompt + decode)
+        self.assertTrue(torch.equal(alone.view(torch.int32), served.view(torch.int32)))
 
     def test_swap_blocks_of_a_tiny_model(self):
         model = TinyMixtral(vocab=100, d=D, ff=FF, num_experts=E, layers=2).eval()

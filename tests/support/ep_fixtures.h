@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "moe/dist/expert_parallel_layer.h"
+#include "moe/parallel/expert_parallel_layer.h"
 #include "tests/support/layer_fixtures.h"
 
 namespace moe::testing {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/splitmix64.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer.h"
 #include "router/token_meta.h"
@@ -52,19 +53,12 @@ inline MoELayerConfig SmallConfig(const char* preset, int num_experts, int top_k
   return c;
 }
 
-inline uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Hidden state of one token: a function of (request, position) only, uniform in [-1, 1), with a per-request
 // direction added so that a request's tokens prefer similar experts (capacity binds inside a request).
 inline void TokenHidden(uint64_t request, uint32_t position, int64_t d, float* out) {
   for (int64_t i = 0; i < d; ++i) {
-    const uint64_t h = Mix64(Mix64(request * 0x100000001b3ull + position) ^ static_cast<uint64_t>(i));
-    const uint64_t r = Mix64(request ^ (static_cast<uint64_t>(i) << 32));
+    const uint64_t h = mix64(mix64(request * 0x100000001b3ull + position) ^ static_cast<uint64_t>(i));
+    const uint64_t r = mix64(request ^ (static_cast<uint64_t>(i) << 32));
     const float noise = static_cast<float>(h >> 40) / static_cast<float>(1ull << 23) - 1.0f;
     const float topic = static_cast<float>(r >> 40) / static_cast<float>(1ull << 23) - 1.0f;
     out[i] = noise + 1.5f * topic;

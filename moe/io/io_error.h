@@ -1,0 +1,17 @@
+// The error type of weights I/O.
+#pragma once
+
+#include <stdexcept>
+
+namespace moe::io {
+
+// Thrown by moe_io when the operating system fails it: a file or directory that does not exist or cannot be
+// opened, read, mapped, written or renamed. Malformed content (bad headers, wrong shapes, unknown names) is
+// std::invalid_argument instead. Derives from std::runtime_error, so handlers of that keep working; the C API
+// maps exactly this type to MOE_IO_ERROR.
+class IoError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace moe::io

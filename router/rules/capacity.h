@@ -1,0 +1,61 @@
+// Capacity and budget formulas of every scope (docs/routing.md section 2), one definition for the CPU
+// planner, the GPU planner and whoever reports capacities. Integer results of double arithmetic whose every
+// operation is exact or correctly rounded IEEE, so host and device give the same integers.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "base/host_device.h"
+#include "router/dispatch_policy.h"
+
+namespace moe::rules {
+
+// round(cf * num_tokens * top_k / num_experts) in double. NOTES: a product that is an integer in exact
+// arithmetic but lands a hair above it in binary (1.1 * 100 = 110.00000000000001) is taken as that
+// integer, so ceil does not add a phantom slot: values within 1e-9 (relative) of an integer snap to it.
+MOE_HD inline int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
+                                       CapacityRounding rounding) {
+  const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
+  const double nearest = ::round(exact);
+  const double magnitude = ::fabs(exact) > 1.0 ? ::fabs(exact) : 1.0;
+  if (::fabs(exact - nearest) <= 1e-9 * magnitude) return static_cast<int64_t>(nearest);
+  return static_cast<int64_t>(rounding == CapacityRounding::kCeil ? ::ceil(exact) : ::floor(exact));
+}
+
+MOE_HD inline int64_t max_of(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+
+// Batch scope: every expert's one pool, C = max(min_capacity, round(cf * T * k / E)).
+MOE_HD inline int64_t batch_capacity(const DispatchPolicy& p, int64_t num_tokens, int top_k,
+                                     int num_experts) {
+  return max_of(p.min_capacity,
+                rounded_capacity(p.capacity_factor, num_tokens, top_k, num_experts, p.rounding));
+}
+
+// The budget per expert of a pool of `num_tokens` tokens of one request: max(1, min_capacity,
+// round(cf * num_tokens * k / E)). Request scope gives it to each request's rows in the batch (T_r); causal
+// scope to the prefix of a token at position p (num_tokens = p + 1).
+MOE_HD inline int64_t request_capacity(const DispatchPolicy& p, int64_t num_tokens, int top_k,
+                                       int num_experts) {
+  return max_of(1, batch_capacity(p, num_tokens, top_k, num_experts));
+}
+
+// Sequence scope: the budget per expert of a request's whole prompt is request_capacity(prompt_length); a
+// decode row's is request_capacity(1), at least 1.
+//
+// Causal scope: a token at `position` may take a slot at an expert while its request's earlier tokens hold
+// fewer than this many there.
+MOE_HD inline int64_t causal_budget(const DispatchPolicy& p, uint32_t position, int top_k, int num_experts) {
+  return request_capacity(p, int64_t{position} + 1, top_k, num_experts);
+}
+
+// Ranks per token the planner reads: top_k, plus reroute_depth when rerouting (capped at num_experts).
+MOE_HD inline int num_ranked_needed(const DispatchPolicy& p, int num_experts, int top_k) {
+  if (p.overflow != Overflow::kReroute) return top_k;
+  const int wanted = top_k + p.reroute_depth;
+  return wanted < num_experts ? wanted : num_experts;
+}
+
+}  // namespace moe::rules

@@ -1,0 +1,238 @@
+// The planning steps that the sequential CPU planner (router/dispatch_planner.cc) and the data-parallel GPU
+// planner (router/cuda/plan_core.h) share, written once: pair status, rerouting one overflowing pair,
+// deciding one request's tokens in (position, j) order (causal scope), and a token's totals and survivor
+// renormalisation. docs/routing.md gives the rules; both planners call these functions, so a rule changes in
+// one place for every backend.
+//
+// The functions work on plain arrays in the plan's layout (pair p = t * top_k + j) and on a caller's `place`
+// callback, which records a placed pair: place(pair, expert, weight, status, held_before), where held_before
+// is the pool's count at that expert before this pair took its slot (the GPU derives its slot from it; the
+// CPU numbers slots across pools itself).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "base/host_device.h"
+#include "router/dispatch_policy.h"
+#include "router/token_meta.h"
+
+namespace moe {
+
+enum class PairStatus : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
+
+namespace rules {
+
+// Which tokens claim in (request_id, position) order: request priority, and the scopes whose decisions follow
+// a request's positions (causal, sequence) whatever the priority.
+MOE_HD inline bool orders_by_request(const DispatchPolicy& p) {
+  return p.priority == Priority::kRequest || p.scope == CapacityScope::kCausal ||
+         p.scope == CapacityScope::kSequence;
+}
+// Whether every request of a batch is its own pool (or pools): request, causal and sequence scopes.
+MOE_HD inline bool pools_per_request(const DispatchPolicy& p) {
+  return p.scope == CapacityScope::kRequest || p.scope == CapacityScope::kCausal ||
+         p.scope == CapacityScope::kSequence;
+}
+// Whether decisions read and advance a RoutingState carried across forward passes.
+MOE_HD inline bool carries_routing_state(const DispatchPolicy& p) {
+  return p.scope == CapacityScope::kCausal || p.scope == CapacityScope::kSequence;
+}
+
+// A batch's routes as plain arrays (TokenRoutes' layout): for token t and rank r < num_ranked, expert(t, r)
+// (-1 = unavailable rank) and the weight the token gives it.
+struct RouteArrays {
+  const int32_t* experts = nullptr;
+  const float* weights = nullptr;
+  int top_k = 0;
+  int num_ranked = 0;
+
+  MOE_HD int32_t expert(int64_t t, int r) const { return experts[t * num_ranked + r]; }
+  MOE_HD float weight(int64_t t, int r) const { return weights[t * num_ranked + r]; }
+};
+
+// Overflow::kReroute for one overflowing pair: the token's ranks [top_k, top_k + reroute_depth) that it does
+// not already use (pair_expert of its other pairs), the first whose count is below its capacity takes it.
+// capacity: one budget for every expert, or a functor capacity(e) (sequence scope's later-choice budgets).
+// Returns whether it was placed. Unavailable ranks come last, so the first one ends the search.
+template <class Capacity, class Place>
+MOE_HD inline bool try_reroute(const RouteArrays& routes, int reroute_depth, int64_t pair,
+                               const int32_t* pair_expert, const Capacity& capacity, int32_t* count,
+                               Place&& place) {
+  const int k = routes.top_k;
+  const int64_t t = pair / k;
+  const int32_t* used = pair_expert + t * k;
+  const int last_rank = routes.num_ranked < k + reroute_depth ? routes.num_ranked : k + reroute_depth;
+  for (int r = k; r < last_rank; ++r) {
+    const int32_t e = routes.expert(t, r);
+    if (e < 0) return false;
+    bool in_use = false;
+    for (int j = 0; j < k; ++j) {
+      if (used[j] == e) {
+        in_use = true;
+        break;
+      }
+    }
+    if (in_use) continue;
+    int64_t cap;
+    if constexpr (std::is_integral_v<Capacity>) {
+      cap = capacity;
+    } else {
+      cap = capacity(e);
+    }
+    if (count[e] < cap) {
+      const int32_t held_before = count[e]++;
+      place(pair, e, routes.weight(t, r), PairStatus::kRerouted, held_before);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Decides the tokens order[begin .. end) of ONE request, in that order (ascending position), pair by pair in
+// (position, j) order: pair (t, j) takes a slot at its expert e while count[e] < budget(position of t); when
+// rerouting, a token's overflowing pairs reroute (in j order) right after its own choices, before the next
+// position. count[e] holds the slots the request holds at e (its prefix's, on entry) and is advanced in
+// place. This is what makes a decision depend only on the request's own prefix (causal scope). pair_expert
+// and pair_status must read as kDropped / -1 for the request's undecided pairs (the plan's initial state).
+template <class Budget, class Place>
+MOE_HD inline void decide_in_position_order(const RouteArrays& routes, const DispatchPolicy& policy,
+                                            const int32_t* order, int32_t begin, int32_t end,
+                                            const TokenMeta* meta, const Budget& budget, int32_t* count,
+                                            const int32_t* pair_expert, const PairStatus* pair_status,
+                                            Place&& place) {
+  const int k = routes.top_k;
+  const bool reroute = policy.overflow == Overflow::kReroute;
+  for (int32_t i = begin; i < end; ++i) {
+    const int32_t t = order[i];
+    const int64_t capacity = budget(meta[t].position);
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = routes.expert(t, j);
+      if (e < 0) continue;  // unavailable: stays dropped
+      if (count[e] < capacity) {
+        const int32_t held_before = count[e]++;
+        place(int64_t{t} * k + j, e, routes.weight(t, j), PairStatus::kKept, held_before);
+      }
+    }
+    if (!reroute) continue;
+    for (int j = 0; j < k; ++j) {
+      const int64_t pair = int64_t{t} * k + j;
+      if (routes.expert(t, j) >= 0 && pair_status[pair] == PairStatus::kDropped) {
+        try_reroute(routes, policy.reroute_depth, pair, pair_expert, capacity, count, place);
+      }
+    }
+  }
+}
+
+// Sequence scope's reserve at expert e for a pair of rank j >= 1 (a reroute counts as rank top_k) of the
+// prompt row at `position` of a prompt of `prompt_length` tokens: the room it must leave for the more
+// important choices the rest of the prompt (n = L - 1 - position rows) is expected to bring to e. The
+// estimate is 1.5 times n * (f_e + 1) / (position + 1 + E), from the f_e first choices the prompt's positions
+// <= `position` made for e (with a Laplace prior of 1/E), graded by (j + 1) / 2 for the ranks above j,
+// rounded to the nearest integer (halves up) - in exact integer arithmetic:
+//   R_e = floor((3 * (j + 1) * (f_e + 1) * n + D / 2) / D),  D = 4 * (position + 1 + E)
+// (Rounding up instead dropped 8.9 % of the divergence lab probe's pairs at cf 1.25 against 8.0 %; a factor 2
+// instead of 1.5 dropped 1.31x request scope's pairs at cf 2 on serving.toml against 1.03x: docs/results.md.)
+// (INT64_MAX when the product exceeds 64 bits: more than any pool can hold).
+MOE_HD inline int64_t sequence_reserve(int64_t first_choices_so_far, uint32_t position,
+                                       uint32_t prompt_length, int num_experts, int rank) {
+  if (position + 1 >= prompt_length) return 0;
+  const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
+  const uint64_t a =
+      (static_cast<uint64_t>(first_choices_so_far) + 1) * (3 * (static_cast<uint64_t>(rank) + 1));
+  if (a / (3 * (static_cast<uint64_t>(rank) + 1)) != static_cast<uint64_t>(first_choices_so_far) + 1 ||
+      a > ~uint64_t{0} / remaining) {
+    return INT64_MAX;
+  }
+  const uint64_t num = a * remaining;
+  const uint64_t den = 4 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts));
+  return static_cast<int64_t>((num + den / 2) / den);
+}
+
+// Sequence scope, the prompt rows order[begin .. end) of ONE request in ascending position (docs/routing.md
+// section 2): one pool per expert for the whole prompt, budget `capacity` = request_capacity(prompt_length),
+// claimed in (position, j) order across forward passes. order[begin] is the prompt's row number `first_row`
+// (0-based: its position under a routing state, which keeps positions contiguous; 0 without one), and the
+// rule below reads a row's number in the prompt, p = first_row + (i - begin), as its position. count[e] holds
+// the pool's slots at e and first_choices[e] how many of the prompt's rows so far chose e first (both carried
+// in the request's RoutingState; advanced in place). At a row:
+//   its first choice (j = 0) is kept while count[e] < capacity;
+//   a later choice of rank j, or a reroute (rank top_k), of a token that already holds a slot is kept while
+//     count[e] < capacity - sequence_reserve(first_choices[e], p, prompt_length, E, j),
+//   so that lower choices cannot take the slots the rest of the prompt's higher choices need (as choice-major
+//   claiming within one batch guarantees, but decided causally);
+//   a later choice or reroute of a token that holds no slot yet claims like a first choice (it is the token's
+//   only chance not to lose every pair).
+// first_choices counts the row's own first choice before its later choices decide.
+template <class Place>
+MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const DispatchPolicy& policy,
+                                          int num_experts, const int32_t* order, int32_t begin, int32_t end,
+                                          uint32_t first_row, uint32_t prompt_length, int64_t capacity,
+                                          int32_t* count, int32_t* first_choices, const int32_t* pair_expert,
+                                          const PairStatus* pair_status, Place&& place) {
+  const int k = routes.top_k;
+  const bool reroute = policy.overflow == Overflow::kReroute;
+  for (int32_t i = begin; i < end; ++i) {
+    const int32_t t = order[i];
+    const uint32_t position = first_row + static_cast<uint32_t>(i - begin);
+    const int32_t first = routes.expert(t, 0);
+    if (first >= 0) ++first_choices[first];
+    auto later_capacity = [&](int32_t e, int rank) {
+      const int64_t reserve = sequence_reserve(first_choices[e], position, prompt_length, num_experts, rank);
+      return reserve >= capacity ? int64_t{0} : capacity - reserve;
+    };
+    bool holds = false;
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = routes.expert(t, j);
+      if (e < 0) continue;
+      const int64_t cap = j == 0 || !holds ? capacity : later_capacity(e, j);
+      if (count[e] < cap) {
+        const int32_t held_before = count[e]++;
+        place(int64_t{t} * k + j, e, routes.weight(t, j), PairStatus::kKept, held_before);
+        holds = true;
+      }
+    }
+    if (!reroute) continue;
+    for (int j = 0; j < k; ++j) {
+      const int64_t pair = int64_t{t} * k + j;
+      if (routes.expert(t, j) < 0 || pair_status[pair] != PairStatus::kDropped) continue;
+      const bool had_slot = holds;
+      auto reroute_capacity = [&](int32_t e) { return had_slot ? later_capacity(e, k) : capacity; };
+      if (try_reroute(routes, policy.reroute_depth, pair, pair_expert, reroute_capacity, count, place))
+        holds = true;
+    }
+  }
+}
+
+// Sequence scope, the decode rows order[begin .. end) of one request (positions >= its prompt length): each
+// row is a pool of its own with budget decode_capacity = request_capacity(1) >= 1. A token's ranked experts
+// are distinct, so each of its pairs finds its pool's count at 0 and is kept; decode rows neither read nor
+// touch the prompt pool (place gets held_before 0).
+template <class Place>
+MOE_HD inline void keep_decode_rows(const RouteArrays& routes, const int32_t* order, int32_t begin,
+                                    int32_t end, int64_t decode_capacity, Place&& place) {
+  const int k = routes.top_k;
+  for (int32_t i = begin; i < end && decode_capacity > 0; ++i) {
+    const int32_t t = order[i];
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = routes.expert(t, j);
+      if (e >= 0) place(int64_t{t} * k + j, e, routes.weight(t, j), PairStatus::kKept, 0);
+    }
+  }
+}
+
+// Overflow's survivor renormalisation (DispatchPolicy::renormalize_survivors) of one token that lost `lost`
+// of its k pairs: when 0 < lost < k and the survivors' weights sum to survivors > 0, every pair weight is
+// scaled by (sum of the token's k chosen route weights, in j order) / survivors. weight: the token's k pair
+// weights (dropped pairs hold 0); chosen: its route weights, rank j at index j.
+MOE_HD inline void renormalize_survivors(int k, int lost, float survivors, const float* chosen,
+                                         float* weight) {
+  if (lost <= 0 || lost >= k || !(survivors > 0.0f)) return;
+  float total = 0.0f;
+  for (int j = 0; j < k; ++j) total += chosen[j];
+  const float scale = total / survivors;
+  for (int j = 0; j < k; ++j) weight[j] *= scale;
+}
+
+}  // namespace rules
+}  // namespace moe

@@ -1,0 +1,179 @@
+// The one table of MoE layer cases that every backend runs (tests/layer_cases_test.cc, in the style of ggml's
+// test-backend-ops): shapes like Mixtral (E 8, top-2), Qwen2-MoE (a gated shared expert, top-4 without
+// renormalisation) and DeepSeek-V3 (sigmoid + selection bias, group-limited choice, a fused shared expert);
+// f32 and bf16 storage; every preset and capacity scope; reroute; GELU; causal and sequence state over
+// several calls. A case says what it computes; whether its outputs must be bitwise invariant follows from its
+// config.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moe/io/layer_weights.h"
+#include "moe/layer/moe_layer_config.h"
+#include "tests/support/layer_fixtures.h"
+
+namespace moe::testing {
+
+struct LayerCase {
+  std::string name;  // a gtest-safe name: letters, digits, '_'
+  io::LayerShape shape;
+  kernels::DType storage = kernels::DType::kF32;
+  MoELayerConfig config;
+  int calls = 1;            // forward calls over the same requests (their positions continue)
+  double tolerance = 1e-5;  // per-row relative error against the float64 reference of the case's own plan
+};
+
+// Whether a config promises bitwise invariance to strangers and row order (docs/determinism.md clauses 1, 4):
+// invariant kernels for experts and gate, and a policy whose plan restricted to a request depends only on it.
+inline bool promises_invariance(const MoELayerConfig& c) {
+  if (c.expert_kernel != kernels::KernelKind::kInvariant ||
+      c.gate_kernel != kernels::KernelKind::kInvariant) {
+    return false;
+  }
+  switch (c.policy.scope) {
+    case CapacityScope::kCausal:
+    case CapacityScope::kSequence:
+    case CapacityScope::kNone:
+      return true;
+    case CapacityScope::kRequest:
+      return c.policy.priority == Priority::kRequest || c.policy.priority == Priority::kRandom;
+    case CapacityScope::kBatch:
+      return false;
+  }
+  return false;
+}
+
+// Whether a config also promises that a request's outputs do not depend on how its prompt is chunked into
+// forward passes (clause 2): an invariant config whose capacity is decided by the request itself (its prefix,
+// or its admitted prompt length) whatever the forward passes are.
+inline bool promises_chunking_invariance(const MoELayerConfig& c) {
+  return promises_invariance(c) && c.policy.scope != CapacityScope::kRequest;
+}
+
+// Dispatch with capacity that strangers can take (batch scope) but invariant kernels: every change of a
+// probe's bits is capacity competition, which the counter-check must find.
+inline bool is_greedy_dispatch_counter_check(const LayerCase& c) {
+  return c.config.policy.scope == CapacityScope::kBatch && c.config.policy.priority == Priority::kArrival &&
+         c.config.expert_kernel == kernels::KernelKind::kInvariant;
+}
+
+namespace layer_cases_detail {
+
+// Router and shape of the three families.
+inline MoELayerConfig mixtral(const char* preset) {
+  MoELayerConfig c = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
+  c.router.num_experts = 8;
+  c.router.top_k = 2;
+  c.policy.capacity_factor = 1.0;  // capacity binds: drops happen, so invariance means something
+  c.max_tokens = 64;               // smaller than some batches: the workspace grows once
+  return c;
+}
+
+inline io::LayerShape qwen2_shape() {
+  return Qwen2LikeShape();  // d 96, ff 64, E 8, one gated shared expert of 160
+}
+inline MoELayerConfig qwen2(const char* preset) {
+  MoELayerConfig c = MoELayerConfig::preset(preset, io::Architecture::kQwen2Moe);
+  c.router.num_experts = 8;
+  c.router.top_k = 4;  // Qwen2-MoE's rule: softmax over all experts, top-k not renormalised
+  c.policy.capacity_factor = 1.0;
+  c.max_tokens = 64;
+  return c;
+}
+
+inline io::LayerShape deepseek_shape() {
+  io::LayerShape s = SmallShape(64, 48, 16);
+  s.num_shared_experts = 1;
+  s.shared_ff = 64;
+  s.score_bias = true;
+  return s;
+}
+inline MoELayerConfig deepseek(const char* preset) {
+  MoELayerConfig c = MoELayerConfig::preset(preset, io::Architecture::kDeepseekV3);
+  c.router.num_experts = 16;
+  c.router.top_k = 4;
+  c.router.num_groups = 4;
+  c.router.topk_groups = 2;
+  c.policy.capacity_factor = 1.0;
+  c.max_tokens = 64;
+  return c;
+}
+
+inline MoELayerConfig with(MoELayerConfig c, CapacityScope scope, Priority priority,
+                           Overflow overflow = Overflow::kDrop, int depth = 1) {
+  c.policy.scope = scope;
+  c.policy.priority = priority;
+  c.policy.overflow = overflow;
+  c.policy.reroute_depth = depth;
+  return c;
+}
+
+inline MoELayerConfig invariant_kernels(MoELayerConfig c) {
+  c.expert_kernel = c.gate_kernel = kernels::KernelKind::kInvariant;
+  return c;
+}
+
+inline MoELayerConfig threads(MoELayerConfig c, int n) {
+  c.num_threads = n;
+  return c;
+}
+
+}  // namespace layer_cases_detail
+
+inline std::vector<LayerCase> layer_cases() {
+  using namespace layer_cases_detail;
+  using kernels::DType;
+  const io::LayerShape mix = SmallShape(64, 96, 8);
+  const io::LayerShape gelu_shape = SmallShape(64, 128, 8);
+  MoELayerConfig gelu_det = mixtral("deterministic");
+  gelu_det.activation = kernels::Activation::kGELU;
+  MoELayerConfig gelu_greedy = mixtral("greedy");
+  gelu_greedy.activation = kernels::Activation::kGELU;
+  const auto R = CapacityScope::kRequest, C = CapacityScope::kCausal, B = CapacityScope::kBatch,
+             N = CapacityScope::kNone, S = CapacityScope::kSequence;
+  const auto req = Priority::kRequest, arr = Priority::kArrival, score = Priority::kScore,
+             rnd = Priority::kRandom;
+  const auto reroute = Overflow::kReroute, drop = Overflow::kDrop;
+  return {
+      // Mixtral-like: every preset and scope. The deterministic preset is sequence scope.
+      {"mixtral_f32_deterministic", mix, DType::kF32, mixtral("deterministic")},
+      {"mixtral_f32_sequence_3calls", mix, DType::kF32, threads(mixtral("deterministic"), 2), 3},
+      {"mixtral_bf16_sequence_reroute", mix, DType::kBF16, with(mixtral("deterministic"), S, req, reroute, 2),
+       3},
+      {"mixtral_f32_sequence_score_priority", mix, DType::kF32, with(mixtral("deterministic"), S, score), 2},
+      {"mixtral_f32_request", mix, DType::kF32, with(mixtral("deterministic"), R, req)},
+      {"mixtral_f32_deterministic_2threads", mix, DType::kF32, threads(mixtral("deterministic"), 2)},
+      {"mixtral_f32_greedy", mix, DType::kF32, threads(mixtral("greedy"), 2)},
+      {"mixtral_bf16_deterministic", mix, DType::kBF16, threads(mixtral("deterministic"), 2)},
+      {"mixtral_bf16_greedy", mix, DType::kBF16, mixtral("greedy")},
+      {"mixtral_f32_causal", mix, DType::kF32, threads(with(mixtral("deterministic"), C, req), 2), 3},
+      {"mixtral_bf16_causal_reroute", mix, DType::kBF16, with(mixtral("deterministic"), C, req, reroute), 2},
+      {"mixtral_f32_dropless", mix, DType::kF32, with(mixtral("deterministic"), N, req)},
+      {"mixtral_f32_request_random_priority", mix, DType::kF32, with(mixtral("deterministic"), R, rnd)},
+      {"mixtral_f32_greedy_dispatch_invariant_kernels", mix, DType::kF32,
+       with(mixtral("deterministic"), B, arr)},
+      {"mixtral_f32_batch_score_priority", mix, DType::kF32, with(mixtral("deterministic"), B, score)},
+      {"mixtral_f32_gelu_deterministic", gelu_shape, DType::kF32, gelu_det},
+      {"mixtral_f32_gelu_greedy", gelu_shape, DType::kF32, gelu_greedy},
+      // Qwen2-MoE-like: a shared expert with its sigmoid gate.
+      {"qwen2_f32_deterministic", qwen2_shape(), DType::kF32, threads(qwen2("deterministic"), 2)},
+      {"qwen2_bf16_deterministic_reroute", qwen2_shape(), DType::kBF16,
+       threads(with(qwen2("deterministic"), R, req, reroute), 2)},
+      {"qwen2_f32_greedy", qwen2_shape(), DType::kF32, qwen2("greedy")},
+      {"qwen2_bf16_greedy_dispatch_reroute", qwen2_shape(), DType::kBF16,
+       invariant_kernels(with(qwen2("greedy"), B, arr, reroute))},
+      {"qwen2_bf16_causal_reroute", qwen2_shape(), DType::kBF16,
+       with(qwen2("deterministic"), C, req, reroute), 2},
+      // DeepSeek-V3-like: sigmoid scores with selection bias, group-limited choice, a fused shared expert.
+      {"deepseek_bf16_deterministic_reroute2", deepseek_shape(), DType::kBF16,
+       with(deepseek("deterministic"), R, req, reroute, 2)},
+      {"deepseek_f32_greedy", deepseek_shape(), DType::kF32, threads(deepseek("greedy"), 2)},
+      {"deepseek_f32_causal", deepseek_shape(), DType::kF32, with(deepseek("deterministic"), C, req, drop),
+       2},
+      {"deepseek_f32_sequence_reroute", deepseek_shape(), DType::kF32,
+       threads(with(deepseek("deterministic"), S, req, reroute), 2), 2},
+  };
+}
+
+}  // namespace moe::testing
