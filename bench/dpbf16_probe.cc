@@ -13,9 +13,9 @@
 #include "kernels/cpu/dpbf16.h"
 #include "tests/support/dpbf16_cases.h"
 
-#if !defined(__AVX512BF16__)
+#if !MOE_HAVE_AVX512_BF16_TARGET
 int main() {
-  std::printf("dpbf16_probe: this build does not target AVX512_BF16 (nothing to probe)\n");
+  std::printf("dpbf16_probe: this compiler cannot target AVX512_BF16 (nothing to probe)\n");
   return 0;
 }
 #else
@@ -71,6 +71,10 @@ float emulate(const DpLane& l, const Candidate& k) {
 }  // namespace
 
 int main() {
+  if (!moe::kernels::cpu_has_avx512_bf16()) {
+    std::printf("dpbf16_probe: this CPU has no AVX512_BF16 (nothing to probe)\n");
+    return 0;
+  }
   const std::vector<DpLane> in = moe::testing::dpbf16_cases();
   const std::vector<uint32_t> hw = moe::testing::dpbf16_hardware(in);
   const Candidate candidates[] = {

@@ -3,7 +3,7 @@
 //   fp32_fma   register-only vfmadd231ps zmm (24 independent accumulators: covers a 4-cycle latency on two
 //              FMA ports), GFLOP/s = 32 per instruction (16 lanes x multiply + add)
 //   bf16_dp    register-only vdpbf16ps zmm (24 independent accumulators), GFLOP/s = 64 per instruction
-//              (16 lanes x 2 products x multiply + add); only on builds that target AVX512_BF16
+//              (16 lanes x 2 products x multiply + add); only on CPUs with AVX512_BF16 (a run-time check)
 //   stream     streaming read bandwidth: sum of a 1 GiB buffer (far larger than the last-level cache)
 //              with 512-bit loads and 8 accumulators; 2 threads read one half each
 // Each is run on 1 and 2 threads (one instance per thread), `--reps` times (default 7); the JSON reports
@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd.h"
 
 namespace {
@@ -57,8 +58,8 @@ float fma_loop(int64_t iterations) {
   return _mm512_reduce_add_ps(s);
 }
 
-#if defined(__AVX512BF16__)
-float dp_loop(int64_t iterations) {
+#if MOE_HAVE_AVX512_BF16_TARGET
+MOE_TARGET_AVX512_BF16 float dp_loop(int64_t iterations) {
   __m512 acc[kAcc];
   for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
   // bf16 0x3a83 ~ 1e-3: the accumulators grow by ~2e-6 per step (no overflow, no subnormals).
@@ -207,11 +208,17 @@ int main(int argc, char** argv) {
       "fp32_fma", "gflops",
       [&](int threads) { return run_parallel(threads, fma_gflop, [&](int) { return fma_loop(iters); }); },
       false);
-#if defined(__AVX512BF16__)
-  section(
-      "bf16_dp", "gflops",
-      [&](int threads) { return run_parallel(threads, 2 * fma_gflop, [&](int) { return dp_loop(iters); }); },
-      false);
+#if MOE_HAVE_AVX512_BF16_TARGET
+  if (moe::kernels::cpu_has_avx512_bf16()) {
+    section(
+        "bf16_dp", "gflops",
+        [&](int threads) {
+          return run_parallel(threads, 2 * fma_gflop, [&](int) { return dp_loop(iters); });
+        },
+        false);
+  } else {
+    json << "  \"bf16_dp\": null,\n";
+  }
 #else
   json << "  \"bf16_dp\": null,\n";
 #endif

@@ -11,9 +11,9 @@ endif()
 # program, not run by scripts/bench.sh).
 add_executable(dpbf16_probe ${PROJECT_SOURCE_DIR}/bench/dpbf16_probe.cc)
 target_include_directories(dpbf16_probe PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(dpbf16_probe PRIVATE moe_flags)
+target_link_libraries(dpbf16_probe PRIVATE moe_kernels_cpu moe_flags)
 # The machine's limits (fp32 FMA and bf16 dot-product peaks, streaming read bandwidth) as JSON: a plain program,
 # run first by scripts/bench.sh (BUILD/bench/peak.json), whose numbers the kernel and layer tables divide by.
 add_executable(peak_bench ${PROJECT_SOURCE_DIR}/bench/peak_bench.cc)
 target_include_directories(peak_bench PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(peak_bench PRIVATE Threads::Threads moe_flags)
+target_link_libraries(peak_bench PRIVATE moe_kernels_cpu Threads::Threads moe_flags)

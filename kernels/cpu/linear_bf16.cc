@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16_linear_op.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 
@@ -41,11 +42,17 @@ void run(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
   }
   // Threads take contiguous ranges of whole panels; never the reduction.
   const int64_t panels = w.panels();
+  const bool avx512 = cpu_has_avx512_bf16();
   const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
   pool.parallel_for(tasks, [&](int64_t task, int) {
     int64_t j0 = 0, j1 = 0;
     ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);
-    if (j1 > j0) detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
+    if (j1 <= j0) return;
+    if (avx512) {
+      detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
+    } else {
+      detail::bf16_panels_portable(xb, rows, w, j0, j1, y, y_stride);
+    }
   });
 }
 
@@ -104,7 +111,7 @@ void InvariantBf16Linear::forward_rounded(const uint16_t* xb, int64_t rows, floa
 }
 
 bool linear_bf16_uses_avx512() {
-  return detail::kBf16UsesAvx512;
+  return cpu_has_avx512_bf16();
 }
 
 void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,

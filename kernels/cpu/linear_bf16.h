@@ -8,8 +8,8 @@
 // and FTZ). One sequential chain per output: no lanes to reduce at the end, no split of the reduction.
 // The AVX-512 kernel puts 16 outputs of a weight panel in the lanes of a register and broadcasts the x
 // pair, so every register tile shape runs exactly this chain per element; threads split whole panels of
-// outputs. The portable path (builds without AVX512_BF16) runs the chain with the scalar emulation and
-// gives the same bits (tested).
+// outputs. It is chosen at run time (cpu_features.h: CPUID); on CPUs without AVX512_BF16 the portable path
+// runs the chain with the scalar emulation and gives the same bits (tested).
 //
 // Accuracy (tests/kernels_cpu_bf16_compute_test.cc), against float64 of the SAME bf16-rounded x and W:
 // each product of two bf16 numbers is exact in fp32, so the only errors are the 2 P roundings of the
@@ -50,10 +50,10 @@ void linear_bf16(const float* x, int64_t rows, int64_t x_stride, const PackedBf1
 void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
                          int64_t y_stride, ThreadPool& pool);
 
-// True when linear_bf16 runs the AVX-512 vdpbf16ps kernel (the build targets AVX512_BF16).
+// True when linear_bf16 runs the AVX-512 vdpbf16ps kernel (this CPU has AVX512_BF16; a run-time check).
 bool linear_bf16_uses_avx512();
 
-// The portable scalar path (what builds without AVX512_BF16 run), single-threaded, on a rounded input.
+// The portable scalar path (what CPUs without AVX512_BF16 run), single-threaded, on a rounded input.
 void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
                                   int64_t y_stride);
 

@@ -13,12 +13,21 @@
 #include <array>
 #include <utility>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 #include "kernels/cpu/simd.h"
 
+#if MOE_HAVE_AVX512_BF16_TARGET
+// Everything below, and nothing in any other file, is compiled for AVX512F + AVX512_BF16 (after the includes:
+// the inline functions of the headers keep the build's flags). linear_bf16.cc calls it only when
+// cpu_has_avx512_bf16().
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+#endif
+
 namespace moe::kernels::detail {
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if MOE_HAVE_AVX512_BF16_TARGET
 namespace {
 
 constexpr int kMR = 6;
@@ -116,3 +125,7 @@ void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 #endif
 
 }  // namespace moe::kernels::detail
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+#pragma GCC pop_options
+#endif

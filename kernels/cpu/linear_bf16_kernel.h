@@ -8,14 +8,10 @@
 
 namespace moe::kernels::detail {
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-inline constexpr bool kBf16UsesAvx512 = true;
-#else
-inline constexpr bool kBf16UsesAvx512 = false;
-#endif
-
-// Outputs of panels [j_begin, j_end) for all rows, with the AVX-512 vdpbf16ps kernel (only on builds
-// where kBf16UsesAvx512; elsewhere it runs the portable path).
+// Outputs of panels [j_begin, j_end) for all rows, with the AVX-512 vdpbf16ps kernel. Call it only when
+// cpu_has_avx512_bf16() (kernels/cpu/cpu_features.h): linear_bf16_avx512.cc is the one file compiled for
+// AVX512_BF16 (a `#pragma GCC target` region), and this is its only entry point. On compilers that cannot
+// target AVX512_BF16 it runs the portable path.
 void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                         int64_t j_end, float* y, int64_t y_stride);
 

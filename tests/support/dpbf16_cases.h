@@ -10,7 +10,8 @@
 #include <random>
 #include <vector>
 
-#if defined(__AVX512BF16__)
+#include "kernels/cpu/cpu_features.h"
+#if MOE_HAVE_AVX512_BF16_TARGET
 #include <immintrin.h>
 #endif
 
@@ -125,9 +126,9 @@ inline std::vector<DpLane> dpbf16_cases(uint64_t seed = 12345, int scale = 1) {
   return in;
 }
 
-#if defined(__AVX512BF16__)
-// The hardware's results (bits), 16 lanes per instruction.
-inline std::vector<uint32_t> dpbf16_hardware(const std::vector<DpLane>& in) {
+#if MOE_HAVE_AVX512_BF16_TARGET
+// The hardware's results (bits), 16 lanes per instruction. Call only when kernels::cpu_has_avx512_bf16().
+MOE_TARGET_AVX512_BF16 inline std::vector<uint32_t> dpbf16_hardware(const std::vector<DpLane>& in) {
   std::vector<uint32_t> out(in.size());
   for (size_t i = 0; i < in.size(); i += 16) {
     alignas(64) float c[16] = {};
