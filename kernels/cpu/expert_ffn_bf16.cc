@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/activations.h"
 #include "kernels/bf16.h"
+#include "kernels/cpu/activations.h"
 
 namespace moe::kernels {
 namespace {
@@ -101,7 +101,7 @@ void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const Pack
 }
 
 void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
-                            double* scale) {
+                            double* scale, bool round_hidden) {
   int64_t d = 0, ff = 0;
   validate_ffn_weights(act, w, &d, &ff);
   if (rows < 0) throw std::invalid_argument("ffn_bf16_reference_f64: rows is negative");
@@ -135,6 +135,8 @@ void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const 
       } else {
         h[static_cast<size_t>(j)] = gelu_f64(gate);
       }
+      if (round_hidden)
+        h[static_cast<size_t>(j)] = round_to_bf16(static_cast<float>(h[static_cast<size_t>(j)]));
     }
     for (int64_t o = 0; o < d; ++o) {
       double sum = 0.0, abs_sum = 0.0;

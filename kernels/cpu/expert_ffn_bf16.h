@@ -57,9 +57,11 @@ void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const Pack
                       int64_t y_stride, float* scratch, ThreadPool& pool);
 
 // The oracle: x and the weights rounded to bf16 (f32_to_bf16; bf16 weights as they are), everything else
-// in double (h not rounded). x is contiguous [rows, d]; y is contiguous [rows, d]. If `scale` is not null
-// it receives, per output, sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
+// in double (h not rounded, unless round_hidden: then h is rounded to bf16 as the kernel does, from the
+// double value, so the oracle's GEMM operands are the kernel's except where the fp32 h of the kernel and the
+// exact h straddle a bf16 rounding boundary). x is contiguous [rows, d]; y is contiguous [rows, d]. If
+// `scale` is not null it receives, per output, sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
 void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
-                            double* scale);
+                            double* scale, bool round_hidden = false);
 
 }  // namespace moe::kernels
