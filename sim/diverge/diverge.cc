@@ -168,6 +168,7 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
   const double start = now_seconds();
   model::ModelOptions mo;
   mo.kernel = spec.kernel;
+  mo.compute = options.compute;
   mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
   mo.max_tokens = options.max_token_budget();
   const int n = options.trials;
@@ -254,7 +255,8 @@ std::string format_table(const DivergeReport& report) {
   out += "probe: " + std::to_string(o.probe_length) + " prompt tokens, " + std::to_string(o.gen_length) +
          " generated; " + std::to_string(o.trials) + " trials; budget " +
          std::to_string(o.scheduler.token_budget) + " tokens/step, chunk " +
-         std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "\n";
+         std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
+         std::string(kernels::to_string(o.compute)) + "\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%-24s %5s %8s %8s %9s %9s %9s %10s %10s %8s\n", "config", "cf",
                 "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
@@ -369,6 +371,7 @@ std::string to_json(const DivergeReport& report) {
   j["vary_budgets"] = o.vary_budgets;
   j["capacity_factor"] = o.capacity_factor;
   j["seed"] = o.seed;
+  j["compute"] = std::string(kernels::to_string(o.compute));
   j["weights"] =
       o.weights_path.empty() ? "random(seed " + std::to_string(o.weights_seed) + ")" : o.weights_path;
   j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},
