@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "moe/layer/combine.h"
+#include "moe/layer/expert_ffns.h"
 #include "moe/layer/expert_schedule.h"
 #include "router/rules/capacity.h"
 
@@ -34,8 +35,8 @@ MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights
     : config_(config.fitted_to(*weights)),
       weights_(std::move(weights)),
       hidden_(weights_->shape().hidden),
-      ffns_(config_, *weights_, all_experts(*weights_)),
-      has_shared_(ffns_.has_shared()),
+      ffns_(std::make_unique<ExpertFfns>(config_, *weights_, all_experts(*weights_))),
+      has_shared_(ffns_->has_shared()),
       pool_(config_.num_threads),
       router_(config_.router,
               rules::num_ranked_needed(config_.policy, config_.router.num_experts, config_.router.top_k)),
@@ -59,8 +60,8 @@ void MoELayer::ensure_workspace(int num_tokens) {
   expert_out_.resize(slots * hidden_);
   // An expert holds at most one pair per token, so at most T rows; experts run one per thread hold at most
   // kSmallExpertRows each.
-  per_thread_scratch_ = ffns_.expert_scratch_floats(std::min<int64_t>(T, kSmallExpertRows));
-  scratch_.resize(std::max({ffns_.expert_scratch_floats(T), ffns_.shared_scratch_floats(T),
+  per_thread_scratch_ = ffns_->expert_scratch_floats(std::min<int64_t>(T, kSmallExpertRows));
+  scratch_.resize(std::max({ffns_->expert_scratch_floats(T), ffns_->shared_scratch_floats(T),
                             per_thread_scratch_ * config_.num_threads}));
   if (has_shared_) {
     shared_out_.resize(T * hidden_);
@@ -115,14 +116,14 @@ void MoELayer::run_experts() {
   }
   auto run_expert = [&](int e, float* scratch) {
     const int64_t first = plan_.expert_offsets[e];
-    ffns_.run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
-                     expert_out_.data() + first * hidden_, scratch, pool_);
+    ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
+                      expert_out_.data() + first * hidden_, scratch, pool_);
   };
   run_experts_scheduled(active_experts_, max_rows, pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
 void MoELayer::run_shared(const float* x, int num_tokens) {
-  ffns_.run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), pool_);
+  ffns_->run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), pool_);
   if (weights_->shared_gate()) {
     kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, *weights_->shared_gate(),
                     shared_gate_logit_.data(), 1, pool_);

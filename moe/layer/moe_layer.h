@@ -9,7 +9,6 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "moe/io/layer_weights.h"
-#include "moe/layer/expert_ffns.h"
 #include "moe/layer/fingerprint.h"
 #include "moe/layer/layer.h"
 #include "moe/layer/moe_layer_config.h"
@@ -20,6 +19,8 @@
 #include "router/topk_router.h"
 
 namespace moe {
+
+class ExpertFfns;  // moe/layer/expert_ffns.h (internal: not an installed header)
 
 // The MoE layer on the CPU, with its weights, workspace and thread pool: moe::Layer's contract (layer.h).
 //
@@ -68,7 +69,7 @@ class MoELayer final : public Layer {
   MoELayerConfig config_;
   std::shared_ptr<const io::LayerWeights> weights_;
   int64_t hidden_ = 0;
-  ExpertFfns ffns_;
+  std::unique_ptr<ExpertFfns> ffns_;
   bool has_shared_ = false;
   kernels::ThreadPool pool_;
   TopKRouter router_;

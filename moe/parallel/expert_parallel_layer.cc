@@ -11,6 +11,7 @@
 #include "base/splitmix64.h"
 #include "kernels/cpu/linear.h"
 #include "moe/layer/combine.h"
+#include "moe/layer/expert_ffns.h"
 #include "moe/layer/expert_schedule.h"
 
 namespace moe::parallel {

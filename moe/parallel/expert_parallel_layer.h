@@ -48,7 +48,6 @@
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/thread_pool.h"
 #include "moe/io/layer_weights.h"
-#include "moe/layer/expert_ffns.h"
 #include "moe/layer/fingerprint.h"
 #include "moe/layer/layer.h"
 #include "moe/layer/moe_layer.h"
@@ -60,6 +59,10 @@
 #include "router/routing_state.h"
 #include "router/token_meta.h"
 #include "router/topk_router.h"
+
+namespace moe {
+class ExpertFfns;  // moe/layer/expert_ffns.h
+}  // namespace moe
 
 namespace moe::parallel {
 
@@ -184,7 +187,7 @@ class ExpertParallelLayer final : public Layer {
   ExpertPlacement placement_;
   ExpertParallelOptions options_;
   int64_t hidden_ = 0;
-  std::unique_ptr<ExpertFfns> ffns_;  // this rank's experts and the shared expert
+  std::unique_ptr<moe::ExpertFfns> ffns_;  // this rank's experts and the shared expert
   bool has_shared_ = false;
   std::vector<int> local_experts_;
   // Built after validation (the constructor agrees on errors collectively before anything can throw).
