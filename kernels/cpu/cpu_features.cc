@@ -15,4 +15,16 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
+bool cpu_has_avx512f() {
+#if MOE_HAVE_AVX512_BF16_TARGET
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
 }  // namespace moe::kernels

@@ -22,5 +22,7 @@ namespace moe::kernels {
 
 // True when this CPU and OS run AVX512F and AVX512_BF16 (vdpbf16ps) code. Cached; thread-safe.
 bool cpu_has_avx512_bf16();
+// True when this CPU and OS run AVX512F code. Cached; thread-safe.
+bool cpu_has_avx512f();
 
 }  // namespace moe::kernels

@@ -1,6 +1,8 @@
 #include "kernels/cpu/linear_bf16.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,26 +36,74 @@ uint16_t* thread_workspace(size_t elems) {
   return buffer.data();
 }
 
-void run(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y, int64_t y_stride,
-         ThreadPool& pool) {
+void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j0,
+                int64_t j1, float* y, int64_t y_stride) {
+  switch (k) {
+    case Bf16Kernel::kAvx512Dpbf16:
+      detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
+      return;
+    case Bf16Kernel::kAvx512Fma:
+      detail::bf16_panels_fma512(xb, rows, w, j0, j1, y, y_stride);
+      return;
+    case Bf16Kernel::kPortable:
+      detail::bf16_panels_portable(xb, rows, w, j0, j1, y, y_stride);
+      return;
+  }
+}
+
+void run(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
+         int64_t y_stride, ThreadPool& pool) {
   if (w.in() == 0) {
     for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
     return;
   }
   // Threads take contiguous ranges of whole panels; never the reduction.
   const int64_t panels = w.panels();
-  const bool avx512 = cpu_has_avx512_bf16();
   const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
   pool.parallel_for(tasks, [&](int64_t task, int) {
     int64_t j0 = 0, j1 = 0;
     ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);
-    if (j1 <= j0) return;
-    if (avx512) {
-      detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
-    } else {
-      detail::bf16_panels_portable(xb, rows, w, j0, j1, y, y_stride);
-    }
+    if (j1 > j0) run_panels(k, xb, rows, w, j0, j1, y, y_stride);
   });
+}
+
+void run(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y, int64_t y_stride,
+         ThreadPool& pool) {
+  run(linear_bf16_kernel(), xb, rows, w, y, y_stride, pool);
+}
+
+// Seconds of the best of 3 runs of kernel k on a one-panel, 6-row, 1024-pair product (about 1.6 MFLOP).
+double time_kernel(Bf16Kernel k, const uint16_t* xb, const PackedBf16Weights& w, float* y) {
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) run_panels(k, xb, 6, w, 0, 1, y, w.out());
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+Bf16Kernel choose_kernel() {
+  if (const char* forced = std::getenv("MOE_BF16_KERNEL")) {
+    for (Bf16Kernel k : {Bf16Kernel::kPortable, Bf16Kernel::kAvx512Fma, Bf16Kernel::kAvx512Dpbf16}) {
+      if (std::string(forced) == to_string(k) && bf16_kernel_available(k)) return k;
+    }
+  }
+  const bool dp = bf16_kernel_available(Bf16Kernel::kAvx512Dpbf16);
+  const bool fma = bf16_kernel_available(Bf16Kernel::kAvx512Fma);
+  if (dp && fma) {
+    constexpr int64_t kIn = 2048;
+    std::vector<uint16_t> wb(static_cast<size_t>(64 * kIn), 0x3c00), xb(static_cast<size_t>(6 * kIn), 0x3c00);
+    const PackedBf16Weights w(MatrixView{wb.data(), DType::kBF16, 64, kIn, kIn});
+    std::vector<float> y(6 * 64);
+    time_kernel(Bf16Kernel::kAvx512Dpbf16, xb.data(), w, y.data());  // warm-up (caches, clocks)
+    const double t_dp = time_kernel(Bf16Kernel::kAvx512Dpbf16, xb.data(), w, y.data());
+    const double t_fma = time_kernel(Bf16Kernel::kAvx512Fma, xb.data(), w, y.data());
+    return t_fma < t_dp ? Bf16Kernel::kAvx512Fma : Bf16Kernel::kAvx512Dpbf16;
+  }
+  if (dp) return Bf16Kernel::kAvx512Dpbf16;
+  if (fma) return Bf16Kernel::kAvx512Fma;
+  return Bf16Kernel::kPortable;
 }
 
 }  // namespace
@@ -110,8 +160,48 @@ void InvariantBf16Linear::forward_rounded(const uint16_t* xb, int64_t rows, floa
   linear_bf16_rounded(xb, rows, packed_, y, y_stride, pool);
 }
 
+const char* to_string(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::kPortable:
+      return "portable";
+    case Bf16Kernel::kAvx512Fma:
+      return "fma";
+    case Bf16Kernel::kAvx512Dpbf16:
+      return "dpbf16";
+  }
+  return "?";
+}
+
+bool bf16_kernel_available(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::kPortable:
+      return true;
+    case Bf16Kernel::kAvx512Fma:
+      return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512f();
+    case Bf16Kernel::kAvx512Dpbf16:
+      return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512_bf16();
+  }
+  return false;
+}
+
+Bf16Kernel linear_bf16_kernel() {
+  static const Bf16Kernel chosen = choose_kernel();
+  return chosen;
+}
+
 bool linear_bf16_uses_avx512() {
-  return cpu_has_avx512_bf16();
+  return linear_bf16_kernel() == Bf16Kernel::kAvx512Dpbf16;
+}
+
+void linear_bf16_rounded_with(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w,
+                              float* y, int64_t y_stride, ThreadPool& pool) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded_with");
+  if (!bf16_kernel_available(k)) {
+    throw std::invalid_argument(std::string("linear_bf16_rounded_with: this CPU has no '") + to_string(k) +
+                                "' kernel");
+  }
+  if (rows == 0 || w.out() == 0) return;
+  run(k, xb, rows, w, y, y_stride, pool);
 }
 
 void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,

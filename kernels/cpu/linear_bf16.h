@@ -1,4 +1,5 @@
-// The batch-invariant bf16-compute linear: y = bf16(x) @ W^T with fp32 accumulation by vdpbf16ps.
+// The batch-invariant bf16-compute linear: y = bf16(x) @ W^T with fp32 accumulation in vdpbf16ps's order
+// (computed by vdpbf16ps, or by fp32 FMAs that reproduce its bits, whichever is faster on the CPU).
 //
 // Contract (every y[r][o], whatever the number of rows, the row's place, strides, alignment or thread
 // count): with xb = x's row r rounded to bf16 (f32_to_bf16) and wb = W's row o in bf16 (bf16_packed.h),
@@ -8,8 +9,10 @@
 // and FTZ). One sequential chain per output: no lanes to reduce at the end, no split of the reduction.
 // The AVX-512 kernel puts 16 outputs of a weight panel in the lanes of a register and broadcasts the x
 // pair, so every register tile shape runs exactly this chain per element; threads split whole panels of
-// outputs. It is chosen at run time (cpu_features.h: CPUID); on CPUs without AVX512_BF16 the portable path
-// runs the chain with the scalar emulation and gives the same bits (tested).
+// outputs. The implementation is chosen at run time (Bf16Kernel below: CPUID, then a short timing): vdpbf16ps,
+// or AVX-512F fp32 FMAs on the exactly widened operands under DAZ/FTZ (the same two roundings per pair), or on
+// CPUs without AVX-512 the scalar emulation; all give the same bits (tested on subnormals, infinities and NaN
+// payloads).
 //
 // Accuracy (tests/kernels_cpu_bf16_compute_test.cc), against float64 of the SAME bf16-rounded x and W:
 // each product of two bf16 numbers is exact in fp32, so the only errors are the 2 P roundings of the
@@ -50,8 +53,27 @@ void linear_bf16(const float* x, int64_t rows, int64_t x_stride, const PackedBf1
 void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
                          int64_t y_stride, ThreadPool& pool);
 
+// The implementations of the contract above; all give the same bits (tested), they differ in speed:
+//   kPortable     the scalar emulation of dpbf16.h (any CPU)
+//   kAvx512Fma    AVX-512F fp32 FMAs on the widened operands under DAZ/FTZ, NaN outputs redone by the
+//                 emulation (linear_bf16_fma512.cc; CPUs with AVX512F)
+//   kAvx512Dpbf16 vdpbf16ps (linear_bf16_avx512.cc; CPUs with AVX512_BF16)
+enum class Bf16Kernel : uint8_t { kPortable, kAvx512Fma, kAvx512Dpbf16 };
+const char* to_string(Bf16Kernel k);
+bool bf16_kernel_available(Bf16Kernel k);
+// The implementation linear_bf16 runs: MOE_BF16_KERNEL=portable|fma|dpbf16 in the environment forces one
+// (if this CPU has it); otherwise, where both AVX-512 kernels are available, the faster of the two on a short
+// timing at first use (on some CPUs vdpbf16ps has half the FMA rate in FLOP/s, on others twice), else the
+// best available. Chosen once per process; thread-safe.
+Bf16Kernel linear_bf16_kernel();
+
 // True when linear_bf16 runs the AVX-512 vdpbf16ps kernel (this CPU has AVX512_BF16; a run-time check).
 bool linear_bf16_uses_avx512();
+
+// linear_bf16_rounded with a given implementation (for tests and benchmarks). Throws std::invalid_argument if
+// this CPU lacks it.
+void linear_bf16_rounded_with(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w,
+                              float* y, int64_t y_stride, ThreadPool& pool);
 
 // The portable scalar path (what CPUs without AVX512_BF16 run), single-threaded, on a rounded input.
 void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,

@@ -15,6 +15,11 @@ namespace moe::kernels::detail {
 void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                         int64_t j_end, float* y, int64_t y_stride);
 
+// The same with AVX-512F fp32 FMAs under DAZ/FTZ (linear_bf16_fma512.cc; same bits). Call it only when
+// cpu_has_avx512f().
+void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride);
+
 // The same with the scalar emulation of dpbf16.h (same bits).
 void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                           int64_t j_end, float* y, int64_t y_stride);
