@@ -269,18 +269,20 @@ void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<con
 void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
                                           int32_t begin, int32_t end, RoutingState::Request* request,
                                           DispatchPlan& out) {
-  // With a state: the admitted prompt length, the slots and first choices its earlier chunks hold. Without:
-  // these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
+  // With a state: the admitted prompt length, the slots and choice counts its earlier chunks hold (advanced
+  // in place). Without: these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
   const uint32_t prompt_length = request ? request->prompt_length : static_cast<uint32_t>(end - begin);
   const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
   const int64_t decode_capacity = rules::request_capacity(policy_, 1, top_k_, num_experts_);
+  const size_t counts = static_cast<size_t>(rules::sequence_counts_size(top_k_, num_experts_));
   if (request != nullptr) {
+    if (request->higher_choices.size() != counts) request->higher_choices.assign(counts, 0);  // top_k 0
     std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
-    std::copy(request->first_choices.begin(), request->first_choices.end(), scratch_held_.begin());
   } else {
     std::fill(pool_count_.begin(), pool_count_.end(), 0);
-    std::fill(scratch_held_.begin(), scratch_held_.end(), 0);
+    scratch_counts_.assign(counts, 0);
   }
+  int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
   // The prompt rows come first (positions ascend within the request). Stateless: all rows are prompt rows.
   int32_t first_decode = begin;
   while (first_decode < end && (request == nullptr || meta[order_[first_decode]].position < prompt_length)) {
@@ -290,8 +292,8 @@ void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<c
   const rules::RouteArrays arrays = route_arrays(routes);
   rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
                                 request ? request->next_position : 0, prompt_length, capacity,
-                                pool_count_.data(), scratch_held_.data(), out.pair_expert.data(),
-                                out.pair_status.data(), place);
+                                pool_count_.data(), higher, out.pair_expert.data(), out.pair_status.data(),
+                                place);
   rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
   // Slots offered: what the prompt pool had left for this batch's prompt rows, and each decode row's own.
   for (int e = 0; e < num_experts_; ++e) {
@@ -303,7 +305,6 @@ void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<c
   }
   if (request != nullptr) {
     std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
-    std::copy(scratch_held_.begin(), scratch_held_.end(), request->first_choices.begin());
     request->next_position = meta[order_[end - 1]].position + 1;
   }
   std::fill(pool_count_.begin(), pool_count_.end(), 0);

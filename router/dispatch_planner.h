@@ -87,9 +87,10 @@ class DispatchPlanner {
   std::vector<int32_t> group_begin_;  // group g is order_[group_begin_[g] .. group_begin_[g+1])
   std::vector<int32_t> pool_count_;   // [num_experts] slots taken in the current pool
   std::vector<int64_t> overflow_;     // pairs waiting to reroute, in claiming order
-  // [num_experts] causal: the counts of a request planned without a state; sequence: the request's first
-  // choices
+  // [num_experts] causal: the counts of a request planned without a state
   std::vector<int32_t> scratch_held_;
+  // [top_k * num_experts] sequence: the choice counts of a request planned without a state
+  std::vector<int32_t> scratch_counts_;
   bool rows_distinct_ = false;  // order_tokens() found the rows in strict (request, position) order
 };
 

@@ -52,6 +52,13 @@ void check_routing_state(const RoutingState* state, int num_experts, int top_k) 
     fail("the routing state is for top_k " + std::to_string(state->top_k()) + ", not " +
          std::to_string(top_k));
   }
+  if (state->top_k() == 0) {
+    const int counted = state->counts_top_k();
+    if (counted != 0 && counted != top_k) {
+      fail("the routing state holds sequence-scope counts of top_k " + std::to_string(counted) + ", not " +
+           std::to_string(top_k) + " (one state per layer)");
+    }
+  }
 }
 
 void throw_if_plan_error(const PlanError& error) {

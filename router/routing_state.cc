@@ -29,7 +29,7 @@ void RoutingState::admit(uint64_t request_id, uint32_t prompt_length) {
   Request& r = requests_[request_id];
   r.prompt_length = prompt_length;
   r.slots_held.assign(num_experts_, 0);
-  r.first_choices.assign(num_experts_, 0);
+  if (top_k_ > 0) r.higher_choices.assign(static_cast<size_t>(top_k_) * num_experts_, 0);
 }
 
 void RoutingState::release(uint64_t request_id) {
@@ -47,11 +47,18 @@ const RoutingState::Request* RoutingState::find(uint64_t request_id) const {
   return it == requests_.end() ? nullptr : &it->second;
 }
 
+int RoutingState::counts_top_k() const {
+  if (top_k_ > 0) return top_k_;
+  for (const auto& [id, r] : requests_) {
+    if (!r.higher_choices.empty()) return static_cast<int>(r.higher_choices.size() / num_experts_);
+  }
+  return 0;
+}
+
 RoutingState::Request& RoutingState::get_or_create(uint64_t request_id) {
   auto [it, inserted] = requests_.try_emplace(request_id);
   if (inserted) {
     it->second.slots_held.assign(num_experts_, 0);
-    it->second.first_choices.assign(num_experts_, 0);
   }
   return it->second;
 }

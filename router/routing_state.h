@@ -13,11 +13,10 @@ namespace moe {
 // For every live request: its admitted prompt length, the next position it expects, and the slots it holds at
 // each expert.
 //   CapacityScope::kSequence  a request must be admitted with its prompt length before its first forward
-//   pass;
-//                             slots_held counts its prompt's slots (decode rows never hold any).
+//     pass; slots_held counts its prompt's slots (decode rows never hold any), higher_choices its prompt's
+//     choice counts (rules::sequence_counts_size).
 //   CapacityScope::kCausal    a request is created at its first forward pass (no admission needed; an
-//   admitted
-//                             one works too); slots_held counts every earlier token's slots.
+//     admitted one works too); slots_held counts every earlier token's slots.
 // The planner reads and advances it, so a token's decision depends only on its own request's prefix, however
 // the prompt is chunked into forward passes. Other scopes ignore it.
 // Errors: std::invalid_argument naming the request, and the state is unchanged.
@@ -27,8 +26,11 @@ class RoutingState {
   struct Request {
     uint32_t prompt_length = 0;  // admitted prompt length (0: created by causal scope, not admitted)
     uint32_t next_position = 0;
-    std::vector<int32_t> slots_held;     // [num_experts]
-    std::vector<int32_t> first_choices;  // [num_experts] sequence scope: prompt positions that chose e first
+    std::vector<int32_t> slots_held;  // [num_experts]
+    // Sequence scope, [top_k * num_experts]: block j - 1 at e counts the prompt rows so far whose choices of
+    // rank < j include e (rules::sequence_counts_size). Sized at admission when the state knows top_k, else
+    // by the first planner that decides the request's prompt (a later planner of another top_k is an error).
+    std::vector<int32_t> higher_choices;
   };
 
   // A state for layers with `num_experts` experts and `top_k` choices (0: not checked). Planning with a state
@@ -54,6 +56,9 @@ class RoutingState {
   Request& get_or_create(uint64_t request_id);
   void clear() { requests_.clear(); }
   size_t num_requests() const { return requests_.size(); }
+  // The top_k of the choice counts some request already holds (0 when none does): a state made with top_k 0
+  // takes the top_k of the first planner that decides a prompt, and a planner of another top_k is an error.
+  int counts_top_k() const;
 
  private:
   int num_experts_;

@@ -258,7 +258,7 @@ TEST(CudaPlanOmp, SequenceStateAcrossCalls) {
         EXPECT_EQ(a->prompt_length, b->prompt_length) << what;
         EXPECT_EQ(a->next_position, b->next_position) << what;
         EXPECT_EQ(a->slots_held, b->slots_held) << what;
-        EXPECT_EQ(a->first_choices, b->first_choices) << what;
+        EXPECT_EQ(a->higher_choices, b->higher_choices) << what;
       }
       if (::testing::Test::HasFailure()) return;
       ++calls;
@@ -357,7 +357,7 @@ TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {
     EXPECT_EQ(message(gpu, gpu_state, gap), skipped);
     for (RoutingState* s : {&cpu_state, &gpu_state}) {
       EXPECT_EQ(s->find(3)->next_position, 0u);
-      EXPECT_EQ(s->find(3)->first_choices, std::vector<int32_t>(E, 0));
+      EXPECT_EQ(s->find(3)->higher_choices, std::vector<int32_t>(static_cast<size_t>(k) * E, 0));
     }
   }
 }

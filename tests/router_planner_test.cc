@@ -311,7 +311,8 @@ TEST(Planner, SequenceWorkedExample) {
     }
     EXPECT_EQ(got, want);
     EXPECT_EQ(state.find(7)->slots_held, (std::vector<int32_t>{3, 0, 4, 4}));
-    EXPECT_EQ(state.find(7)->first_choices, (std::vector<int32_t>{3, 0, 5, 0}));
+    // Rank < 1 (first choices), then rank < 2 (either choice) per expert.
+    EXPECT_EQ(state.find(7)->higher_choices, (std::vector<int32_t>{3, 0, 5, 0, 3, 0, 5, 8}));
     EXPECT_EQ(state.find(7)->next_position, 8u);
     DispatchPlan decode;
     const std::vector<TokenMeta> decode_row = {{7, 8}};
@@ -325,17 +326,38 @@ TEST(Planner, SequenceWorkedExample) {
 
 // The reserve in exact integers, as docs/routing.md gives it.
 TEST(Planner, SequenceReserve) {
-  // Rank 1: round(3 * 2 * (f + 1) * n / (4 * (p + 1 + E))), halves up.
-  EXPECT_EQ(rules::sequence_reserve(0, 0, 8, 4, 1), 2);     // round(42 / 20) = round(2.1)
-  EXPECT_EQ(rules::sequence_reserve(0, 1, 8, 4, 1), 2);     // round(36 / 24) = round(1.5)
-  EXPECT_EQ(rules::sequence_reserve(0, 2, 8, 4, 1), 1);     // round(30 / 28)
-  EXPECT_EQ(rules::sequence_reserve(0, 4, 8, 4, 1), 1);     // round(18 / 36) = round(0.5)
-  EXPECT_EQ(rules::sequence_reserve(0, 5, 8, 4, 1), 0);     // round(12 / 40)
-  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 1), 83);  // round(3000 / 36) = round(83.33)
-  // Rank j is graded by (j + 1) / 2: rank 3 leaves twice the room of rank 1.
-  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 3), 167);  // round(6000 / 36) = round(166.67)
-  EXPECT_EQ(rules::sequence_reserve(9, 7, 8, 4, 1), 0);      // the last row leaves nothing to reserve
-  EXPECT_EQ(rules::sequence_reserve(1u << 31, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits: no room
+  // Rank 1 (h = the first choices so far): round(3 * (h + 1) * n / (2 * (p + 1 + E))), halves up.
+  EXPECT_EQ(rules::sequence_reserve(0, 0, 8, 4, 1), 2);     // round(21 / 10) = round(2.1)
+  EXPECT_EQ(rules::sequence_reserve(0, 1, 8, 4, 1), 2);     // round(18 / 12) = round(1.5)
+  EXPECT_EQ(rules::sequence_reserve(0, 2, 8, 4, 1), 1);     // round(15 / 14)
+  EXPECT_EQ(rules::sequence_reserve(0, 4, 8, 4, 1), 1);     // round(9 / 18) = round(0.5)
+  EXPECT_EQ(rules::sequence_reserve(0, 5, 8, 4, 1), 0);     // round(6 / 20)
+  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 1), 83);  // round(1500 / 18) = round(83.33)
+  // Rank j counts the h choices of rank < j so far with a prior of j: rank 3 with h = 10 of them.
+  EXPECT_EQ(rules::sequence_reserve(10, 0, 101, 8, 3), 217);  // round(3 * 13 * 100 / 18) = round(216.67)
+  EXPECT_EQ(rules::sequence_reserve(9, 7, 8, 4, 1), 0);       // the last row leaves nothing to reserve
+  EXPECT_EQ(rules::sequence_reserve(INT64_MAX / 2, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits
+}
+
+// A state made without a top_k takes the first planner's for its sequence-scope counts; a planner of another
+// top_k is refused before anything changes.
+TEST(Planner, SequenceCountsKeepTheirTopK) {
+  const DispatchPolicy p = Policy(CapacityScope::kSequence, Priority::kRequest, 1.0);
+  RoutingState state(4);
+  state.admit(1, 4);
+  state.admit(2, 4);
+  DispatchPlanner two(4, 2, p), three(4, 3, p);
+  DispatchPlan plan;
+  two.plan(MakeRoutes(4, 2, {{0, 1}, {1, 2}}), std::vector<TokenMeta>{{1, 0}, {1, 1}}, &state, plan);
+  EXPECT_EQ(state.find(1)->higher_choices.size(), 8u);
+  try {
+    three.plan(MakeRoutes(4, 3, {{0, 1, 2}}), std::vector<TokenMeta>{{2, 0}}, &state, plan);
+    FAIL() << "a planner of top_k 3 accepted counts of top_k 2";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("top_k 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(state.find(2)->next_position, 0u);
+  EXPECT_TRUE(state.find(2)->higher_choices.empty());
 }
 
 // Without a routing state a request's rows in the batch are its whole prompt: the plan of admitting it with

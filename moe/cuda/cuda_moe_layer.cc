@@ -15,6 +15,7 @@
 #include "router/cuda/topk.h"
 #include "router/plan_checks.h"
 #include "router/rules/capacity.h"
+#include "router/rules/plan_rules.h"
 
 namespace moe {
 namespace {
@@ -62,7 +63,7 @@ struct CudaMoELayer::Workspace {
   cuda::DeviceBuffer<float> x, y, logits, route_weights, top1, pair_weight, x_rows, y_rows, shared_out,
       shared_logit;
   cuda::DeviceBuffer<int32_t> route_experts, error_row, pair_expert, pair_slot, load, offsets, slot_pairs,
-      dense_offsets, dense_tiles, token_state_row, slots_held, first_choices;
+      dense_offsets, dense_tiles, token_state_row, slots_held, higher_choices;
   cuda::DeviceBuffer<uint32_t> next_position, prompt_length;
   cuda::DeviceBuffer<TokenMeta> meta;
   cuda::DeviceBuffer<PairStatus> pair_status;
@@ -221,7 +222,8 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
     w->next_position = cuda::DeviceBuffer<uint32_t>(T);
     if (config_.policy.scope == CapacityScope::kSequence) {
       w->prompt_length = cuda::DeviceBuffer<uint32_t>(T);
-      w->first_choices = cuda::DeviceBuffer<int32_t>(T * E);
+      w->higher_choices =
+          cuda::DeviceBuffer<int32_t>(T * rules::sequence_counts_size(top_k(), num_experts()));
     }
   }
   const cuda::PlanShape shape{num_tokens, num_experts(), top_k(), num_ranked_, config_.policy};
@@ -278,7 +280,7 @@ size_t CudaMoELayer::device_bytes() const {
                    w.slots_held.size(),
                    w.next_position.size(),
                    w.prompt_length.size(),
-                   w.first_choices.size()}) {
+                   w.higher_choices.size()}) {
     bytes += n * 4;
   }
   bytes += w.meta.size() * sizeof(TokenMeta) + w.pair_status.size() +
@@ -372,7 +374,7 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
     in.state_slots_held = state->slots_held;
     in.state_next_position = state->next_position;
     in.state_prompt_length = state->prompt_length;
-    in.state_first_choices = state->first_choices;
+    in.state_higher_choices = state->higher_choices;
   }
   const cuda::PlanOutputs out{
       w.pair_expert.data(), w.pair_slot.data(), w.pair_weight.data(), w.pair_status.data(), w.load.data(),
@@ -434,7 +436,7 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
   const bool use_state = state != nullptr && rules::carries_routing_state(config_.policy);
   const bool sequence = config_.policy.scope == CapacityScope::kSequence;
   if (use_state) {
-    table_.build(meta, *state, num_experts());
+    table_.build(meta, *state, num_experts(), top_k());
     const size_t rows = static_cast<size_t>(table_.num_rows());
     CUDA_CHECK(cudaMemcpyAsync(w.token_state_row.data(), table_.token_row.data(), T * sizeof(int32_t),
                                cudaMemcpyHostToDevice, s));
@@ -447,10 +449,10 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
     if (sequence) {
       CUDA_CHECK(cudaMemcpyAsync(w.prompt_length.data(), table_.prompt_length.data(), rows * sizeof(uint32_t),
                                  cudaMemcpyHostToDevice, s));
-      CUDA_CHECK(cudaMemcpyAsync(w.first_choices.data(), table_.first_choices.data(),
-                                 rows * E * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(w.higher_choices.data(), table_.higher_choices.data(),
+                                 rows * table_.counts_size * sizeof(int32_t), cudaMemcpyHostToDevice, s));
       device_state.prompt_length = w.prompt_length.data();
-      device_state.first_choices = w.first_choices.data();
+      device_state.higher_choices = w.higher_choices.data();
     }
   }
   forward_device(w.x.data(), num_tokens, w.meta.data(), w.y.data(), s, use_state ? &device_state : nullptr);
@@ -469,8 +471,8 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
     CUDA_CHECK(cudaMemcpyAsync(table_.next_position.data(), w.next_position.data(), rows * sizeof(uint32_t),
                                cudaMemcpyDeviceToHost, s));
     if (sequence) {
-      CUDA_CHECK(cudaMemcpyAsync(table_.first_choices.data(), w.first_choices.data(),
-                                 rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+      CUDA_CHECK(cudaMemcpyAsync(table_.higher_choices.data(), w.higher_choices.data(),
+                                 rows * table_.counts_size * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     }
   }
   CUDA_CHECK(cudaStreamSynchronize(s));

@@ -89,7 +89,7 @@ struct Ctx {
   int32_t* held;
   uint32_t* next_position;
   const uint32_t* prompt_length;
-  int32_t* first_choices;
+  int32_t* higher_choices;
 
   int32_t* pair_expert;
   int32_t* pair_slot;
@@ -115,7 +115,7 @@ struct Ctx {
   int32_t* pair_aux;
   int32_t* overflow;
   int32_t* group_counts;
-  int32_t* group_first;
+  int32_t* group_higher;
   int64_t* capacity_partial;
 
   MOE_HD bool grouped() const { return rules::pools_per_request(policy); }
@@ -520,17 +520,18 @@ struct DecideSequence {
     const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
     const int row = c.group_row(g);
     int32_t* held = row >= 0 ? c.held + static_cast<int64_t>(row) * c.E : nullptr;
-    int32_t* first = row >= 0 ? c.first_choices + static_cast<int64_t>(row) * c.E
-                              : c.group_first + static_cast<int64_t>(g) * c.E;
+    const int64_t counts_size = rules::sequence_counts_size(c.k, c.E);
+    int32_t* higher = row >= 0 ? c.higher_choices + static_cast<int64_t>(row) * counts_size
+                               : c.group_higher + static_cast<int64_t>(g) * counts_size;
     int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
-    for (int e = 0; e < c.E; ++e) {
-      count[e] = held ? held[e] : 0;
-      if (!held) first[e] = 0;
+    for (int e = 0; e < c.E; ++e) count[e] = held ? held[e] : 0;
+    if (!held) {
+      for (int64_t i = 0; i < counts_size; ++i) higher[i] = 0;
     }
     const SequenceGroup s = sequence_group(c, g);
     const int64_t capacity = rules::request_capacity(c.policy, s.prompt_length, c.k, c.E);
     rules::decide_sequence_prompt(c.routes(), c.policy, c.E, c.order, gb, s.prompt_end, s.first_row,
-                                  static_cast<uint32_t>(s.prompt_length), capacity, count, first,
+                                  static_cast<uint32_t>(s.prompt_length), capacity, count, higher,
                                   c.pair_expert, c.pair_status, PoolPlacer{&c, held});
     // The prompt's counts go to the state; count becomes the placements of this batch (decode rows follow).
     for (int e = 0; e < c.E; ++e) {
@@ -680,7 +681,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.held = in.state_slots_held;
   c.next_position = in.state_next_position;
   c.prompt_length = in.state_prompt_length;
-  c.first_choices = in.state_first_choices;
+  c.higher_choices = in.state_higher_choices;
   c.pair_expert = out.pair_expert;
   c.pair_slot = out.pair_slot;
   c.pair_weight = out.pair_weight;
@@ -704,7 +705,7 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.pair_aux = at<int32_t>(workspace, layout.pair_aux);
   c.overflow = at<int32_t>(workspace, layout.overflow);
   c.group_counts = at<int32_t>(workspace, layout.group_counts);
-  c.group_first = at<int32_t>(workspace, layout.group_first);
+  c.group_higher = at<int32_t>(workspace, layout.group_higher);
   c.capacity_partial = at<int64_t>(workspace, layout.capacity_partial);
 
   const int T = c.T, P = c.P, E = c.E;

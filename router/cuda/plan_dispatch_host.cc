@@ -17,7 +17,8 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   DeviceBuffer<float> weights(T * R), top1(T);
   DeviceBuffer<TokenMeta> meta(T);
   DeviceBuffer<uint32_t> next(rows), prompt(host_in.state_prompt_length ? rows : 0);
-  DeviceBuffer<int32_t> first(host_in.state_first_choices ? rows * E : 0);
+  const size_t KE = static_cast<size_t>(shape.top_k) * E;  // rules::sequence_counts_size
+  DeviceBuffer<int32_t> first(host_in.state_higher_choices ? rows * KE : 0);
   experts.upload(host_in.route_experts, T * R);
   weights.upload(host_in.route_weights, T * R);
   if (host_in.top1_score) top1.upload(host_in.top1_score, T);
@@ -27,7 +28,7 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
     held.upload(host_in.state_slots_held, rows * E);
     next.upload(host_in.state_next_position, rows);
     if (host_in.state_prompt_length) prompt.upload(host_in.state_prompt_length, rows);
-    if (host_in.state_first_choices) first.upload(host_in.state_first_choices, rows * E);
+    if (host_in.state_higher_choices) first.upload(host_in.state_higher_choices, rows * KE);
   }
   PlanInputs in = host_in;
   in.route_experts = experts.data();
@@ -38,7 +39,7 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   in.state_slots_held = rows > 0 ? held.data() : nullptr;
   in.state_next_position = rows > 0 ? next.data() : nullptr;
   in.state_prompt_length = rows > 0 && host_in.state_prompt_length ? prompt.data() : nullptr;
-  in.state_first_choices = rows > 0 && host_in.state_first_choices ? first.data() : nullptr;
+  in.state_higher_choices = rows > 0 && host_in.state_higher_choices ? first.data() : nullptr;
 
   DeviceBuffer<int32_t> pair_expert(P), pair_slot(P), load(E), offsets(E + 1), slot_pairs(P);
   DeviceBuffer<float> pair_weight(P);
@@ -67,7 +68,7 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   if (rows > 0) {
     held.download(host_in.state_slots_held, rows * E);
     next.download(host_in.state_next_position, rows);
-    if (host_in.state_first_choices) first.download(host_in.state_first_choices, rows * E);
+    if (host_in.state_higher_choices) first.download(host_in.state_higher_choices, rows * KE);
   }
 }
 

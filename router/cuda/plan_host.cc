@@ -6,9 +6,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "router/rules/plan_rules.h"
+
 namespace moe::cuda {
 
-void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts) {
+void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts,
+                              int top_k) {
   row_of_.clear();
   request_ids.clear();
   token_row.resize(meta.size());
@@ -21,11 +24,15 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
   slots_held.assign(request_ids.size() * E, 0);
   next_position.assign(request_ids.size(), 0);
   prompt_length.assign(request_ids.size(), 0);
-  first_choices.assign(request_ids.size() * E, 0);
+  counts_size = static_cast<size_t>(rules::sequence_counts_size(top_k, num_experts));
+  higher_choices.assign(request_ids.size() * counts_size, 0);
   for (size_t r = 0; r < request_ids.size(); ++r) {
     if (const RoutingState::Request* known = state.find(request_ids[r])) {
       std::copy(known->slots_held.begin(), known->slots_held.end(), slots_held.begin() + r * E);
-      std::copy(known->first_choices.begin(), known->first_choices.end(), first_choices.begin() + r * E);
+      if (known->higher_choices.size() == counts_size) {  // else never decided (sized on first use)
+        std::copy(known->higher_choices.begin(), known->higher_choices.end(),
+                  higher_choices.begin() + r * counts_size);
+      }
       next_position[r] = known->next_position;
       prompt_length[r] = known->prompt_length;
     }
@@ -37,8 +44,10 @@ void RoutingStateTable::write_back(RoutingState& state) const {
   for (size_t r = 0; r < request_ids.size(); ++r) {
     RoutingState::Request& request = state.get_or_create(request_ids[r]);
     std::copy(slots_held.begin() + r * E, slots_held.begin() + (r + 1) * E, request.slots_held.begin());
-    std::copy(first_choices.begin() + r * E, first_choices.begin() + (r + 1) * E,
-              request.first_choices.begin());
+    if (prompt_length[r] > 0) {  // sequence scope's counts (admitted requests only)
+      request.higher_choices.assign(higher_choices.begin() + r * counts_size,
+                                    higher_choices.begin() + (r + 1) * counts_size);
+    }
     request.next_position = next_position[r];
   }
 }
@@ -59,7 +68,7 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
 
   const bool use_state = rules::carries_routing_state(policy_) && state != nullptr;
   RoutingStateTable table;
-  if (use_state) table.build(meta, *state, E);
+  if (use_state) table.build(meta, *state, E, top_k_);
 
   PlanInputs in;
   in.num_tokens = T;
@@ -73,7 +82,7 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
     in.state_slots_held = table.slots_held.data();
     in.state_next_position = table.next_position.data();
     in.state_prompt_length = table.prompt_length.data();
-    in.state_first_choices = table.first_choices.data();
+    in.state_higher_choices = table.higher_choices.data();
   }
 
   out.num_tokens = T;

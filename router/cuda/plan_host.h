@@ -27,11 +27,12 @@ struct RoutingStateTable {
   std::vector<int32_t> slots_held;      // [rows * E]
   std::vector<uint32_t> next_position;  // [rows]
   std::vector<uint32_t> prompt_length;  // [rows]: 0 = not admitted
-  std::vector<int32_t> first_choices;   // [rows * E]
+  std::vector<int32_t> higher_choices;  // [rows * top_k * E] (rules::sequence_counts_size per row)
+  size_t counts_size = 0;               // top_k * E
 
   // Rows for the requests of `meta`; a request `state` knows starts from its state, a new one from zero (and
   // prompt length 0: not admitted).
-  void build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts);
+  void build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts, int top_k);
   // Stores every row in `state` (creating the requests it does not know yet: causal scope). Call after a
   // successful plan.
   void write_back(RoutingState& state) const;

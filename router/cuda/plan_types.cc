@@ -63,7 +63,7 @@ void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOut
     need(in.state_next_position, "inputs.state_next_position (token_state_row is set)");
     if (shape.policy.scope == CapacityScope::kSequence) {
       need(in.state_prompt_length, "inputs.state_prompt_length (sequence scope, token_state_row is set)");
-      need(in.state_first_choices, "inputs.state_first_choices (sequence scope, token_state_row is set)");
+      need(in.state_higher_choices, "inputs.state_higher_choices (sequence scope, token_state_row is set)");
     }
   }
   need(out.pair_expert, "outputs.pair_expert");
@@ -107,7 +107,7 @@ PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
   pair_aux = take((P + 1) * 4);
   overflow = take(P * 4);
   group_counts = take(count_rows * E * 4);
-  group_first = take(scope == CapacityScope::kSequence ? T * E * 4 : 4);
+  group_higher = take(scope == CapacityScope::kSequence ? P * E * 4 : 4);  // T * k * E
   capacity_partial = take(stateful ? ((T + 255) / 256) * E * 8 : 8);
   bytes = at;
 }

@@ -47,13 +47,15 @@ struct PlanInputs {
   //   state_slots_held[row * E + e]     slots the request holds at expert e (sequence: its prompt's)
   //   state_next_position[row]          the position the request's next token must have
   //   state_prompt_length[row]          sequence: the admitted prompt length L (read only)
-  //   state_first_choices[row * E + e]  sequence: the prompt positions so far whose first choice was e
+  //   state_higher_choices[row * k * E + (j - 1) * E + e]
+  //                                     sequence: the prompt rows so far whose choices of rank < j include e
+  //                                     (j = 1 .. k; rules::sequence_counts_size)
   const int32_t* token_state_row = nullptr;
   int num_state_rows = 0;
   int32_t* state_slots_held = nullptr;
   uint32_t* state_next_position = nullptr;
   const uint32_t* state_prompt_length = nullptr;
-  int32_t* state_first_choices = nullptr;
+  int32_t* state_higher_choices = nullptr;
 };
 
 // Why a plan failed: PlanError (router/rules/plan_error.h), written to PlanOutputs::error (code kPlanOk =
@@ -97,7 +99,7 @@ struct PlanWorkspaceLayout {
   size_t pair_aux = 0;          // int32  [max_pairs + 1]
   size_t overflow = 0;          // int32  [max_pairs]
   size_t group_counts = 0;      // int32  [count_rows * E]
-  size_t group_first = 0;       // int32  [max_tokens * E] (sequence scope: each request's first choices)
+  size_t group_higher = 0;      // int32  [max_tokens * k * E] (sequence scope: each request's choice counts)
   size_t capacity_partial = 0;  // int64 [ceil(max_tokens / 256) * E] (causal and sequence scopes)
   size_t bytes = 0;             // total
 

@@ -124,28 +124,34 @@ MOE_HD inline void decide_in_position_order(const RouteArrays& routes, const Dis
   }
 }
 
+// The size of a request's sequence-scope choice counts (RoutingState::Request::higher_choices, the GPU
+// state table's row): top_k blocks of num_experts; block j - 1 (j = 1 .. top_k) at expert e counts the prompt
+// rows so far whose choices of rank < j include e. (Block top_k - 1 counts every choice: a reroute's.)
+MOE_HD inline int64_t sequence_counts_size(int top_k, int num_experts) {
+  return int64_t{top_k} * num_experts;
+}
+
 // Sequence scope's reserve at expert e for a pair of rank j >= 1 (a reroute counts as rank top_k) of the
-// prompt row at `position` of a prompt of `prompt_length` tokens: the room it must leave for the more
-// important choices the rest of the prompt (n = L - 1 - position rows) is expected to bring to e. The
-// estimate is 1.5 times n * (f_e + 1) / (position + 1 + E), from the f_e first choices the prompt's positions
-// <= `position` made for e (with a Laplace prior of 1/E), graded by (j + 1) / 2 for the ranks above j,
-// rounded to the nearest integer (halves up) - in exact integer arithmetic:
-//   R_e = floor((3 * (j + 1) * (f_e + 1) * n + D / 2) / D),  D = 4 * (position + 1 + E)
-// (Rounding up instead dropped 8.9 % of the divergence lab probe's pairs at cf 1.25 against 8.0 %; a factor 2
-// instead of 1.5 dropped 1.31x request scope's pairs at cf 2 on serving.toml against 1.03x: docs/results.md.)
-// (INT64_MAX when the product exceeds 64 bits: more than any pool can hold).
-MOE_HD inline int64_t sequence_reserve(int64_t first_choices_so_far, uint32_t position,
+// prompt row at `position` of a prompt of `prompt_length` tokens: the room it must leave for the choices of
+// rank < j that the rest of the prompt (n = L - 1 - position rows) is expected to bring to e, which claiming
+// choice-major within one batch would have served first. The estimate is 1.5 times n * (h_e + j) /
+// (position + 1 + E), from the h_e choices of rank < j that the prompt's positions <= `position` made for e
+// (with a Laplace prior of 1/E per rank), rounded to the nearest integer (halves up) - in exact integer
+// arithmetic:
+//   R_e = floor((3 * (h_e + j) * n + D / 2) / D),  D = 2 * (position + 1 + E)
+// For top-2 (only rank 1 reserves, h_e = the first choices) this is 1.5 n (f_e + 1) / (position + 1 + E).
+// (Counting only first choices, graded by (j + 1) / 2, left 2-4.5x request scope's fully dropped tokens under
+// top-8; rounding up instead of to nearest dropped 8.9 % of the divergence lab probe's pairs at cf 1.25
+// against 8.0 %; a factor 2 instead of 1.5 dropped 1.31x request scope's pairs at cf 2 on serving.toml
+// against 1.03x: docs/results.md.) INT64_MAX when the product exceeds 64 bits: more than any pool can hold.
+MOE_HD inline int64_t sequence_reserve(int64_t higher_choices_so_far, uint32_t position,
                                        uint32_t prompt_length, int num_experts, int rank) {
   if (position + 1 >= prompt_length) return 0;
   const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
-  const uint64_t a =
-      (static_cast<uint64_t>(first_choices_so_far) + 1) * (3 * (static_cast<uint64_t>(rank) + 1));
-  if (a / (3 * (static_cast<uint64_t>(rank) + 1)) != static_cast<uint64_t>(first_choices_so_far) + 1 ||
-      a > ~uint64_t{0} / remaining) {
-    return INT64_MAX;
-  }
-  const uint64_t num = a * remaining;
-  const uint64_t den = 4 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts));
+  const uint64_t h = static_cast<uint64_t>(higher_choices_so_far) + static_cast<uint64_t>(rank);
+  if (h > (~uint64_t{0} / 3) / remaining) return INT64_MAX;
+  const uint64_t num = 3 * h * remaining;
+  const uint64_t den = 2 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts));
   return static_cast<int64_t>((num + den / 2) / den);
 }
 
@@ -154,31 +160,35 @@ MOE_HD inline int64_t sequence_reserve(int64_t first_choices_so_far, uint32_t po
 // claimed in (position, j) order across forward passes. order[begin] is the prompt's row number `first_row`
 // (0-based: its position under a routing state, which keeps positions contiguous; 0 without one), and the
 // rule below reads a row's number in the prompt, p = first_row + (i - begin), as its position. count[e] holds
-// the pool's slots at e and first_choices[e] how many of the prompt's rows so far chose e first (both carried
-// in the request's RoutingState; advanced in place). At a row:
+// the pool's slots at e and higher[(j - 1) * E + e] the prompt's choice counts (sequence_counts_size; both
+// carried in the request's RoutingState; advanced in place). At a row:
 //   its first choice (j = 0) is kept while count[e] < capacity;
 //   a later choice of rank j, or a reroute (rank top_k), of a token that already holds a slot is kept while
-//     count[e] < capacity - sequence_reserve(first_choices[e], p, prompt_length, E, j),
+//     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, prompt_length, E, j),
 //   so that lower choices cannot take the slots the rest of the prompt's higher choices need (as choice-major
 //   claiming within one batch guarantees, but decided causally);
 //   a later choice or reroute of a token that holds no slot yet claims like a first choice (it is the token's
 //   only chance not to lose every pair).
-// first_choices counts the row's own first choice before its later choices decide.
+// The counts include the row's own choices before its later choices decide.
 template <class Place>
 MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const DispatchPolicy& policy,
                                           int num_experts, const int32_t* order, int32_t begin, int32_t end,
                                           uint32_t first_row, uint32_t prompt_length, int64_t capacity,
-                                          int32_t* count, int32_t* first_choices, const int32_t* pair_expert,
+                                          int32_t* count, int32_t* higher, const int32_t* pair_expert,
                                           const PairStatus* pair_status, Place&& place) {
   const int k = routes.top_k;
   const bool reroute = policy.overflow == Overflow::kReroute;
   for (int32_t i = begin; i < end; ++i) {
     const int32_t t = order[i];
     const uint32_t position = first_row + static_cast<uint32_t>(i - begin);
-    const int32_t first = routes.expert(t, 0);
-    if (first >= 0) ++first_choices[first];
+    for (int r = 0; r < k; ++r) {
+      const int32_t e = routes.expert(t, r);
+      if (e < 0) continue;
+      for (int j = r + 1; j <= k; ++j) ++higher[int64_t{j - 1} * num_experts + e];
+    }
     auto later_capacity = [&](int32_t e, int rank) {
-      const int64_t reserve = sequence_reserve(first_choices[e], position, prompt_length, num_experts, rank);
+      const int64_t reserve = sequence_reserve(higher[int64_t{rank - 1} * num_experts + e], position,
+                                               prompt_length, num_experts, rank);
       return reserve >= capacity ? int64_t{0} : capacity - reserve;
     };
     bool holds = false;
