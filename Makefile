@@ -6,7 +6,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 
-.PHONY: all deps configure build corpus demo test bench asan tsan format clean
+.PHONY: all deps configure build corpus demo test bench asan tsan fuzz fuzz-build format clean
 
 all: build
 
@@ -52,8 +52,20 @@ tsan: deps
 	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L threaded
 
+# libFuzzer targets (fuzz/, docs/fuzzing.md) built with clang 14 under ASan + UBSan in build-fuzz/ (only the
+# libraries the targets need), each run for FUZZ_SECONDS from its seeds; a crash or sanitizer report fails.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS = -DCMAKE_BUILD_TYPE=FuzzO1 -DCMAKE_CXX_FLAGS_FUZZO1="-O1 -gline-tables-only" \
+             -DCMAKE_C_FLAGS_FUZZO1="-O1 -gline-tables-only" -DMOE_BUILD_FUZZ=ON -DMOE_BUILD_TESTS=OFF \
+             -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_MPI=OFF -DMOE_ENABLE_PYTHON=OFF
+fuzz-build: deps
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz $(FUZZ_FLAGS) > /dev/null
+	cmake --build build-fuzz -j $(JOBS) --target moe_fuzzers
+fuzz: fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh build-fuzz
+
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

@@ -60,10 +60,18 @@ std::string_view name_of(Enum v, const std::pair<std::string_view, Enum> (&table
 
 }  // namespace
 
-void DispatchPolicy::validate() const {
+void DispatchPolicy::check_capacity_factor(double capacity_factor) {
   if (!std::isfinite(capacity_factor) || capacity_factor <= 0.0) {
     fail("capacity_factor must be finite and > 0 (got " + number(capacity_factor) + ")");
   }
+  if (capacity_factor > kMaxCapacityFactor) {
+    fail("capacity_factor must be at most 1e6 (got " + number(capacity_factor) +
+         "); for no drops at all use scope none");
+  }
+}
+
+void DispatchPolicy::validate() const {
+  check_capacity_factor(capacity_factor);
   if (min_capacity < 0) fail("min_capacity must be >= 0 (got " + std::to_string(min_capacity) + ")");
   if (overflow == Overflow::kReroute && reroute_depth < 1) {
     fail("reroute_depth must be >= 1 when overflow is reroute (got " + std::to_string(reroute_depth) + ")");

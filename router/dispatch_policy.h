@@ -42,8 +42,15 @@ struct DispatchPolicy {
   // its k choices (off by default: survivors keep their weights).
   bool renormalize_survivors = false;
 
+  // The largest capacity factor: far beyond any that drops a pair (cf >= E / k is dropless under batch
+  // scope), and small enough that every capacity cf * T * k / E and every sum of them over a batch's pools
+  // stays an exact integer far inside int64 (T < 2^32 positions).
+  static constexpr double kMaxCapacityFactor = 1e6;
+
   // Throws std::invalid_argument naming the bad field, e.g. "capacity_factor must be > 0 (got -1)".
   void validate() const;
+  // The rule validate() applies to capacity_factor: finite, > 0 and at most kMaxCapacityFactor.
+  static void check_capacity_factor(double capacity_factor);
 
   // Named modes: "greedy" (batch, arrival, drop), "stable" (sequence, request, drop), "rank-only"
   // (batch, request, drop). Other fields keep their defaults. Throws for an unknown name.

@@ -12,6 +12,7 @@ packages=(
   pybind11-dev python3-dev python3-numpy python3-torch python3-pybind11
   libopenblas0-pthread
   clang-format
+  clang-14 libclang-rt-14-dev
   valgrind
   bible-kjv bible-kjv-text
 )

@@ -34,19 +34,24 @@ int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy) {
 PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool show_progress) {
   PreparedWorkload w;
   w.router = config.router;
-  w.requests = make_requests(config.workload, config.seed);
-  w.steps = schedule(w.requests, config.workload.token_budget);
   w.num_ranked = std::min(std::max(num_ranked, config.router.top_k), config.router.num_experts);
+  // The workload's size is checked before anything of its size is allocated: synthetic workloads from the
+  // expected lengths before the requests are drawn, every workload exactly before it is scheduled.
+  const int E = config.router.num_experts, k = config.router.top_k;
+  const char* advice = "use fewer --requests or shorter --prompt-len / --decode-len";
+  if (config.workload.trace_file.empty()) {
+    check_workload_size(expected_footprint(config.workload), E, k, w.num_ranked, advice);
+  }
+  w.requests = make_requests(config.workload, config.seed);
+  check_workload_size(footprint(w.requests, config.workload.token_budget), E, k, w.num_ranked,
+                      config.workload.trace_file.empty() ? advice : "use a shorter trace");
+  w.steps = schedule(w.requests, config.workload.token_budget);
   const ScoreModel scores(config.scores, config.router.num_experts, config.seed);
   const TopKRouter router(config.router, w.num_ranked);
   std::vector<float> logits;
   Progress progress("route", static_cast<int64_t>(w.steps.size()), show_progress && w.steps.size() > 50);
   w.routes.resize(w.steps.size());
   for (size_t s = 0; s < w.steps.size(); ++s) {
-    if (w.steps[s].rows.size() > static_cast<size_t>(INT32_MAX / std::max(1, config.router.num_experts))) {
-      throw UsageError("a step of " + std::to_string(w.steps[s].rows.size()) +
-                       " tokens is too large; use --token-budget to split the workload into steps");
-    }
     scores.logits(w.steps[s].rows, logits);
     router.route(logits.data(), static_cast<int>(w.steps[s].rows.size()), w.routes[s]);
     w.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());

@@ -1,20 +1,21 @@
 #include "sim/meta_csv.h"
 
-#include <fstream>
-
 #include "sim/errors.h"
+#include "sim/input_file.h"
 #include "sim/text.h"
 
 namespace moe::sim {
 
 std::vector<TokenMeta> read_meta_csv(const std::string& path, long long expected_rows) {
-  std::ifstream in(path);
-  if (!in) throw DataError("cannot open meta file '" + path + "'");
+  return parse_meta_csv(read_input_file(path, "meta file"), path, expected_rows);
+}
+
+std::vector<TokenMeta> parse_meta_csv(const std::string& text, const std::string& path,
+                                      long long expected_rows) {
   std::vector<TokenMeta> out;
-  std::string line;
   size_t line_no = 0;
   bool header_seen = false;
-  while (std::getline(in, line)) {
+  for (const std::string_view line : lines(text)) {
     ++line_no;
     const std::string t = trim(line);
     if (t.empty() || t[0] == '#') continue;

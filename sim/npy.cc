@@ -1,12 +1,17 @@
 #include "sim/npy.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
-#include <sstream>
 
+#include "kernels/f16.h"
 #include "sim/errors.h"
+#include "sim/input_file.h"
+#include "sim/text.h"
 
 namespace moe::sim {
 namespace {
@@ -157,12 +162,25 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   NpyArray a;
   const std::string& descr = field("descr", HeaderValue::Kind::kString).str;
   const bool little = std::endian::native == std::endian::little;
-  if (descr == "<f4" || (little && (descr == "=f4" || descr == "f4"))) {
+  auto is = [&](const char* code) {  // "f4": '<f4', or '=f4' / 'f4' on a little-endian host
+    return descr == std::string("<") + code ||
+           (little && (descr == std::string("=") + code || descr == code));
+  };
+  // float64 and float16 are converted to float32 words (a.converted_from says so).
+  size_t itemsize = 4;
+  if (is("f4")) {
     a.dtype = "f4";
-  } else if (descr == "<i4" || (little && (descr == "=i4" || descr == "i4"))) {
+  } else if (is("i4")) {
     a.dtype = "i4";
+  } else if (is("f8") || is("f2")) {
+    a.dtype = "f4";
+    itemsize = is("f8") ? 8 : 2;
+    a.converted_from = itemsize == 8 ? "float64" : "float16";
   } else {
-    fail("dtype '" + descr + "' is not supported: router logits must be float32 ('<f4')");
+    fail("dtype '" + descr +
+         "' is not supported: router logits must be float32 ('<f4'; float64 and float16 are converted). "
+         "Convert with: python3 -c \"import numpy; a = numpy.load('" +
+         name + "'); numpy.save('" + name + "', a.astype('<f4'))\"");
   }
   if (field("fortran_order", HeaderValue::Kind::kBool).boolean) {
     fail("fortran_order is True: save a C-ordered array (numpy.ascontiguousarray)");
@@ -172,11 +190,12 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   std::string dims;
   for (int64_t d : a.shape) {
     dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-    if (d < 0 || (d > 0 && count > int64_t{2147483647} / d))
-      fail("array too large (more than 2^31 - 1 values)");
+    if (d < 0 || (d > 0 && count > kMaxNpyValues / d)) {
+      fail("array too large: shape (" + dims + "" + ") has more than 2^31 - 1 values");
+    }
     count *= d;
   }
-  const size_t data_bytes = static_cast<size_t>(count) * 4;
+  const size_t data_bytes = static_cast<size_t>(count) * itemsize;
   if (bytes.size() - data_begin < data_bytes) {
     fail("truncated: shape (" + dims + ") needs " + std::to_string(data_bytes) +
          " data bytes but the file has " + std::to_string(bytes.size() - data_begin));
@@ -185,26 +204,57 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     fail("file is longer than shape (" + dims + ") needs (" +
          std::to_string(bytes.size() - data_begin - data_bytes) + " extra bytes)");
   }
+  if (!little && itemsize != 4) fail("float64 and float16 arrays are converted on little-endian hosts only");
   a.words.resize(static_cast<size_t>(count));
-  std::memcpy(a.words.data(), bytes.data() + data_begin, data_bytes);
+  const char* data = bytes.data() + data_begin;
+  const size_t cols = a.shape.empty() ? 1 : static_cast<size_t>(std::max<int64_t>(1, a.shape.back()));
+  if (itemsize == 8) {
+    for (size_t i = 0; i < a.words.size(); ++i) {
+      double v;
+      std::memcpy(&v, data + 8 * i, 8);
+      if (std::isfinite(v) && std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
+        fail("float64 value " + format_double(v) + " at row " + std::to_string(i / cols) + ", column " +
+             std::to_string(i % cols) + " does not fit float32");
+      }
+      a.words[i] = std::bit_cast<uint32_t>(static_cast<float>(v));
+    }
+    return a;
+  }
+  if (itemsize == 2) {
+    for (size_t i = 0; i < a.words.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      a.words[i] = std::bit_cast<uint32_t>(kernels::f16_to_f32(h));
+    }
+    return a;
+  }
+  std::memcpy(a.words.data(), data, data_bytes);
   if (!little) {
     for (uint32_t& b : a.words) b = (b >> 24) | ((b >> 8) & 0xff00u) | ((b << 8) & 0xff0000u) | (b << 24);
   }
   return a;
 }
 
+namespace {
+
+// The largest valid file: kMaxNpyValues float64 values after a header of at most 4 GiB (format 2.x/3.x).
+constexpr uint64_t kMaxNpyFileBytes = uint64_t{12} + 0xffffffffull + static_cast<uint64_t>(kMaxNpyValues) * 8;
+
+}  // namespace
+
 NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot open .npy file '" + path + "'");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse_npy(buf.str(), path);
+  return parse_npy(read_input_file(path, ".npy file", kMaxNpyFileBytes), path);
 }
 
 LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   const NpyArray a = parse_npy(bytes, name);
   auto fail = [&](const std::string& why) { throw DataError("bad .npy file '" + name + "': " + why); };
-  if (a.dtype != "f4") fail("dtype '<i4' is not supported: router logits must be float32 ('<f4')");
+  if (a.dtype != "f4") {
+    fail(
+        "dtype '<i4' is not supported: router logits must be float32 ('<f4'). Convert with: python3 -c "
+        "\"import numpy; a = numpy.load('" +
+        name + "'); numpy.save('" + name + "', a.astype('<f4'))\"");
+  }
   if (a.shape.size() != 2)
     fail("expected a 2-D array [tokens, experts], got " + std::to_string(a.shape.size()) + "-D");
   LogitsMatrix m;
@@ -214,15 +264,12 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
     fail("empty array (shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ")");
   m.values.resize(a.words.size());
   std::memcpy(m.values.data(), a.words.data(), a.words.size() * 4);
+  m.converted_from = a.converted_from;
   return m;
 }
 
 LogitsMatrix read_npy_f32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot open logits file '" + path + "'");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse_npy_f32(buf.str(), path);
+  return parse_npy_f32(read_input_file(path, "logits file", kMaxNpyFileBytes), path);
 }
 
 void write_npy_f32(const std::string& path, const LogitsMatrix& m) {

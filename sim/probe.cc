@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <set>
 #include <unordered_set>
 
 #include "router/dispatch_planner.h"
 #include "router/topk_router.h"
+#include "sim/errors.h"
 #include "sim/experiment.h"
 #include "sim/rng.h"
 #include "sim/score_model.h"
@@ -62,6 +64,15 @@ std::vector<ProbeResult> run_probe(const SimConfig& config, const std::vector<Si
   const uint64_t probe_id = config.probe.probe_id;
   int num_ranked = k;
   for (const SimConfig& m : per_mode) num_ranked = std::max(num_ranked, ranks_needed(m.router, m.policy));
+  // A trial's batch: the probe and up to max_strangers strangers of the expected prompt length.
+  WorkloadFootprint trial;
+  trial.requests = 1.0 + config.probe.max_strangers;
+  trial.tokens = config.probe.probe_len + static_cast<double>(config.probe.max_strangers) *
+                                              std::max(1.0, config.workload.prompt_len.expected());
+  trial.steps = 1;
+  trial.largest_step = trial.tokens;
+  check_workload_size(trial, E, k, num_ranked,
+                      "use a shorter --probe-len, fewer --max-strangers or a shorter --prompt-len");
   const ScoreModel scores(config.scores, E, config.seed);
   const TopKRouter router(config.router, num_ranked);
 
@@ -116,6 +127,11 @@ std::vector<ProbeResult> run_probe(const SimConfig& config, const std::vector<Si
       for (int64_t p = 0; p < len; ++p) rows.push_back(TokenMeta{id, static_cast<uint32_t>(p)});
     }
     if (!by_request) shuffle(rows, rng);
+    if (rows.size() > static_cast<size_t>(INT32_MAX / E)) {
+      throw UsageError("probe trial " + std::to_string(trial) + " has " + std::to_string(rows.size()) +
+                       " tokens, more than " + std::to_string(INT32_MAX / E) + " (with " + std::to_string(E) +
+                       " experts); use a shorter --prompt-len or fewer --max-strangers");
+    }
     batch_tokens += static_cast<double>(rows.size());
     scores.logits(rows, logits);
     router.route(logits.data(), static_cast<int>(rows.size()), routes);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <set>
 
 #include "router/topk_router.h"
@@ -19,6 +20,10 @@ ReplayResult run_replay(const SimConfig& input) {
   if (config.replay.logits_path.empty()) throw UsageError("replay needs --logits FILE.npy");
   if (config.replay.out_path.empty()) throw UsageError("replay needs --out FILE.csv");
   const LogitsMatrix logits = read_npy_f32(config.replay.logits_path);
+  if (!logits.converted_from.empty()) {
+    std::cerr << "moe-sim: note: '" << config.replay.logits_path << "' holds " << logits.converted_from
+              << " logits; converted them to float32 (round to nearest)\n";
+  }
   const int E = static_cast<int>(logits.cols);
   if (config.is_explicit("experts")) {
     if (config.router.num_experts != E) {

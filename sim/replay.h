@@ -14,7 +14,8 @@ struct ReplayResult {
   int64_t num_requests = 0;
 };
 
-// Reads config.replay.logits_path (float32 [T, E] .npy) and the optional meta CSV (without one: one request,
+// Reads config.replay.logits_path (float32 [T, E] .npy; float64 and float16 files are converted, with a note on
+// stderr saying so) and the optional meta CSV (without one: one request,
 // id 0, positions 0..T-1), routes and plans the T tokens as one batch, and writes config.replay.out_path:
 // a provenance comment line, the header `token,j,expert,slot,weight,status`, then one row per pair in
 // (token, j) order (expert and slot -1 when dropped; weight printed with 9 significant digits, which reads

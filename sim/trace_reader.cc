@@ -1,16 +1,18 @@
 #include "sim/trace_reader.h"
 
 #include <cmath>
-#include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "sim/errors.h"
+#include "sim/input_file.h"
 #include "sim/text.h"
 
 namespace moe::sim {
 namespace {
+
+// The largest arrival step, prompt or decode length a trace may give.
+constexpr double kMaxTraceValue = 1073741824.0;  // 2^30
 
 struct Fields {
   bool has_arrival_step = false, has_arrival_time = false, has_prompt = false, has_decode = false,
@@ -25,7 +27,7 @@ RequestSpec to_spec(const Fields& f, size_t row, const std::string& where) {
   if (!f.has_prompt) fail("missing prompt_len");
   if (!f.has_decode) fail("missing decode_len");
   auto integral = [&](double v, const char* name, double lo) {
-    if (!std::isfinite(v) || v != std::floor(v) || v < lo || v > 1073741824.0) {
+    if (!std::isfinite(v) || v != std::floor(v) || v < lo || v > kMaxTraceValue) {
       fail(std::string(name) + " must be an integer >= " + std::to_string(static_cast<int>(lo)) + " (got " +
            format_double(v) + ")");
     }
@@ -36,8 +38,8 @@ RequestSpec to_spec(const Fields& f, size_t row, const std::string& where) {
   if (f.has_arrival_step) {
     r.arrival_step = integral(f.arrival_step, "arrival_step", 0);
   } else {
-    if (!std::isfinite(f.arrival_time) || f.arrival_time < 0) {
-      fail("arrival_time must be a finite number >= 0 (got " + format_double(f.arrival_time) + ")");
+    if (!std::isfinite(f.arrival_time) || f.arrival_time < 0 || f.arrival_time >= kMaxTraceValue + 1) {
+      fail("arrival_time must be a number in [0, 2^30 + 1) (got " + format_double(f.arrival_time) + ")");
     }
     r.arrival_step = static_cast<int64_t>(std::floor(f.arrival_time));
   }
@@ -53,15 +55,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 std::vector<RequestSpec> read_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw DataError("cannot open trace file '" + path + "'");
   const bool jsonl = ends_with(path, ".jsonl") || ends_with(path, ".json");
+  return parse_trace(read_input_file(path, "trace file"), path, jsonl);
+}
+
+std::vector<RequestSpec> parse_trace(const std::string& text, const std::string& path, bool jsonl) {
   std::vector<RequestSpec> out;
   std::set<uint64_t> ids;
-  std::string line;
   size_t line_no = 0;
   std::vector<std::string> header;
-  while (std::getline(in, line)) {
+  for (const std::string_view line : lines(text)) {
     ++line_no;
     const std::string t = trim(line);
     if (t.empty()) continue;

@@ -1,9 +1,14 @@
 #include "sim/workload.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 
+#include "router/token_routes.h"
 #include "sim/errors.h"
 #include "sim/rng.h"
 #include "sim/trace_reader.h"
@@ -25,6 +30,84 @@ void WorkloadConfig::validate() const {
     throw UsageError("token-budget must be >= 0 (got " + std::to_string(token_budget) + ")");
   if (!(arrival_rate >= 0.0) || !std::isfinite(arrival_rate)) {
     throw UsageError("arrival-rate must be finite and >= 0 (got " + std::to_string(arrival_rate) + ")");
+  }
+}
+
+double WorkloadFootprint::bytes(int num_experts, int top_k, int num_ranked) const {
+  const double per_request = sizeof(RequestSpec) + 8.0;               // spec + an id in a finished list
+  const double per_token = sizeof(TokenMeta) + 8.0 * num_ranked + 4;  // row + routes + top-1 score
+  const double per_step = sizeof(Step) + sizeof(TokenRoutes);
+  // One step at a time: its logits, and the plan's per-pair and per-token arrays (expert, slot, weight,
+  // status, order keys).
+  const double per_step_token = 4.0 * num_experts + 24.0 * top_k + 32.0;
+  return requests * per_request + tokens * per_token + steps * per_step + largest_step * per_step_token;
+}
+
+WorkloadFootprint expected_footprint(const WorkloadConfig& config) {
+  WorkloadFootprint f;
+  f.requests = config.num_requests;
+  const double prompt = std::max(1.0, config.prompt_len.expected());
+  const double per_request = config.token_budget > 0 ? prompt + config.decode_len.expected() : prompt;
+  f.tokens = f.requests * per_request;
+  f.steps = config.token_budget > 0 ? std::ceil(f.tokens / config.token_budget) : 1.0;
+  f.largest_step = config.token_budget > 0 ? std::min<double>(f.tokens, config.token_budget) : f.tokens;
+  return f;
+}
+
+WorkloadFootprint footprint(const std::vector<RequestSpec>& requests, int token_budget) {
+  WorkloadFootprint f;
+  f.requests = static_cast<double>(requests.size());
+  for (const RequestSpec& r : requests) {
+    f.tokens += r.prompt_len;
+    if (token_budget > 0) f.tokens += r.decode_len;
+  }
+  f.steps = token_budget > 0 ? std::ceil(f.tokens / token_budget) : 1.0;
+  f.largest_step = token_budget > 0 ? std::min<double>(f.tokens, token_budget) : f.tokens;
+  return f;
+}
+
+namespace {
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 6) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 1e300;  // unknown: do not refuse
+  return static_cast<double>(pages) * static_cast<double>(page);
+}
+
+}  // namespace
+
+void check_workload_size(const WorkloadFootprint& f, int num_experts, int top_k, int num_ranked,
+                         const std::string& advice, double memory_limit_bytes) {
+  const double need = f.bytes(num_experts, top_k, num_ranked);
+  const double have = memory_limit_bytes > 0 ? memory_limit_bytes : physical_memory_bytes();
+  if (need > have) {
+    char counts[96];
+    std::snprintf(counts, sizeof counts, "%.4g requests, %.4g tokens", f.requests, f.tokens);
+    throw DataError("the workload needs at least " + bytes_text(need) + " of memory (" + counts +
+                    "), more than the " + bytes_text(have) +
+                    (memory_limit_bytes > 0 ? " allowed; " : " of this machine; ") + advice);
+  }
+  const double max_step = static_cast<double>(INT32_MAX / std::max(1, num_experts));
+  if (f.largest_step > max_step) {
+    char tokens[32];
+    std::snprintf(tokens, sizeof tokens, "%.0f", f.largest_step);
+    throw UsageError("a step of " + std::string(tokens) + " tokens is too large (at most " +
+                     std::to_string(INT32_MAX / std::max(1, num_experts)) + " with " +
+                     std::to_string(num_experts) +
+                     " experts); use --token-budget to split the workload into steps");
   }
 }
 

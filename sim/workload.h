@@ -33,6 +33,31 @@ struct WorkloadConfig {
 // Prompt lengths are clamped to >= 1.
 std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed);
 
+// What a workload holds in memory while it is simulated, counted before it is generated: per request its
+// spec, per token its row in a step and its routes, per step its bookkeeping, and for the largest step the
+// logits and the plan that exist one step at a time. Counts are doubles so that no product overflows.
+struct WorkloadFootprint {
+  double requests = 0;
+  double tokens = 0;
+  double steps = 0;         // a lower bound for continuous batching (tokens / token_budget)
+  double largest_step = 0;  // tokens of the largest step (an upper bound)
+  // Bytes under a router of E experts, top_k and num_ranked ranks per token.
+  double bytes(int num_experts, int top_k, int num_ranked) const;
+};
+
+// From the configured distributions' expected lengths (synthetic workloads; num_requests requests).
+WorkloadFootprint expected_footprint(const WorkloadConfig& config);
+// Exact, from the requests (static batch when token_budget == 0).
+WorkloadFootprint footprint(const std::vector<RequestSpec>& requests, int token_budget);
+
+// The one check of a workload's size (run, sweep, probe call it before allocating): throws DataError
+//   "the workload needs at least 447.0 TiB of memory (1e+08 requests, 1e+13 tokens), more than the 23.4 GiB
+//    of this machine; <advice>"
+// when f.bytes(...) exceeds memory_limit_bytes (0: the machine's physical memory), and UsageError when the
+// largest step holds more than INT32_MAX / num_experts tokens (one step's logits are indexed with int).
+void check_workload_size(const WorkloadFootprint& f, int num_experts, int top_k, int num_ranked,
+                         const std::string& advice, double memory_limit_bytes = 0);
+
 // One forward pass: its token rows in arrival (row) order, and the requests that finished with it.
 struct Step {
   int64_t index = 0;  // the scheduler step number (idle steps, with nothing to run, are skipped)

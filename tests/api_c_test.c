@@ -259,6 +259,16 @@ static void test_buffers(void) {
     CHECK(moe_weights_from_buffers(&shape, &b, &bad) == MOE_INVALID_ARGUMENT);
     CHECK(bad == NULL);
     CHECK(strstr(moe_last_error(), "shared_expert_gate") != NULL);
+    b.shared_expert_gate = shared_gate;
+    /* A dtype outside the enum (C allows any int; found by the c_api fuzzer as undefined behaviour in the C++
+     * side, which loaded it as the enum type) is refused by value. */
+    b.dtype = (moe_dtype_t)244;
+    CHECK(moe_weights_from_buffers(&shape, &b, &bad) == MOE_INVALID_ARGUMENT);
+    CHECK(strstr(moe_last_error(), "buffers->dtype must be MOE_DTYPE_F32 or MOE_DTYPE_BF16 (got 244)") !=
+          NULL);
+    CHECK(moe_weights_random(&shape, (moe_dtype_t)-3, 1, &bad) == MOE_INVALID_ARGUMENT && bad == NULL);
+    CHECK(strstr(moe_last_error(), "storage must be MOE_DTYPE_F32 or MOE_DTYPE_BF16 (got -3)") != NULL);
+    b.dtype = MOE_DTYPE_F32;
   }
   free(gate);
   for (e = 0; e < 3 * kExperts; ++e) free(mats[e]);
@@ -283,6 +293,9 @@ static void test_buffers(void) {
   CHECK(strstr(moe_last_error(), "global") != NULL);
   CHECK(moe_layer_config_set_kernel(config, "turbo") == MOE_INVALID_ARGUMENT);
   CHECK(moe_layer_config_set_capacity_factor(config, -1.0) == MOE_INVALID_ARGUMENT);
+  /* Above the stated limit (found by the c_api fuzzer: cf 1.28e19 overflowed the capacity's int64). */
+  CHECK(moe_layer_config_set_capacity_factor(config, 1.28e19) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "capacity_factor must be at most 1e6") != NULL);
   CHECK(moe_layer_config_set_top_k(config, 0) == MOE_INVALID_ARGUMENT);
   CHECK(moe_layer_config_set_groups(config, 2, 3) == MOE_INVALID_ARGUMENT);
   CHECK(moe_layer_config_set_preset(NULL, "greedy") == MOE_INVALID_ARGUMENT);

@@ -100,6 +100,10 @@ TEST(Checkpoint, BadIndexes) {
   write_bytes(dir / "bad.json", "{not json");
   std::string msg = thrown_message<std::invalid_argument>([&] { Checkpoint c(dir / "bad.json"); });
   EXPECT_NE(msg.find("invalid JSON"), std::string::npos) << msg;
+  write_bytes(dir / "overflow.json", R"({"metadata":{"total_size":1e400},"weight_map":{}})");
+  msg = thrown_message<std::invalid_argument>([&] { Checkpoint c(dir / "overflow.json"); });
+  EXPECT_NE(msg.find("invalid JSON: [json.exception.out_of_range.406] number overflow"), std::string::npos)
+      << msg;
   write_bytes(dir / "nomap.json", R"({"metadata":{}})");
   msg = thrown_message<std::invalid_argument>([&] { Checkpoint c(dir / "nomap.json"); });
   EXPECT_NE(msg.find("no \"weight_map\""), std::string::npos) << msg;

@@ -1,11 +1,15 @@
 // moe/model weights: seeded init, safetensors round trip, and the sensitivity the divergence lab needs.
+#include "moe/model/model_weights.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "base/splitmix64.h"
@@ -78,6 +82,43 @@ TEST(ModelWeights, LoadRejectsForeignFiles) {
   io::write_safetensors(path, std::span<const io::TensorToWrite>(&t, 1));
   EXPECT_THROW(load_model(path), std::invalid_argument);
   std::filesystem::remove(path);
+}
+
+// The config a moe-model file's metadata holds: every field in full, strictly parsed, and a valid shape.
+TEST(ModelWeights, ShapeFromMetadataIsStrict) {
+  const ModelShape tiny = ModelShape::tiny();
+  std::map<std::string, std::string> meta = {
+      {"format", "moe-model/1"}, {"vocab_size", "128"}, {"hidden", "64"},       {"num_layers", "2"},
+      {"num_heads", "2"},        {"num_experts", "8"},  {"top_k", "2"},         {"expert_ff", "128"},
+      {"max_positions", "4096"}, {"rms_eps", "1e-05"},  {"rope_theta", "10000"}};
+  EXPECT_EQ(shape_from_metadata(meta, "m"), tiny);
+  auto message = [&](const std::string& key, const std::string& value) {
+    auto m = meta;
+    if (value == "<absent>") {
+      m.erase(key);
+    } else {
+      m[key] = value;
+    }
+    try {
+      shape_from_metadata(m, "m.safetensors");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("top_k", "2 experts").find("metadata 'top_k' = '2 experts' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(
+      message("hidden", "99999999999").find("'hidden' = '99999999999' is not an integer in [-2^31, 2^31)"),
+      std::string::npos);
+  EXPECT_NE(message("hidden", "").find("is not an integer"), std::string::npos);
+  EXPECT_NE(message("rms_eps", "1e-5x").find("'rms_eps' = '1e-5x' is not a finite float"), std::string::npos);
+  EXPECT_NE(message("rope_theta", "inf").find("is not a finite float"), std::string::npos);
+  EXPECT_NE(message("rope_theta", "1e39").find("is not a finite float"), std::string::npos);
+  EXPECT_NE(message("num_layers", "<absent>").find("m.safetensors lacks metadata 'num_layers'"),
+            std::string::npos);
+  EXPECT_NE(message("format", "moe-model/2").find("is not a moe-model/1 file"), std::string::npos);
+  EXPECT_NE(message("top_k", "9").find("top_k (9) exceeds num_experts (8)"), std::string::npos);
 }
 
 // The lab needs logits that are not flat and a model whose argmax moves when pairs are dropped.

@@ -148,6 +148,12 @@ TEST(DispatchPolicy, ValidationAndParsing) {
   ExpectInvalid([&] { p.validate(); }, "capacity_factor must be finite and > 0");
   p.capacity_factor = -1.0;
   ExpectInvalid([&] { p.validate(); }, "capacity_factor");
+  // A stated upper limit keeps cf * T * k / E inside int64 (found by the c_api fuzzer: 1.28e19 did not fit).
+  p.capacity_factor = 1.2845e19;
+  ExpectInvalid([&] { p.validate(); }, "capacity_factor must be at most 1e6 (got 1.2845e+19)");
+  p.capacity_factor = DispatchPolicy::kMaxCapacityFactor;
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_EQ(rules::batch_capacity(p, int64_t{1} << 31, 8, 8), int64_t{1000000} << 31);
   p.capacity_factor = 1.0;
   p.overflow = Overflow::kReroute;
   p.reroute_depth = 0;

@@ -118,6 +118,8 @@ T, E = 6, 4
 vals = [math.sin(i * 0.7) for i in range(T * E)]
 npy(d + "/l.npy", "<f4", (T, E), vals, "f")
 npy(d + "/f8.npy", "<f8", (T, E), vals, "d")
+npy(d + "/f2.npy", "<f2", (T, E), vals, "e")
+npy(d + "/i4.npy", "<i4", (T, E), list(range(T * E)), "i")
 nan = list(vals); nan[4:8] = [float("nan")] * 4
 npy(d + "/nan.npy", "<f4", (T, E), nan, "f")
 open(d + "/trunc.npy", "wb").write(open(d + "/l.npy", "rb").read()[:-5])
@@ -131,7 +133,18 @@ expect_ok "replay" replay --logits "$TMP/l.npy" --meta "$TMP/meta.csv" --out "$T
 [ "$(grep -c ',kept$\|,dropped$\|,rerouted$' "$TMP/plan.csv")" -eq 12 ] || fail "plan csv has one row per pair"
 expect_ok "replay json" replay --logits "$TMP/l.npy" --out "$TMP/plan.csv" --json
 json_check "replay json" "j['tokens']==6 and j['config']['router']['num_experts']==4"
-expect_error "replay dtype" 1 "dtype '<f8'" replay --logits "$TMP/f8.npy" --out "$TMP/p.csv"
+# float64 (numpy's default) and float16 logits are converted, and stderr says so; the plan is the float32 one
+# (the float32 file holds the same values rounded to nearest, as the conversion does).
+expect_ok "replay float32" replay --logits "$TMP/l.npy" --meta "$TMP/meta.csv" --out "$TMP/plan32.csv" --mode stable
+expect_ok "replay float64" replay --logits "$TMP/f8.npy" --meta "$TMP/meta.csv" --out "$TMP/plan64.csv" --mode stable
+grep -qF "holds float64 logits; converted them to float32" "$TMP/err" || fail "replay float64 says it converted: $(cat "$TMP/err")"
+cmp -s <(tail -n +2 "$TMP/plan32.csv") <(tail -n +2 "$TMP/plan64.csv") || fail "replay float64 gives the float32 plan"
+expect_ok "replay float16" replay --logits "$TMP/f2.npy" --out "$TMP/p.csv"
+grep -qF "holds float16 logits; converted them to float32" "$TMP/err" || fail "replay float16 says it converted"
+expect_error "replay int dtype" 1 "dtype '<i4' is not supported" replay --logits "$TMP/i4.npy" --out "$TMP/p.csv"
+grep -qF "a.astype('<f4')" "$TMP/err" || fail "replay int dtype names the numpy conversion: $(cat "$TMP/err")"
+expect_error "replay directory" 1 "logits file '$TMP' is a directory, not a file" replay --logits "$TMP" --out "$TMP/p.csv"
+expect_error "meta directory" 1 "meta file '$TMP' is a directory, not a file" replay --logits "$TMP/l.npy" --meta "$TMP" --out "$TMP/p.csv"
 expect_error "replay truncated" 1 "truncated" replay --logits "$TMP/trunc.npy" --out "$TMP/p.csv"
 expect_error "replay NaN row" 1 "token row 1 has no finite logit" replay --logits "$TMP/nan.npy" --out "$TMP/p.csv"
 expect_error "replay meta length" 1 "has 1 rows but the logits have 6" replay --logits "$TMP/l.npy" --meta "$TMP/short.csv" --out "$TMP/p.csv"
@@ -147,6 +160,11 @@ expect_error "unknown flag" 2 "--bogus" run --bogus
 expect_error "bad integer" 2 "--experts: expected an integer" run --experts many
 expect_error "bad dist" 2 "bad length distribution" run --prompt-len normal:3
 expect_error "missing trace" 1 "cannot open trace file" run --trace "$TMP/none.csv"
+expect_error "trace directory" 1 "trace file '$TMP' is a directory, not a file" run --trace "$TMP"
+expect_error "scenario directory" 1 "scenario file '$TMP' is a directory, not a file" run --scenario "$TMP"
+# A workload that cannot fit in memory is refused before it is generated, naming the memory it needs.
+expect_error "workload too large" 1 "the workload needs at least" run --requests 100000000 --prompt-len fixed:100000
+grep -qE "needs at least [0-9.]+ [PT]iB of memory \(1e\+08 requests, 1e\+13 tokens\)" "$TMP/err" || fail "workload too large names the memory: $(cat "$TMP/err")"
 expect_error "no subcommand" 2 "subcommand" 
 expect_error "bad axis" 2 "not a setting a sweep can vary" sweep --axis colour=red
 

@@ -1,7 +1,9 @@
 // Workloads: length distributions, request generation and the continuous-batching scheduler.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <vector>
 
 #include "sim/errors.h"
 #include "sim/length_dist.h"
@@ -172,6 +174,49 @@ TEST(SimWorkload, StaticBatchHoldsEveryPromptOnce) {
   EXPECT_EQ(steps[0].rows.size(), total);
   EXPECT_EQ(steps[0].finished.size(), 5u);
   EXPECT_EQ(steps[0].num_decode_tokens, 0);
+}
+
+TEST(SimWorkload, SizeIsCheckedBeforeAnythingIsAllocated) {
+  // The case: 1e8 requests of 1e5 prompt tokens, one static batch.
+  WorkloadConfig c;
+  c.num_requests = 100000000;
+  c.prompt_len = LengthDist::parse("fixed:100000");
+  const WorkloadFootprint f = expected_footprint(c);
+  EXPECT_EQ(f.requests, 1e8);
+  EXPECT_EQ(f.tokens, 1e13);
+  EXPECT_EQ(f.steps, 1.0);
+  EXPECT_EQ(f.largest_step, 1e13);
+  EXPECT_GT(f.bytes(8, 2, 2), 1e13 * 36);  // at least each token's row and routes
+  expect_throw_with<DataError>([&] { check_workload_size(f, 8, 2, 2, "use fewer"); },
+                               "the workload needs at least ");
+  expect_throw_with<DataError>([&] { check_workload_size(f, 8, 2, 2, "use fewer"); },
+                               "of memory (1e+08 requests, 1e+13 tokens), more than the ");
+  // Continuous batching: prompt + decode tokens, at least tokens / budget steps of at most budget tokens.
+  c.token_budget = 1000;
+  c.decode_len = LengthDist::parse("uniform:0,10");
+  const WorkloadFootprint g = expected_footprint(c);
+  EXPECT_EQ(g.tokens, 1e8 * 100005);
+  EXPECT_EQ(g.steps, std::ceil(1e8 * 100005 / 1000));
+  EXPECT_EQ(g.largest_step, 1000);
+  // Exact counts from requests.
+  const std::vector<RequestSpec> requests = {{0, 0, 10, 5}, {1, 3, 2, 0}};
+  const WorkloadFootprint s = footprint(requests, 0);
+  EXPECT_EQ(s.tokens, 12);
+  EXPECT_EQ(s.largest_step, 12);
+  const WorkloadFootprint cb = footprint(requests, 4);
+  EXPECT_EQ(cb.tokens, 17);
+  EXPECT_EQ(cb.steps, 5);
+  EXPECT_EQ(cb.largest_step, 4);
+  EXPECT_NO_THROW(check_workload_size(cb, 8, 2, 2, "x"));
+  // A stated limit instead of the machine's memory; and a step too large to index (with memory to spare).
+  expect_throw_with<DataError>([&] { check_workload_size(cb, 8, 2, 2, "x", 100); },
+                               "more than the 100 bytes allowed");
+  WorkloadFootprint big;
+  big.requests = 1;
+  big.tokens = big.largest_step = 3e8;
+  big.steps = 1;
+  expect_throw_with<UsageError>([&] { check_workload_size(big, 8, 2, 2, "x", 1e300); },
+                                "a step of 300000000 tokens is too large (at most 268435455 with 8 experts)");
 }
 
 TEST(SimWorkload, ValidatesFields) {

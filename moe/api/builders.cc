@@ -113,8 +113,7 @@ void LayerOptions::set_topk_groups(int kept) {
   topk_groups = kept;
 }
 void LayerOptions::set_capacity_factor(double cf) {
-  require(std::isfinite(cf) && cf > 0.0,
-          "capacity_factor must be finite and > 0 (got " + std::to_string(cf) + ")");
+  DispatchPolicy::check_capacity_factor(cf);
   capacity_factor = cf;
 }
 void LayerOptions::set_min_capacity(int n) {

@@ -114,6 +114,16 @@ moe::kernels::DType to_dtype(int32_t d, const char* where) {
                               std::to_string(d) + ")");
 }
 
+// The int a C caller passed as a moe_dtype_t. C lets an enum object hold any int; in C++ a value outside the
+// enumerators' range is undefined behaviour to load as the enum type, so its bytes are read as an int
+// instead.
+int32_t enum_bits(const moe_dtype_t& value) {
+  static_assert(sizeof(moe_dtype_t) == sizeof(int32_t));
+  int32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
 moe_status_t wrap_weights(moe::io::LayerWeights&& w, moe_weights_t** out) {
   auto handle = std::make_unique<moe_weights>();
   handle->weights = std::make_shared<const moe::io::LayerWeights>(std::move(w));
@@ -194,7 +204,8 @@ moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t stor
   *out = nullptr;
   if (shape == nullptr) return null_arg(kWhere, "shape");
   return guarded(kWhere, [&] {
-    return wrap_weights(moe::io::random_layer(to_shape(*shape), to_dtype(storage, "storage"), seed), out);
+    return wrap_weights(
+        moe::io::random_layer(to_shape(*shape), to_dtype(enum_bits(storage), "storage"), seed), out);
   });
 }
 
@@ -209,7 +220,7 @@ moe_status_t moe_weights_from_buffers(const moe_layer_shape_t* shape, const moe_
     const moe::io::LayerShape s = to_shape(*shape);
     s.validate();
     moe::api::WeightBuffers b;
-    b.dtype = to_dtype(buffers->dtype, "buffers->dtype");
+    b.dtype = to_dtype(enum_bits(buffers->dtype), "buffers->dtype");
     b.router_gate = buffers->router_gate;
     b.score_bias = buffers->score_bias;
     if (!buffers->expert_gate_proj || !buffers->expert_up_proj || !buffers->expert_down_proj) {

@@ -182,7 +182,7 @@ moe_status_t moe_layer_config_set_renormalize(moe_layer_config_t* config, int32_
 /* Group-limited choice (DeepSeek-V3): num_groups >= 1 must divide num_experts; topk_groups in
  * [1, num_groups]. */
 moe_status_t moe_layer_config_set_groups(moe_layer_config_t* config, int32_t num_groups, int32_t topk_groups);
-/* capacity_factor: finite and > 0 (default 1.25). */
+/* capacity_factor: finite, > 0 and at most 1e6 (DispatchPolicy::kMaxCapacityFactor; default 1.25). */
 moe_status_t moe_layer_config_set_capacity_factor(moe_layer_config_t* config, double capacity_factor);
 /* min_capacity: >= 0, the least number of slots any pool offers (default 0). */
 moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* config, int32_t min_capacity);

@@ -51,7 +51,7 @@ void Checkpoint::open_index(const std::filesystem::path& index_path) {
   json index;
   try {
     index = json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
     throw std::invalid_argument("checkpoint index " + index_path.string() + ": invalid JSON: " + e.what());
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {

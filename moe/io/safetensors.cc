@@ -104,7 +104,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    bad(path, "not a regular file");
+    bad(path, S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
   }
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes < 8) {
@@ -139,7 +139,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     json header;
     try {
       header = json::parse(header_begin, header_begin + header_bytes);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
       bad(path, std::string("invalid JSON header: ") + e.what());
     }
     if (!header.is_object()) bad(path, "JSON header is not an object");

@@ -1,6 +1,9 @@
 #include "moe/model/model_weights.h"
 
+#include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -46,31 +49,36 @@ std::vector<float> copy_matrix(const kernels::MatrixView& m) {
   return out;
 }
 
-int meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
-             const std::filesystem::path& path) {
+const std::string& meta_text(const std::map<std::string, std::string>& meta, const std::string& key,
+                             const std::string& where) {
   auto it = meta.find(key);
-  if (it == meta.end()) {
-    throw std::invalid_argument("load_model: " + path.string() + " lacks metadata '" + key + "'");
+  if (it == meta.end()) throw std::invalid_argument("load_model: " + where + " lacks metadata '" + key + "'");
+  return it->second;
+}
+
+int meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
+             const std::string& where) {
+  const std::string& text = meta_text(meta, key, where);
+  int v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw std::invalid_argument("load_model: " + where + ": metadata '" + key + "' = '" + text +
+                                "' is not an integer in [-2^31, 2^31)");
   }
-  try {
-    return std::stoi(it->second);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("load_model: metadata '" + key + "' = '" + it->second +
-                                "' is not an integer");
-  }
+  return v;
 }
 
 float meta_float(const std::map<std::string, std::string>& meta, const std::string& key,
-                 const std::filesystem::path& path) {
-  auto it = meta.find(key);
-  if (it == meta.end()) {
-    throw std::invalid_argument("load_model: " + path.string() + " lacks metadata '" + key + "'");
+                 const std::string& where) {
+  const std::string& text = meta_text(meta, key, where);
+  char* end = nullptr;
+  errno = 0;
+  const float v = text.empty() ? 0.0f : std::strtof(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) {
+    throw std::invalid_argument("load_model: " + where + ": metadata '" + key + "' = '" + text +
+                                "' is not a finite float");
   }
-  try {
-    return std::stof(it->second);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("load_model: metadata '" + key + "' = '" + it->second + "' is not a number");
-  }
+  return v;
 }
 
 std::string float_text(float v) {
@@ -252,29 +260,33 @@ void save_model(const ModelWeights& weights, const std::filesystem::path& path) 
   io::write_safetensors(path, tensors, meta);
 }
 
+ModelShape shape_from_metadata(const std::map<std::string, std::string>& meta, const std::string& where) {
+  auto fmt = meta.find("format");
+  if (fmt == meta.end() || fmt->second != kFormat) {
+    throw std::invalid_argument("load_model: " + where + " is not a " + kFormat +
+                                " file (metadata 'format' missing or different)");
+  }
+  ModelShape s;
+  s.vocab_size = meta_int(meta, "vocab_size", where);
+  s.hidden = meta_int(meta, "hidden", where);
+  s.num_layers = meta_int(meta, "num_layers", where);
+  s.num_heads = meta_int(meta, "num_heads", where);
+  s.num_experts = meta_int(meta, "num_experts", where);
+  s.top_k = meta_int(meta, "top_k", where);
+  s.expert_ff = meta_int(meta, "expert_ff", where);
+  s.max_positions = meta_int(meta, "max_positions", where);
+  s.rms_eps = meta_float(meta, "rms_eps", where);
+  s.rope_theta = meta_float(meta, "rope_theta", where);
+  s.validate();
+  return s;
+}
+
 std::shared_ptr<const ModelWeights> load_model(const std::filesystem::path& path) {
   auto ckpt = io::Checkpoint::open(path);
   if (ckpt->shards().size() != 1) {
     throw std::invalid_argument("load_model: " + path.string() + " must be a single safetensors file");
   }
-  const auto& meta = ckpt->shards()[0].metadata();
-  auto fmt = meta.find("format");
-  if (fmt == meta.end() || fmt->second != kFormat) {
-    throw std::invalid_argument("load_model: " + path.string() + " is not a " + kFormat +
-                                " file (metadata 'format' missing or different)");
-  }
-  ModelShape s;
-  s.vocab_size = meta_int(meta, "vocab_size", path);
-  s.hidden = meta_int(meta, "hidden", path);
-  s.num_layers = meta_int(meta, "num_layers", path);
-  s.num_heads = meta_int(meta, "num_heads", path);
-  s.num_experts = meta_int(meta, "num_experts", path);
-  s.top_k = meta_int(meta, "top_k", path);
-  s.expert_ff = meta_int(meta, "expert_ff", path);
-  s.max_positions = meta_int(meta, "max_positions", path);
-  s.rms_eps = meta_float(meta, "rms_eps", path);
-  s.rope_theta = meta_float(meta, "rope_theta", path);
-  s.validate();
+  const ModelShape s = shape_from_metadata(ckpt->shards()[0].metadata(), path.string());
 
   return read_model(ckpt, s);
 }

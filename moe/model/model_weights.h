@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe/io/layer_weights.h"
@@ -69,6 +71,12 @@ std::shared_ptr<const ModelWeights> random_model(const ModelShape& shape, uint64
 // rotary on (q, k) with the half-split (rotate_half) convention of Hugging Face Llama/Mixtral.
 // save_model throws io::IoError on I/O failure.
 void save_model(const ModelWeights& weights, const std::filesystem::path& path);
+// The ModelShape a moe-model file's __metadata__ describes: "format" must be "moe-model/1", every ModelShape
+// field present, integers written in decimal in full (no sign but '-', no trailing text), floats as numbers
+// strtof reads in full, and the shape valid (ModelShape::validate). `where` (the file) appears in messages.
+// Throws std::invalid_argument naming the key and its text.
+ModelShape shape_from_metadata(const std::map<std::string, std::string>& meta, const std::string& where);
+
 // Throws std::invalid_argument for a file that is not in this layout (missing metadata or tensor, wrong
 // shape; a dense tensor that is not F32; MoE tensors may be F32/BF16/F16 and are widened to fp32 storage by
 // io::load_layer), io::IoError on I/O failure.

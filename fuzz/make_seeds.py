@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of every fuzz target into fuzz/corpus/<target>/: small valid inputs of each format
+(the files are committed; rerun this after changing a format). Deterministic: the same files every run."""
+import json
+import os
+import random
+import shutil
+import struct
+
+import numpy
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def npy(descr, shape, values, version=(1, 0)):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else ""))
+    width = 2 if version[0] == 1 else 4
+    pad = (64 - (8 + width + len(header) + 1) % 64) % 64
+    header += " " * pad + "\n"
+    length = struct.pack("<H" if width == 2 else "<I", len(header))
+    return b"\x93NUMPY" + bytes(version) + length + header.encode() + values.tobytes()
+
+
+def safetensors(tensors, metadata=None):
+    """tensors: list of (name, dtype, shape, bytes); laid out in order."""
+    header, offset, blobs = {}, 0, []
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs)
+
+
+def f32(*shape, seed=0):
+    return numpy.random.default_rng(seed).uniform(-0.5, 0.5, size=shape).astype("<f4").tobytes()
+
+
+def main():
+    shutil.rmtree(ROOT, ignore_errors=True)
+    rng = numpy.random.default_rng(1)
+
+    # .npy logits
+    put("npy", "f4_2x3.npy", npy("<f4", (2, 3), rng.normal(size=(2, 3)).astype("<f4")))
+    put("npy", "f8_3x2.npy", npy("<f8", (3, 2), rng.normal(size=(3, 2))))
+    put("npy", "f2_1x4.npy", npy("<f2", (1, 4), rng.normal(size=(1, 4)).astype("<f2")))
+    put("npy", "f4_v2.npy", npy("<f4", (2, 2), rng.normal(size=(2, 2)).astype("<f4"), version=(2, 0)))
+
+    # token metadata CSV
+    put("meta_csv", "two_requests.csv", "request_id,position\n0,0\n0,1\n7,0\n")
+    put("meta_csv", "comments.csv", "# comment\n\nrequest_id,position\n3,0\r\n3,1\r\n")
+
+    # traces: first byte even = CSV, odd = JSONL
+    put("trace", "steps.csv", "0arrival_step,prompt_len,decode_len,request_id\n0,16,4,0\n2,8,0,5\n")
+    put("trace", "times.csv", "0# recorded\narrival_time,prompt_len,decode_len\n0.5,3,2\n1.75,1,1\n")
+    put("trace", "lines.jsonl", '1{"arrival_step": 0, "prompt_len": 4, "decode_len": 2}\n'
+                                '{"arrival_time": 3.5, "prompt_len": 2, "decode_len": 0, "request_id": 9}\n')
+
+    # TOML scenarios
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "sim", "scenarios", "serving.toml"), "rb") as f:
+        put("scenario", "serving.toml", f.read())
+    put("scenario", "small.toml", 'experts = 8\ntop-k = 2\nmode = "stable"\nrequests = 4\n'
+                                  'prompt-len = "uniform:1,8"\n[sweep]\naxis = ["top-k=1,2", "scope=batch,request"]\n')
+
+    # safetensors
+    put("safetensors", "dtypes.safetensors", safetensors(
+        [("a", "F32", (2, 2), f32(2, 2)), ("b", "BF16", (3,), b"\x80\x3f" * 3), ("c", "F16", (1, 2), b"\x00\x3c" * 2),
+         ("d", "I64", (1,), b"\x01" + b"\x00" * 7)], {"format": "pt"}))
+    put("safetensors", "empty_tensor.safetensors", safetensors([("e", "F32", (0, 4), b"")]))
+
+    # checkpoint index (the fuzz target's directory holds a.safetensors {x, y} and b.safetensors {z})
+    put("checkpoint_index", "index.json", json.dumps(
+        {"metadata": {"total_size": 18}, "weight_map": {"x": "a.safetensors", "y": "a.safetensors",
+                                                        "z": "b.safetensors"}}))
+    put("checkpoint_index", "one_shard.json", json.dumps({"weight_map": {"z": "b.safetensors"}}))
+
+    # a Hugging Face config.json (the trained model's)
+    with open(os.path.join(here, "..", "models", "kjv-moe", "config.json"), "rb") as f:
+        put("hf_config", "kjv_moe.json", f.read())
+
+    # moe-model files and their config (__metadata__)
+    shape = dict(vocab_size=4, hidden=2, num_layers=1, num_heads=1, num_experts=2, top_k=1, expert_ff=2,
+                 max_positions=8)
+    meta = {"format": "moe-model/1", **{k: str(v) for k, v in shape.items()}, "rms_eps": "9.99999975e-06",
+            "rope_theta": "10000"}
+    put("model_config", "tiny.json", json.dumps(meta))
+    put("model_config", "default.json", json.dumps({**meta, "vocab_size": "512", "hidden": "256", "num_layers": "4",
+                                                    "num_heads": "4", "num_experts": "8", "top_k": "2",
+                                                    "expert_ff": "512", "max_positions": "4096"}))
+    V, d, E, ff = shape["vocab_size"], shape["hidden"], shape["num_experts"], shape["expert_ff"]
+    tensors = [("model.embed_tokens.weight", "F32", (V, d), f32(V, d, seed=1))]
+    p = "model.layers.0."
+    tensors += [(p + "input_layernorm.weight", "F32", (d,), f32(d, seed=2))]
+    for i, n in enumerate("qkvo"):
+        tensors.append((p + "self_attn.%s_proj.weight" % n, "F32", (d, d), f32(d, d, seed=3 + i)))
+    tensors.append((p + "post_attention_layernorm.weight", "F32", (d,), f32(d, seed=7)))
+    tensors.append((p + "block_sparse_moe.gate.weight", "F32", (E, d), f32(E, d, seed=8)))
+    for e in range(E):
+        ep = p + "block_sparse_moe.experts.%d." % e
+        tensors += [(ep + "w1.weight", "F32", (ff, d), f32(ff, d, seed=10 + e)),
+                    (ep + "w3.weight", "F32", (ff, d), f32(ff, d, seed=20 + e)),
+                    (ep + "w2.weight", "F32", (d, ff), f32(d, ff, seed=30 + e))]
+    tensors += [("model.norm.weight", "F32", (d,), f32(d, seed=40)), ("lm_head.weight", "F32", (V, d), f32(V, d, seed=41))]
+    put("model_file", "tiny.safetensors", safetensors(tensors, meta))
+
+    # C API: one input that builds random weights (hidden 5, ff 4, 2 experts) and runs forward passes, and a
+    # few random ones.
+    walk = bytes([4, 3, 1, 0, 0, 0, 0, 1, 1]) + bytes(8) + bytes([0, 0, 2, 0, 5, 0]) + bytes(range(100, 120)) + \
+        bytes([0, 0, 1, 1, 2, 2, 3, 3]) + bytes([0]) + bytes([0, 4, 0, 0, 2, 0, 3]) + bytes(range(20))
+    put("c_api", "walk.bin", walk)
+    r = random.Random(7)
+    for i in range(4):
+        put("c_api", "random%d.bin" % i, bytes(r.randrange(256) for _ in range(200)))
+
+
+if __name__ == "__main__":
+    main()
