@@ -21,8 +21,12 @@
 // Everything below, and nothing in any other file, is compiled for AVX512F + AVX512_BF16 (after the includes:
 // the inline functions of the headers keep the build's flags). linear_bf16.cc calls it only when
 // cpu_has_avx512_bf16().
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bf16"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bf16")
+#endif
 #endif
 
 namespace moe::kernels::detail {
@@ -127,5 +131,9 @@ void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 }  // namespace moe::kernels::detail
 
 #if MOE_HAVE_AVX512_BF16_TARGET
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif

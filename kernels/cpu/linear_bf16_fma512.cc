@@ -35,8 +35,12 @@
 #if MOE_HAVE_AVX512_BF16_TARGET
 // Everything below is compiled for AVX512F (after the includes: the headers' inline functions keep the
 // build's flags). linear_bf16.cc calls it only when cpu_has_avx512f().
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 #endif
 
 namespace moe::kernels::detail {
@@ -179,5 +183,9 @@ void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 }  // namespace moe::kernels::detail
 
 #if MOE_HAVE_AVX512_BF16_TARGET
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
