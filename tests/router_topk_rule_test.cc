@@ -1,7 +1,7 @@
 // The top-k rule's device form (router/rules/topk_rule.h: route_row with RecomputedScores, what the GPU
 // kernel runs per thread), run on the host, against TopKRouter (route_row with StoredScores): experts,
-// weights and top-1 scores must be bitwise equal (on the host both use the same libm exp). On the device only
-// expf differs; cuda_topk_gpu_test measures that.
+// weights and top-1 scores must be bitwise equal (both use the rule's exp_f; TopKRouter through its
+// vectorised score loop). cuda_topk_gpu_test checks the same equality on the device.
 #include <gtest/gtest.h>
 
 #include <cstring>

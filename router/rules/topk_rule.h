@@ -1,14 +1,13 @@
 // Top-k routing of one token row (docs/routing.md section 1), one definition for the CPU router
 // (router/topk_router.cc, which keeps the scores in arrays) and the GPU top-k kernel (router/cuda/topk.cu,
 // one thread per token, which recomputes them). Both go through route_row(), so the ranking, the group limit
-// and the weight formula are the same code; the one difference is the exponential: the host's libm exp
-// against CUDA's expf (within 2 ulp), so a weight may differ in its last bits and an exact near-tie could in
-// principle resolve differently.
+// and the weight formula are the same code, and the exponential is this header's exp_f (IEEE float
+// operations, explicit fused multiply-adds and bit operations only, every compiler told not to contract), so
+// the CPU router, its vectorised score loop and the GPU kernel compute the same bits.
 //
 //   available    expert e is available iff logit[e] is finite
 //   score        softmax: exp(l[e] - max) / sum_e' exp(l[e'] - max) over available experts, in fp32, summed
-//   in
-//                expert order; sigmoid: 1 / (1 + exp(-l[e])); 0 for unavailable experts
+//                in expert order; sigmoid: sigmoid_f(l[e]); 0 for unavailable experts (exp = exp_f)
 //   select       score[e] + selection_bias[e] (bias chooses, never weighs)
 //   group limit  experts form num_groups equal groups; a group's value is the sum of its two best available
 //                select values (its best if it has one); the topk_groups best groups (ties to the lower
@@ -18,6 +17,7 @@
 //                renormalising, else 1; a zero D (underflowed sigmoid scores) gives zero weights, not NaN
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -52,13 +52,70 @@ MOE_HD inline bool is_inf(float x) {
   return std::isinf(x);
 #endif
 }
-// NOTES: on the device this is CUDA's expf (max 2 ulp error); on the host std::exp.
-MOE_HD inline float exp_f(float x) {
+MOE_HD inline float fma_f(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
-  return expf(x);
+  return fmaf(a, b, c);
 #else
-  return std::exp(x);
+  return std::fma(a, b, c);
 #endif
+}
+MOE_HD inline float float_from_bits(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  return std::bit_cast<float>(b);
+#endif
+}
+MOE_HD inline uint32_t bits_of(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return std::bit_cast<uint32_t>(x);
+#endif
+}
+
+// e^x in fp32, one branch-free definition (no table, no libm), so that a loop over a row vectorises and the
+// GPU computes the same bits from the same operations:
+//   clamp x to [-104, 89] (beyond them the result is 0 / +inf anyway; NaN passes through),
+//   n = nearest integer to x log2(e) (one fused add of 1.5 * 2^23), r = x - n ln2 in two Cody-Waite steps
+//   (the first exact), e^r on |r| <= ln2/2 by Cephes' degree-7 polynomial 1 + r + r^2 P5(r) (Horner, fused),
+//   times 2^n as two powers of two 2^(n>>1) 2^(n - (n>>1)), each a normal float, so a subnormal result is
+//   rounded once and 2^128 e^r overflows to +inf as it should.
+// Accuracy (tests/router_exp_test.cc, against float64 over the whole float range): at most 1 ulp for normal
+// results, within 1 ulp of the correctly rounded subnormal; exp(+inf) = +inf, exp(-inf) = 0, NaN -> NaN.
+MOE_HD inline float exp_f(float x) {
+  constexpr float kLog2e = 1.44269502f;         // 0x1.715476p+0
+  constexpr float kShift = 12582912.0f;         // 0x1.8p23: t = kShift + n holds n in its low mantissa bits
+  constexpr uint32_t kShiftBits = 0x4b400000u;  // bits_of(kShift)
+  constexpr float kLn2Hi = 0.693145751953125f;  // 0x1.62e4p-1: n * kLn2Hi is exact for |n| <= 2^8
+  constexpr float kLn2Lo = 1.428606765330187e-06f;
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const float t = fma_f(xc, kLog2e, kShift);
+  const float n = t - kShift;
+  float r = fma_f(-n, kLn2Hi, xc);
+  r = fma_f(-n, kLn2Lo, r);
+  float p = 1.9875691500e-4f;
+  p = fma_f(p, r, 1.3981999507e-3f);
+  p = fma_f(p, r, 8.3334519073e-3f);
+  p = fma_f(p, r, 4.1665795894e-2f);
+  p = fma_f(p, r, 1.6666665459e-1f);
+  p = fma_f(p, r, 5.0000001201e-1f);
+  const float y = fma_f(p, r * r, r) + 1.0f;
+  // n in [-150, 128] (junk for NaN, whose result is NaN whatever the scale).
+  const int32_t ni = static_cast<int32_t>(bits_of(t) - kShiftBits);
+  const int32_t n1 = ni >> 1;
+  const int32_t n2 = ni - n1;
+  const float s1 = float_from_bits(static_cast<uint32_t>(n1 + 127) << 23);
+  const float s2 = float_from_bits(static_cast<uint32_t>(n2 + 127) << 23);
+  return y * s1 * s2;
+}
+
+// 1 / (1 + e^-x), branch-free: with e = exp_f(-|x|) in (0, 1], 1 / (1 + e) for x > 0 and e / (1 + e)
+// otherwise (so the subnormal results of very negative x are kept, not flushed). At most 3 ulp from float64
+// (tests/router_exp_test.cc); sigmoid(+inf) = 1, sigmoid(-inf) = 0, NaN -> NaN.
+MOE_HD inline float sigmoid_f(float x) {
+  const float e = exp_f(x > 0.0f ? -x : x);
+  return (x > 0.0f ? 1.0f : e) / (1.0f + e);
 }
 
 // The ranking order: value descending, exact ties to the lower index. A strict total order on finite values,
@@ -118,8 +175,28 @@ MOE_HD inline RowStats row_stats(const TopKParams& p, const float* logits) {
 MOE_HD inline float expert_score(const TopKParams& p, const float* logits, const RowStats& s, int e) {
   const float x = logits[e];
   if (!is_finite(x)) return 0.0f;
-  if (p.sigmoid) return 1.0f / (1.0f + exp_f(-x));
+  if (p.sigmoid) return sigmoid_f(x);
   return exp_f(x - s.max_logit) / s.sum;
+}
+
+// expert_score for every expert of a row into scores[num_experts]: the same bits, as one loop without
+// branches that the compiler vectorises (the host's form; select values are then scores + bias).
+inline void score_row(const TopKParams& p, const float* logits, const RowStats& s, float* scores) {
+  const int E = p.num_experts;
+  if (p.sigmoid) {
+    for (int e = 0; e < E; ++e) {
+      const float x = logits[e];
+      const float v = sigmoid_f(x);
+      scores[e] = is_finite(x) ? v : 0.0f;
+    }
+  } else {
+    const float max = s.max_logit, sum = s.sum;
+    for (int e = 0; e < E; ++e) {
+      const float x = logits[e];
+      const float v = exp_f(x - max) / sum;
+      scores[e] = is_finite(x) ? v : 0.0f;
+    }
+  }
 }
 
 // Scores recomputed on demand: no per-expert storage (the device form).
@@ -143,9 +220,11 @@ struct StoredScores {
   StoredScores(const TopKParams& p, const float* row, const RowStats& stats, float* score_buf,
                float* select_buf)
       : logits(row), scores(score_buf), selects(select_buf) {
-    for (int e = 0; e < p.num_experts; ++e) {
-      scores[e] = expert_score(p, row, stats, e);
-      selects[e] = p.selection_bias ? scores[e] + p.selection_bias[e] : scores[e];
+    score_row(p, row, stats, scores);
+    if (p.selection_bias) {
+      for (int e = 0; e < p.num_experts; ++e) selects[e] = scores[e] + p.selection_bias[e];
+    } else {
+      selects = scores;
     }
   }
   bool available(int e) const { return is_finite(logits[e]); }
