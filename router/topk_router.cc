@@ -62,6 +62,7 @@ void TopKRouter::route_rows(const float* logits, int first_row, int num_rows, To
   params.selection_bias = config_.selection_bias.empty() ? nullptr : config_.selection_bias.data();
   float scores[kMaxExperts];
   float selects[kMaxExperts];
+  int32_t list[kMaxExperts];
   for (int i = 0; i < num_rows; ++i) {
     const int t = first_row + i;
     const float* row = logits + static_cast<int64_t>(i) * E;
@@ -70,7 +71,7 @@ void TopKRouter::route_rows(const float* logits, int first_row, int num_rows, To
       throw std::invalid_argument("router: token row " + std::to_string(t) +
                                   " has no finite logit (NaN or inf in every expert)");
     }
-    const rules::StoredScores stored(params, row, stats, scores, selects);
+    const rules::StoredScores stored(params, row, stats, scores, selects, list);
     rules::route_row<kMaxExperts>(params, stats, stored, out.experts.data() + static_cast<int64_t>(t) * R,
                                   out.weights.data() + static_cast<int64_t>(t) * R, &out.top1_score[t]);
   }

@@ -125,6 +125,12 @@ MOE_HD inline bool rank_before(float va, int a, float vb, int b) {
   return a < b;
 }
 
+#if !defined(__CUDACC__)
+// Eight float / int lanes (host only; what the host loops below compute lane by lane, in one vector).
+typedef float FloatLanes __attribute__((vector_size(32)));
+typedef int32_t IntLanes __attribute__((vector_size(32)));
+#endif
+
 // What a row's scores need: the number of finite logits, their maximum and the softmax denominator.
 struct RowStats {
   int num_available = 0;
@@ -145,6 +151,7 @@ MOE_HD inline RowStats row_stats(const TopKParams& p, const float* logits) {
     lane_count[l] = 0;
   }
   int e = 0;
+#if defined(__CUDACC__)
   for (; e + kLanes <= p.num_experts; e += kLanes) {
     for (int l = 0; l < kLanes; ++l) {
       const float x = logits[e + l];
@@ -153,6 +160,29 @@ MOE_HD inline RowStats row_stats(const TopKParams& p, const float* logits) {
       lane_max[l] = finite && lane_max[l] < x ? x : lane_max[l];
     }
   }
+#else
+  {  // the same lanes in one vector (GCC/Clang vector extensions: the compiler does not find it itself)
+    FloatLanes vmax;
+    IntLanes vcount;
+    for (int l = 0; l < kLanes; ++l) {
+      vmax[l] = -INFINITY;
+      vcount[l] = 0;
+    }
+    for (; e + kLanes <= p.num_experts; e += kLanes) {
+      FloatLanes x;
+      __builtin_memcpy(&x, logits + e, sizeof x);
+      IntLanes bits;
+      __builtin_memcpy(&bits, &x, sizeof bits);
+      const IntLanes finite = (bits & 0x7f800000) != 0x7f800000;  // -1 where finite
+      vcount -= finite;
+      vmax = (finite & (vmax < x)) ? x : vmax;
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      lane_max[l] = vmax[l];
+      lane_count[l] = vcount[l];
+    }
+  }
+#endif
   for (int l = 0; e < p.num_experts; ++e, ++l) {
     const float x = logits[e];
     const bool finite = is_finite(x);
@@ -199,6 +229,15 @@ inline void score_row(const TopKParams& p, const float* logits, const RowStats& 
   }
 }
 
+// The two best values among v (*best >= *second; -inf where fewer): folds one value in, as route_row's group
+// limit does, without a branch.
+MOE_HD inline void fold_top2(float v, float& best, float& second) {
+  const float hi = v > best ? v : best;
+  const float lo = v > best ? best : v;
+  second = lo > second ? lo : second;
+  best = hi;
+}
+
 // Scores recomputed on demand: no per-expert storage (the device form).
 struct RecomputedScores {
   const TopKParams* p;
@@ -208,28 +247,132 @@ struct RecomputedScores {
   MOE_HD bool available(int e) const { return is_finite(logits[e]); }
   MOE_HD float score(int e) const { return expert_score(*p, logits, stats, e); }
   MOE_HD float select(int e) const { return p->selection_bias ? score(e) + p->selection_bias[e] : score(e); }
+  // The two best select values of the available experts in [first, first + count).
+  MOE_HD void top2(int first, int count, float& best, float& second) const {
+    best = second = -INFINITY;
+    for (int e = first; e < first + count; ++e) {
+      if (available(e)) fold_top2(select(e), best, second);
+    }
+  }
+  // f(e, select(e)) for every available expert of the kept groups (all groups when num_groups is 1), in
+  // ascending expert order.
+  template <class F>
+  MOE_HD void for_each_candidate(const bool* kept, int num_groups, int span, int, F& f) const {
+    for (int g = 0; g < num_groups; ++g) {
+      if (num_groups > 1 && !kept[g]) continue;
+      for (int e = g * span; e < (g + 1) * span; ++e) {
+        if (available(e)) f(e, select(e));
+      }
+    }
+  }
 };
 
 // Scores computed once into caller arrays of num_experts floats (the host form): the same values, bit for
-// bit, as RecomputedScores on the same machine.
+// bit, as RecomputedScores. The select array holds -inf for unavailable experts (select values of
+// available experts are finite: scores in [0, 1], the bias finite), so its loops need no availability test
+// and run in kLanes independent lanes that the compiler vectorises.
 struct StoredScores {
+  static constexpr int kLanes = 8;
   const float* logits;
   float* scores;
   float* selects;
+  int32_t* list;
 
+  // Buffers of num_experts values each.
   StoredScores(const TopKParams& p, const float* row, const RowStats& stats, float* score_buf,
-               float* select_buf)
-      : logits(row), scores(score_buf), selects(select_buf) {
+               float* select_buf, int32_t* list_buf)
+      : logits(row), scores(score_buf), selects(select_buf), list(list_buf) {
     score_row(p, row, stats, scores);
+    const int E = p.num_experts;
     if (p.selection_bias) {
-      for (int e = 0; e < p.num_experts; ++e) selects[e] = scores[e] + p.selection_bias[e];
+      for (int e = 0; e < E; ++e) {
+        const float v = scores[e] + p.selection_bias[e];
+        selects[e] = is_finite(row[e]) ? v : -INFINITY;
+      }
     } else {
-      selects = scores;
+      for (int e = 0; e < E; ++e) selects[e] = is_finite(row[e]) ? scores[e] : -INFINITY;
     }
   }
   bool available(int e) const { return is_finite(logits[e]); }
   float score(int e) const { return scores[e]; }
   float select(int e) const { return selects[e]; }
+  // The two largest values of a multiset do not depend on the order they are folded in, so lanes give
+  // RecomputedScores::top2's values.
+  void top2(int first, int count, float& best, float& second) const {
+    float b[kLanes], s2[kLanes];
+    for (int l = 0; l < kLanes; ++l) b[l] = s2[l] = -INFINITY;
+    const float* v = selects + first;
+    int i = 0;
+#if defined(__CUDACC__)
+    for (; i + kLanes <= count; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) fold_top2(v[i + l], b[l], s2[l]);
+    }
+#else
+    FloatLanes vb, vs;
+    __builtin_memcpy(&vb, b, sizeof vb);
+    vs = vb;
+    for (; i + kLanes <= count; i += kLanes) {  // fold_top2 in every lane
+      FloatLanes x;
+      __builtin_memcpy(&x, v + i, sizeof x);
+      const FloatLanes lo = x > vb ? vb : x;
+      vs = lo > vs ? lo : vs;
+      vb = x > vb ? x : vb;
+    }
+    __builtin_memcpy(b, &vb, sizeof vb);
+    __builtin_memcpy(s2, &vs, sizeof vs);
+#endif
+    for (; i < count; ++i) fold_top2(v[i], b[0], s2[0]);
+    best = second = -INFINITY;
+    for (int l = 0; l < kLanes; ++l) {
+      fold_top2(b[l], best, second);
+      fold_top2(s2[l], best, second);
+    }
+  }
+  // The candidates (experts of the kept groups, all experts without groups: groups of `span`) dealt to
+  // kLanes lanes; each lane's best is a different candidate, so at least kLanes candidates reach the
+  // smallest lane best, and for ranks <= kLanes every one of the best `ranks` candidates does (-inf when a
+  // lane holds no available candidate, or for more ranks: no floor).
+  float rank_floor(const bool* kept, int num_groups, int span, int ranks) const {
+    if (ranks > kLanes || span % kLanes != 0) return -INFINITY;
+    float m[kLanes];
+    for (int l = 0; l < kLanes; ++l) m[l] = -INFINITY;
+    for (int g = 0; g < num_groups; ++g) {
+      if (num_groups > 1 && !kept[g]) continue;
+      const float* v = selects + g * span;
+#if defined(__CUDACC__)
+      for (int i = 0; i < span; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) m[l] = v[i + l] > m[l] ? v[i + l] : m[l];
+      }
+#else
+      FloatLanes vm;
+      __builtin_memcpy(&vm, m, sizeof vm);
+      for (int i = 0; i < span; i += kLanes) {
+        FloatLanes x;
+        __builtin_memcpy(&x, v + i, sizeof x);
+        vm = x > vm ? x : vm;
+      }
+      __builtin_memcpy(m, &vm, sizeof vm);
+#endif
+    }
+    float floor = m[0];
+    for (int l = 1; l < kLanes; ++l) floor = m[l] < floor ? m[l] : floor;
+    return floor;
+  }
+  // RecomputedScores::for_each_candidate, less the candidates below rank_floor: at least `ranks` candidates
+  // of larger select values rank before each of them. The rest are gathered without a branch.
+  template <class F>
+  void for_each_candidate(const bool* kept, int num_groups, int span, int ranks, F& f) const {
+    const float floor = rank_floor(kept, num_groups, span, ranks);
+    int n = 0;
+    for (int g = 0; g < num_groups; ++g) {
+      if (num_groups > 1 && !kept[g]) continue;
+      for (int e = g * span; e < (g + 1) * span; ++e) {
+        list[n] = e;
+        n += static_cast<int>(selects[e] >= floor) & static_cast<int>(selects[e] > -INFINITY);
+      }
+    }
+    for (int i = 0; i < n; ++i) f(list[i], selects[list[i]]);
+  }
 };
 
 // Routes one row: out_e / out_w [num_ranked] receive the ranked experts and their weights (-1 / 0 past the
@@ -256,17 +399,8 @@ MOE_HD inline bool route_row(const TopKParams& p, const RowStats& stats, const S
   if (p.num_groups > 1) {
     float value[kMaxGroups];
     for (int g = 0; g < p.num_groups; ++g) {
-      float best = -INFINITY, second = -INFINITY;
-      for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
-        if (!s.available(e)) continue;
-        const float v = s.select(e);
-        if (v > best) {
-          second = best;
-          best = v;
-        } else if (v > second) {
-          second = v;
-        }
-      }
+      float best, second;
+      s.top2(g * group_size, group_size, best, second);
       value[g] = is_inf(second) ? best : best + second;
       kept[g] = false;
     }
@@ -283,25 +417,22 @@ MOE_HD inline bool route_row(const TopKParams& p, const RowStats& stats, const S
   }
 
   // Ranks: the best R candidates in rank order.
-  // Candidates in ascending expert order, group by group (a dropped group's experts are skipped whole).
+  // Candidates in ascending expert order, group by group (a dropped group's experts are skipped whole); a
+  // Scores form may leave out candidates that at least R others rank before (no rank changes).
   int n = 0;
   const int num_groups = p.num_groups > 1 ? p.num_groups : 1;
   const int span = p.num_groups > 1 ? group_size : E;
-  for (int g = 0; g < num_groups; ++g) {
-    if (p.num_groups > 1 && !kept[g]) continue;
-    for (int e = g * span; e < (g + 1) * span; ++e) {
-      if (!s.available(e)) continue;
-      const float v = s.select(e);
-      if (n == R && !rank_before(v, e, out_w[R - 1], out_e[R - 1])) continue;
-      int i = n < R ? n++ : R - 1;
-      for (; i > 0 && rank_before(v, e, out_w[i - 1], out_e[i - 1]); --i) {
-        out_e[i] = out_e[i - 1];
-        out_w[i] = out_w[i - 1];
-      }
-      out_e[i] = e;
-      out_w[i] = v;
+  const auto consider = [&](int e, float v) {
+    if (n == R && !rank_before(v, e, out_w[R - 1], out_e[R - 1])) return;
+    int i = n < R ? n++ : R - 1;
+    for (; i > 0 && rank_before(v, e, out_w[i - 1], out_e[i - 1]); --i) {
+      out_e[i] = out_e[i - 1];
+      out_w[i] = out_w[i - 1];
     }
-  }
+    out_e[i] = e;
+    out_w[i] = v;
+  };
+  s.for_each_candidate(kept, num_groups, span, R, consider);
   *top1 = n > 0 ? out_w[0] : 0.0f;
 
   float denominator = 1.0f;
