@@ -126,9 +126,9 @@ nlohmann::ordered_json probe_json(const ProbeResult& r) {
   return j;
 }
 
-void print_run_table(std::ostream& out, const RunStats& s, const PreparedWorkload* w) {
+void print_run_table(std::ostream& out, const RunStats& s, int64_t num_requests) {
   Table t({"metric", "value"});
-  if (w) t.add_row({"requests", std::to_string(w->requests.size())});
+  if (num_requests >= 0) t.add_row({"requests", std::to_string(num_requests)});
   t.add_row({"steps", std::to_string(s.steps)});
   t.add_row({"tokens", std::to_string(s.tokens)});
   t.add_row({"pairs", std::to_string(s.pairs)});

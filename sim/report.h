@@ -40,7 +40,7 @@ nlohmann::ordered_json routing_stats_json(const RoutingStats& r);
 nlohmann::ordered_json probe_json(const ProbeResult& r);
 
 // Tables of the experiments.
-void print_run_table(std::ostream& out, const RunStats& stats, const PreparedWorkload* workload);
+void print_run_table(std::ostream& out, const RunStats& stats, int64_t num_requests);
 Table sweep_table(const std::vector<SweepPoint>& points);
 Table probe_table(const std::vector<ProbeResult>& results);
 
