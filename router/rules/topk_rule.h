@@ -17,10 +17,10 @@
 //                renormalising, else 1; a zero D (underflowed sigmoid scores) gives zero weights, not NaN
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 
+#include "base/float_bits.h"
 #include "base/host_device.h"
 
 namespace moe::rules {
@@ -59,21 +59,6 @@ MOE_HD inline float fma_f(float a, float b, float c) {
   return std::fma(a, b, c);
 #endif
 }
-MOE_HD inline float float_from_bits(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  return std::bit_cast<float>(b);
-#endif
-}
-MOE_HD inline uint32_t bits_of(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  return std::bit_cast<uint32_t>(x);
-#endif
-}
-
 // e^x in fp32, one branch-free definition (no table, no libm), so that a loop over a row vectorises and the
 // GPU computes the same bits from the same operations:
 //   clamp x to [-104, 89] (beyond them the result is 0 / +inf anyway; NaN passes through),
@@ -86,7 +71,7 @@ MOE_HD inline uint32_t bits_of(float x) {
 MOE_HD inline float exp_f(float x) {
   constexpr float kLog2e = 1.44269502f;         // 0x1.715476p+0
   constexpr float kShift = 12582912.0f;         // 0x1.8p23: t = kShift + n holds n in its low mantissa bits
-  constexpr uint32_t kShiftBits = 0x4b400000u;  // bits_of(kShift)
+  constexpr uint32_t kShiftBits = 0x4b400000u;  // float_bits(kShift)
   constexpr float kLn2Hi = 0.693145751953125f;  // 0x1.62e4p-1: n * kLn2Hi is exact for |n| <= 2^8
   constexpr float kLn2Lo = 1.428606765330187e-06f;
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
@@ -102,7 +87,7 @@ MOE_HD inline float exp_f(float x) {
   p = fma_f(p, r, 5.0000001201e-1f);
   const float y = fma_f(p, r * r, r) + 1.0f;
   // n in [-150, 128] (junk for NaN, whose result is NaN whatever the scale).
-  const int32_t ni = static_cast<int32_t>(bits_of(t) - kShiftBits);
+  const int32_t ni = static_cast<int32_t>(float_bits(t) - kShiftBits);
   const int32_t n1 = ni >> 1;
   const int32_t n2 = ni - n1;
   const float s1 = float_from_bits(static_cast<uint32_t>(n1 + 127) << 23);
