@@ -7,7 +7,8 @@
 #   MOE_SIM           the binary to measure (default build/bin/moe-sim)
 #   BASELINE_MOE_SIM  optional second binary (e.g. main's), timed on the same workloads at its one thread
 #   REPEATS=3         runs per cell; REQUESTS=2000 requests per workload
-# Prints a markdown table: workload, binary, threads, pairs, wall s, M pairs/s.
+# Prints a markdown table: workload, binary, threads, pairs, wall s (best), M pairs/s, peak RSS MiB (of the
+# best run, /usr/bin/time), and the ratio of the baseline's wall time to this one's.
 set -euo pipefail
 sim=${1:-build/bin/moe-sim}
 base=${2:-}
@@ -18,37 +19,45 @@ workload=(run --preset deepseek-v3 --requests "$requests" --prompt-len lognormal
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# best_wall BINARY ARGS...: the best wall time of $repeats runs; the JSON of the last in $tmp/out.json
+# best_wall BINARY ARGS...: "WALL RSS_KB" of the best of $repeats runs; the JSON of the last in $tmp/out.json
 best_wall() {
-  local best=""
+  local best="" rss=""
   for _ in $(seq "$repeats"); do
     local t0 t1 s
     t0=$(date +%s.%N)
-    "$@" >"$tmp/out.json"
+    /usr/bin/time -f "%M" -o "$tmp/rss" "$@" >"$tmp/out.json"
     t1=$(date +%s.%N)
     s=$(echo "$t1 - $t0" | bc -l)
-    if [ -z "$best" ] || [ "$(echo "$s < $best" | bc -l)" = 1 ]; then best=$s; fi
+    if [ -z "$best" ] || [ "$(echo "$s < $best" | bc -l)" = 1 ]; then
+      best=$s
+      rss=$(tail -1 "$tmp/rss")
+    fi
   done
-  echo "$best"
+  echo "$best $rss"
 }
 
-echo "| workload | binary | threads | pairs | wall s | M pairs/s |"
-echo "|---|---|---:|---:|---:|---:|"
+echo "| workload | binary | threads | pairs | wall s | M pairs/s | peak RSS MiB | baseline wall / wall |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for shape in "E256 k8:" "E8 k2:--experts 8 --top-k 2"; do
   name=${shape%%:*}
   read -r -a extra <<<"${shape#*:}"
+  base_wall=""
+  rows=()
+  if [ -n "$base" ]; then
+    read -r base_wall rss < <(best_wall "$base" "${workload[@]}" "${extra[@]}")
+    pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
+    rows+=("$(printf "| %s | %s | 1 | %d | %.2f | %.1f | %.0f | 1.0 |" "$name" "$base" "$pairs" "$base_wall" \
+      "$(echo "$pairs / $base_wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)")")
+  fi
   for threads in 1 2; do
-    wall=$(best_wall "$sim" "${workload[@]}" "${extra[@]}" --threads "$threads")
+    read -r wall rss < <(best_wall "$sim" "${workload[@]}" "${extra[@]}" --threads "$threads")
     cp "$tmp/out.json" "$tmp/t$threads.json"
     pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
-    printf "| %s | %s | %d | %d | %.2f | %.1f |\n" "$name" "$sim" "$threads" "$pairs" "$wall" \
-      "$(echo "$pairs / $wall / 1000000" | bc -l)"
+    ratio="-"
+    [ -n "$base_wall" ] && ratio=$(printf "%.1f" "$(echo "$base_wall / $wall" | bc -l)")
+    rows+=("$(printf "| %s | %s | %d | %d | %.2f | %.1f | %.0f | %s |" "$name" "$sim" "$threads" "$pairs" "$wall" \
+      "$(echo "$pairs / $wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)" "$ratio")")
   done
   cmp -s "$tmp/t1.json" "$tmp/t2.json" || { echo "sim_throughput: --threads 1 and 2 differ ($name)" >&2; exit 1; }
-  if [ -n "$base" ]; then
-    wall=$(best_wall "$base" "${workload[@]}" "${extra[@]}")
-    pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
-    printf "| %s | %s | 1 | %d | %.2f | %.1f |\n" "$name" "$base" "$pairs" "$wall" \
-      "$(echo "$pairs / $wall / 1000000" | bc -l)"
-  fi
+  printf "%s\n" "${rows[@]}"
 done

@@ -12,7 +12,7 @@
 namespace moe::sim {
 
 // Tokens simulate_workload routes before it plans them (whole steps: a window holds at least one step).
-inline constexpr int64_t kDefaultWindowTokens = int64_t{1} << 18;
+inline constexpr int64_t kDefaultWindowTokens = int64_t{1} << 16;
 
 struct WorkloadConfig {
   int num_requests = 16;

@@ -284,9 +284,14 @@ struct StoredScores {
   // The two largest values of a multiset do not depend on the order they are folded in, so lanes give
   // RecomputedScores::top2's values.
   void top2(int first, int count, float& best, float& second) const {
+    const float* v = selects + first;
+    if (count < 2 * kLanes) {  // small groups: folded in order
+      best = second = -INFINITY;
+      for (int i = 0; i < count; ++i) fold_top2(v[i], best, second);
+      return;
+    }
     float b[kLanes], s2[kLanes];
     for (int l = 0; l < kLanes; ++l) b[l] = s2[l] = -INFINITY;
-    const float* v = selects + first;
     int i = 0;
 #if defined(__CUDACC__)
     for (; i + kLanes <= count; i += kLanes) {
@@ -389,15 +394,28 @@ MOE_HD inline bool route_row(const TopKParams& p, const RowStats& stats, const S
       value[g] = is_inf(second) ? best : best + second;
       kept[g] = false;
     }
-    bool taken[kMaxGroups];
-    for (int g = 0; g < p.num_groups; ++g) taken[g] = false;
-    for (int i = 0; i < p.topk_groups; ++i) {
-      int pick = -1;
+    // The topk_groups first groups in rank_before order (a strict total order: no value is NaN) stay; a kept
+    // group with nothing available adds none. Up to 16 groups by counting each group's rank without a
+    // branch, else by repeated selection: the same groups.
+    if (p.num_groups <= 16) {
       for (int g = 0; g < p.num_groups; ++g) {
-        if (!taken[g] && (pick < 0 || rank_before(value[g], g, value[pick], pick))) pick = g;
+        int rank = 0;
+        for (int h = 0; h < p.num_groups; ++h) {
+          rank += static_cast<int>(value[h] > value[g]) | (static_cast<int>(value[h] == value[g]) & (h < g));
+        }
+        kept[g] = rank < p.topk_groups && !is_inf(value[g]);
       }
-      taken[pick] = true;
-      kept[pick] = !is_inf(value[pick]);  // a kept group with nothing available adds none
+    } else {
+      bool taken[kMaxGroups];
+      for (int g = 0; g < p.num_groups; ++g) taken[g] = false;
+      for (int i = 0; i < p.topk_groups; ++i) {
+        int pick = -1;
+        for (int g = 0; g < p.num_groups; ++g) {
+          if (!taken[g] && (pick < 0 || rank_before(value[g], g, value[pick], pick))) pick = g;
+        }
+        taken[pick] = true;
+        kept[pick] = !is_inf(value[pick]);
+      }
     }
   }
 
