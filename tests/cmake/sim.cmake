@@ -11,6 +11,8 @@ foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experim
     LABELS unit
     TIMEOUT 120)
 endforeach()
+# The streamed simulation's routing workers and planning thread (make tsan).
+set_property(TEST sim_experiment_test APPEND PROPERTY LABELS threaded)
 
 # The CLI end to end: every subcommand, JSON keys, exit codes and messages, determinism of the output.
 if(TARGET moe-sim)
