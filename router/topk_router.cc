@@ -40,24 +40,38 @@ TopKRouter::TopKRouter(RouterConfig config, int num_ranked)
       num_ranked_(params_.num_ranked) {}
 
 void TopKRouter::route(const float* logits, int num_tokens, TokenRoutes& out) const {
+  if (num_tokens < 0) throw std::invalid_argument("router: num_tokens must be >= 0");
+  out.resize(num_tokens, config_.num_experts, config_.top_k, num_ranked_);
+  route_rows(logits, 0, num_tokens, out);
+}
+
+void TopKRouter::route_rows(const float* logits, int first_row, int num_rows, TokenRoutes& out) const {
   const int E = config_.num_experts;
   const int R = num_ranked_;
-  if (num_tokens < 0) throw std::invalid_argument("router: num_tokens must be >= 0");
-  if (num_tokens > 0 && logits == nullptr) throw std::invalid_argument("router: logits is null");
-  out.resize(num_tokens, E, config_.top_k, R);
+  if (num_rows < 0 || first_row < 0 || first_row > out.num_tokens - num_rows) {
+    throw std::invalid_argument("router: rows [" + std::to_string(first_row) + ", +" +
+                                std::to_string(num_rows) + ") outside the " + std::to_string(out.num_tokens) +
+                                " tokens of the output");
+  }
+  if (out.num_experts != E || out.top_k != config_.top_k || out.num_ranked != R) {
+    throw std::invalid_argument("router: the output's shape does not match the router");
+  }
+  if (num_rows > 0 && logits == nullptr) throw std::invalid_argument("router: logits is null");
 
   rules::TopKParams params = params_;
   params.selection_bias = config_.selection_bias.empty() ? nullptr : config_.selection_bias.data();
   float scores[kMaxExperts];
   float selects[kMaxExperts];
-  for (int t = 0; t < num_tokens; ++t) {
-    const float* row = logits + static_cast<int64_t>(t) * E;
+  int32_t list[kMaxExperts];
+  for (int i = 0; i < num_rows; ++i) {
+    const int t = first_row + i;
+    const float* row = logits + static_cast<int64_t>(i) * E;
     const rules::RowStats stats = rules::row_stats(params, row);
     if (stats.num_available == 0) {
       throw std::invalid_argument("router: token row " + std::to_string(t) +
                                   " has no finite logit (NaN or inf in every expert)");
     }
-    const rules::StoredScores stored(params, row, stats, scores, selects);
+    const rules::StoredScores stored(params, row, stats, scores, selects, list);
     rules::route_row<kMaxExperts>(params, stats, stored, out.experts.data() + static_cast<int64_t>(t) * R,
                                   out.weights.data() + static_cast<int64_t>(t) * R, &out.top1_score[t]);
   }

@@ -32,6 +32,12 @@ class TopKRouter {
   // this large). Throws std::invalid_argument naming the row for a row with no finite logit. Non-finite
   // logits (NaN, +-inf) rank last, in expert order, and map to expert -1 (unavailable).
   void route(const float* logits, int num_tokens, TokenRoutes& out) const;
+  // Rows [first_row, first_row + num_rows) of `out`, which already has its shape (TokenRoutes::resize with
+  // this router's experts, top_k and num_ranked), from `logits` [num_rows, num_experts]: the same values
+  // route() gives those rows. Writes nothing else, so threads may fill disjoint row ranges of one `out`.
+  // Throws std::invalid_argument for a bad range or shape, or (naming the row of `out`) a row with no
+  // finite logit.
+  void route_rows(const float* logits, int first_row, int num_rows, TokenRoutes& out) const;
 
  private:
   RouterConfig config_;

@@ -29,22 +29,18 @@ void merge(nlohmann::ordered_json& into, const nlohmann::ordered_json& from) {
 
 int cmd_run(const Overrides& overrides, std::ostream& out) {
   const SimConfig config = build_config(overrides);
-  const PreparedWorkload w =
-      prepare_workload(config, ranks_needed(config.router, config.policy), !config.quiet);
-  RunStats stats;
-  {
-    Progress progress("plan", static_cast<int64_t>(w.steps.size()), !config.quiet && w.steps.size() > 50);
-    stats = simulate(w, config.policy, &progress);
-  }
+  const WorkloadRun w =
+      simulate_workload(config, {config.policy}, StreamOptions{.show_progress = !config.quiet});
+  const RunStats& stats = w.stats.front();
   const bool multi_step = config.workload.token_budget > 0;
   if (config.json) {
     nlohmann::ordered_json j = header_json(config, kRun);
-    j["requests"] = w.requests.size();
+    j["requests"] = w.num_requests;
     merge(j, run_stats_json(stats, multi_step));
     out << j.dump(2) << "\n";
   } else {
     out << provenance_line(config, kRun) << "\n";
-    print_run_table(out, stats, &w);
+    print_run_table(out, stats, w.num_requests);
   }
   return 0;
 }
@@ -134,7 +130,7 @@ int cmd_replay(const Overrides& overrides, std::ostream& out) {
     out << j.dump(2) << "\n";
   } else {
     out << provenance_line(r.config, kReplay) << "\n";
-    print_run_table(out, r.stats, nullptr);
+    print_run_table(out, r.stats, -1);
   }
   return 0;
 }

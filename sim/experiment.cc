@@ -2,14 +2,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
+#include <span>
+#include <thread>
 #include <unordered_map>
 
-#include "router/dispatch_planner.h"
-#include "router/routing_state.h"
 #include "router/rules/capacity.h"
 #include "router/rules/plan_rules.h"
 #include "router/topk_router.h"
 #include "sim/errors.h"
+#include "sim/parallel.h"
 #include "sim/score_model.h"
 
 namespace moe::sim {
@@ -31,117 +33,215 @@ int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy) {
   return rules::num_ranked_needed(policy, router.num_experts, router.top_k);
 }
 
-PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool show_progress) {
-  PreparedWorkload w;
-  w.router = config.router;
-  w.num_ranked = std::min(std::max(num_ranked, config.router.top_k), config.router.num_experts);
-  // The workload's size is checked before anything of its size is allocated: synthetic workloads from the
-  // expected lengths before the requests are drawn, every workload exactly before it is scheduled.
-  const int E = config.router.num_experts, k = config.router.top_k;
-  const char* advice = "use fewer --requests or shorter --prompt-len / --decode-len";
-  if (config.workload.trace_file.empty()) {
-    check_workload_size(expected_footprint(config.workload), E, k, w.num_ranked, advice);
-  }
-  w.requests = make_requests(config.workload, config.seed);
-  check_workload_size(footprint(w.requests, config.workload.token_budget), E, k, w.num_ranked,
-                      config.workload.trace_file.empty() ? advice : "use a shorter trace");
-  w.steps = schedule(w.requests, config.workload.token_budget);
-  const ScoreModel scores(config.scores, config.router.num_experts, config.seed);
-  const TopKRouter router(config.router, w.num_ranked);
-  std::vector<float> logits;
-  Progress progress("route", static_cast<int64_t>(w.steps.size()), show_progress && w.steps.size() > 50);
-  w.routes.resize(w.steps.size());
-  for (size_t s = 0; s < w.steps.size(); ++s) {
-    scores.logits(w.steps[s].rows, logits);
-    router.route(logits.data(), static_cast<int>(w.steps[s].rows.size()), w.routes[s]);
-    w.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());
-    progress.advance();
-  }
-  return w;
+PolicySimulator::PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy,
+                                 const std::unordered_map<uint64_t, uint32_t>* prompt_length)
+    : num_experts_(num_experts),
+      top_k_(top_k),
+      policy_(policy),
+      planner_(num_experts, top_k, policy),
+      state_(num_experts, top_k),
+      prompt_length_(prompt_length),
+      sequence_(policy.scope == CapacityScope::kSequence && prompt_length != nullptr),
+      stateful_(sequence_ || policy.scope == CapacityScope::kCausal),
+      step_load_(num_experts) {
+  r_.expert_load.assign(num_experts, 0);
+  r_.expert_capacity.assign(num_experts, policy.scope == CapacityScope::kNone ? -1 : 0);
+  r_.step_capacity_min = 1e300;
+  r_.step_capacity_max = -1e300;
 }
 
-RunStats simulate(const PreparedWorkload& w, const DispatchPolicy& policy, Progress* progress,
-                  const PlanObserver& observe) {
-  const int E = w.router.num_experts;
-  const int k = w.router.top_k;
-  DispatchPlanner planner(E, k, policy);
-  // Causal and sequence scopes carry a routing state across steps. Sequence scope admits each request with
-  // its prompt length when its first row is scheduled (a serving engine knows it at admission). A workload
-  // without request specs (replay: one batch of logits) plans sequence scope without a state: each request's
-  // rows are its whole prompt.
-  RoutingState state(E, k);
-  const bool sequence = policy.scope == CapacityScope::kSequence && !w.requests.empty();
-  const bool stateful = sequence || policy.scope == CapacityScope::kCausal;
-  std::unordered_map<uint64_t, uint32_t> prompt_length;
-  if (sequence) {
-    for (const RequestSpec& r : w.requests) prompt_length[r.id] = r.prompt_len;
+void PolicySimulator::add(const Step& step, const TokenRoutes& routes) {
+  if (step.rows.empty()) return;
+  const int E = num_experts_;
+  if (sequence_) {
+    for (const TokenMeta& m : step.rows) {
+      if (m.position == 0) state_.admit(m.request_id, prompt_length_->at(m.request_id));
+    }
   }
-  DispatchPlan plan;
-  RunStats r;
-  r.expert_load.assign(E, 0);
-  r.expert_capacity.assign(E, policy.scope == CapacityScope::kNone ? -1 : 0);
-  r.step_capacity_min = 1e300;
-  r.step_capacity_max = -1e300;
-  std::vector<int64_t> step_load(E);
-  double cap_sum = 0.0, drop_sum = 0.0, imbalance_sum = 0.0, peak_sum = 0.0;
-  for (size_t s = 0; s < w.steps.size(); ++s) {
-    const Step& step = w.steps[s];
-    if (step.rows.empty()) continue;
-    if (sequence) {
-      for (const TokenMeta& m : step.rows) {
-        if (m.position == 0) state.admit(m.request_id, prompt_length.at(m.request_id));
-      }
-    }
-    planner.plan(w.routes[s], step.rows, stateful ? &state : nullptr, plan);
-    if (observe) observe(s, plan);
-    if (stateful) r.peak_live_requests = std::max<int64_t>(r.peak_live_requests, state.num_requests());
-    ++r.steps;
-    r.tokens += plan.num_tokens;
-    r.pairs += plan.num_pairs();
-    r.kept += plan.num_kept;
-    r.rerouted += plan.num_rerouted;
-    r.dropped += plan.num_dropped;
-    r.tokens_fully_dropped += plan.num_tokens_fully_dropped;
-    double offered = 0.0;
-    for (int e = 0; e < E; ++e) {
-      r.expert_load[e] += plan.expert_load[e];
-      step_load[e] = plan.expert_load[e];
-      if (policy.scope != CapacityScope::kNone) r.expert_capacity[e] += plan.expert_capacity[e];
-      offered += static_cast<double>(plan.expert_capacity[e]);
-    }
-    const double cap = policy.scope == CapacityScope::kNone    ? -1.0
-                       : policy.scope == CapacityScope::kBatch ? static_cast<double>(plan.batch_capacity)
-                                                               : offered / E;
-    r.step_capacity_min = std::min(r.step_capacity_min, cap);
-    r.step_capacity_max = std::max(r.step_capacity_max, cap);
-    cap_sum += cap;
-    const double drop = static_cast<double>(plan.num_dropped) / static_cast<double>(plan.num_pairs());
-    drop_sum += drop;
-    r.step_drop_rate_max = std::max(r.step_drop_rate_max, drop);
-    const double imb = imbalance(step_load);
-    imbalance_sum += imb;
-    r.step_imbalance_max = std::max(r.step_imbalance_max, imb);
-    const double nominal = policy.capacity_factor * static_cast<double>(plan.num_tokens) * k / E;
-    const double peak =
-        static_cast<double>(*std::max_element(plan.expert_load.begin(), plan.expert_load.end())) / nominal;
-    peak_sum += peak;
-    r.step_peak_load_max = std::max(r.step_peak_load_max, peak);
-    if (stateful) {
-      for (uint64_t id : step.finished) state.release(id);
-    }
-    if (progress) progress->advance();
+  planner_.plan(routes, step.rows, stateful_ ? &state_ : nullptr, plan_);
+  const DispatchPlan& plan = plan_;
+  RunStats& r = r_;
+  if (stateful_) r.peak_live_requests = std::max<int64_t>(r.peak_live_requests, state_.num_requests());
+  ++r.steps;
+  r.tokens += plan.num_tokens;
+  r.pairs += plan.num_pairs();
+  r.kept += plan.num_kept;
+  r.rerouted += plan.num_rerouted;
+  r.dropped += plan.num_dropped;
+  r.tokens_fully_dropped += plan.num_tokens_fully_dropped;
+  double offered = 0.0;
+  for (int e = 0; e < E; ++e) {
+    r.expert_load[e] += plan.expert_load[e];
+    step_load_[e] = plan.expert_load[e];
+    if (policy_.scope != CapacityScope::kNone) r.expert_capacity[e] += plan.expert_capacity[e];
+    offered += static_cast<double>(plan.expert_capacity[e]);
   }
+  const double cap = policy_.scope == CapacityScope::kNone    ? -1.0
+                     : policy_.scope == CapacityScope::kBatch ? static_cast<double>(plan.batch_capacity)
+                                                              : offered / E;
+  r.step_capacity_min = std::min(r.step_capacity_min, cap);
+  r.step_capacity_max = std::max(r.step_capacity_max, cap);
+  cap_sum_ += cap;
+  const double drop = static_cast<double>(plan.num_dropped) / static_cast<double>(plan.num_pairs());
+  drop_sum_ += drop;
+  r.step_drop_rate_max = std::max(r.step_drop_rate_max, drop);
+  const double imb = imbalance(step_load_);
+  imbalance_sum_ += imb;
+  r.step_imbalance_max = std::max(r.step_imbalance_max, imb);
+  const double nominal = policy_.capacity_factor * static_cast<double>(plan.num_tokens) * top_k_ / E;
+  const double peak =
+      static_cast<double>(*std::max_element(plan.expert_load.begin(), plan.expert_load.end())) / nominal;
+  peak_sum_ += peak;
+  r.step_peak_load_max = std::max(r.step_peak_load_max, peak);
+  if (stateful_) {
+    for (uint64_t id : step.finished) state_.release(id);
+  }
+}
+
+RunStats PolicySimulator::result(const RoutingStats& routing) const {
+  RunStats r = r_;
+  r.routing = routing;
   if (r.steps > 0) {
-    r.step_capacity_mean = cap_sum / static_cast<double>(r.steps);
-    r.step_drop_rate_mean = drop_sum / static_cast<double>(r.steps);
-    r.step_imbalance_mean = imbalance_sum / static_cast<double>(r.steps);
-    r.step_peak_load_mean = peak_sum / static_cast<double>(r.steps);
+    r.step_capacity_mean = cap_sum_ / static_cast<double>(r.steps);
+    r.step_drop_rate_mean = drop_sum_ / static_cast<double>(r.steps);
+    r.step_imbalance_mean = imbalance_sum_ / static_cast<double>(r.steps);
+    r.step_peak_load_mean = peak_sum_ / static_cast<double>(r.steps);
     r.drop_rate = static_cast<double>(r.dropped) / static_cast<double>(r.pairs);
   } else {
     r.step_capacity_min = r.step_capacity_max = 0.0;
   }
   r.load_imbalance = imbalance(r.expert_load);
   return r;
+}
+
+WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
+                              const StreamOptions& options) {
+  const int E = config.router.num_experts, k = config.router.top_k;
+  int num_ranked = k;
+  for (const DispatchPolicy& p : policies) num_ranked = std::max(num_ranked, ranks_needed(config.router, p));
+  num_ranked = std::min(num_ranked, E);
+  // The workload's size is checked before anything of its size is allocated: synthetic workloads from the
+  // expected lengths before the requests are drawn, every workload exactly before it is scheduled.
+  const char* advice = "use fewer --requests or shorter --prompt-len / --decode-len";
+  const double window = static_cast<double>(std::max<int64_t>(1, options.window_tokens));
+  if (config.workload.trace_file.empty()) {
+    WorkloadFootprint f = expected_footprint(config.workload);
+    f.window_tokens = window;
+    check_workload_size(f, E, k, num_ranked, advice);
+  }
+  const std::vector<RequestSpec> requests = make_requests(config.workload, config.seed);
+  WorkloadFootprint f = footprint(requests, config.workload.token_budget);
+  f.window_tokens = window;
+  check_workload_size(f, E, k, num_ranked,
+                      config.workload.trace_file.empty() ? advice : "use a shorter trace");
+
+  std::unordered_map<uint64_t, uint32_t> prompt_length;
+  for (const DispatchPolicy& p : policies) {
+    if (p.scope != CapacityScope::kSequence) continue;
+    for (const RequestSpec& r : requests) prompt_length[r.id] = r.prompt_len;
+    break;
+  }
+  std::vector<PolicySimulator> sims;
+  sims.reserve(policies.size());
+  for (const DispatchPolicy& p : policies) sims.emplace_back(E, k, p, &prompt_length);
+
+  const ScoreModel scores(config.scores, E, config.seed);
+  const TopKRouter router(config.router, num_ranked);
+  const int threads = config.threads > 0 ? config.threads : default_threads();
+  std::vector<ScoreModel::TopicCache> caches;
+  std::vector<std::vector<float>> logits(threads);
+  for (int t = 0; t < threads; ++t) caches.emplace_back(scores);
+  RoutingStatsCounter counter(E, k);
+
+  WorkloadRun out;
+  out.num_requests = static_cast<int64_t>(requests.size());
+  Progress progress("simulate", static_cast<int64_t>(f.tokens),
+                    options.show_progress && f.tokens > 4.0 * kDefaultWindowTokens);
+  // A window: whole steps and their routes (vectors kept across windows, so their capacity is reused).
+  // Work items of at most kRowsPerItem rows of one step, spread over the threads. With more than one thread,
+  // window w is planned (in order, on one planning thread) while window w + 1 is scheduled and routed, so
+  // two windows are held.
+  constexpr int kRowsPerItem = 256;
+  struct Item {
+    size_t step;
+    int first, count;
+  };
+  struct Window {
+    std::vector<Step> steps;
+    std::vector<TokenRoutes> routes;
+    size_t n = 0;
+  };
+  Window windows[2];
+  std::vector<Item> items;
+  const auto plan_window = [&](const Window& w) {
+    for (size_t s = 0; s < w.n; ++s) {
+      counter.add(w.steps[s].rows, w.routes[s]);
+      for (uint64_t id : w.steps[s].finished) counter.release(id);
+      for (PolicySimulator& sim : sims) sim.add(w.steps[s], w.routes[s]);
+      out.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());
+      ++out.num_steps;
+      progress.advance(static_cast<int64_t>(w.steps[s].rows.size()));
+    }
+  };
+  std::thread planner;
+  std::exception_ptr plan_error;
+  const auto join_planner = [&] {
+    if (planner.joinable()) planner.join();
+    if (plan_error) std::rethrow_exception(plan_error);
+  };
+  StepScheduler scheduler(requests, config.workload.token_budget);
+  try {
+    bool more = true;
+    for (int cur = 0; more; cur ^= threads > 1 ? 1 : 0) {
+      Window& w = windows[cur];
+      w.n = 0;
+      int64_t window_rows = 0;
+      items.clear();
+      while (window_rows < options.window_tokens || w.n == 0) {
+        if (w.n == w.steps.size()) {
+          w.steps.emplace_back();
+          w.routes.emplace_back();
+        }
+        if (!scheduler.next(w.steps[w.n])) {
+          more = false;
+          break;
+        }
+        const int rows = static_cast<int>(w.steps[w.n].rows.size());
+        w.routes[w.n].resize(rows, E, k, router.num_ranked());
+        for (int first = 0; first < rows; first += kRowsPerItem)
+          items.push_back(Item{w.n, first, std::min(kRowsPerItem, rows - first)});
+        window_rows += rows;
+        ++w.n;
+      }
+      parallel_for(threads, items.size(), [&](size_t i, int worker) {
+        const Item& item = items[i];
+        const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
+        std::vector<float>& buffer = logits[worker];
+        buffer.resize(static_cast<size_t>(item.count) * E);
+        scores.logits(rows, buffer.data(), caches[worker]);
+        router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
+      });
+      join_planner();
+      if (threads == 1) {
+        plan_window(w);
+      } else {
+        planner = std::thread([&plan_window, &plan_error, window = &w] {
+          try {
+            plan_window(*window);
+          } catch (...) {
+            plan_error = std::current_exception();
+          }
+        });
+      }
+    }
+    join_planner();
+  } catch (...) {
+    if (planner.joinable()) planner.join();
+    throw;
+  }
+  out.routing = counter.result();
+  for (const PolicySimulator& sim : sims) out.stats.push_back(sim.result(out.routing));
+  return out;
 }
 
 }  // namespace moe::sim

@@ -1,40 +1,27 @@
-// Running a dispatch policy over a workload: routes computed once, planned step by step.
+// Running dispatch policies over a workload: steps streamed, routed once, planned by every policy.
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "router/dispatch_plan.h"
+#include "router/dispatch_planner.h"
 #include "router/dispatch_policy.h"
 #include "router/router_config.h"
+#include "router/routing_state.h"
 #include "router/token_routes.h"
 #include "sim/progress.h"
+#include "sim/routing_stats.h"
 #include "sim/sim_config.h"
 #include "sim/workload.h"
 
 namespace moe::sim {
 
-// A workload with its scheduled steps and each step's routes (synthetic logits from the score model, routed
-// once): the part that does not depend on the dispatch policy, so several policies can be planned over it.
-struct PreparedWorkload {
-  RouterConfig router;
-  std::vector<RequestSpec> requests;
-  std::vector<Step> steps;
-  std::vector<TokenRoutes> routes;  // one per step, `num_ranked` ranks per token
-  int num_ranked = 0;
-  int64_t num_tokens = 0;
-};
-
 // Ranks per token a policy needs: rules::num_ranked_needed (router/rules/capacity.h) for this router.
 int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy);
 
-// Schedules config.workload and routes every step under config.router with `num_ranked` ranks.
-// Throws UsageError / DataError (trace file) on bad input.
-// show_progress draws a bar (see Progress) when there are many steps.
-PreparedWorkload prepare_workload(const SimConfig& config, int num_ranked, bool show_progress = false);
-
-// Totals and per-step statistics of one policy over a prepared workload.
+// Totals and per-step statistics of one policy over a workload.
 struct RunStats {
   int64_t steps = 0;
   int64_t tokens = 0;
@@ -58,15 +45,62 @@ struct RunStats {
   // (docs/routing.md section 2, "What each scope bounds").
   double step_peak_load_mean = 0.0, step_peak_load_max = 0.0;
   int64_t peak_live_requests = 0;  // most requests held in the routing state at once
+  RoutingStats routing;            // the workload's choices before capacity: the same for every policy
 };
 
-// Called with each step's index and plan, right after it was planned (the plan is reused for the next step).
-using PlanObserver = std::function<void(size_t step, const DispatchPlan& plan)>;
+// One policy planned step by step, its statistics folded as it goes (causal scope: one RoutingState across
+// steps; finished requests are released after their last step). Sequence scope admits each request with its
+// prompt length when its first row (position 0) is planned, from `prompt_length` (request id -> prompt
+// length, outliving the simulator); without it (replay: one batch of logits) sequence scope plans without a
+// state: each request's rows are its whole prompt. Deterministic: the same steps give the same stats.
+class PolicySimulator {
+ public:
+  PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy,
+                  const std::unordered_map<uint64_t, uint32_t>* prompt_length);
+  // Plans `step` (rows) with `routes` (its rows' routes), then folds the plan into the statistics.
+  void add(const Step& step, const TokenRoutes& routes);
+  // The plan of the last step add() planned.
+  const DispatchPlan& last_plan() const { return plan_; }
+  // The totals so far, with `routing` as their routing statistics.
+  RunStats result(const RoutingStats& routing) const;
 
-// Plans every step under `policy` (causal scope: one RoutingState across steps; finished requests
-// are released after their last step). Deterministic: the same inputs give the same stats. `observe` (if set)
-// sees every plan, so callers that need the plans themselves (replay's CSV) do not plan again.
-RunStats simulate(const PreparedWorkload& workload, const DispatchPolicy& policy,
-                  Progress* progress = nullptr, const PlanObserver& observe = nullptr);
+ private:
+  int num_experts_, top_k_;
+  DispatchPolicy policy_;
+  DispatchPlanner planner_;
+  RoutingState state_;
+  const std::unordered_map<uint64_t, uint32_t>* prompt_length_;
+  bool sequence_, stateful_;
+  DispatchPlan plan_;
+  RunStats r_;
+  std::vector<int64_t> step_load_;
+  double cap_sum_ = 0.0, drop_sum_ = 0.0, imbalance_sum_ = 0.0, peak_sum_ = 0.0;
+};
+
+// How simulate_workload streams: tokens routed ahead of planning (whole steps, at least one) and a progress
+// bar. Neither changes a result.
+struct StreamOptions {
+  int64_t window_tokens = kDefaultWindowTokens;
+  bool show_progress = false;
+};
+
+// One pass over a workload under several policies.
+struct WorkloadRun {
+  int64_t num_requests = 0;
+  int64_t num_tokens = 0;
+  int64_t num_steps = 0;
+  RoutingStats routing;         // the workload's choices before capacity: the same for every policy
+  std::vector<RunStats> stats;  // per policy, in the order given (each with `routing`)
+};
+
+// Streams config.workload through config.router under every policy at once: steps are scheduled
+// incrementally (StepScheduler); a window of whole steps (options.window_tokens tokens, at least one step) is
+// routed (synthetic logits from the score model, parallel over 256-row items on config.threads workers),
+// its routing statistics folded, every policy planned over it in step order (one PolicySimulator each, in
+// lockstep), and the window dropped. Memory: the request specs, the live requests and one window, checked
+// first (check_workload_size). Every token's logits are a function of (seed, request, position), so neither
+// the window nor the thread count changes any result. Throws UsageError / DataError (trace file, size).
+WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
+                              const StreamOptions& options = {});
 
 }  // namespace moe::sim

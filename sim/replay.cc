@@ -49,22 +49,23 @@ ReplayResult run_replay(const SimConfig& input) {
   for (const auto& m : meta) requests.insert(m.request_id);
   result.num_requests = static_cast<int64_t>(requests.size());
 
-  PreparedWorkload w;
-  w.router = config.router;
-  w.num_ranked = ranks_needed(config.router, config.policy);
-  w.num_tokens = T;
   Step step;
   step.rows = meta;
   step.num_prefill_tokens = T;
   step.finished.assign(requests.begin(), requests.end());
-  w.steps.push_back(std::move(step));
-  w.routes.resize(1);
+  TokenRoutes routes;
   DispatchPlan plan;
   try {
-    const TopKRouter router(config.router, w.num_ranked);
-    router.route(logits.values.data(), T, w.routes[0]);
-    // One plan: the stats and the CSV both come from the step simulate() plans.
-    result.stats = simulate(w, config.policy, nullptr, [&](size_t, const DispatchPlan& p) { plan = p; });
+    const TopKRouter router(config.router, ranks_needed(config.router, config.policy));
+    router.route(logits.values.data(), T, routes);
+    RoutingStatsCounter counter(config.router.num_experts, config.router.top_k);
+    counter.add(step.rows, routes);
+    // One plan: the stats and the CSV both come from it. Sequence scope without request specs: each
+    // request's rows are its whole prompt (no state).
+    PolicySimulator sim(config.router.num_experts, config.router.top_k, config.policy, nullptr);
+    sim.add(step, routes);
+    plan = sim.last_plan();
+    result.stats = sim.result(counter.result());
   } catch (const std::invalid_argument& e) {
     std::string where = " (in '" + config.replay.logits_path + "'";
     if (!config.replay.meta_path.empty()) where += " with '" + config.replay.meta_path + "'";

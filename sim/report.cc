@@ -90,6 +90,20 @@ nlohmann::ordered_json run_stats_json(const RunStats& s, bool multi_step) {
     per_step["peak_load_vs_nominal_max"] = s.step_peak_load_max;
     j["per_step"] = per_step;
   }
+  j["routing"] = routing_stats_json(s.routing);
+  return j;
+}
+
+nlohmann::ordered_json routing_stats_json(const RoutingStats& r) {
+  nlohmann::ordered_json j;
+  j["pairs"] = r.pairs;
+  j["expert_share_min"] = r.share_min;
+  j["expert_share_max"] = r.share_max;
+  j["load_imbalance"] = r.load_imbalance;
+  j["consecutive_pairs"] = r.consecutive;
+  j["same_first_rate"] = r.same_first;
+  j["same_first_or_second_rate"] = r.same_first_or_second;
+  j["choices_per_expert"] = r.choices;
   return j;
 }
 
@@ -112,9 +126,9 @@ nlohmann::ordered_json probe_json(const ProbeResult& r) {
   return j;
 }
 
-void print_run_table(std::ostream& out, const RunStats& s, const PreparedWorkload* w) {
+void print_run_table(std::ostream& out, const RunStats& s, int64_t num_requests) {
   Table t({"metric", "value"});
-  if (w) t.add_row({"requests", std::to_string(w->requests.size())});
+  if (num_requests >= 0) t.add_row({"requests", std::to_string(num_requests)});
   t.add_row({"steps", std::to_string(s.steps)});
   t.add_row({"tokens", std::to_string(s.tokens)});
   t.add_row({"pairs", std::to_string(s.pairs)});
@@ -142,6 +156,12 @@ void print_run_table(std::ostream& out, const RunStats& s, const PreparedWorkloa
     t.add_row({"step peak load / (cf*T*k/E) mean", fixed(s.step_peak_load_mean)});
     t.add_row({"step peak load / (cf*T*k/E) max", fixed(s.step_peak_load_max)});
   }
+  const RoutingStats& r = s.routing;
+  t.add_row({"routing: expert share min", fixed(r.share_min)});
+  t.add_row({"routing: expert share max", fixed(r.share_max)});
+  t.add_row({"routing: load imbalance (share max * E)", fixed(r.load_imbalance)});
+  t.add_row({"routing: consecutive same first choice", fixed(r.same_first)});
+  t.add_row({"routing: consecutive same first or second", fixed(r.same_first_or_second)});
   t.print(out);
   out << "expert_load:";
   for (int64_t l : s.expert_load) out << " " << l;
@@ -153,8 +173,9 @@ Table sweep_table(const std::vector<SweepPoint>& points) {
   if (!points.empty()) {
     for (const auto& [name, value] : points.front().axis_values) header.push_back(name);
   }
-  for (const char* h : {"mode", "cf", "drop_rate", "dropped", "rerouted", "fully_dropped", "load_imbalance",
-                        "capacity/step", "step_drop_max", "peak_load_max"}) {
+  for (const char* h :
+       {"mode", "cf", "drop_rate", "dropped", "rerouted", "fully_dropped", "load_imbalance", "capacity/step",
+        "step_drop_max", "peak_load_max", "share_min", "share_max", "same_first", "same_top2"}) {
     header.push_back(h);
   }
   Table t(header);
@@ -172,6 +193,10 @@ Table sweep_table(const std::vector<SweepPoint>& points) {
     row.push_back(dropless ? "dropless" : fixed(p.stats.step_capacity_mean, 1));
     row.push_back(fixed(p.stats.step_drop_rate_max));
     row.push_back(fixed(p.stats.step_peak_load_max));
+    row.push_back(fixed(p.stats.routing.share_min));
+    row.push_back(fixed(p.stats.routing.share_max));
+    row.push_back(fixed(p.stats.routing.same_first));
+    row.push_back(fixed(p.stats.routing.same_first_or_second));
     t.add_row(std::move(row));
   }
   return t;

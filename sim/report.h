@@ -33,11 +33,14 @@ std::string provenance_line(const SimConfig& config, Command command);
 // Fixed-point text for rates and ratios ("0.1234").
 std::string fixed(double v, int decimals = 4);
 
+// Includes "routing": routing_stats_json(stats.routing).
 nlohmann::ordered_json run_stats_json(const RunStats& stats, bool multi_step);
+// The router's choices before capacity: expert shares, imbalance, consecutive-token repetition.
+nlohmann::ordered_json routing_stats_json(const RoutingStats& r);
 nlohmann::ordered_json probe_json(const ProbeResult& r);
 
 // Tables of the experiments.
-void print_run_table(std::ostream& out, const RunStats& stats, const PreparedWorkload* workload);
+void print_run_table(std::ostream& out, const RunStats& stats, int64_t num_requests);
 Table sweep_table(const std::vector<SweepPoint>& points);
 Table probe_table(const std::vector<ProbeResult>& results);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/errors.h"
+#include "sim/normal_draw.h"
 #include "sim/rng.h"
 #include "sim/text.h"
 
@@ -13,6 +14,7 @@ namespace {
 constexpr uint64_t kTopicTag = 0x544f504943ull;    // "TOPIC"
 constexpr uint64_t kPopularityTag = 0x504f50ull;   // "POP"
 constexpr uint64_t kTopicPosition = ~uint64_t{0};  // a position no token has
+constexpr int kMaxDrawn = 512;                     // noise drawn per block (on the stack)
 
 }  // namespace
 
@@ -84,30 +86,72 @@ ScoreModel::ScoreModel(const ScoreModelConfig& config, int num_experts, uint64_t
       break;
     }
   }
+  const double inv_t = 1.0 / config_.temperature;
+  pop_base_.resize(num_experts);
+  for (int e = 0; e < num_experts; ++e) pop_base_[e] = popularity_[e] * inv_t;
+  noise_scale_ = config_.noise_std * std::sqrt(1.0 - config_.topic_rho * config_.topic_rho) * inv_t;
+}
+
+void ScoreModel::base_of(uint64_t request_id, double* out) const {
+  const double rho = config_.topic_rho;
+  const double inv_t = 1.0 / config_.temperature;
+  std::vector<float> z(num_experts_);
+  draw_normals(stream_key(seed_, request_id, kTopicPosition, kTopicTag), 0, num_experts_, z.data());
+  for (int e = 0; e < num_experts_; ++e) out[e] = (popularity_[e] + config_.noise_std * rho * z[e]) * inv_t;
+}
+
+void ScoreModel::token_from_base(const TokenMeta& token, const double* base, float* out) const {
+  float noise[kMaxDrawn];
+  const double c = noise_scale_;
+  const uint64_t key = stream_key(seed_, token.request_id, token.position);
+  for (int first = 0; first < num_experts_; first += kMaxDrawn) {
+    const int n = std::min(kMaxDrawn, num_experts_ - first);
+    draw_normals(key, first, n, noise);
+    for (int e = 0; e < n; ++e) out[first + e] = static_cast<float>(base[first + e] + c * noise[e]);
+  }
+}
+
+ScoreModel::TopicCache::TopicCache(const ScoreModel& model)
+    : model_(&model),
+      slots_(model.config_.topic_rho > 0.0
+                 ? static_cast<size_t>(std::clamp((1 << 21) / model.num_experts_, 16, 1024))
+                 : 0),
+      ids_(slots_),
+      valid_(slots_, false),
+      values_(slots_ * static_cast<size_t>(model.num_experts_)) {}
+
+const double* ScoreModel::TopicCache::base(uint64_t request_id) {
+  if (slots_ == 0) return model_->pop_base_.data();
+  const size_t slot = static_cast<size_t>(request_id % slots_);
+  double* v = values_.data() + slot * static_cast<size_t>(model_->num_experts_);
+  if (!valid_[slot] || ids_[slot] != request_id) {
+    model_->base_of(request_id, v);
+    ids_[slot] = request_id;
+    valid_[slot] = true;
+  }
+  return v;
 }
 
 void ScoreModel::token_logits(const TokenMeta& token, float* out) const {
-  const double rho = config_.topic_rho;
-  const double own = std::sqrt(1.0 - rho * rho);
-  const double inv_t = 1.0 / config_.temperature;
-  Rng noise(stream_key(seed_, token.request_id, token.position));
-  if (rho > 0.0) {
-    Rng topic(stream_key(seed_, token.request_id, kTopicPosition, kTopicTag));
-    for (int e = 0; e < num_experts_; ++e) {
-      const double z = topic.normal();
-      const double n = noise.normal();
-      out[e] = static_cast<float>((popularity_[e] + config_.noise_std * (rho * z + own * n)) * inv_t);
-    }
+  if (config_.topic_rho > 0.0) {
+    std::vector<double> base(num_experts_);
+    base_of(token.request_id, base.data());
+    token_from_base(token, base.data(), out);
   } else {
-    for (int e = 0; e < num_experts_; ++e) {
-      out[e] = static_cast<float>((popularity_[e] + config_.noise_std * noise.normal()) * inv_t);
-    }
+    token_from_base(token, pop_base_.data(), out);
+  }
+}
+
+void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache& cache) const {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    token_from_base(rows[i], cache.base(rows[i].request_id), out + i * num_experts_);
   }
 }
 
 void ScoreModel::logits(std::span<const TokenMeta> rows, std::vector<float>& out) const {
   out.resize(rows.size() * static_cast<size_t>(num_experts_));
-  for (size_t i = 0; i < rows.size(); ++i) token_logits(rows[i], out.data() + i * num_experts_);
+  TopicCache cache(*this);
+  logits(rows, out.data(), cache);
 }
 
 }  // namespace moe::sim

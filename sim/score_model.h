@@ -34,10 +34,12 @@ struct ScoreModelConfig {
 };
 
 // The logit of token (request r, position p) at expert e:
-//   L[e] = (pop[e] + noise_std * (rho * z_r[e] + sqrt(1 - rho^2) * n_{r,p}[e])) / temperature
-// where z_r ~ N(0, I) is drawn from stream_key(seed, r, kTopicTag) and n_{r,p} ~ N(0, I) from
-// stream_key(seed, r, p). Both come from the project's own Rng, so a token's logits are a function of
-// (config, seed, request id, position) only: never of its batch mates, their order or the machine.
+//   L[e] = float(base_r[e] + c * n_{r,p}[e]),  base_r[e] = (pop[e] + noise_std * rho * z_r[e]) / temperature,
+//                                               c = noise_std * sqrt(1 - rho^2) / temperature
+// in double, where z_r and n_{r,p} are standard normals from draw_normals (sim/normal_draw.h) with keys
+// stream_key(seed, r, kTopicPosition, kTopicTag) and stream_key(seed, r, p). A token's logits are a function
+// of (config, seed, request id, position) only: never of its batch mates, their order, the thread that drew
+// them, whether its topic came from a cache, or the machine.
 class ScoreModel {
  public:
   // Throws UsageError for an invalid config or num_experts < 1.
@@ -46,16 +48,38 @@ class ScoreModel {
   int num_experts() const { return num_experts_; }
   const std::vector<double>& popularity() const { return popularity_; }
 
+  // One worker's cache of base_r vectors (direct-mapped by request id). Caching never changes a value: a
+  // base_r is a function of (seed, r). Not shared between threads.
+  class TopicCache {
+   public:
+    explicit TopicCache(const ScoreModel& model);
+    const double* base(uint64_t request_id);
+
+   private:
+    const ScoreModel* model_;
+    size_t slots_;
+    std::vector<uint64_t> ids_;
+    std::vector<bool> valid_;
+    std::vector<double> values_;  // slots_ x num_experts
+  };
+
   // Writes rows.size() x num_experts logits, row-major, to `out` (resized).
   void logits(std::span<const TokenMeta> rows, std::vector<float>& out) const;
+  // The same into out[0 .. rows.size() * num_experts), with the caller's (per-thread) cache.
+  void logits(std::span<const TokenMeta> rows, float* out, TopicCache& cache) const;
   // One token's logits into out[0 .. num_experts).
   void token_logits(const TokenMeta& token, float* out) const;
 
  private:
+  void base_of(uint64_t request_id, double* out) const;
+  void token_from_base(const TokenMeta& token, const double* base, float* out) const;
+
   ScoreModelConfig config_;
   int num_experts_;
   uint64_t seed_;
   std::vector<double> popularity_;
+  std::vector<double> pop_base_;  // pop / temperature: base_r when rho == 0
+  double noise_scale_ = 0.0;      // c
 };
 
 }  // namespace moe::sim

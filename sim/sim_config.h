@@ -54,6 +54,7 @@ struct SimConfig {
   ScoreModelConfig scores;
   uint64_t seed = 0;
   bool quiet = false;
+  int threads = 0;  // workers for scores and routing (0: every hardware thread); changes no result
   bool json = false;
   // Modes compared by sweep and probe; empty = [mode] if --mode was given, else every named mode.
   std::vector<std::string> modes;

@@ -58,23 +58,28 @@ std::vector<SweepPoint> run_sweep(const Overrides& overrides, bool show_progress
     }
     // Every mode's policy at every cf, over one prepared workload.
     std::vector<SimConfig> per_mode;
-    int num_ranked = 0;
     for (const auto& m : modes) {
       Overrides o = with_axes;
       o["mode"] = m;
       per_mode.push_back(build_config(o));
-      num_ranked = std::max(num_ranked, ranks_needed(per_mode.back().router, per_mode.back().policy));
     }
-    const PreparedWorkload workload = prepare_workload(per_mode.front(), num_ranked);
+    // One streamed pass plans them all (in lockstep, over the same routed windows).
+    std::vector<DispatchPolicy> policies;
     for (size_t m = 0; m < modes.size(); ++m) {
       for (double cf : cfs) {
-        DispatchPolicy policy = per_mode[m].policy;
-        policy.capacity_factor = cf;
+        policies.push_back(per_mode[m].policy);
+        policies.back().capacity_factor = cf;
+      }
+    }
+    const WorkloadRun run = simulate_workload(per_mode.front(), policies);
+    size_t next = 0;
+    for (size_t m = 0; m < modes.size(); ++m) {
+      for (double cf : cfs) {
         SweepPoint p;
         p.axis_values = values;
         p.mode = modes[m];
         p.capacity_factor = cf;
-        p.stats = simulate(workload, policy);
+        p.stats = run.stats[next++];
         points.push_back(std::move(p));
         progress.advance();
       }

@@ -6,7 +6,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 
 #include "router/token_routes.h"
 #include "sim/errors.h"
@@ -34,13 +33,15 @@ void WorkloadConfig::validate() const {
 }
 
 double WorkloadFootprint::bytes(int num_experts, int top_k, int num_ranked) const {
-  const double per_request = sizeof(RequestSpec) + 8.0;               // spec + an id in a finished list
+  // spec + its pointer in the arrival queue + its live scheduler, routing-statistics and planner entries
+  const double per_request = sizeof(RequestSpec) + 8.0 + 48.0;
   const double per_token = sizeof(TokenMeta) + 8.0 * num_ranked + 4;  // row + routes + top-1 score
-  const double per_step = sizeof(Step) + sizeof(TokenRoutes);
-  // One step at a time: its logits, and the plan's per-pair and per-token arrays (expert, slot, weight,
-  // status, order keys).
-  const double per_step_token = 4.0 * num_experts + 24.0 * top_k + 32.0;
-  return requests * per_request + tokens * per_token + steps * per_step + largest_step * per_step_token;
+  const double held_tokens = std::min(tokens, 2.0 * std::max(largest_step, window_tokens));
+  // The largest step's plan: per-pair and per-token arrays (expert, slot, weight, status, order keys); and
+  // one 256-row item's logits per thread (counted as 64 threads).
+  const double per_step_token = 24.0 * top_k + 32.0;
+  const double logits = 64.0 * 256.0 * 4.0 * num_experts;
+  return requests * per_request + held_tokens * per_token + largest_step * per_step_token + logits;
 }
 
 WorkloadFootprint expected_footprint(const WorkloadConfig& config) {
@@ -133,72 +134,78 @@ std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t se
   return out;
 }
 
-std::vector<Step> schedule(const std::vector<RequestSpec>& requests, int token_budget) {
-  std::vector<Step> steps;
-  if (requests.empty()) return steps;
-  if (token_budget <= 0) {
-    Step step;
-    for (const RequestSpec& r : requests) {
+StepScheduler::StepScheduler(const std::vector<RequestSpec>& requests, int token_budget)
+    : requests_(requests), token_budget_(token_budget) {
+  if (token_budget_ <= 0) return;
+  pending_.reserve(requests.size());
+  for (const RequestSpec& r : requests) pending_.push_back(&r);
+  std::stable_sort(pending_.begin(), pending_.end(), [](const RequestSpec* a, const RequestSpec* b) {
+    if (a->arrival_step != b->arrival_step) return a->arrival_step < b->arrival_step;
+    return a->id < b->id;
+  });
+}
+
+bool StepScheduler::next(Step& step) {
+  if (requests_.empty()) return false;
+  if (token_budget_ <= 0) {
+    if (static_done_) return false;
+    static_done_ = true;
+    step = Step{};
+    for (const RequestSpec& r : requests_) {
       for (uint32_t p = 0; p < r.prompt_len; ++p) step.rows.push_back(TokenMeta{r.id, p});
       step.num_prefill_tokens += static_cast<int>(r.prompt_len);
       step.finished.push_back(r.id);
     }
-    steps.push_back(std::move(step));
-    return steps;
+    return true;
   }
-
-  std::vector<const RequestSpec*> pending;
-  for (const RequestSpec& r : requests) pending.push_back(&r);
-  std::stable_sort(pending.begin(), pending.end(), [](const RequestSpec* a, const RequestSpec* b) {
-    if (a->arrival_step != b->arrival_step) return a->arrival_step < b->arrival_step;
-    return a->id < b->id;
+  if (next_pending_ == pending_.size() && active_.empty()) return false;
+  if (active_.empty() && pending_[next_pending_]->arrival_step > now_)
+    now_ = pending_[next_pending_]->arrival_step;
+  while (next_pending_ < pending_.size() && pending_[next_pending_]->arrival_step <= now_) {
+    active_.push_back(Active{pending_[next_pending_++], 0});
+  }
+  step.index = now_;
+  step.rows.clear();
+  step.finished.clear();
+  step.num_prefill_tokens = 0;
+  step.num_decode_tokens = 0;
+  int budget = token_budget_;
+  // Decode: one token per request whose prompt was finished in an earlier step.
+  for (Active& a : active_) {
+    if (budget == 0) break;
+    const uint32_t total = a.spec->prompt_len + a.spec->decode_len;
+    if (a.next_position >= a.spec->prompt_len && a.next_position < total) {
+      step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
+      ++step.num_decode_tokens;
+      --budget;
+    }
+  }
+  // Prefill: prompt chunks in admission order.
+  for (Active& a : active_) {
+    if (budget == 0) break;
+    if (a.next_position >= a.spec->prompt_len) continue;
+    const uint32_t chunk =
+        std::min<uint32_t>(static_cast<uint32_t>(budget), a.spec->prompt_len - a.next_position);
+    for (uint32_t i = 0; i < chunk; ++i) step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
+    step.num_prefill_tokens += static_cast<int>(chunk);
+    budget -= static_cast<int>(chunk);
+  }
+  std::erase_if(active_, [&](const Active& a) {
+    if (a.next_position == a.spec->prompt_len + a.spec->decode_len) {
+      step.finished.push_back(a.spec->id);
+      return true;
+    }
+    return false;
   });
-  struct Active {
-    const RequestSpec* spec;
-    uint32_t next_position;
-  };
-  std::vector<Active> active;
-  size_t next_pending = 0;
-  int64_t now = 0;
-  while (next_pending < pending.size() || !active.empty()) {
-    if (active.empty() && pending[next_pending]->arrival_step > now)
-      now = pending[next_pending]->arrival_step;
-    while (next_pending < pending.size() && pending[next_pending]->arrival_step <= now) {
-      active.push_back(Active{pending[next_pending++], 0});
-    }
-    Step step;
-    step.index = now;
-    int budget = token_budget;
-    // Decode: one token per request whose prompt was finished in an earlier step.
-    for (Active& a : active) {
-      if (budget == 0) break;
-      const uint32_t total = a.spec->prompt_len + a.spec->decode_len;
-      if (a.next_position >= a.spec->prompt_len && a.next_position < total) {
-        step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
-        ++step.num_decode_tokens;
-        --budget;
-      }
-    }
-    // Prefill: prompt chunks in admission order.
-    for (Active& a : active) {
-      if (budget == 0) break;
-      if (a.next_position >= a.spec->prompt_len) continue;
-      const uint32_t chunk =
-          std::min<uint32_t>(static_cast<uint32_t>(budget), a.spec->prompt_len - a.next_position);
-      for (uint32_t i = 0; i < chunk; ++i) step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
-      step.num_prefill_tokens += static_cast<int>(chunk);
-      budget -= static_cast<int>(chunk);
-    }
-    std::erase_if(active, [&](const Active& a) {
-      if (a.next_position == a.spec->prompt_len + a.spec->decode_len) {
-        step.finished.push_back(a.spec->id);
-        return true;
-      }
-      return false;
-    });
-    steps.push_back(std::move(step));
-    ++now;
-  }
+  ++now_;
+  return true;
+}
+
+std::vector<Step> schedule(const std::vector<RequestSpec>& requests, int token_budget) {
+  std::vector<Step> steps;
+  StepScheduler scheduler(requests, token_budget);
+  Step step;
+  while (scheduler.next(step)) steps.push_back(step);
   return steps;
 }
 

@@ -11,6 +11,9 @@
 
 namespace moe::sim {
 
+// Tokens simulate_workload routes before it plans them (whole steps: a window holds at least one step).
+inline constexpr int64_t kDefaultWindowTokens = int64_t{1} << 16;
+
 struct WorkloadConfig {
   int num_requests = 16;
   LengthDist prompt_len = LengthDist::parse("uniform:16,256");
@@ -33,14 +36,20 @@ struct WorkloadConfig {
 // Prompt lengths are clamped to >= 1.
 std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed);
 
-// What a workload holds in memory while it is simulated, counted before it is generated: per request its
-// spec, per token its row in a step and its routes, per step its bookkeeping, and for the largest step the
-// logits and the plan that exist one step at a time. Counts are doubles so that no product overflows.
+// What a workload holds in memory while it is simulated, counted before it is generated. Steps stream
+// (StepScheduler, simulate_workload), so what is held is: per request its spec and its place in the
+// scheduler's queues; per token of two windows of steps (each at least the largest step; one is planned
+// while the next is routed) its row and its routes;
+// for the largest step the plan's arrays; per item in flight its logits. Counts are doubles so that no
+// product overflows.
 struct WorkloadFootprint {
   double requests = 0;
   double tokens = 0;
   double steps = 0;         // a lower bound for continuous batching (tokens / token_budget)
   double largest_step = 0;  // tokens of the largest step (an upper bound)
+  // Tokens routed ahead of planning (simulate_workload's window): two windows of max(largest_step, this),
+  // at most `tokens`.
+  double window_tokens = kDefaultWindowTokens;
   // Bytes under a router of E experts, top_k and num_ranked ranks per token.
   double bytes(int num_experts, int top_k, int num_ranked) const;
 };
@@ -67,12 +76,35 @@ struct Step {
   int num_decode_tokens = 0;
 };
 
-// Static batch (token_budget == 0): one step with every request's whole prompt, requests in the given order.
-// Continuous batching (token_budget > 0): at each step, requests that have arrived are admitted in
-// (arrival_step, id) order; first every request whose prompt is done contributes its next decode token
-// (admission order, while the budget lasts), then waiting or partially prefilled requests contribute
-// prompt chunks in admission order until the budget is used. A request's first decode token comes in a step
-// after its last prompt chunk. Every request's positions appear exactly once, in increasing order.
+// The scheduler, one step at a time (the steps schedule() returns, in order), holding the request specs'
+// order and the live requests only. Static batch (token_budget == 0): one step with every request's whole
+// prompt, requests in the given order. Continuous batching (token_budget > 0): at each step, requests that
+// have arrived are admitted in (arrival_step, id) order; first every request whose prompt is done contributes
+// its next decode token (admission order, while the budget lasts), then waiting or partially prefilled
+// requests contribute prompt chunks in admission order until the budget is used. A request's first decode
+// token comes in a step after its last prompt chunk. Every request's positions appear exactly once, in
+// increasing order. `requests` must outlive the scheduler.
+class StepScheduler {
+ public:
+  StepScheduler(const std::vector<RequestSpec>& requests, int token_budget);
+  // Fills `step` (reusing its vectors' capacity) with the next step; false (step untouched) after the last.
+  bool next(Step& step);
+
+ private:
+  struct Active {
+    const RequestSpec* spec;
+    uint32_t next_position;
+  };
+  const std::vector<RequestSpec>& requests_;
+  int token_budget_;
+  std::vector<const RequestSpec*> pending_;  // continuous batching: (arrival_step, id) order
+  size_t next_pending_ = 0;
+  std::vector<Active> active_;
+  int64_t now_ = 0;
+  bool static_done_ = false;
+};
+
+// Every step of the workload at once (StepScheduler run to the end).
 std::vector<Step> schedule(const std::vector<RequestSpec>& requests, int token_budget);
 
 }  // namespace moe::sim

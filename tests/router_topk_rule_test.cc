@@ -1,7 +1,7 @@
 // The top-k rule's device form (router/rules/topk_rule.h: route_row with RecomputedScores, what the GPU
 // kernel runs per thread), run on the host, against TopKRouter (route_row with StoredScores): experts,
-// weights and top-1 scores must be bitwise equal (on the host both use the same libm exp). On the device only
-// expf differs; cuda_topk_gpu_test measures that.
+// weights and top-1 scores must be bitwise equal (both use the rule's exp_f; TopKRouter through its
+// vectorised score loop). cuda_topk_gpu_test checks the same equality on the device.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -101,6 +101,36 @@ TEST(TopKRuleDeviceForm, GroupLimitBiasScalingAndFewAvailable) {
     ++ran;
   }
   EXPECT_GE(ran, 20);
+}
+
+// The host form's shortcuts (lane-wise group top-2, the rank floor that leaves out candidates with at least
+// R better ones) at the sizes where they apply: many experts, groups, ranks around the 8 lanes, and rows of
+// few distinct values (ties at the floor) or few available experts.
+TEST(TopKRuleDeviceForm, LargeRowsTiesAndFloors) {
+  std::mt19937_64 rng(3);
+  for (int rep = 0; rep < 48; ++rep) {
+    RouterConfig config = RouterConfig::preset(rep % 2 ? "deepseek-v3" : "mixtral");
+    config.num_experts = rep % 3 == 0 ? 256 : (rep % 3 == 1 ? 128 : 64);
+    config.num_groups = rep % 4 == 0 ? 1 : 8;
+    config.topk_groups = config.num_groups == 1 ? 1 : 4;
+    config.top_k = 1 + static_cast<int>(rng() % 8);
+    config.selection_bias.clear();
+    if (rep % 2) {
+      config.selection_bias.resize(config.num_experts);
+      for (auto& b : config.selection_bias) b = 0.25f * static_cast<float>(static_cast<int>(rng() % 3) - 1);
+    }
+    config.validate();
+    const int ranked = config.top_k + static_cast<int>(rng() % 12);
+    std::vector<float> logits = RandomLogits(rng, 100, config.num_experts, rep % 5 == 0 ? 0.7 : 0.05, false);
+    if (rep % 3 != 2) {
+      for (float& x : logits) {
+        if (std::isfinite(x)) x = static_cast<float>(static_cast<int>(x) % 3);  // few distinct values
+      }
+    }
+    SCOPED_TRACE("case " + std::to_string(rep) + ", " + std::to_string(config.num_experts) + " experts, " +
+                 std::to_string(ranked) + " ranks");
+    CompareRows(config, ranked, logits, 100);
+  }
 }
 
 TEST(TopKRuleDeviceForm, RowWithoutFiniteLogitReportsFalse) {

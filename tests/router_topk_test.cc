@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -64,6 +65,32 @@ TEST(TopKRouter, NonFiniteLogitsRankLastAndGetNoWeight) {
   const double a = std::exp(1.0), b = std::exp(0.5);
   EXPECT_NEAR(r.weight(0, 0), a / (a + b), 1e-6);
   EXPECT_NEAR(r.weight(0, 1) + r.weight(0, 0), 1.0, 1e-6);
+}
+
+TEST(TopKRouter, RouteRowsFillsRangesWithRoutesBits) {
+  // DeepSeek-V3's groups and sigmoid, with rerouting ranks: row ranges in any order give route()'s bits.
+  const RouterConfig c = RouterConfig::preset("deepseek-v3");
+  const TopKRouter router(c, 12);
+  const int T = 37, E = c.num_experts;
+  std::vector<float> logits(static_cast<size_t>(T) * E);
+  uint64_t x = 1;
+  for (float& v : logits) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<float>(static_cast<int64_t>(x >> 40) % 2000) / 300.0f;
+  }
+  TokenRoutes whole, parts;
+  router.route(logits.data(), T, whole);
+  parts.resize(T, E, c.top_k, router.num_ranked());
+  for (auto [first, n] : {std::pair{20, 17}, std::pair{0, 5}, std::pair{5, 15}}) {
+    router.route_rows(logits.data() + static_cast<size_t>(first) * E, first, n, parts);
+  }
+  EXPECT_EQ(parts.experts, whole.experts);
+  EXPECT_EQ(0, std::memcmp(parts.weights.data(), whole.weights.data(), whole.weights.size() * 4));
+  EXPECT_EQ(0, std::memcmp(parts.top1_score.data(), whole.top1_score.data(), T * 4));
+  EXPECT_THROW(router.route_rows(logits.data(), 30, 8, parts), std::invalid_argument);  // past the end
+  TokenRoutes wrong;
+  wrong.resize(T, E, c.top_k, c.top_k);
+  EXPECT_THROW(router.route_rows(logits.data(), 0, 1, wrong), std::invalid_argument);  // other shape
 }
 
 TEST(TopKRouter, RowWithoutFiniteLogitIsAnError) {

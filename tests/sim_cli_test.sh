@@ -83,6 +83,23 @@ expect_error "scenario unknown key" 2 "unknown setting" run --scenario "$TMP/bad
 echo "top-k = = 1" >"$TMP/bad2.toml"
 expect_error "scenario malformed" 1 "malformed scenario" run --scenario "$TMP/bad2.toml"
 
+# --- threads: the thread count changes no byte of a result ---
+for cmd in run sweep; do
+  args=(--json --quiet --preset deepseek-v3 --requests 24 --prompt-len lognormal:mean=200,sigma=1,max=900
+        --decode-len uniform:4,40 --token-budget 700 --arrival-rate 2 --mode stable)
+  [ "$cmd" = sweep ] && args+=(--capacity-factors 1,2)
+  "$SIM" $cmd "${args[@]}" --threads 1 >"$TMP/t1" 2>"$TMP/err" || fail "$cmd --threads 1: $(cat "$TMP/err")"
+  "$SIM" $cmd "${args[@]}" --threads 2 >"$TMP/t2" 2>"$TMP/err" || fail "$cmd --threads 2: $(cat "$TMP/err")"
+  "$SIM" $cmd "${args[@]}" --threads 5 >"$TMP/t5" 2>"$TMP/err" || fail "$cmd --threads 5: $(cat "$TMP/err")"
+  if cmp -s "$TMP/t1" "$TMP/t2" && cmp -s "$TMP/t1" "$TMP/t5" && [ -s "$TMP/t1" ]; then
+    pass "$cmd --threads 1, 2 and 5 print the same bytes"
+  else
+    fail "$cmd --threads 1, 2 and 5 differ"
+  fi
+done
+"$SIM" run --json --quiet --token-budget 0 --requests 40 --threads 3 >"$TMP/t3" && "$SIM" run --json --quiet --token-budget 0 --requests 40 --threads 1 >"$TMP/t1" && cmp -s "$TMP/t1" "$TMP/t3" && pass "static batch: threads 1 and 3 the same" || fail "static batch: threads 1 and 3 differ"
+expect_error "threads negative" 2 "threads must be >= 0" run --threads -1
+
 # --- sweep ---
 expect_ok "sweep files" sweep --csv "$TMP/s.csv" --svg "$TMP/s.svg" --quiet
 head -1 "$TMP/s.csv" | grep -q "^# moe-sim [0-9.]* sweep " || fail "csv starts with the provenance comment"

@@ -4,6 +4,7 @@
 #include "sim/errors.h"
 #include "sim/experiment.h"
 #include "sim/probe.h"
+#include "sim/report.h"
 #include "sim/sim_config.h"
 #include "sim/sweep.h"
 
@@ -12,7 +13,7 @@ namespace {
 
 RunStats run(const Overrides& o) {
   const SimConfig c = build_config(o);
-  return simulate(prepare_workload(c, ranks_needed(c.router, c.policy)), c.policy);
+  return simulate_workload(c, {c.policy}).stats.front();
 }
 
 TEST(SimExperiment, CountsAddUp) {
@@ -95,6 +96,46 @@ TEST(SimExperiment, PeakLoadAgainstTheNominalCapacity) {
     const RunStats s = run(o);
     // The steps of 64 decode rows offer every row a slot at every expert: 1.45x vs 2.3x on average here.
     EXPECT_GT(s.step_peak_load_mean, 1.4 * b.step_peak_load_mean) << scope;
+  }
+}
+
+// Streaming changes nothing: every policy's JSON is the same with a window of one token (one step at a time)
+// as with the whole workload in one window, on 1 and 3 threads, planned alone or in lockstep with others.
+TEST(SimExperiment, WindowSizeChangesNoResult) {
+  const Overrides base = {
+      {"requests", "40"},     {"prompt-len", "uniform:1,90"}, {"decode-len", "uniform:0,30"},
+      {"token-budget", "64"}, {"arrival-rate", "2"},          {"experts", "16"},
+      {"top-k", "2"},         {"skew", "dirichlet:0.5"}};
+  std::vector<DispatchPolicy> policies;
+  std::vector<std::string> names;
+  for (const char* mode : {"greedy", "stable", "rank-only"}) {
+    for (const char* scope : {"batch", "causal", "sequence", "request", "none"}) {
+      Overrides o = base;
+      o["mode"] = mode;
+      o["scope"] = scope;
+      if (std::string(scope) == "batch") o["overflow"] = "reroute";
+      policies.push_back(build_config(o).policy);
+      names.push_back(std::string(mode) + " " + scope);
+    }
+  }
+  const SimConfig c = build_config(base);
+  const auto json = [](const RunStats& s) { return run_stats_json(s, true).dump(); };
+  const WorkloadRun whole = simulate_workload(c, policies, StreamOptions{.window_tokens = int64_t{1} << 40});
+  ASSERT_EQ(whole.stats.size(), policies.size());
+  EXPECT_GT(whole.num_steps, 10);
+  for (int threads : {1, 3}) {
+    SimConfig t = c;
+    t.threads = threads;
+    const WorkloadRun one = simulate_workload(t, policies, StreamOptions{.window_tokens = 1});
+    EXPECT_EQ(one.num_steps, whole.num_steps);
+    EXPECT_EQ(one.num_tokens, whole.num_tokens);
+    for (size_t i = 0; i < policies.size(); ++i) {
+      EXPECT_EQ(json(one.stats[i]), json(whole.stats[i])) << names[i] << ", " << threads << " threads";
+    }
+  }
+  for (size_t i = 0; i < policies.size(); i += 4) {
+    const WorkloadRun alone = simulate_workload(c, {policies[i]}, StreamOptions{.window_tokens = 100});
+    EXPECT_EQ(json(alone.stats.front()), json(whole.stats[i])) << names[i] << " alone";
   }
 }
 

@@ -276,8 +276,14 @@ TEST(SimScenario, RejectsUnknownKeysAndMalformedFiles) {
   // Not UTF-8 (the scenario fuzzer's input: toml11 read out of bounds reporting it), named by byte and line.
   expect_throw_with<DataError>([] { parse_scenario("'\xec\xec\xec''=", "s.toml"); },
                                "malformed scenario 's.toml': not UTF-8 (byte 0xec at line 1, column 2)");
-  expect_throw_with<DataError>([] { parse_scenario("seed = 1\nmode = \"st\xc0\xaf" "able\"\n", "s.toml"); },
-                               "(byte 0xc0 at line 2, column 11)");
+  expect_throw_with<DataError>(
+      [] {
+        parse_scenario(
+            "seed = 1\nmode = \"st\xc0\xaf"
+            "able\"\n",
+            "s.toml");
+      },
+      "(byte 0xc0 at line 2, column 11)");
   EXPECT_EQ(
       parse_scenario("mode = \"stable\" # caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n", "s.toml").at("mode"),
       "stable");

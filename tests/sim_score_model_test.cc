@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sim/errors.h"
+#include "sim/normal_draw.h"
 #include "sim/rng.h"
 #include "sim/score_model.h"
 #include "tests/sim_test_util.h"
@@ -86,6 +87,69 @@ TEST(SimScoreModel, RejectsBadConfig) {
   testing::expect_throw_with<UsageError>([] { Skew::parse("zipf"); }, "expected none, zipf:S");
   testing::expect_throw_with<UsageError>([] { Skew::parse("dirichlet:0"); }, "> 0");
   EXPECT_EQ(Skew::parse("zipf:1.2").to_string(), "zipf:1.2");
+}
+
+}  // namespace
+}  // namespace moe::sim
+
+namespace moe::sim {
+namespace {
+
+TEST(SimNormalDraw, HandComputedCells) {
+  // u = 0: x = 1, octave 0, cell 0: the table's first entry (tail probability 2^-33).
+  EXPECT_FLOAT_EQ(normal_from_bits(0u), 6.337957754553789f);
+  EXPECT_FLOAT_EQ(normal_from_bits(0x80000000u), -6.337957754553789f);  // the sign bit
+  // u = 2^31 - 1: x = 2^32 - 1, the last cell of octave 31, frac = 1 - 2^-25: almost T[2048] = 0.
+  EXPECT_NEAR(normal_from_bits(0x7fffffffu), 0.0, 1e-6);
+  // u = 2^30: x = 2^31 + 1, octave 31, cell 0 (tail probability 2^-2 one-sided): Phi^-1(0.75) = 0.6745.
+  EXPECT_NEAR(normal_from_bits(0x40000000u), 0.6744897501960817, 1e-6);
+}
+
+TEST(SimNormalDraw, MomentsAndTail) {
+  const int n = 1 << 20;
+  std::vector<float> z(n);
+  draw_normals(12345, 0, n, z.data());
+  double sum = 0, sq = 0, fourth = 0;
+  int beyond3 = 0;
+  for (float v : z) {
+    sum += v;
+    sq += double(v) * v;
+    fourth += double(v) * v * v * v;
+    beyond3 += std::fabs(v) > 3.0f;
+    ASSERT_LE(std::fabs(v), 6.34f);
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.005);
+  EXPECT_NEAR(sq / n, 1.0, 0.005);
+  EXPECT_NEAR(fourth / n, 3.0, 0.05);
+  EXPECT_NEAR(beyond3 / double(n), 0.0026998, 0.0003);  // 2 * (1 - Phi(3))
+}
+
+TEST(SimNormalDraw, ADrawDependsOnItsIndexOnly) {
+  std::vector<float> whole(1500), part(700);
+  draw_normals(77, 0, 1500, whole.data());
+  for (int first : {0, 1, 2, 511, 512, 513, 799}) {
+    draw_normals(77, first, 700, part.data());
+    ASSERT_EQ(std::memcmp(part.data(), whole.data() + first, 700 * sizeof(float)), 0) << first;
+  }
+}
+
+TEST(SimScoreModel, CachedTopicsGiveTheSameBits) {
+  ScoreModelConfig c;
+  c.topic_rho = 0.7;
+  c.skew = Skew::parse("dirichlet:0.5");
+  const ScoreModel m(c, 24, 9);
+  std::vector<TokenMeta> rows;
+  // More requests than cache slots collide, and requests come back after being evicted.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t r = 0; r < 1200; r += 7) rows.push_back({r, static_cast<uint32_t>(pass * 3 + r % 5)});
+  }
+  ScoreModel::TopicCache cache(m);
+  std::vector<float> cached(rows.size() * 24), one(24);
+  m.logits(rows, cached.data(), cache);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    m.token_logits(rows[i], one.data());
+    ASSERT_EQ(std::memcmp(one.data(), cached.data() + i * 24, 24 * sizeof(float)), 0) << i;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@ moe_add_test(NAME router_topk_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_to
              LIBS moe_router LABELS unit)
 moe_add_test(NAME router_topk_rule_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_topk_rule_test.cc
              LIBS moe_router LABELS unit)
+moe_add_test(NAME router_exp_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_exp_test.cc
+             LIBS moe_router LABELS unit)
 moe_add_test(NAME router_planner_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_planner_test.cc
              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
              LIBS moe_router LABELS unit)

@@ -1,14 +1,18 @@
-# Simulator tests (sim/): workloads, score models, parsers, experiments, the SVG writer, and the moe-sim CLI (with MOE_BUILD_SIM).
+# Simulator tests (sim/): workloads, score models, parsers, experiments, routing statistics, the SVG writer, and
+# the moe-sim CLI (with MOE_BUILD_SIM).
 if(NOT TARGET moe_sim)
   return()
 endif()
-foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test)
+foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test
+    sim_routing_stats_test)
   moe_add_test(NAME ${name}
     SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
     LIBS moe_sim
     LABELS unit
     TIMEOUT 120)
 endforeach()
+# The streamed simulation's routing workers and planning thread (make tsan).
+set_property(TEST sim_experiment_test APPEND PROPERTY LABELS threaded)
 
 # The CLI end to end: every subcommand, JSON keys, exit codes and messages, determinism of the output.
 if(TARGET moe-sim)

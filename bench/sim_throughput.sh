@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# End-to-end moe-sim throughput (issue 14): the DeepSeek-V3 serving workload (E 256, k 8) and the same
+# workload at E 8, k 2, on 1 and 2 threads, in M pairs/s of wall time (best of REPEATS runs), and a check
+# that --threads 1 and --threads 2 print the same JSON. Run on a quiet machine.
+#
+# Usage: bench/sim_throughput.sh [MOE_SIM] [BASELINE_MOE_SIM]
+#   MOE_SIM           the binary to measure (default build/bin/moe-sim)
+#   BASELINE_MOE_SIM  optional second binary (e.g. main's), timed on the same workloads at its one thread
+#   REPEATS=3         runs per cell; REQUESTS=2000 requests per workload
+# Prints a markdown table: workload, binary, threads, pairs, wall s (best), M pairs/s, peak RSS MiB (of the
+# best run, /usr/bin/time), and the ratio of the baseline's wall time to this one's.
+set -euo pipefail
+sim=${1:-build/bin/moe-sim}
+base=${2:-}
+repeats=${REPEATS:-3}
+requests=${REQUESTS:-2000}
+workload=(run --preset deepseek-v3 --requests "$requests" --prompt-len lognormal:mean=1024,sigma=1,max=8192
+  --decode-len uniform:64,512 --token-budget 16384 --arrival-rate 20 --mode stable --quiet --json)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# best_wall BINARY ARGS...: "WALL RSS_KB" of the best of $repeats runs; the JSON of the last in $tmp/out.json
+best_wall() {
+  local best="" rss=""
+  for _ in $(seq "$repeats"); do
+    local t0 t1 s
+    t0=$(date +%s.%N)
+    /usr/bin/time -f "%M" -o "$tmp/rss" "$@" >"$tmp/out.json"
+    t1=$(date +%s.%N)
+    s=$(echo "$t1 - $t0" | bc -l)
+    if [ -z "$best" ] || [ "$(echo "$s < $best" | bc -l)" = 1 ]; then
+      best=$s
+      rss=$(tail -1 "$tmp/rss")
+    fi
+  done
+  echo "$best $rss"
+}
+
+echo "| workload | binary | threads | pairs | wall s | M pairs/s | peak RSS MiB | baseline wall / wall |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for shape in "E256 k8:" "E8 k2:--experts 8 --top-k 2"; do
+  name=${shape%%:*}
+  read -r -a extra <<<"${shape#*:}"
+  base_wall=""
+  rows=()
+  if [ -n "$base" ]; then
+    read -r base_wall rss < <(best_wall "$base" "${workload[@]}" "${extra[@]}")
+    pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
+    rows+=("$(printf "| %s | %s | 1 | %d | %.2f | %.1f | %.0f | 1.0 |" "$name" "$base" "$pairs" "$base_wall" \
+      "$(echo "$pairs / $base_wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)")")
+  fi
+  for threads in 1 2; do
+    read -r wall rss < <(best_wall "$sim" "${workload[@]}" "${extra[@]}" --threads "$threads")
+    cp "$tmp/out.json" "$tmp/t$threads.json"
+    pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
+    ratio="-"
+    [ -n "$base_wall" ] && ratio=$(printf "%.1f" "$(echo "$base_wall / $wall" | bc -l)")
+    rows+=("$(printf "| %s | %s | %d | %d | %.2f | %.1f | %.0f | %s |" "$name" "$sim" "$threads" "$pairs" "$wall" \
+      "$(echo "$pairs / $wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)" "$ratio")")
+  done
+  cmp -s "$tmp/t1.json" "$tmp/t2.json" || { echo "sim_throughput: --threads 1 and 2 differ ($name)" >&2; exit 1; }
+  printf "%s\n" "${rows[@]}"
+done

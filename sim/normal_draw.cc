@@ -1,0 +1,66 @@
+#include "sim/normal_draw.h"
+
+#include <bit>
+#include <cstring>
+
+#include "base/splitmix64.h"
+#include "sim/normal_table.h"
+
+namespace moe::sim {
+namespace {
+
+constexpr int kWordsPerBlock = 256;
+
+// Branch-free, so that the loop in draw_normals vectorises (shifts, a gather and a blend); the octave comes
+// from the exponent of x as a double (exact for 32-bit x), the sign is or-ed into the result's sign bit.
+inline float from_bits(uint32_t u) {
+  const uint32_t x = ((u & 0x7fffffffu) << 1) | 1u;
+  const double xd = static_cast<double>(x);
+  uint64_t xd_bits;
+  std::memcpy(&xd_bits, &xd, sizeof xd_bits);
+  const int o = static_cast<int>(xd_bits >> 52) - 1023;  // floor(log2 x)
+  const int s = o - 6;                                   // bits of x below the cell index
+  const int right = s > 0 ? s : 0;
+  const int left = s < 0 ? -s : 0;
+  const uint32_t c = ((x << left) >> right) & 63u;
+  const uint32_t rem = x & ((1u << right) - 1u);
+  const uint32_t scale_bits = static_cast<uint32_t>(127 - right) << 23;  // 2^-right
+  float scale;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  const float frac = static_cast<float>(rem) * scale;
+  const int i = o * 64 + static_cast<int>(c);
+  const float lo = kNormalTableF[i];
+  const float z = lo + (kNormalTableF[i + 1] - lo) * frac;
+  uint32_t z_bits;
+  std::memcpy(&z_bits, &z, sizeof z_bits);
+  z_bits |= u & 0x80000000u;
+  float signed_z;
+  std::memcpy(&signed_z, &z_bits, sizeof signed_z);
+  return signed_z;
+}
+
+}  // namespace
+
+float normal_from_bits(uint32_t u) {
+  return from_bits(u);
+}
+
+void draw_normals(uint64_t key, int64_t first, int n, float* out) {
+  uint32_t bits[2 * kWordsPerBlock];
+  constexpr int kPerBlock = 2 * kWordsPerBlock - 2;  // even, and room for an odd first draw
+  for (int done = 0; done < n; done += kPerBlock) {
+    const int count = n - done < kPerBlock ? n - done : kPerBlock;
+    const int64_t d0 = first + done;
+    const uint64_t w0 = static_cast<uint64_t>(d0 / 2);
+    const int offset = static_cast<int>(d0 & 1);
+    const int words = (offset + count + 1) / 2;
+    for (int j = 0; j < words; ++j) {
+      const uint64_t w = mix64(key + (w0 + static_cast<uint64_t>(j)) * kGoldenGamma);
+      bits[2 * j] = static_cast<uint32_t>(w);
+      bits[2 * j + 1] = static_cast<uint32_t>(w >> 32);
+    }
+    for (int i = 0; i < count; ++i) out[done + i] = from_bits(bits[offset + i]);
+  }
+}
+
+}  // namespace moe::sim

@@ -1,0 +1,24 @@
+// Fast standard-normal draws for the score model: a counter-based stream, two draws per 64-bit word, each an
+// interpolated inverse normal CDF. Fixed integer arithmetic plus a committed table and IEEE double +, *, so
+// every machine and compiler gives the same bits, and a loop over experts vectorises. Draws are floats.
+#pragma once
+
+#include <cstdint>
+
+namespace moe::sim {
+
+// The draw of 32 random bits u: sign = bit 31, x = 2 * (u mod 2^31) + 1 (odd, in [1, 2^32)); with octave
+// o = floor(log2 x) and T the grid kNormalTable (sim/normal_table.h: Phi^-1(1 - x / 2^33) at
+// x = 2^o (1 + c/64)) rounded to float,
+//   |z| = T[i] + (T[i + 1] - T[i]) * frac   in float, i = 64 o + c, c and frac the cell of x in its octave
+// and z = -|z| when the sign bit is set. So |z| follows the half-normal up to the table's linear
+// interpolation (cells 1/64 of an octave of tail probability wide) and float rounding, and |z| <= 6.34 (tail
+// probability 2^-32).
+float normal_from_bits(uint32_t u);
+
+// Draw d of stream `key`: normal_from_bits of the low (d even) or high (d odd) half of splitmix64's word
+// d / 2 from state key (word j = mix64(key + j * golden gamma), base/splitmix64.h): a function of (key, d).
+// out[i] = draw first + i for i < n (first >= 0, n >= 0).
+void draw_normals(uint64_t key, int64_t first, int n, float* out);
+
+}  // namespace moe::sim

@@ -1,0 +1,73 @@
+// Routing statistics (shares, imbalance, consecutive-token repetition) on hand-computed cases.
+#include <gtest/gtest.h>
+
+#include "sim/routing_stats.h"
+
+namespace moe::sim {
+namespace {
+
+// One step's routes: per token its experts in rank order (top_k ranks).
+TokenRoutes routes_of(const std::vector<std::vector<int32_t>>& experts, int num_experts) {
+  TokenRoutes r;
+  const int k = static_cast<int>(experts.front().size());
+  r.resize(static_cast<int>(experts.size()), num_experts, k, k);
+  for (size_t t = 0; t < experts.size(); ++t) {
+    for (int j = 0; j < k; ++j) r.experts[t * k + j] = experts[t][j];
+  }
+  return r;
+}
+
+TEST(SimRoutingStats, HandComputedTwoSteps) {
+  RoutingStatsCounter c(4, 2);
+  // Step 1: request 1 at positions 0, 1, then request 2, then request 1 again at position 2.
+  c.add(std::vector<TokenMeta>{{1, 0}, {1, 1}, {2, 0}, {1, 2}},
+        routes_of({{0, 1}, {0, 2}, {3, 2}, {1, 0}}, 4));
+  // Step 2: request 1 continues (position 3), request 2 jumps to position 5, request 3 has one choice
+  // unavailable (-1, not counted).
+  c.add(std::vector<TokenMeta>{{1, 3}, {2, 5}, {3, 0}}, routes_of({{1, 3}, {3, 0}, {2, -1}}, 4));
+  c.release(1);
+  // Step 3: request 1 was released, so position 4 has no predecessor.
+  c.add(std::vector<TokenMeta>{{1, 4}}, routes_of({{1, 2}}, 4));
+  const RoutingStats s = c.result();
+  EXPECT_EQ(s.tokens, 8);
+  EXPECT_EQ(s.pairs, 15);
+  EXPECT_EQ(s.choices, (std::vector<int64_t>{4, 4, 4, 3}));
+  EXPECT_DOUBLE_EQ(s.share_min, 3.0 / 15);
+  EXPECT_DOUBLE_EQ(s.share_max, 4.0 / 15);
+  EXPECT_DOUBLE_EQ(s.load_imbalance, 16.0 / 15);
+  // Consecutive: (1,0)->(1,1) same first; (1,1)->(1,2) first 0 vs 1, but 0 is in {1, 0}; (1,2)->(1,3) same
+  // first (across steps).
+  EXPECT_EQ(s.consecutive, 3);
+  EXPECT_DOUBLE_EQ(s.same_first, 2.0 / 3);
+  EXPECT_DOUBLE_EQ(s.same_first_or_second, 1.0);
+}
+
+TEST(SimRoutingStats, DisjointTopTwoSetsDoNotCount) {
+  RoutingStatsCounter c(8, 2);
+  c.add(std::vector<TokenMeta>{{0, 0}, {0, 1}, {0, 2}}, routes_of({{0, 1}, {2, 3}, {3, 4}}, 8));
+  const RoutingStats s = c.result();
+  EXPECT_EQ(s.consecutive, 2);
+  EXPECT_DOUBLE_EQ(s.same_first, 0.0);
+  EXPECT_DOUBLE_EQ(s.same_first_or_second, 0.5);  // {2,3} and {3,4} share 3
+}
+
+TEST(SimRoutingStats, TopOneUsesTheFirstChoiceOnly) {
+  RoutingStatsCounter c(2, 1);
+  c.add(std::vector<TokenMeta>{{5, 0}, {5, 1}, {5, 2}, {5, 3}}, routes_of({{0}, {0}, {1}, {0}}, 2));
+  const RoutingStats s = c.result();
+  EXPECT_EQ(s.consecutive, 3);
+  EXPECT_DOUBLE_EQ(s.same_first, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(s.same_first_or_second, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(s.share_max, 0.75);
+  EXPECT_DOUBLE_EQ(s.load_imbalance, 1.5);
+}
+
+TEST(SimRoutingStats, EmptyIsZero) {
+  const RoutingStats s = RoutingStatsCounter(4, 2).result();
+  EXPECT_EQ(s.pairs, 0);
+  EXPECT_EQ(s.consecutive, 0);
+  EXPECT_EQ(s.load_imbalance, 0.0);
+}
+
+}  // namespace
+}  // namespace moe::sim
