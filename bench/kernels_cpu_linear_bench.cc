@@ -6,11 +6,22 @@
 // streamed (each weight read once per call; weights rotate over 4 experts so that they come from DRAM). Names
 // read linear/<kind>/<dtype>/rows:R/threads:T.
 //
+// bf16 compute (activations rounded to bf16, bf16 weights, fp32 accumulation):
+// linear_bf16c/<impl>/<in>x<out>/... (the gate projection 1024x2816 and the down projection 2816x1024) and
+// ffn_bf16c/<impl>/... with impl = invariant (own vdpbf16ps kernel on packed weights, linear_bf16.h), onednn
+// (oneDNN's bf16 matmul, linear_onednn.h; when built) and, for the linear on one thread, eigen (Eigen's own
+// bfloat16 GEMM, which also accumulates in bf16: timed for comparison, not a candidate). Each call includes
+// rounding x to bf16. Weight bytes are the packed bf16 weights (2 bytes each).
+//
 // Run: build/bin/kernels_cpu_linear_bench --benchmark_filter=linear/invariant
 // On a loaded machine: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true and read the
 // _max rows of cpuGFLOP/s (per busy core) rather than the wall-clock rates.
+// clang-format off
+#include "kernels/cpu/simd.h"  // before Eigen: see the note in simd.h
+// clang-format on
 #include <benchmark/benchmark.h>
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
 #include <ctime>
@@ -20,9 +31,15 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/thread_pool.h"
+#if defined(MOE_HAVE_ONEDNN)
+#include "kernels/cpu/linear_onednn.h"
+#endif
 
 namespace moe::kernels {
 namespace {
@@ -134,6 +151,145 @@ void bm_ffn(benchmark::State& state, KernelKind kind, DType dtype, int64_t rows,
                process_cpu_seconds() - cpu0);
 }
 
+// ---- bf16 compute -----------------------------------------------------------------------------------
+
+enum class Bf16Impl { kInvariant, kOnednn, kEigen };
+
+const char* impl_name(Bf16Impl i) {
+  return i == Bf16Impl::kInvariant ? "invariant" : i == Bf16Impl::kOnednn ? "onednn" : "eigen";
+}
+
+Bf16LinearMaker maker(Bf16Impl impl, int threads) {
+#if defined(MOE_HAVE_ONEDNN)
+  if (impl == Bf16Impl::kOnednn) return onednn_bf16_linear_maker(threads);
+#else
+  (void)threads;
+#endif
+  (void)impl;
+  return make_invariant_bf16_linear;
+}
+
+// The gate projection (d -> ff, `up`) or the down projection (ff -> d).
+void bm_linear_bf16c(benchmark::State& state, Bf16Impl impl, bool up, int64_t rows, int threads) {
+  const int64_t in = up ? kD : kFf, out = up ? kFf : kD;
+  const auto x = random_x(rows, in);
+  std::vector<float> y(static_cast<size_t>(rows * out));
+  ThreadPool& p = pool(threads);
+  std::vector<std::unique_ptr<Bf16LinearOp>> ops;
+  for (int e = 0; e < kNumExperts; ++e) {
+    const Matrix& w = up ? expert(e).w1 : expert(e).w2;
+    ops.push_back(maker(impl, threads)(w.view(DType::kBF16)));
+  }
+  std::vector<uint16_t> xb(linear_bf16_workspace_elems(rows, in));
+  const auto call = [&](int e) {
+    round_rows_to_bf16(x.data(), rows, in, in, xb.data(), p);
+    ops[static_cast<size_t>(e)]->forward_rounded(xb.data(), rows, y.data(), out, p);
+  };
+  call(0);  // warm-up (workspaces, oneDNN primitive)
+  int e = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    call(e);
+    e = (e + 1) % kNumExperts;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 2.0 * rows * kD * kFf, static_cast<double>(kD * kFf * 2), process_cpu_seconds() - cpu0);
+}
+
+// Eigen's bfloat16 GEMM (scalar bf16 arithmetic, bf16 accumulation), single-threaded.
+void bm_linear_eigen_bf16(benchmark::State& state, int64_t rows) {
+  using Bf16Matrix = Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  std::vector<Bf16Matrix> w(kNumExperts);
+  for (int e = 0; e < kNumExperts; ++e) {
+    w[static_cast<size_t>(e)].resize(kFf, kD);
+    const auto& src = expert(e).w1.bf16;
+    for (int64_t i = 0; i < kFf * kD; ++i) {
+      w[static_cast<size_t>(e)].data()[i] =
+          Eigen::numext::bit_cast<Eigen::bfloat16>(src[static_cast<size_t>(i)]);
+    }
+  }
+  const auto xf = random_x(rows, kD);
+  Bf16Matrix x(rows, kD), y(rows, kFf);
+  for (int64_t i = 0; i < rows * kD; ++i) x.data()[i] = Eigen::bfloat16(xf[static_cast<size_t>(i)]);
+  int e = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    y.noalias() = x * w[static_cast<size_t>(e)].transpose();
+    e = (e + 1) % kNumExperts;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 2.0 * rows * kD * kFf, static_cast<double>(kD * kFf * 2), process_cpu_seconds() - cpu0);
+}
+
+void bm_ffn_bf16c(benchmark::State& state, Bf16Impl impl, int64_t rows, int threads) {
+  std::vector<PackedFfnBf16> w;
+  for (int e = 0; e < kNumExperts; ++e) {
+    w.emplace_back(Activation::kSwiGLU,
+                   FfnWeights{expert(e).w1.view(DType::kBF16), expert(e).w3.view(DType::kBF16),
+                              expert(e).w2.view(DType::kBF16)},
+                   maker(impl, threads));
+  }
+  const auto x = random_x(rows, kD);
+  std::vector<float> y(static_cast<size_t>(rows * kD));
+  std::vector<float> scratch(ffn_bf16_scratch_floats(rows, kD, kFf));
+  ThreadPool& p = pool(threads);
+  ffn_bf16_forward(x.data(), rows, kD, w[0], y.data(), kD, scratch.data(), p);
+  int e = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    ffn_bf16_forward(x.data(), rows, kD, w[static_cast<size_t>(e)], y.data(), kD, scratch.data(), p);
+    e = (e + 1) % kNumExperts;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 3 * 2.0 * rows * kD * kFf, static_cast<double>(3 * kD * kFf * 2),
+               process_cpu_seconds() - cpu0);
+}
+
+void add_statistics(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+  b->ComputeStatistics("max",
+                       [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+}
+
+void register_bf16_compute() {
+  std::vector<Bf16Impl> impls = {Bf16Impl::kInvariant};
+#if defined(MOE_HAVE_ONEDNN)
+  impls.push_back(Bf16Impl::kOnednn);
+#endif
+  // linear_bf16c/<impl>/<in>x<out>/rows:R/threads:T (the gate and the down projection), then
+  // ffn_bf16c/<impl>/rows:R/threads:T.
+  for (Bf16Impl impl : impls) {
+    for (bool up : {true, false}) {
+      for (int64_t rows : {1, 16, 256, 2048}) {
+        for (int threads : {1, 2}) {
+          const std::string name = std::string("linear_bf16c/") + impl_name(impl) +
+                                   (up ? "/1024x2816" : "/2816x1024") + "/rows:" + std::to_string(rows) +
+                                   "/threads:" + std::to_string(threads);
+          add_statistics(
+              benchmark::RegisterBenchmark(name.c_str(), bm_linear_bf16c, impl, up, rows, threads));
+        }
+      }
+    }
+  }
+  for (Bf16Impl impl : impls) {
+    for (int64_t rows : {1, 16, 256, 2048}) {
+      for (int threads : {1, 2}) {
+        const std::string name = std::string("ffn_bf16c/") + impl_name(impl) +
+                                 "/rows:" + std::to_string(rows) + "/threads:" + std::to_string(threads);
+        add_statistics(benchmark::RegisterBenchmark(name.c_str(), bm_ffn_bf16c, impl, rows, threads));
+      }
+    }
+  }
+  // Eigen's bf16 GEMM runs at a few GFLOP/s: 2048 rows would take seconds per call.
+  for (int64_t rows : {1, 16, 256}) {
+    const std::string name = "linear_bf16c/eigen/1024x2816/rows:" + std::to_string(rows) + "/threads:1";
+    add_statistics(benchmark::RegisterBenchmark(name.c_str(), bm_linear_eigen_bf16, rows));
+  }
+}
+
 int register_all() {
   for (const char* op : {"linear", "ffn"}) {
     for (KernelKind kind : {KernelKind::kFast, KernelKind::kInvariant}) {
@@ -156,6 +312,7 @@ int register_all() {
       }
     }
   }
+  register_bf16_compute();
   return 0;
 }
 

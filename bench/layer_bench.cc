@@ -1,6 +1,8 @@
 // MoE layer forward: presets greedy (greedy dispatch + Eigen kernels) and deterministic (stable dispatch +
 // invariant kernels) at a Mixtral-like shape (d=1024, ff=2816, E=8, k=2) and a DeepSeek-like one (d=1024,
-// ff=512, E=64, k=6, 2 shared experts), T in {1, 16, 256, 2048}, 1 and 2 threads.
+// ff=512, E=64, k=6, 2 shared experts), T in {1, 16, 256, 2048}, 1 and 2 threads; fp32 weights and compute,
+// and (names *_bf16_*) bf16 weights with bf16 compute (MoELayerConfig::compute: the invariant vdpbf16ps
+// kernel under deterministic, oneDNN's bf16 matmul under greedy).
 //
 // Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
 // weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second.
@@ -26,22 +28,24 @@ using Shape = bench::LayerBenchShape;
 using bench::DeepSeekLike;
 using bench::MixtralLike;
 
-std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape) {
+std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape, kernels::DType storage) {
   // Cached: random init of ~300 MB is slower than the benchmarks themselves.
-  static std::shared_ptr<const io::LayerWeights> mixtral, deepseek;
-  auto& slot = shape.layer.num_experts == 8 ? mixtral : deepseek;
-  if (!slot)
-    slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, kernels::DType::kF32, 7));
+  static std::shared_ptr<const io::LayerWeights> slots[2][2];
+  auto& slot = slots[shape.layer.num_experts == 8 ? 0 : 1][storage == kernels::DType::kBF16 ? 1 : 0];
+  if (!slot) slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, storage, 7));
   return slot;
 }
 
-void BM_Layer(benchmark::State& state, Shape shape, std::string preset) {
+// compute kBF16: bf16 weights (as checkpoints ship them) and bf16 compute; kF32: fp32 weights and compute.
+void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels::ComputePrecision compute) {
   const int T = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
-  auto weights = WeightsFor(shape);
+  const bool bf16 = compute == kernels::ComputePrecision::kBF16;
+  auto weights = WeightsFor(shape, bf16 ? kernels::DType::kBF16 : kernels::DType::kF32);
   MoELayerConfig config = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
   config.router.num_experts = shape.layer.num_experts;
   config.router.top_k = shape.top_k;
+  config.compute = compute;
   config.num_threads = threads;
   config.max_tokens = T;
   MoELayer layer(config, weights);
@@ -72,9 +76,10 @@ void BM_Layer(benchmark::State& state, Shape shape, std::string preset) {
              (shape.layer.num_shared_experts ? 6.0 * T * d * sff : 0.0);
     int active = 0;
     for (int32_t load : plan.expert_load) active += load > 0;
-    bytes +=
-        4.0 * (static_cast<double>(d) * shape.layer.num_experts + active * 3.0 * d * shape.layer.expert_ff +
-               (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
+    // The fp32 gate, and the experts' weights in their storage type (2 bytes for bf16).
+    bytes += 4.0 * d * shape.layer.num_experts +
+             (bf16 ? 2.0 : 4.0) * (active * 3.0 * d * shape.layer.expert_ff +
+                                   (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
     drop_rate += plan.num_dropped / static_cast<double>(plan.num_pairs());
   }
   size_t next = 0;
@@ -88,7 +93,7 @@ void BM_Layer(benchmark::State& state, Shape shape, std::string preset) {
   state.counters["weight_GBps"] =
       benchmark::Counter(bytes / kInputs / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["drop_rate"] = drop_rate / kInputs;
-  state.SetLabel(std::string(shape.name) + " " + preset);
+  state.SetLabel(std::string(shape.name) + (bf16 ? " bf16" : "") + " " + preset);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -98,11 +103,23 @@ void Args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"T", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
-BENCHMARK_CAPTURE(BM_Layer, mixtral_like_greedy, MixtralLike(), std::string("greedy"))->Apply(Args);
-BENCHMARK_CAPTURE(BM_Layer, mixtral_like_deterministic, MixtralLike(), std::string("deterministic"))
+constexpr auto kF32 = kernels::ComputePrecision::kF32;
+constexpr auto kBF16 = kernels::ComputePrecision::kBF16;
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_greedy, MixtralLike(), std::string("greedy"), kF32)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_deterministic, MixtralLike(), std::string("deterministic"), kF32)
     ->Apply(Args);
-BENCHMARK_CAPTURE(BM_Layer, deepseek_like_greedy, DeepSeekLike(), std::string("greedy"))->Apply(Args);
-BENCHMARK_CAPTURE(BM_Layer, deepseek_like_deterministic, DeepSeekLike(), std::string("deterministic"))
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_greedy, DeepSeekLike(), std::string("greedy"), kF32)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_deterministic, DeepSeekLike(), std::string("deterministic"), kF32)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_bf16_greedy, MixtralLike(), std::string("greedy"), kBF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, mixtral_like_bf16_deterministic, MixtralLike(), std::string("deterministic"),
+                  kBF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_bf16_greedy, DeepSeekLike(), std::string("greedy"), kBF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, deepseek_like_bf16_deterministic, DeepSeekLike(), std::string("deterministic"),
+                  kBF16)
     ->Apply(Args);
 
 }  // namespace

@@ -3,7 +3,11 @@
 
 softmax -> top-k -> renormalise -> loop over experts -> SwiGLU, as transformers' MixtralSparseMoeBlock
 (plus an always-on shared expert for the DeepSeek-like shape). Prints one JSON object per line:
-{"shape", "T", "threads", "ms", "torch_threads", "blas_threads"} with the median of repeated runs.
+{"shape", "T", "threads", "ms", "torch_threads", "blas_threads", "dtype", "isa"} with the median of repeated
+runs. dtype f32: the block in float32 (fp32 weights and activations); dtype bf16 (shape names *_bf16): the same
+block converted with .to(torch.bfloat16) and bf16 inputs - torch's own bf16 block, whose linears run oneDNN's
+bf16 matmul (on CPUs with AMX, AMX tiles; run with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 to cap it at vdpbf16ps,
+which "isa" then reports).
 
 `threads` is the peer's core budget, the same as our benchmark's thread count. torch.set_num_threads does
 not reach OpenBLAS's own pthreads (they default to every core), so the BLAS thread count is fixed by the
@@ -16,6 +20,7 @@ Run with OPENBLAS_CORETYPE=SkylakeX (Debian's torch uses the system BLAS; with l
 that is OpenBLAS).
 """
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -93,24 +98,34 @@ def main():
     p.add_argument("--tokens", default="1,16,256,2048")
     p.add_argument("--threads", type=int, default=1, help="core budget (set OPENBLAS_NUM_THREADS to match)")
     p.add_argument("--min-seconds", type=float, default=1.0)
+    p.add_argument("--dtypes", default="f32,bf16", help="f32 and/or bf16 blocks")
     args = p.parse_args()
+    dtypes = args.dtypes.split(",")
+    if any(d not in ("f32", "bf16") for d in dtypes):
+        sys.exit(f"layer_peer.py: --dtypes takes f32 and/or bf16 (got {args.dtypes})")
+    isa = os.environ.get("DNNL_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA") or "default"
     blas = os.environ.get("OPENBLAS_NUM_THREADS")
     if blas is None or int(blas) != args.threads:
         sys.exit(f"layer_peer.py: set OPENBLAS_NUM_THREADS={args.threads} to match --threads (got {blas})")
     torch.manual_seed(0)
     with torch.inference_mode():
         for name, s in SHAPES.items():
-            block = SparseMoeBlock(s["d"], s["ff"], s["experts"], s["top_k"], s["shared_ff"]).eval()
-            for T in [int(v) for v in args.tokens.split(",")]:
-                xs = [torch.randn(T, s["d"]) for _ in range(8)]
-                best = None
-                for torch_threads in range(1, args.threads + 1):
-                    torch.set_num_threads(torch_threads)
-                    sec = time_block(block, xs, args.min_seconds)
-                    if best is None or sec < best[0]:
-                        best = (sec, torch_threads)
-                print(json.dumps({"shape": name, "T": T, "threads": args.threads, "ms": 1e3 * best[0],
-                                  "torch_threads": best[1], "blas_threads": int(blas)}), flush=True)
+            block32 = SparseMoeBlock(s["d"], s["ff"], s["experts"], s["top_k"], s["shared_ff"]).eval()
+            for dtype in dtypes:
+                torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+                block = copy.deepcopy(block32).to(torch_dtype) if dtype == "bf16" else block32
+                for T in [int(v) for v in args.tokens.split(",")]:
+                    xs = [torch.randn(T, s["d"]).to(torch_dtype) for _ in range(8)]
+                    best = None
+                    for torch_threads in range(1, args.threads + 1):
+                        torch.set_num_threads(torch_threads)
+                        sec = time_block(block, xs, args.min_seconds)
+                        if best is None or sec < best[0]:
+                            best = (sec, torch_threads)
+                    print(json.dumps({"shape": name + ("_bf16" if dtype == "bf16" else ""), "T": T,
+                                      "threads": args.threads, "ms": 1e3 * best[0], "torch_threads": best[1],
+                                      "blas_threads": int(blas), "dtype": dtype,
+                                      "isa": isa if dtype == "bf16" else "-"}), flush=True)
 
 
 if __name__ == "__main__":

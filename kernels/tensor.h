@@ -64,4 +64,15 @@ inline constexpr std::string_view to_string(KernelKind k) {
   return k == KernelKind::kFast ? "fast" : "invariant";
 }
 
+// The arithmetic of a layer's expert GEMMs (separate from the storage type of the weights):
+//   kF32   fp32 activations x fp32 weights (bf16 weights widened exactly), fp32 accumulation
+//   kBF16  every GEMM input rounded to bf16 (round to nearest even: x, and the FFN's hidden activation),
+//          bf16 weights (fp32 weights rounded once at load), products exact in fp32, fp32 accumulation
+//          (vdpbf16ps); activations, combine and everything outside the GEMMs stay fp32
+enum class ComputePrecision : uint8_t { kF32, kBF16 };
+
+inline constexpr std::string_view to_string(ComputePrecision c) {
+  return c == ComputePrecision::kF32 ? "fp32" : "bf16";
+}
+
 }  // namespace moe::kernels

@@ -4,9 +4,15 @@ set -euo pipefail
 build=${1:-build}
 out="$build/bench"
 mkdir -p "$out"
+# The machine's limits first (a plain program with its own JSON): the tables below are read against them.
+if [ -x "$build/bin/peak_bench" ]; then
+  echo "== peak_bench"
+  "$build/bin/peak_bench" --out "$out/peak.json"
+fi
 for exe in "$build"/bin/*_bench; do
   [ -x "$exe" ] || continue
   name=$(basename "$exe")
+  [ "$name" = peak_bench ] && continue
   # A benchmark with a peer script (bench/<area>_peer.sh) is run by that script, side by side with its peer.
   [ -x "bench/${name%_bench}_peer.sh" ] && continue
   echo "== $name"

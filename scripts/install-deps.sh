@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake make pkg-config git
   libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev
   libcli11-dev nlohmann-json3-dev libtoml11-dev libxxhash-dev
   libopenmpi-dev openmpi-bin
   pybind11-dev python3-dev python3-numpy python3-torch python3-pybind11

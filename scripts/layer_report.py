@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""Turns layer_bench JSON + layer_peer JSONL into a markdown table of ratios and an SVG bar plot.
+"""Turns layer_bench JSON + layer_peer JSONL into markdown tables of ratios and an SVG bar plot.
 
-Ratios: deterministic/greedy time (target <= 1.10), peer/ours speed-up, GFLOP/s against the FMA peak
-(170 GFLOP/s per thread) and weight bytes/s against memory bandwidth (13 GB/s per thread).
+Two tables: fp32 (fp32 weights and compute, the peer's float32 block) and bf16 (shapes *_bf16: bf16 weights,
+our bf16 compute, torch's own bf16 block). Ratios: deterministic/greedy time (target <= 1.05), peer/ours
+speed-up, GFLOP/s against the compute peak and weight bytes/s against memory bandwidth. With --peaks
+BUILD/bench/peak.json (bench/peak_bench.cc, measured on the machine at hand) the denominators are its best fp32
+FMA peak (fp32 rows) or vdpbf16ps peak (bf16 rows) and its streaming read bandwidth, for the row's thread
+count; without it, the old reference figures (170 GFLOP/s and 13 GB/s per thread). The bf16 table also shows
+the runs with oneDNN capped at vdpbf16ps (--capped: our greedy path; peer lines with "isa" set), because where
+the CPU has AMX, oneDNN (ours under greedy, and torch's) uses it and the vdpbf16ps peak no longer bounds it.
 """
 import argparse
 import json
@@ -30,11 +36,29 @@ def load_ours(path):
     return rows
 
 
+def load_peaks(path):
+    """{(precision, threads): (peak GFLOP/s, bandwidth GB/s)} from peak_bench's JSON: f32 = the fp32 FMA peak,
+    bf16 = the larger of the vdpbf16ps and fp32 FMA peaks (absent vdpbf16ps: the FMA peak)."""
+    j = json.load(open(path))
+    out = {}
+    for t in (1, 2):
+        tk = f"threads_{t}"
+        fma = j["fp32_fma"][tk]["best_gflops"]
+        dp = j["bf16_dp"][tk]["best_gflops"] if j.get("bf16_dp") else 0.0
+        out[("f32", t)] = (fma, j["stream"][tk]["best_gbps"])
+        # The bf16 kernel runs vdpbf16ps or fp32 FMAs (the same bits), whichever is faster on the CPU: its
+        # compute bound is the larger of the two peaks.
+        out[("bf16", t)] = (max(fma, dp), j["stream"][tk]["best_gbps"])
+    return out
+
+
 def load_peer(path):
+    """{(shape, T, threads, isa): ms}; isa is "default" for the peer's own choice (fp32 lines: always)."""
     rows = {}
     for line in open(path):
         r = json.loads(line)
-        rows[(r["shape"], r["T"], r["threads"])] = r["ms"]
+        isa = r.get("isa", "-")
+        rows[(r["shape"], r["T"], r["threads"], "default" if isa in ("-", "default") else "capped")] = r["ms"]
     return rows
 
 
@@ -69,29 +93,61 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("ours")
     p.add_argument("peer")
+    p.add_argument("--capped", help="layer_bench JSON of the bf16 greedy cases run with oneDNN capped at vdpbf16ps")
     p.add_argument("--markdown")
     p.add_argument("--svg")
+    p.add_argument("--peaks", help="peak_bench JSON: measured denominators for %% peak and %% bw")
     args = p.parse_args()
     ours, peer = load_ours(args.ours), load_peer(args.peer)
-    lines = ["| shape | T | threads | greedy ms | deterministic ms | det/greedy | peer ms | peer/det | "
-             "det GFLOP/s (% peak) | det weight GB/s (% bw) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    capped = load_ours(args.capped) if args.capped else {}
+    peaks = load_peaks(args.peaks) if args.peaks else {}
+
+    def limits(precision, threads):
+        if (precision, threads) in peaks:
+            return peaks[(precision, threads)]
+        return PEAK_GFLOPS_PER_THREAD * threads, MEM_GBPS_PER_THREAD * threads
+
+    def fmt(v, spec=".2f"):
+        return "-" if v is None else format(v, spec)
+
+    def ratio(a, b):
+        return None if a is None or b is None else a / b
+
+    f32 = ["fp32 weights and compute; peer: the float32 HF-style block.", "",
+           "| shape | T | threads | greedy ms | deterministic ms | det/greedy | peer ms | peer/det | "
+           "det GFLOP/s (% fp32 FMA peak) | det weight GB/s (% bw) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    bf16 = ["bf16 weights; ours: bf16 compute (deterministic: invariant vdpbf16ps kernel; greedy: oneDNN); "
+            "peer: torch's bf16 block. (AMX): oneDNN free to use AMX; (vdp): oneDNN capped at vdpbf16ps "
+            "(DNNL_MAX_CPU_ISA=AVX512_CORE_BF16).", "",
+            "| shape | T | threads | greedy ms (AMX) | greedy ms (vdp) | deterministic ms | det/greedy (vdp) | "
+            "torch bf16 ms (AMX) | torch(AMX)/det | torch bf16 ms (vdp) | torch(vdp)/det | "
+            "det GFLOP/s (% bf16 peak: max of vdpbf16ps, FMA) | det weight GB/s (% bw) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     points = []
     for (shape, T, threads, preset) in sorted(ours, key=lambda k: (k[0], k[2], k[1])):
         if preset != "deterministic":
             continue
         det = ours[(shape, T, threads, "deterministic")]
         greedy = ours.get((shape, T, threads, "greedy"))
-        pm = peer.get((shape, T, threads))
-        peak = PEAK_GFLOPS_PER_THREAD * threads
-        bw = MEM_GBPS_PER_THREAD * threads
-        lines.append(
-            f"| {shape} | {T} | {threads} | {greedy['ms']:.2f} | {det['ms']:.2f} | {det['ms']/greedy['ms']:.2f} | "
-            + (f"{pm:.2f} | {pm/det['ms']:.2f} | " if pm else "- | - | ")
-            + f"{det['gflops']:.1f} ({100*det['gflops']/peak:.0f}%) | {det['gbps']:.1f} ({100*det['gbps']/bw:.0f}%) |")
+        g_ms = greedy["ms"] if greedy else None
+        is_bf16 = shape.endswith("_bf16")
+        peak, bw = limits("bf16" if is_bf16 else "f32", threads)
+        use = f"{det['gflops']:.1f} ({100*det['gflops']/peak:.0f}%) | {det['gbps']:.1f} ({100*det['gbps']/bw:.0f}%) |"
+        pm = peer.get((shape, T, threads, "default"))
+        if not is_bf16:
+            f32.append(f"| {shape} | {T} | {threads} | {fmt(g_ms)} | {det['ms']:.2f} | "
+                       f"{fmt(ratio(det['ms'], g_ms))} | {fmt(pm)} | {fmt(ratio(pm, det['ms']))} | " + use)
+        else:
+            gc = capped.get((shape, T, threads, "greedy"))
+            gc_ms = gc["ms"] if gc else None
+            pc = peer.get((shape, T, threads, "capped"))
+            bf16.append(f"| {shape} | {T} | {threads} | {fmt(g_ms)} | {fmt(gc_ms)} | {det['ms']:.2f} | "
+                        f"{fmt(ratio(det['ms'], gc_ms))} | {fmt(pm)} | {fmt(ratio(pm, det['ms']))} | {fmt(pc)} | "
+                        f"{fmt(ratio(pc, det['ms']))} | " + use)
         if pm:
-            points.append((f"{shape.split('_')[0]} T{T} t{threads}", pm / det["ms"]))
-    text = "\n".join(lines) + "\n"
+            points.append((f"{shape.split('_')[0]}{' bf16' if is_bf16 else ''} T{T} t{threads}", pm / det["ms"]))
+    text = "\n".join(f32) + "\n\n" + "\n".join(bf16) + "\n"
     print(text)
     if args.markdown:
         open(args.markdown, "w").write(text)

@@ -228,7 +228,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     }
     return a;
   }
-  std::memcpy(a.words.data(), data, data_bytes);
+  if (data_bytes > 0) std::memcpy(a.words.data(), data, data_bytes);  // an empty array has no buffer
   if (!little) {
     for (uint32_t& b : a.words) b = (b >> 24) | ((b >> 8) & 0xff00u) | ((b << 8) & 0xff0000u) | (b << 24);
   }

@@ -134,10 +134,14 @@ static void test_random_forward(void) {
 
 /* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset).
  */
-static void test_batch_invariance(void) {
+/* compute NULL: the default config (fp32 compute); "bf16": moe_layer_config_set_compute(config, "bf16"). Returns
+ * the probe's first output element (so that the caller can see that the precision changed the result). */
+static float test_batch_invariance(const char* compute) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
   moe_layer_t* layer = NULL;
+  moe_layer_config_t* config = NULL;
+  float first;
   enum { kMine = 5, kOthers = 11, kAll = kMine + kOthers };
   float mine[kMine * kHidden], y_alone[kMine * kHidden];
   float batch[kAll * kHidden], y_batch[kAll * kHidden];
@@ -146,7 +150,12 @@ static void test_batch_invariance(void) {
   int t, row_of_mine[kMine], m = 0, o = 0;
 
   CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_BF16, 11, &weights));
-  CHECK_OK(moe_layer_create(weights, NULL, &layer)); /* deterministic preset, capacity 1.25 */
+  if (compute != NULL) {
+    CHECK_OK(moe_layer_config_create(&config));
+    CHECK_OK(moe_layer_config_set_compute(config, compute));
+  }
+  CHECK_OK(moe_layer_create(weights, config, &layer)); /* deterministic preset, capacity 1.25 */
+  moe_layer_config_destroy(config);
   fill(mine, sizeof mine / sizeof mine[0], 3, 1.0f);
   for (t = 0; t < kMine; ++t) {
     ids[t] = 42;
@@ -174,8 +183,25 @@ static void test_batch_invariance(void) {
   for (t = 0; t < kMine; ++t) {
     CHECK(memcmp(y_alone + t * kHidden, y_batch + row_of_mine[t] * kHidden, sizeof(float) * kHidden) == 0);
   }
+  first = y_alone[0];
   moe_layer_destroy(layer);
   moe_weights_destroy(weights);
+  return first;
+}
+
+/* bf16 compute through the C API: batch-invariant too, a different result from fp32 compute, and an unknown
+ * precision refused by the setter, naming it. */
+static void test_compute_precision(void) {
+  moe_layer_config_t* config = NULL;
+  const float fp32 = test_batch_invariance(NULL);
+  const float bf16 = test_batch_invariance("bf16");
+  CHECK(fp32 != bf16);
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK(moe_layer_config_set_compute(config, "fp16") == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "fp16") != NULL);
+  CHECK(moe_layer_config_set_compute(config, NULL) == MOE_INVALID_ARGUMENT);
+  CHECK_OK(moe_layer_config_set_compute(config, "fp32"));
+  moe_layer_config_destroy(config);
 }
 
 /* Weights from caller buffers (fp32): copied, so the buffers may be freed at once. */
@@ -516,6 +542,12 @@ static void test_device(void) {
     }
     moe_layer_destroy(gpu);
   }
+  /* bf16 compute on the GPU is refused with an argument error naming it (before any device is touched). */
+  if (moe_layer_config_set_device(config, "cuda") == MOE_OK) {
+    CHECK_OK(moe_layer_config_set_compute(config, "bf16"));
+    CHECK(moe_layer_create(weights, config, &gpu) == MOE_INVALID_ARGUMENT && gpu == NULL);
+    CHECK(strstr(moe_last_error(), "not implemented on the GPU") != NULL);
+  }
   moe_layer_destroy(cpu);
   moe_layer_config_destroy(config);
   moe_weights_destroy(weights);
@@ -580,7 +612,7 @@ static void test_pretrained(void) {
 int main(void) {
   printf("moe %s\n", moe_version());
   test_random_forward();
-  test_batch_invariance();
+  test_compute_precision();
   test_buffers();
   test_serving_lifecycle();
   test_causal_chunks();

@@ -20,6 +20,20 @@ TEST(CudaLayer, InvalidConfigIsRejectedBeforeTheDevice) {
   EXPECT_THROW(CudaMoELayer(config, weights), std::invalid_argument);
 }
 
+TEST(CudaLayer, Bf16ComputeIsRefusedWithAClearError) {
+  auto weights = testing::RandomWeights(testing::SmallShape(64, 96, 8));
+  MoELayerConfig config = testing::SmallConfig("deterministic", 8, 2);
+  config.compute = kernels::ComputePrecision::kBF16;
+  try {
+    CudaMoELayer layer(config, weights);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("compute precision 'bf16' is not implemented on the GPU"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CudaLayer, NoDeviceIsAClearError) {
   std::string why;
   if (cuda::device_available(&why)) GTEST_SKIP() << "a CUDA device is present; the no-device path needs none";

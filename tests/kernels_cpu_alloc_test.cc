@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "tests/kernels_cpu_test_util.h"
 
 namespace {
@@ -96,6 +98,39 @@ TEST(KernelsAlloc, NoOperatorNewAfterWarmUp) {
         g_counting.store(false);
         EXPECT_EQ(g_news.load(), 0) << to_string(kind) << " " << to_string(dt) << " threads=" << threads;
       }
+    }
+  }
+}
+
+// The bf16-compute linear (with and without a caller workspace) and FFN on prepared weights.
+TEST(KernelsAlloc, Bf16ComputeNoOperatorNewAfterWarmUp) {
+  const int64_t d = 96, ff = 1100, rows = 37;
+  const TestWeights w1(ff, d, 0, 1), w3(ff, d, 0, 2), w2(d, ff, 0, 3);
+  const auto x = random_floats(static_cast<size_t>(rows * d), 4);
+  std::vector<float> y(static_cast<size_t>(rows * d)), h(static_cast<size_t>(rows * ff));
+  std::vector<uint16_t> ws(linear_bf16_workspace_elems(rows, d));
+  std::vector<float> scratch(ffn_bf16_scratch_floats(rows, d, ff));
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const FfnWeights fw{w1.view(dt), w3.view(dt), w2.view(dt)};
+      const PackedBf16Weights packed(fw.w1);
+      const PackedFfnBf16 swiglu(Activation::kSwiGLU, fw), gelu(Activation::kGELU, fw);
+      auto run = [&] {
+        for (int64_t r : {rows, int64_t{1}, int64_t{5}}) {
+          linear_bf16(x.data(), r, d, packed, h.data(), ff, nullptr, pool);
+          linear_bf16(x.data(), r, d, packed, h.data(), ff, ws.data(), pool);
+          ffn_bf16_forward(x.data(), r, d, swiglu, y.data(), d, scratch.data(), pool);
+          ffn_bf16_forward(x.data(), r, d, gelu, y.data(), d, scratch.data(), pool);
+        }
+      };
+      run();  // warm-up: the thread's workspace grows here
+      g_news.store(0);
+      g_counting.store(true);
+      run();
+      run();
+      g_counting.store(false);
+      EXPECT_EQ(g_news.load(), 0) << to_string(dt) << " threads=" << threads;
     }
   }
 }

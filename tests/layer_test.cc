@@ -110,9 +110,13 @@ TEST(Layer, ForwardAllocatesNothingAfterWarmUp) {
   shape.shared_ff = 64;
   shape.shared_expert_gate = true;
   auto weights = RandomWeights(shape);
-  for (const char* preset : {"deterministic"}) {
+  // bf16 compute too (the invariant kind: its bf16 inputs live in the layer's scratch).
+  for (kernels::ComputePrecision compute :
+       {kernels::ComputePrecision::kF32, kernels::ComputePrecision::kBF16}) {
+    const char* preset = "deterministic";
     for (int threads : {1, 2}) {
       MoELayerConfig c = testing::SmallConfig(preset, 8, 2, threads);
+      c.compute = compute;
       c.max_tokens = 200;
       c.policy.overflow = Overflow::kReroute;
       MoELayer layer(c, weights);
@@ -128,7 +132,8 @@ TEST(Layer, ForwardAllocatesNothingAfterWarmUp) {
         layer.forward(b.x.data(), rows, std::span<const TokenMeta>(meta.data(), rows), y.data(), nullptr,
                       &stats);
       }
-      EXPECT_EQ(moe::testing::allocation_count() - before, 0) << preset << " threads " << threads;
+      EXPECT_EQ(moe::testing::allocation_count() - before, 0)
+          << preset << " compute " << kernels::to_string(compute) << " threads " << threads;
     }
   }
 }

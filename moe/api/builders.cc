@@ -142,6 +142,9 @@ void LayerOptions::set_kernel(const std::string& name) {
     fail("unknown kernel '" + name + "' (known: invariant, fast)");
   }
 }
+void LayerOptions::set_compute(const std::string& name) {
+  compute = MoELayerConfig::parse_compute(name);
+}
 void LayerOptions::set_num_threads(int n) {
   require(n >= 1, "num_threads must be >= 1 (got " + std::to_string(n) + ")");
   num_threads = n;
@@ -181,6 +184,7 @@ MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weight
   if (o.overflow) c.policy.overflow = *o.overflow;
   if (o.reroute_depth) c.policy.reroute_depth = *o.reroute_depth;
   if (o.kernel) c.expert_kernel = c.gate_kernel = *o.kernel;
+  if (o.compute) c.compute = *o.compute;
   if (o.num_threads) c.num_threads = *o.num_threads;
   if (o.max_tokens) c.max_tokens = *o.max_tokens;
   c.validate();

@@ -48,6 +48,7 @@ struct LayerOptions {
   std::optional<Overflow> overflow;
   std::optional<int> reroute_depth;
   std::optional<kernels::KernelKind> kernel;
+  std::optional<kernels::ComputePrecision> compute;
   std::optional<int> num_threads;
   std::optional<int> max_tokens;
   std::string device = "cpu";
@@ -65,6 +66,7 @@ struct LayerOptions {
   void set_overflow(const std::string& name);
   void set_reroute_depth(int depth);
   void set_kernel(const std::string& name);
+  void set_compute(const std::string& name);  // "fp32" | "bf16" (MoELayerConfig::parse_compute)
   void set_num_threads(int n);
   void set_max_tokens(int n);
   void set_device(const std::string& name);

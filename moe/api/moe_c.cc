@@ -354,6 +354,10 @@ moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* c, const char* v) {
   return set_name("moe_layer_config_set_kernel", c, v,
                   [](auto& o, const std::string& s) { o.set_kernel(s); });
 }
+moe_status_t moe_layer_config_set_compute(moe_layer_config_t* c, const char* v) {
+  return set_name("moe_layer_config_set_compute", c, v,
+                  [](auto& o, const std::string& s) { o.set_compute(s); });
+}
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* c, int32_t v) {
   return set_option("moe_layer_config_set_num_threads", c, [&](auto& o) { o.set_num_threads(v); });
 }

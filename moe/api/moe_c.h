@@ -197,6 +197,13 @@ moe_status_t moe_layer_config_set_overflow(moe_layer_config_t* config, const cha
 moe_status_t moe_layer_config_set_reroute_depth(moe_layer_config_t* config, int32_t reroute_depth);
 /* kernel: "invariant" | "fast", for the experts and the router gate. */
 moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* config, const char* kernel);
+/* compute: "fp32" (default) | "bf16", the arithmetic of the expert and shared-expert FFNs. bf16: every GEMM
+ * input rounded to bf16 (round to nearest even), bf16 weights (fp32 weights are rounded once when the layer
+ * is created), fp32 accumulation (vdpbf16ps where the CPU has it, else an exact emulation); the router and
+ * shared-expert gates stay fp32, so routing does not change. The "invariant" kernel keeps its batch
+ * invariance in bf16 (docs/determinism.md). The CUDA layer refuses bf16 (moe_layer_create:
+ * MOE_INVALID_ARGUMENT). */
+moe_status_t moe_layer_config_set_compute(moe_layer_config_t* config, const char* compute);
 /* num_threads: >= 1, the threads used inside a forward pass (default 1: the calling thread). */
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* config, int32_t num_threads);
 /* max_tokens: >= 1. The workspace is sized for batches of this many rows at creation (default 256); a larger

@@ -204,8 +204,8 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
                           double capacity_factor, const std::optional<std::string>& scope,
                           const std::optional<std::string>& priority,
                           const std::optional<std::string>& overflow,
-                          const std::optional<std::string>& kernel, int num_threads, int max_tokens,
-                          const std::string& device) {
+                          const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
+                          int num_threads, int max_tokens, const std::string& device) {
   LayerOptions o;
   o.set_preset(preset);
   o.set_router(router);
@@ -221,6 +221,7 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
   if (priority) o.set_priority(*priority);
   if (overflow) o.set_overflow(*overflow);
   if (kernel) o.set_kernel(*kernel);
+  if (compute) o.set_compute(*compute);
   if (num_threads < 0)
     throw std::invalid_argument("num_threads must be >= 0 (0 = 1 thread; got " + std::to_string(num_threads) +
                                 ")");
@@ -406,12 +407,12 @@ void bind_layer(py::module_& m) {
                        std::optional<bool> renormalize, int num_groups, int topk_groups,
                        double capacity_factor, const std::optional<std::string>& scope,
                        const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
-                       const std::optional<std::string>& kernel, int num_threads, int max_tokens,
-                       const std::string& device) {
+                       const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
+                       int num_threads, int max_tokens, const std::string& device) {
              auto self = std::make_unique<PyLayer>();
              const LayerOptions o =
                  make_options(preset, router, top_k, renormalize, num_groups, topk_groups, capacity_factor,
-                              scope, priority, overflow, kernel, num_threads, max_tokens, device);
+                              scope, priority, overflow, kernel, compute, num_threads, max_tokens, device);
              self->weights = w.weights;
              self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
              return self;
@@ -420,9 +421,12 @@ void bind_layer(py::module_& m) {
            py::arg("top_k") = 0, py::arg("renormalize") = py::none(), py::arg("num_groups") = 0,
            py::arg("topk_groups") = 0, py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(),
            py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
-           py::arg("num_threads") = 0, py::arg("max_tokens") = 0, py::arg("device") = "cpu",
+           py::arg("compute") = py::none(), py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
+           py::arg("device") = "cpu",
            "device: \"cpu\", or \"cuda\" / \"cuda:N\" for the same layer on a CUDA device (host arrays in "
-           "and out); RuntimeError naming the reason when no device is usable.")
+           "and out); RuntimeError naming the reason when no device is usable. compute: \"fp32\" (default) "
+           "or \"bf16\" (expert GEMM inputs rounded to bf16, bf16 weights, fp32 accumulation; gates stay "
+           "fp32; CPU only).")
       .def("forward", &layer_forward, py::arg("x"), py::arg("request_ids"), py::arg("positions"),
            py::arg("out") = py::none(), py::arg("state") = nullptr,
            "y = layer(x): x C-contiguous float32 [T, hidden] (read in place), request_ids and positions "

@@ -87,6 +87,12 @@ CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::Laye
       weights_(std::move(weights)),
       device_(device),
       hidden_(weights_->shape().hidden) {
+  if (config_.compute != kernels::ComputePrecision::kF32) {
+    fail("compute precision '" + std::string(kernels::to_string(config_.compute)) +
+         "' is not implemented on the GPU (the CUDA layer computes in fp32, bf16 weights widened): use "
+         "compute "
+         "fp32, or the CPU layer for bf16 compute");
+  }
   for (const io::ExpertTensors& t : weights_->experts()) {
     int64_t d = 0, ff = 0;
     kernels::validate_ffn_weights(config_.activation, expert_ffn_weights(t, config_.activation), &d, &ff);

@@ -16,11 +16,9 @@ namespace moe {
 // experts split their output columns over the pool instead.
 inline constexpr int64_t kSmallExpertRows = 32;
 
-// Scratch floats one thread needs to run one small expert (of up to min(max_rows, kSmallExpertRows) rows)
-// with intermediate size ff. A layer holds max(ffn_scratch_floats(max_rows, ff), this * threads).
-inline size_t per_thread_ffn_scratch(int64_t max_rows, int64_t ff) {
-  return kernels::ffn_scratch_floats(std::min(max_rows, kSmallExpertRows), ff);
-}
+// Scratch: one thread running one small expert needs ExpertFfns::expert_scratch_floats(min(max_rows,
+// kSmallExpertRows)) floats (per_thread below); a layer holds max(expert_scratch_floats(max_rows), per_thread
+// * threads).
 
 // Calls run(e, scratch) once for every expert of `experts` (each with rows; max_rows the largest count).
 // When the experts are small and at least two per thread, each runs on one pool thread with its own scratch

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "moe/layer/combine.h"
+#include "moe/layer/expert_ffns.h"
 #include "moe/layer/expert_schedule.h"
 #include "router/rules/capacity.h"
 
@@ -16,6 +17,16 @@ namespace {
 
 [[noreturn]] void fail(const std::string& msg) {
   throw std::invalid_argument("moe layer: " + msg);
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<int> all_experts(const io::LayerWeights& weights) {
+  std::vector<int> e(weights.experts().size());
+  for (size_t i = 0; i < e.size(); ++i) e[i] = static_cast<int>(i);
+  return e;
 }
 
 }  // namespace
@@ -32,19 +43,12 @@ MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights
     : config_(config.fitted_to(*weights)),
       weights_(std::move(weights)),
       hidden_(weights_->shape().hidden),
+      ffns_(std::make_unique<ExpertFfns>(config_, *weights_, all_experts(*weights_))),
+      has_shared_(ffns_->has_shared()),
       pool_(config_.num_threads),
       router_(config_.router,
               rules::num_ranked_needed(config_.policy, config_.router.num_experts, config_.router.top_k)),
       planner_(config_.router.num_experts, config_.router.top_k, config_.policy) {
-  for (const io::ExpertTensors& t : weights_->experts()) {
-    experts_.push_back(expert_ffn_weights(t, config_.activation));
-    int64_t d = 0, ff = 0;
-    kernels::validate_ffn_weights(config_.activation, experts_.back(), &d, &ff);
-  }
-  if (weights_->shared()) {
-    shared_ = expert_ffn_weights(*weights_->shared(), config_.activation);
-    has_shared_ = true;
-  }
   active_experts_.reserve(config_.router.num_experts);
   ensure_workspace(config_.max_tokens);
 }
@@ -56,7 +60,6 @@ void MoELayer::ensure_workspace(int num_tokens) {
   const int E = num_experts(), k = top_k();
   const int64_t T = num_tokens;
   const int64_t slots = T * k;
-  const io::LayerShape& shape = weights_->shape();
   logits_.resize(T * E);
   routes_.resize(num_tokens, E, k, router_.num_ranked());
   planner_.reserve(num_tokens);
@@ -65,9 +68,9 @@ void MoELayer::ensure_workspace(int num_tokens) {
   expert_out_.resize(slots * hidden_);
   // An expert holds at most one pair per token, so at most T rows; experts run one per thread hold at most
   // kSmallExpertRows each.
-  const int64_t ff = std::max(shape.expert_ff, has_shared_ ? shape.shared_ff : 0);
-  per_thread_scratch_ = per_thread_ffn_scratch(T, shape.expert_ff);
-  scratch_.resize(std::max(kernels::ffn_scratch_floats(T, ff), per_thread_scratch_ * config_.num_threads));
+  per_thread_scratch_ = ffns_->expert_scratch_floats(std::min<int64_t>(T, kSmallExpertRows));
+  scratch_.resize(std::max({ffns_->expert_scratch_floats(T), ffns_->shared_scratch_floats(T),
+                            per_thread_scratch_ * config_.num_threads}));
   if (has_shared_) {
     shared_out_.resize(T * hidden_);
     shared_gate_logit_.resize(T);
@@ -123,16 +126,14 @@ void MoELayer::run_experts() {
   }
   auto run_expert = [&](int e, float* scratch) {
     const int64_t first = plan_.expert_offsets[e];
-    kernels::ffn_forward(config_.expert_kernel, config_.activation, gathered_.data() + first * hidden_,
-                         plan_.expert_load[e], hidden_, experts_[e], expert_out_.data() + first * hidden_,
-                         hidden_, scratch, pool_);
+    ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
+                      expert_out_.data() + first * hidden_, scratch, pool_);
   };
   run_experts_scheduled(active_experts_, max_rows, pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
 void MoELayer::run_shared(const float* x, int num_tokens) {
-  kernels::ffn_forward(config_.expert_kernel, config_.activation, x, num_tokens, hidden_, shared_,
-                       shared_out_.data(), hidden_, scratch_.data(), pool_);
+  ffns_->run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), pool_);
   if (weights_->shared_gate()) {
     kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, *weights_->shared_gate(),
                     shared_gate_logit_.data(), 1, pool_);
@@ -188,7 +189,8 @@ Fingerprint layer_fingerprint(const MoELayerConfig& config, const io::LayerWeigh
   f.weights_hash = weights.content_hash();
   f.version = MOE_VERSION;
   f.build = build_description();
-  f.kernel = std::string(kernels::to_string(config.expert_kernel)) + " (gate " +
+  f.kernel = std::string(kernels::to_string(config.expert_kernel)) +
+             (config.compute == kernels::ComputePrecision::kF32 ? "" : " bf16 compute") + " (gate " +
              std::string(kernels::to_string(config.gate_kernel)) + ")";
   f.dispatch = std::string(to_string(config.policy.scope)) + "/" +
                std::string(to_string(config.policy.priority)) + "/" +

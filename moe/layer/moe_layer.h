@@ -22,10 +22,13 @@
 
 namespace moe {
 
+class ExpertFfns;  // moe/layer/expert_ffns.h (internal: not an installed header)
+
 // The MoE layer on the CPU, with its weights, workspace and thread pool: moe::Layer's contract (layer.h).
 //
 // g(t) of the shared expert is sigmoid(shared_gate . x[t]) for Qwen2-MoE and 1 for DeepSeek-V3; FFNs and the
-// gate use the configured kernels (kernels/cpu).
+// gate use the configured kernels (kernels/cpu), the FFNs in the configured compute precision (expert_ffns.h;
+// the gates always in fp32).
 //
 // Determinism: with scope request/causal/none + request priority and invariant kernels (the "deterministic"
 // preset), the bits of y[t] depend only on x[t], the rows of t's request (and its causal state), the weights
@@ -79,8 +82,7 @@ class MoELayer final : public Layer {
   MoELayerConfig config_;
   std::shared_ptr<const io::LayerWeights> weights_;
   int64_t hidden_ = 0;
-  std::vector<kernels::FfnWeights> experts_;
-  kernels::FfnWeights shared_{};
+  std::unique_ptr<ExpertFfns> ffns_;
   bool has_shared_ = false;
   kernels::ThreadPool pool_;
   TopKRouter router_;

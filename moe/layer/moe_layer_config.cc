@@ -79,6 +79,12 @@ MoELayerConfig MoELayerConfig::pretrained(std::string_view preset_name, const io
   return c;
 }
 
+kernels::ComputePrecision MoELayerConfig::parse_compute(std::string_view name) {
+  if (name == "fp32" || name == "float32" || name == "f32") return kernels::ComputePrecision::kF32;
+  if (name == "bf16" || name == "bfloat16") return kernels::ComputePrecision::kBF16;
+  throw std::invalid_argument("unknown compute precision '" + std::string(name) + "' (known: fp32, bf16)");
+}
+
 const std::vector<std::string>& MoELayerConfig::preset_names() {
   static const std::vector<std::string> names = {"deterministic", "greedy"};
   return names;
@@ -124,6 +130,7 @@ std::string MoELayerConfig::describe() const {
     << " renormalize_survivors=" << policy.renormalize_survivors
     << "} expert_kernel=" << to_string(expert_kernel) << " gate_kernel=" << to_string(gate_kernel)
     << " activation=" << (activation == kernels::Activation::kSwiGLU ? "swiglu" : "gelu");
+  if (compute != kernels::ComputePrecision::kF32) s << " compute=" << to_string(compute);
   return s.str();
 }
 

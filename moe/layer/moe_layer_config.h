@@ -30,6 +30,11 @@ struct MoELayerConfig {
   kernels::KernelKind expert_kernel = kernels::KernelKind::kInvariant;  // routed and shared experts
   kernels::KernelKind gate_kernel = kernels::KernelKind::kInvariant;    // router gate x @ W_gate^T
   kernels::Activation activation = kernels::Activation::kSwiGLU;
+  // The arithmetic of the routed and shared experts' FFNs (kernels/tensor.h). kBF16 runs the invariant kind
+  // on the own vdpbf16ps kernel (batch-invariant bits, kernels/cpu/linear_bf16.h) and the fast kind on
+  // oneDNN's bf16 matmul (Eigen on the widened bf16 weights in builds without oneDNN). The router gate and
+  // the shared-expert gate stay fp32 whatever this says: a routing decision does not move with it.
+  kernels::ComputePrecision compute = kernels::ComputePrecision::kF32;
   int num_threads = 1;
   int max_tokens = 256;  // the workspace is sized for batches up to this many rows at construction
 
@@ -48,6 +53,8 @@ struct MoELayerConfig {
   // or a router preset's (RouterConfig::preset: also "switch"). Throws std::invalid_argument listing both.
   static RouterConfig router_named(std::string_view name);
   static const std::vector<std::string>& preset_names();
+  // "fp32" or "bf16" (also "float32", "bfloat16"). Throws std::invalid_argument listing the names.
+  static kernels::ComputePrecision parse_compute(std::string_view name);
 
   // This config made to fit `weights`: validated, the expert count checked against the weights, and the
   // weights' selection bias (DeepSeek-V3 e_score_correction_bias) adopted as the router's. Every layer
@@ -57,7 +64,8 @@ struct MoELayerConfig {
   // The largest top_k a layer supports (combine keeps a row's k expert rows on the stack).
   static constexpr int kMaxTopK = 64;
 
-  // A canonical one-line description of every field, the input of config_hash().
+  // A canonical one-line description of every field, the input of config_hash() (compute is written only
+  // when it is not fp32, so that the hashes of fp32 configs are those of earlier versions).
   std::string describe() const;
   // XXH3-64 of describe(): equal configs give equal hashes on every machine.
   uint64_t config_hash() const;

@@ -60,6 +60,7 @@ MoELayerConfig ModelOptions::layer_config(const ModelShape& shape) const {
   c.policy = policy;
   c.expert_kernel = kernel;
   c.gate_kernel = kernel;
+  c.compute = compute;
   c.activation = kernels::Activation::kSwiGLU;
   c.num_threads = 1;
   c.max_tokens = max_tokens;

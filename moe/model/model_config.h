@@ -49,6 +49,8 @@ struct ModelShape {
 // Attention, RMSNorm and RoPE have one batch-invariant implementation whatever `kernel` is.
 struct ModelOptions {
   kernels::KernelKind kernel = kernels::KernelKind::kInvariant;
+  // The MoE layers' expert FFNs (MoELayerConfig::compute); attention, norms and the LM head stay fp32.
+  kernels::ComputePrecision compute = kernels::ComputePrecision::kF32;
   DispatchPolicy policy = DispatchPolicy::mode("stable");
   int max_tokens = 256;
 

@@ -11,6 +11,7 @@
 #include "base/splitmix64.h"
 #include "kernels/cpu/linear.h"
 #include "moe/layer/combine.h"
+#include "moe/layer/expert_ffns.h"
 #include "moe/layer/expert_schedule.h"
 
 namespace moe::parallel {
@@ -132,16 +133,9 @@ ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,
            " ranks but the communicator has " + std::to_string(P));
     }
     hidden_ = weights_->shape().hidden;
-    for (const io::ExpertTensors& t : weights_->experts()) {
-      experts_.push_back(expert_ffn_weights(t, config_.activation));
-      int64_t d = 0, ff = 0;
-      kernels::validate_ffn_weights(config_.activation, experts_.back(), &d, &ff);
-    }
-    if (weights_->shared()) {
-      shared_ = expert_ffn_weights(*weights_->shared(), config_.activation);
-      has_shared_ = true;
-    }
     local_experts_ = placement_.experts_of(comm_.rank());
+    ffns_ = std::make_unique<ExpertFfns>(config_, *weights_, local_experts_);
+    has_shared_ = ffns_->has_shared();
     pool_.emplace(config_.num_threads);
     planner_.emplace(E, config_.router.top_k, config_.policy);
     router_.emplace(config_.router, planner_->num_ranked_needed());
@@ -182,7 +176,7 @@ void ExpertParallelLayer::ensure_local(int num_tokens) {
   if (has_shared_) {
     shared_out_.resize(T * hidden_);
     shared_gate_logit_.resize(T);
-    grow(scratch_, kernels::ffn_scratch_floats(num_tokens, weights_->shape().shared_ff));
+    grow(scratch_, ffns_->shared_scratch_floats(num_tokens));
   }
   local_capacity_ = num_tokens;
 }
@@ -204,9 +198,8 @@ void ExpertParallelLayer::ensure_global(int64_t global_tokens) {
   gathered_.resize(rows * hidden_);
   expert_out_.resize(rows * hidden_);
   if (!local_experts_.empty()) {
-    const int64_t ff = weights_->shape().expert_ff;
-    per_thread_scratch_ = per_thread_ffn_scratch(global_tokens, ff);
-    grow(scratch_, std::max(kernels::ffn_scratch_floats(global_tokens, ff),
+    per_thread_scratch_ = ffns_->expert_scratch_floats(std::min<int64_t>(global_tokens, kSmallExpertRows));
+    grow(scratch_, std::max(ffns_->expert_scratch_floats(global_tokens),
                             per_thread_scratch_ * static_cast<size_t>(config_.num_threads)));
   }
   global_capacity_ = global_tokens;
@@ -384,8 +377,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
 
   // 7. Shared expert on the local rows, then combine in fixed j order.
   if (has_shared_ && num_tokens > 0) {
-    kernels::ffn_forward(config_.expert_kernel, config_.activation, x, num_tokens, hidden_, shared_,
-                         shared_out_.data(), hidden_, scratch_.data(), *pool_);
+    ffns_->run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), *pool_);
     if (weights_->shared_gate()) {
       kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, *weights_->shared_gate(),
                       shared_gate_logit_.data(), 1, *pool_);
@@ -470,9 +462,8 @@ void ExpertParallelLayer::run_experts() {
   }
   auto run_expert = [&](int e, float* scratch) {
     const int64_t first = local_slot_base_[e];
-    kernels::ffn_forward(config_.expert_kernel, config_.activation, gathered_.data() + first * hidden_,
-                         plan_.expert_load[e], hidden_, experts_[e], expert_out_.data() + first * hidden_,
-                         hidden_, scratch, *pool_);
+    ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
+                      expert_out_.data() + first * hidden_, scratch, *pool_);
   };
   run_experts_scheduled(active_experts_, max_rows, *pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }

@@ -60,6 +60,10 @@
 #include "router/token_meta.h"
 #include "router/topk_router.h"
 
+namespace moe {
+class ExpertFfns;  // moe/layer/expert_ffns.h
+}  // namespace moe
+
 namespace moe::parallel {
 
 struct ExpertParallelOptions {
@@ -183,8 +187,7 @@ class ExpertParallelLayer final : public Layer {
   ExpertPlacement placement_;
   ExpertParallelOptions options_;
   int64_t hidden_ = 0;
-  std::vector<kernels::FfnWeights> experts_;
-  kernels::FfnWeights shared_{};
+  std::unique_ptr<moe::ExpertFfns> ffns_;  // this rank's experts and the shared expert
   bool has_shared_ = false;
   std::vector<int> local_experts_;
   // Built after validation (the constructor agrees on errors collectively before anything can throw).

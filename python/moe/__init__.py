@@ -69,6 +69,9 @@ class Layer:
     scope            "batch" | "request" | "causal" | "none" (none = dropless).
     priority         "arrival" | "request" | "score" | "random".   overflow   "drop" | "reroute".
     kernel           "invariant" | "fast".   num_threads (0 = 1).   max_tokens (workspace rows, 0 = 256).
+    compute          "fp32" (default) | "bf16": the expert and shared-expert FFNs with every GEMM input rounded
+                     to bf16, bf16 weights and fp32 accumulation (the gates stay fp32; "invariant" stays
+                     batch-invariant; CPU only: device "cuda" raises ValueError).
     device           "cpu" (default), or "cuda" / "cuda:N": the same layer on a CUDA device (numpy arrays in
                      and out; builds with CUDA; RuntimeError naming the reason when no device is usable).
     """

@@ -15,8 +15,12 @@ like both Hugging Face blocks: the output has the input's shape and dtype, route
 
 Differences from the Hugging Face block, by design:
 - Inference only: no autograd through the MoE computation (the result does not require grad).
-- Computation is float32 (bf16 weights are widened exactly; bf16 activations are converted to float32 and back),
-  so bf16 results are closer to a float64 reference than the bf16 HF block is, not bitwise equal to it.
+- Compute precision follows the module's weights (``compute=`` overrides): float32 weights compute in fp32; a
+  bf16 module (bf16 expert weights) computes the expert FFNs in bf16 like the HF block does - every GEMM input
+  rounded to bf16, bf16 weights, but fp32 accumulation and fp32 between the GEMMs (the HF block also rounds
+  each GEMM output and the activation to bf16), so the result is as close or closer to a float64 reference
+  than the bf16 HF block's (tests/python/test_bf16_compute.py), not bitwise equal to it. The router gate is
+  fp32 in every case. Activations of any dtype are converted to float32 and the output back to their dtype.
 - Defaults to the "deterministic" preset with dropless dispatch (scope="none"), matching the HF blocks, which
   never drop tokens; pass scope="sequence" (or "request"/"causal") and capacity_factor to enable capacity.
 - scope="sequence" (the deterministic preset's own scope) and scope="causal": the block keeps a
@@ -80,6 +84,7 @@ class MoEBlock(torch.nn.Module):
         self.num_experts = layer.num_experts
         self.top_k = layer.top_k
         self.hidden_dim = layer.hidden
+        self.compute = "fp32"  # the expert FFNs' compute precision (from_state_dict sets it)
         # Kept for router_logits only (the moe layer holds its own copy of every weight).
         self.register_buffer("gate_weight", gate_weight.detach().to(torch.float32).clone(), persistent=False)
 
@@ -91,8 +96,9 @@ class MoEBlock(torch.nn.Module):
 
         top_k: Mixtral's num_experts_per_tok (default 2) / Qwen2-MoE's (default 4).
         norm_topk_prob: Qwen2-MoE only (default False, as in Qwen1.5-MoE); Mixtral always renormalises.
-        config: moe.Layer keywords (preset, scope, capacity_factor, priority, overflow, kernel, num_threads,
-        max_tokens); scope defaults to "none" (dropless, like the HF block).
+        config: moe.Layer keywords (preset, scope, capacity_factor, priority, overflow, kernel, compute,
+        num_threads, max_tokens); scope defaults to "none" (dropless, like the HF block); compute defaults to
+        "bf16" when the expert weights are bf16 and "fp32" otherwise.
         """
         sd = _strip_prefix(state_dict, prefix)
         arch = architecture or detect_architecture(sd)
@@ -120,11 +126,14 @@ class MoEBlock(torch.nn.Module):
                           shared_up_proj=_need(sd, "shared_expert.up_proj.weight"),
                           shared_down_proj=_need(sd, "shared_expert.down_proj.weight"),
                           shared_expert_gate=sd.get("shared_expert_gate.weight"))
+        config.setdefault("compute", "bf16" if gp[0].dtype == torch.bfloat16 else "fp32")
         config.setdefault("scope", "none")
         config.setdefault("max_tokens", 1024)
         layer = Layer.from_arrays(gate, gp, up, dp, router=arch, top_k=k, renormalize=renormalize, **shared,
                                   **config)
-        return cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence"))
+        block = cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence"))
+        block.compute = config["compute"]
+        return block
 
     @classmethod
     def from_hf_block(cls, block, **config):

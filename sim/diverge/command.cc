@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "moe/layer/moe_layer_config.h"
 #include "sim/diverge/diverge.h"
 #include "sim/diverge/record.h"
 
@@ -30,6 +31,7 @@ struct Flags {
   int record_window = 256;
   std::vector<std::string> modes;
   std::vector<std::string> kernels = {"fast", "invariant"};
+  std::string compute = "fp32";
 };
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -81,6 +83,7 @@ void run(Flags& f) {
               << " --out plan.csv\n";
     return;
   }
+  o.compute = MoELayerConfig::parse_compute(f.compute);
   if (f.no_sweep) o.sweep_capacity_factors.clear();
   if (!f.modes.empty()) {
     o.grid.clear();
@@ -160,6 +163,11 @@ void add_diverge_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option(
+         "--compute", flags->compute,
+         "compute precision of the MoE layers' expert FFNs: fp32, or bf16 (GEMM inputs rounded to bf16, "
+         "fp32 accumulation; gates and attention stay fp32)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "traffic and probe seed")->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();

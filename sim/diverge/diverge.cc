@@ -235,6 +235,7 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
   const double start = now_seconds();
   model::ModelOptions mo;
   mo.kernel = spec.kernel;
+  mo.compute = options.compute;
   mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
   mo.max_tokens = options.max_token_budget();
   const int n = options.trials;
@@ -343,7 +344,8 @@ std::string format_table(const DivergeReport& report) {
   out += "probe: " + std::to_string(report.probe_prompt.size()) + " prompt tokens, " +
          std::to_string(o.gen_length) + " generated; " + std::to_string(o.trials) + " trials; budget " +
          std::to_string(o.scheduler.token_budget) + " tokens/step, chunk " +
-         std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "\n";
+         std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
+         std::string(kernels::to_string(o.compute)) + "\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%-24s %5s %8s %8s %9s %9s %9s %10s %10s %8s\n", "config", "cf",
                 "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
@@ -493,6 +495,7 @@ std::string to_json(const DivergeReport& report) {
   j["vary_budgets"] = o.vary_budgets;
   j["capacity_factor"] = o.capacity_factor;
   j["seed"] = o.seed;
+  j["compute"] = std::string(kernels::to_string(o.compute));
   j["weights"] = report.model;
   j["prompt"] = tokens_text(report.tokenizer.get(), report.probe_prompt);
   j["stranger_text"] = o.corpus_dir.empty() ? "random tokens" : o.corpus_dir + "/heldout.txt";

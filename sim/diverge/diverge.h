@@ -46,6 +46,8 @@ struct DivergeOptions {
   std::vector<int> vary_chunks = {8, 16, 32};     // chunk sizes of */varied configurations
   std::vector<int> vary_budgets = {32, 64, 128};  // token budgets of */varied configurations
   double capacity_factor = 1.0;
+  // The expert FFNs' compute precision in every configuration (fp32 or bf16; model::ModelOptions::compute).
+  kernels::ComputePrecision compute = kernels::ComputePrecision::kF32;
   uint64_t seed = 1;  // traffic of trial i: stream (seed, i); the probe prompt: stream (seed)
   int threads = 1;    // trials run in parallel, one single-threaded Model each
   TrafficConfig traffic;

@@ -15,3 +15,16 @@ moe_add_test(NAME kernels_cpu_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/test
              LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)
 moe_add_test(NAME kernels_cpu_alloc_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_alloc_test.cc
              LIBS moe_kernels_cpu LABELS unit)
+# bf16 compute: the vdpbf16ps contract (emulation == hardware), accuracy of the bf16 kernels (unit), and
+# their invariance by exact bits (invariance).
+moe_add_test(NAME kernels_cpu_dpbf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_dpbf16_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_bf16_compute_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_compute_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_bf16_invariance_test
+             SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_invariance_test.cc
+             LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)
+if(TARGET moe_kernels_cpu_onednn)
+  moe_add_test(NAME kernels_cpu_onednn_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_onednn_test.cc
+               LIBS moe_kernels_cpu_onednn LABELS unit)
+endif()

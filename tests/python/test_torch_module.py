@@ -75,13 +75,15 @@ class MoEBlockTest(unittest.TestCase):
 
     def test_bf16_block(self):
         block = MixtralSparseMoeBlock(D, FF, E).to(torch.bfloat16)
-        ours = MoEBlock.from_hf_block(block)
+        self.assertEqual(MoEBlock.from_hf_block(block).compute, "bf16")  # a bf16 module computes in bf16
+        ours = MoEBlock.from_hf_block(block, compute="fp32")
+        self.assertEqual(ours.compute, "fp32")
         self.assertEqual(ours.layer.weights.storage, "bf16")
         x = torch.randn(2, 8, D).to(torch.bfloat16)
         y, _ = ours(x)
         self.assertEqual(y.dtype, torch.bfloat16)
         ref, _ = reference(block, x)
-        # float32 inside: the only bf16 rounding is the output's (2^-9 relative).
+        # float32 compute inside: the only bf16 rounding is the output's (2^-9 relative).
         self.assertLessEqual(rel(y, ref), 1e-2)
         y32 = ours.layer.forward(x.reshape(-1, D).float(), np.repeat(np.arange(2), 8), np.tile(np.arange(8), 2))
         err = rel(y32, ref.reshape(-1, D))

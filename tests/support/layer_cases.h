@@ -119,6 +119,22 @@ inline MoELayerConfig threads(MoELayerConfig c, int n) {
   return c;
 }
 
+inline MoELayerConfig bf16_compute(MoELayerConfig c) {
+  c.compute = kernels::ComputePrecision::kBF16;
+  return c;
+}
+
+// The accuracy bound of bf16 compute (per-row relative error against Reference(..., kBF16): float64 of the
+// same bf16 GEMM operands, h rounded to bf16 from its exact value). Two sources remain: the fp32 accumulation
+// (|err| <= 4 sqrt(2P) 2^-24 of sum |xb_i wb_i| per output, kernels/cpu/linear_bf16.h: ~1e-6 relative per
+// GEMM) and the elements of h whose fp32 value and exact value round to different bf16 neighbours (each
+// moves its term h_j w2_oj by one bf16 ulp, 2^-8 relative; it happens to a fraction ~ (fp32 error of h) /
+// (bf16 ulp of h) of them, ~1e-3 - rare enough at these sizes that most rows have none). Measured on the
+// table's cases: at most 2.7e-6. The bound, 1e-4, is far below what an fp32-computing layer would show against
+// this reference (the rounding of x and h alone moves a row by ~1e-3), so the cases check that bf16 compute is
+// what runs.
+inline constexpr double kBf16ComputeTolerance = 1e-4;
+
 }  // namespace layer_cases_detail
 
 inline std::vector<LayerCase> layer_cases() {
@@ -173,6 +189,24 @@ inline std::vector<LayerCase> layer_cases() {
        2},
       {"deepseek_f32_sequence_reroute", deepseek_shape(), DType::kF32,
        threads(with(deepseek("deterministic"), S, req, reroute), 2), 2},
+      // bf16 compute (MoELayerConfig::compute): the invariant bf16 kernel under the deterministic preset,
+      // oneDNN (or Eigen) under greedy; bf16 and fp32 (rounded at load) weights; shared experts; GELU.
+      {"mixtral_bf16c_deterministic", mix, DType::kBF16, bf16_compute(threads(mixtral("deterministic"), 2)),
+       1, kBf16ComputeTolerance},
+      {"mixtral_bf16c_f32weights_sequence_3calls", mix, DType::kF32, bf16_compute(mixtral("deterministic")),
+       3, kBf16ComputeTolerance},
+      {"mixtral_bf16c_greedy", mix, DType::kBF16, bf16_compute(threads(mixtral("greedy"), 2)), 1,
+       kBf16ComputeTolerance},
+      {"mixtral_bf16c_greedy_dispatch_invariant_kernels", mix, DType::kBF16,
+       bf16_compute(with(mixtral("deterministic"), B, arr)), 1, kBf16ComputeTolerance},
+      {"mixtral_bf16c_gelu_deterministic", gelu_shape, DType::kBF16, bf16_compute(gelu_det), 1,
+       kBf16ComputeTolerance},
+      {"qwen2_bf16c_deterministic", qwen2_shape(), DType::kBF16,
+       bf16_compute(threads(qwen2("deterministic"), 2)), 1, kBf16ComputeTolerance},
+      {"qwen2_bf16c_greedy", qwen2_shape(), DType::kBF16, bf16_compute(qwen2("greedy")), 1,
+       kBf16ComputeTolerance},
+      {"deepseek_bf16c_sequence_reroute", deepseek_shape(), DType::kBF16,
+       bf16_compute(threads(with(deepseek("deterministic"), S, req, reroute), 2)), 2, kBf16ComputeTolerance},
   };
 }
 

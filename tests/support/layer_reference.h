@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "moe/io/layer_weights.h"
 #include "router/dispatch_plan.h"
@@ -14,23 +15,34 @@
 namespace moe::testing {
 
 // y_ref[t] = sum_j w * FFN_e(x[t]) + g(t) * Shared(x[t]) in double, with routing taken from the layer's plan.
+// compute kBF16: the FFNs' GEMM operands are the bf16 ones the layer uses - x and the weights rounded to
+// bf16, and the hidden activation h (computed in double) rounded to bf16 - with every product and sum in
+// double (kernels::ffn_bf16_reference_f64 with round_hidden); the gates are fp32 as in the layer.
 inline std::vector<double> Reference(const io::LayerWeights& w, kernels::Activation act,
-                                     const DispatchPlan& plan, const std::vector<float>& x, int T) {
+                                     const DispatchPlan& plan, const std::vector<float>& x, int T,
+                                     kernels::ComputePrecision compute = kernels::ComputePrecision::kF32) {
   const int64_t d = w.shape().hidden;
   std::vector<double> y(static_cast<size_t>(T) * d, 0.0), row(d);
   auto ffn_of = [&](const io::ExpertTensors& e) {
     return act == kernels::Activation::kGELU ? kernels::FfnWeights{e.up_proj, {}, e.down_proj}
                                              : kernels::FfnWeights{e.gate_proj, e.up_proj, e.down_proj};
   };
+  auto ffn = [&](const io::ExpertTensors& e, const float* xt) {
+    if (compute == kernels::ComputePrecision::kBF16) {
+      kernels::ffn_bf16_reference_f64(act, xt, 1, ffn_of(e), row.data(), nullptr, /*round_hidden=*/true);
+    } else {
+      kernels::ffn_reference_f64(act, xt, 1, ffn_of(e), row.data());
+    }
+  };
   for (int t = 0; t < T; ++t) {
     for (int j = 0; j < plan.top_k; ++j) {
       const int64_t p = static_cast<int64_t>(t) * plan.top_k + j;
       if (plan.pair_status[p] == PairStatus::kDropped) continue;
-      kernels::ffn_reference_f64(act, &x[t * d], 1, ffn_of(w.experts()[plan.pair_expert[p]]), row.data());
+      ffn(w.experts()[plan.pair_expert[p]], &x[t * d]);
       for (int64_t i = 0; i < d; ++i) y[t * d + i] += plan.pair_weight[p] * row[i];
     }
     if (w.shared()) {
-      kernels::ffn_reference_f64(act, &x[t * d], 1, ffn_of(*w.shared()), row.data());
+      ffn(*w.shared(), &x[t * d]);
       double g = 1.0;
       if (w.shared_gate()) {
         double logit;

@@ -49,7 +49,8 @@ struct Backend {
   // With invariant kernels its outputs equal the single-process CPU layer's bit for bit (expert parallelism,
   // docs/determinism.md clause 8); otherwise they agree within the accuracy bound and the plans are equal.
   bool bitwise_equal_to_cpu = false;
-  int mixes = 100;  // probe trials per invariance check (fewer where every forward is a collective)
+  int mixes = 100;           // probe trials per invariance check (fewer where every forward is a collective)
+  bool bf16_compute = true;  // runs MoELayerConfig::compute kBF16 (the CUDA layer refuses it)
 };
 
 }  // namespace moe::testing

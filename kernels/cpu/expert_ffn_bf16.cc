@@ -1,0 +1,154 @@
+#include "kernels/cpu/expert_ffn_bf16.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/cpu/activations.h"
+
+namespace moe::kernels {
+namespace {
+
+// Scratch parts, in floats, each rounded up to 16 floats (64 bytes).
+struct ScratchLayout {
+  size_t h1, h3, xb, hb, total;  // offsets of the parts (from the first 64-byte boundary) and the size
+};
+
+size_t round16(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+ScratchLayout layout(int64_t rows, int64_t d, int64_t ff) {
+  const size_t r = static_cast<size_t>(rows);
+  ScratchLayout s{};
+  s.h1 = 0;
+  s.h3 = s.h1 + round16(r * static_cast<size_t>(ff));
+  s.xb = s.h3 + round16(r * static_cast<size_t>(ff));
+  s.hb = s.xb + round16(r * static_cast<size_t>(bf16_pairs(d)));           // a float holds one bf16 pair
+  s.total = s.hb + round16(r * static_cast<size_t>(bf16_pairs(ff))) + 16;  // + 16: room to align the start
+  return s;
+}
+
+}  // namespace
+
+PackedFfnBf16::PackedFfnBf16(Activation activation, const FfnWeights& w, const Bf16LinearMaker& make)
+    : act(activation) {
+  int64_t d = 0, ff = 0;
+  validate_ffn_weights(activation, w, &d, &ff);
+  w1 = make(w.w1);
+  if (activation == Activation::kSwiGLU) w3 = make(w.w3);
+  w2 = make(w.w2);
+}
+
+size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff) {
+  if (rows < 0 || d < 0 || ff < 0) {
+    throw std::invalid_argument("ffn_bf16_scratch_floats: negative size (rows " + std::to_string(rows) +
+                                ", d " + std::to_string(d) + ", ff " + std::to_string(ff) + ")");
+  }
+  return layout(rows, d, ff).total;
+}
+
+void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
+                      int64_t y_stride, float* scratch, ThreadPool& pool) {
+  const int64_t d = w.d(), ff = w.ff();
+  if (rows < 0)
+    throw std::invalid_argument("ffn_bf16_forward: rows (" + std::to_string(rows) + ") is negative");
+  if (x_stride < d || y_stride < d) {
+    throw std::invalid_argument("ffn_bf16_forward: x_stride (" + std::to_string(x_stride) +
+                                ") or y_stride (" + std::to_string(y_stride) + ") is less than d (" +
+                                std::to_string(d) + ")");
+  }
+  if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_bf16_forward: x or y is null with rows " + std::to_string(rows));
+  }
+  if (scratch == nullptr && rows > 0) {
+    throw std::invalid_argument("ffn_bf16_forward: scratch is null, need " +
+                                std::to_string(ffn_bf16_scratch_floats(rows, d, ff)) + " floats");
+  }
+  if (rows == 0) return;
+  const ScratchLayout s = layout(rows, d, ff);
+  float* base = scratch;
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float* h1 = base + s.h1;
+  float* h3 = base + s.h3;
+  auto* xb = reinterpret_cast<uint16_t*>(base + s.xb);
+  auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
+
+  round_rows_to_bf16(x, rows, x_stride, d, xb, pool);
+  w.w1->forward_rounded(xb, rows, h1, ff, pool);
+  if (w.act == Activation::kSwiGLU) w.w3->forward_rounded(xb, rows, h3, ff, pool);
+  // Elementwise activation and rounding of h: each thread takes a contiguous block of rows.
+  const int64_t hb_len = 2 * bf16_pairs(ff);
+  const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
+  pool.parallel_for(num_tasks, [&](int64_t task, int) {
+    int64_t r0 = 0, r1 = 0;
+    ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* hr = h1 + r * ff;
+      if (w.act == Activation::kSwiGLU) {
+        swiglu(hr, h3 + r * ff, hr, ff);
+      } else {
+        gelu(hr, hr, ff);
+      }
+      round_to_bf16_span(hr, ff, hb + r * hb_len);
+      if (hb_len > ff) hb[r * hb_len + ff] = 0;
+    }
+  });
+  w.w2->forward_rounded(hb, rows, y, y_stride, pool);
+}
+
+void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
+                            double* scale, bool round_hidden) {
+  int64_t d = 0, ff = 0;
+  validate_ffn_weights(act, w, &d, &ff);
+  if (rows < 0) throw std::invalid_argument("ffn_bf16_reference_f64: rows is negative");
+  if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
+    throw std::invalid_argument("ffn_bf16_reference_f64: x or y is null");
+  }
+  // The bf16 values of the weights, widened to double once.
+  const auto widen = [](const MatrixView& m) {
+    std::vector<double> v(static_cast<size_t>(m.rows * m.cols));
+    for (int64_t r = 0; r < m.rows; ++r) {
+      for (int64_t c = 0; c < m.cols; ++c) {
+        const uint16_t b = m.dtype == DType::kBF16
+                               ? static_cast<const uint16_t*>(m.data)[r * m.row_stride + c]
+                               : f32_to_bf16(static_cast<const float*>(m.data)[r * m.row_stride + c]);
+        v[static_cast<size_t>(r * m.cols + c)] = bf16_to_f32(b);
+      }
+    }
+    return v;
+  };
+  const std::vector<double> w1 = widen(w.w1), w2 = widen(w.w2);
+  const std::vector<double> w3 = act == Activation::kSwiGLU ? widen(w.w3) : std::vector<double>();
+  std::vector<double> xr(static_cast<size_t>(d)), h(static_cast<size_t>(ff));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < d; ++i) xr[static_cast<size_t>(i)] = round_to_bf16(x[r * d + i]);
+    for (int64_t j = 0; j < ff; ++j) {
+      double gate = 0.0, up = 0.0;
+      for (int64_t i = 0; i < d; ++i) gate += xr[static_cast<size_t>(i)] * w1[static_cast<size_t>(j * d + i)];
+      if (act == Activation::kSwiGLU) {
+        for (int64_t i = 0; i < d; ++i) up += xr[static_cast<size_t>(i)] * w3[static_cast<size_t>(j * d + i)];
+        h[static_cast<size_t>(j)] = silu_f64(gate) * up;
+      } else {
+        h[static_cast<size_t>(j)] = gelu_f64(gate);
+      }
+      if (round_hidden)
+        h[static_cast<size_t>(j)] = round_to_bf16(static_cast<float>(h[static_cast<size_t>(j)]));
+    }
+    for (int64_t o = 0; o < d; ++o) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int64_t j = 0; j < ff; ++j) {
+        const double t = h[static_cast<size_t>(j)] * w2[static_cast<size_t>(o * ff + j)];
+        sum += t;
+        abs_sum += std::fabs(t);
+      }
+      y[r * d + o] = sum;
+      if (scale != nullptr) scale[r * d + o] = abs_sum;
+    }
+  }
+}
+
+}  // namespace moe::kernels

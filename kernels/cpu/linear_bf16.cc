@@ -1,0 +1,218 @@
+#include "kernels/cpu/linear_bf16.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/bf16_linear_op.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/linear_bf16_kernel.h"
+
+namespace moe::kernels {
+namespace {
+
+void validate(const void* x, int64_t rows, const PackedBf16Weights& w, const float* y, int64_t y_stride,
+              const char* what) {
+  // The message is built only on failure: the hot path allocates nothing.
+  const auto fail = [what](const std::string& msg) {
+    throw std::invalid_argument(std::string(what) + ": " + msg);
+  };
+  if (rows < 0) fail("rows (" + std::to_string(rows) + ") is negative");
+  if (y_stride < w.out()) {
+    fail("y_stride (" + std::to_string(y_stride) + ") is less than out (" + std::to_string(w.out()) + ")");
+  }
+  if (x == nullptr && rows > 0 && w.in() > 0) fail("x is null");
+  if (y == nullptr && rows > 0 && w.out() > 0) fail("y is null");
+}
+
+// A buffer of the calling thread for linear_bf16 without a workspace: grows, then is reused.
+uint16_t* thread_workspace(size_t elems) {
+  thread_local std::vector<uint16_t> buffer;
+  if (buffer.size() < elems) buffer.resize(elems);
+  return buffer.data();
+}
+
+void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j0,
+                int64_t j1, float* y, int64_t y_stride) {
+  switch (k) {
+    case Bf16Kernel::kAvx512Dpbf16:
+      detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
+      return;
+    case Bf16Kernel::kAvx512Fma:
+      detail::bf16_panels_fma512(xb, rows, w, j0, j1, y, y_stride);
+      return;
+    case Bf16Kernel::kPortable:
+      detail::bf16_panels_portable(xb, rows, w, j0, j1, y, y_stride);
+      return;
+  }
+}
+
+void run(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
+         int64_t y_stride, ThreadPool& pool) {
+  if (w.in() == 0) {
+    for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
+    return;
+  }
+  // Threads take contiguous ranges of whole panels; never the reduction.
+  const int64_t panels = w.panels();
+  const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
+  pool.parallel_for(tasks, [&](int64_t task, int) {
+    int64_t j0 = 0, j1 = 0;
+    ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);
+    if (j1 > j0) run_panels(k, xb, rows, w, j0, j1, y, y_stride);
+  });
+}
+
+void run(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y, int64_t y_stride,
+         ThreadPool& pool) {
+  run(linear_bf16_kernel(), xb, rows, w, y, y_stride, pool);
+}
+
+// Seconds of the best of 3 runs of kernel k on a one-panel, 6-row, 1024-pair product (about 1.6 MFLOP).
+double time_kernel(Bf16Kernel k, const uint16_t* xb, const PackedBf16Weights& w, float* y) {
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) run_panels(k, xb, 6, w, 0, 1, y, w.out());
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+Bf16Kernel choose_kernel() {
+  if (const char* forced = std::getenv("MOE_BF16_KERNEL")) {
+    for (Bf16Kernel k : {Bf16Kernel::kPortable, Bf16Kernel::kAvx512Fma, Bf16Kernel::kAvx512Dpbf16}) {
+      if (std::string(forced) == to_string(k) && bf16_kernel_available(k)) return k;
+    }
+  }
+  const bool dp = bf16_kernel_available(Bf16Kernel::kAvx512Dpbf16);
+  const bool fma = bf16_kernel_available(Bf16Kernel::kAvx512Fma);
+  if (dp && fma) {
+    constexpr int64_t kIn = 2048;
+    std::vector<uint16_t> wb(static_cast<size_t>(64 * kIn), 0x3c00), xb(static_cast<size_t>(6 * kIn), 0x3c00);
+    const PackedBf16Weights w(MatrixView{wb.data(), DType::kBF16, 64, kIn, kIn});
+    std::vector<float> y(6 * 64);
+    time_kernel(Bf16Kernel::kAvx512Dpbf16, xb.data(), w, y.data());  // warm-up (caches, clocks)
+    const double t_dp = time_kernel(Bf16Kernel::kAvx512Dpbf16, xb.data(), w, y.data());
+    const double t_fma = time_kernel(Bf16Kernel::kAvx512Fma, xb.data(), w, y.data());
+    return t_fma < t_dp ? Bf16Kernel::kAvx512Fma : Bf16Kernel::kAvx512Dpbf16;
+  }
+  if (dp) return Bf16Kernel::kAvx512Dpbf16;
+  if (fma) return Bf16Kernel::kAvx512Fma;
+  return Bf16Kernel::kPortable;
+}
+
+}  // namespace
+
+namespace detail {
+
+void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                          int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* xr = xb + r * xs;
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const uint32_t* panel = w.panel(j);
+      const int64_t o0 = j * kBf16PanelOutputs;
+      const int64_t valid = std::min<int64_t>(kBf16PanelOutputs, w.out() - o0);
+      for (int64_t c = 0; c < valid; ++c) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < pairs; ++p) {
+          const uint32_t wp = panel[p * kBf16PanelOutputs + c];
+          acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
+                       static_cast<uint16_t>(wp >> 16));
+        }
+        y[r * y_stride + o0 + c] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+void linear_bf16(const float* x, int64_t rows, int64_t x_stride, const PackedBf16Weights& w, float* y,
+                 int64_t y_stride, uint16_t* workspace, ThreadPool& pool) {
+  validate(x, rows, w, y, y_stride, "linear_bf16");
+  if (x_stride < w.in()) {
+    throw std::invalid_argument("linear_bf16: x_stride (" + std::to_string(x_stride) + ") is less than in (" +
+                                std::to_string(w.in()) + ")");
+  }
+  if (rows == 0 || w.out() == 0) return;
+  uint16_t* xb =
+      workspace != nullptr ? workspace : thread_workspace(linear_bf16_workspace_elems(rows, w.in()));
+  round_rows_to_bf16(x, rows, x_stride, w.in(), xb, pool);
+  run(xb, rows, w, y, y_stride, pool);
+}
+
+void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
+                         int64_t y_stride, ThreadPool& pool) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded");
+  if (rows == 0 || w.out() == 0) return;
+  run(xb, rows, w, y, y_stride, pool);
+}
+
+void InvariantBf16Linear::forward_rounded(const uint16_t* xb, int64_t rows, float* y, int64_t y_stride,
+                                          ThreadPool& pool) const {
+  linear_bf16_rounded(xb, rows, packed_, y, y_stride, pool);
+}
+
+const char* to_string(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::kPortable:
+      return "portable";
+    case Bf16Kernel::kAvx512Fma:
+      return "fma";
+    case Bf16Kernel::kAvx512Dpbf16:
+      return "dpbf16";
+  }
+  return "?";
+}
+
+bool bf16_kernel_available(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::kPortable:
+      return true;
+    case Bf16Kernel::kAvx512Fma:
+      return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512f();
+    case Bf16Kernel::kAvx512Dpbf16:
+      return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512_bf16();
+  }
+  return false;
+}
+
+Bf16Kernel linear_bf16_kernel() {
+  static const Bf16Kernel chosen = choose_kernel();
+  return chosen;
+}
+
+bool linear_bf16_uses_avx512() {
+  return linear_bf16_kernel() == Bf16Kernel::kAvx512Dpbf16;
+}
+
+void linear_bf16_rounded_with(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w,
+                              float* y, int64_t y_stride, ThreadPool& pool) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded_with");
+  if (!bf16_kernel_available(k)) {
+    throw std::invalid_argument(std::string("linear_bf16_rounded_with: this CPU has no '") + to_string(k) +
+                                "' kernel");
+  }
+  if (rows == 0 || w.out() == 0) return;
+  run(k, xb, rows, w, y, y_stride, pool);
+}
+
+void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
+                                  int64_t y_stride) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded_portable");
+  if (rows == 0 || w.out() == 0) return;
+  if (w.in() == 0) {
+    for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
+    return;
+  }
+  detail::bf16_panels_portable(xb, rows, w, 0, w.panels(), y, y_stride);
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,139 @@
+// The AVX-512 vdpbf16ps kernel of the bf16-compute linear.
+//
+// NOTES: a register tile is MR rows (1..6) x one weight panel (64 outputs = 4 registers of 16 lanes); per
+// pair p it broadcasts each row's (even, odd) x pair to all lanes and runs acc[m][n] = vdpbf16ps(acc[m][n],
+// x pair of row m, panel register n). Lane l of register n accumulates output 16 n + l of the panel in one
+// sequential chain over p = 0..P-1: the chain of the contract, whatever MR or the loop order around the
+// tile. 24 accumulators + 6 broadcasts + 1 weight register fit the 32 vector registers and cover the
+// latency of vdpbf16ps (6-8 cycles) at one or two per cycle.
+// Loop order: row blocks of kRowBlock (the block's x stays in L2/L3) x the thread's panels (a panel of a
+// 2816-long reduction is 360 KB: it stays in L2 while every row group of the block passes over it) x row
+// groups of 6. A one-row product streams the packed weights once, front to back (one contiguous stream).
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/linear_bf16_kernel.h"
+#include "kernels/cpu/simd.h"
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+// Everything below, and nothing in any other file, is compiled for AVX512F + AVX512_BF16 (after the includes:
+// the inline functions of the headers keep the build's flags). linear_bf16.cc calls it only when
+// cpu_has_avx512_bf16().
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+#endif
+#endif
+
+namespace moe::kernels::detail {
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+namespace {
+
+constexpr int kMR = 6;
+constexpr int kNV = kBf16PanelOutputs / 16;  // registers per panel
+constexpr int64_t kRowBlock = 96;
+// Software prefetch distance along the packed weights, in dwords (4 KB): the first row group over a panel
+// streams it from memory, and the hardware prefetcher alone left a one-row product at ~8-10 GB/s where
+// this gives ~12-14 (the streaming read peak of the development machine is ~14).
+constexpr int64_t kPrefetchDwords = 1024;
+
+template <int MR, bool Prefetch>
+void tile(const uint16_t* xb, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
+          int valid) {
+  __m512 acc[MR][kNV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) acc[m][n] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i xv[MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      xv[m] = _mm512_broadcastd_epi32(_mm_loadu_si32(xb + m * xs + 2 * p));
+      asm("" : "+v"(xv[m]));  // one broadcast per row, not one per instruction
+    }
+    const uint32_t* wp = panel + p * kBf16PanelOutputs;
+    if constexpr (Prefetch) {
+#pragma GCC unroll 4
+      for (int n = 0; n < kNV; ++n) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchDwords + 16 * n), _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) {
+      __m512i wv = _mm512_load_si512(wp + 16 * n);
+      asm("" : "+v"(wv));  // keep the weights in a register: otherwise GCC folds the load MR times
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)xv[m], (__m512bh)wv);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) {
+      float* dst = y + m * ys + 16 * n;
+      const int left = valid - 16 * n;
+      if (left >= 16) {
+        _mm512_storeu_ps(dst, acc[m][n]);
+      } else if (left > 0) {
+        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << left) - 1u), acc[m][n]);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const uint16_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int);
+
+template <bool Prefetch, int... Ms>
+constexpr std::array<TileFn, sizeof...(Ms)> tile_table(std::integer_sequence<int, Ms...>) {
+  return {&tile<Ms + 1, Prefetch>...};
+}
+// [prefetch][mr - 1]: the first row group of a block prefetches the panel (it reads it from memory),
+// the later ones find it in L2.
+constexpr std::array<std::array<TileFn, kMR>, 2> kTiles = {
+    tile_table<false>(std::make_integer_sequence<int, kMR>{}),
+    tile_table<true>(std::make_integer_sequence<int, kMR>{})};
+
+}  // namespace
+
+void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t r1 = std::min(rows, r0 + kRowBlock);
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const int64_t o = j * kBf16PanelOutputs;
+      const int valid = static_cast<int>(std::min<int64_t>(kBf16PanelOutputs, w.out() - o));
+      for (int64_t r = r0; r < r1; r += kMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - r));
+        kTiles[r == r0 ? 1 : 0][mr - 1](xb + r * xs, xs, w.panel(j), pairs, y + r * y_stride + o, y_stride,
+                                        valid);
+      }
+    }
+  }
+}
+
+#else
+
+void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride) {
+  bf16_panels_portable(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+#endif
+
+}  // namespace moe::kernels::detail
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif

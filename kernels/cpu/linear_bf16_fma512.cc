@@ -1,0 +1,191 @@
+// The bf16-compute linear on AVX-512F fp32 FMAs, with the bits of vdpbf16ps (the contract of dpbf16.h).
+//
+// Why it gives the same bits: a lane of vdpbf16ps is two fused multiply-adds, odd pair first, each rounded
+// once, with DAZ on every input and FTZ after rounding. The product of two bf16 numbers is exact in fp32, so
+// an fp32 FMA of the widened operands, c = fma(x_odd, w_odd, c); c = fma(x_even, w_even, c), rounds the same
+// exact value once; MXCSR's DAZ and FTZ (x86 detects tininess after rounding) give the contract's flushes,
+// and x86's invalid result is the same default NaN. The kernel sets MXCSR to round-to-nearest + DAZ + FTZ
+// while it runs and restores the caller's MXCSR after. One difference remains: when NaNs meet, an FMA returns
+// the first NaN in its own operand order, not in the contract's (x, w, accumulator); so every output that
+// comes out NaN is recomputed with the scalar emulation (NaN is sticky along a chain: an output that is not
+// NaN never met one). tests/kernels_cpu_bf16_invariance_test checks this kernel against the emulation on the
+// wide-range values (subnormals, tiny products, infinities, NaN payloads) bit for bit.
+//
+// Why it exists: on some CPUs with AVX512_BF16 (the Intel Xeon this was measured on: family 6 model 207)
+// vdpbf16ps zmm runs at half the fp32 FMA rate in FLOP/s, so this kernel is the faster way to compute the
+// same bits; it also serves AVX-512 CPUs without AVX512_BF16. linear_bf16.cc picks the faster one.
+//
+// NOTES: the register tile is the vdpbf16ps kernel's (MR rows x one 64-output panel, 24 accumulators); per
+// pair the panel's 4 registers of packed (even, odd) words are split into w_even = dword << 16 and
+// w_odd = dword & 0xffff0000 (exact widening), and each row's x values come as broadcast memory operands
+// from a per-thread copy of the row block's x widened to fp32 (2 floats per pair: [2p] even, [2p + 1] odd).
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/linear_bf16_kernel.h"
+#include "kernels/cpu/simd.h"
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+// Everything below is compiled for AVX512F (after the includes: the headers' inline functions keep the
+// build's flags). linear_bf16.cc calls it only when cpu_has_avx512f().
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+#endif
+
+namespace moe::kernels::detail {
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+namespace {
+
+constexpr int kMR = 6;
+constexpr int kNV = kBf16PanelOutputs / 16;
+constexpr int64_t kRowBlock = 96;
+constexpr int64_t kPrefetchDwords = 1024;
+// Round to nearest, every exception masked, DAZ (bit 6) and FTZ (bit 15).
+constexpr unsigned kMxcsr = 0x1f80u | 0x0040u | 0x8000u;
+
+template <int MR, bool Prefetch>
+void tile(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
+          int valid) {
+  __m512 acc[MR][kNV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) acc[m][n] = _mm512_setzero_ps();
+  }
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint32_t* wp = panel + p * kBf16PanelOutputs;
+    if constexpr (Prefetch) {
+#pragma GCC unroll 4
+      for (int n = 0; n < kNV; ++n) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchDwords + 16 * n), _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) {
+      const __m512i wv = _mm512_load_si512(wp + 16 * n);
+      const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(wv, high));
+      const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const float* xr = xf + m * xs + 2 * p;
+        acc[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w_odd, acc[m][n]);
+        acc[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w_even, acc[m][n]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) {
+      float* dst = y + m * ys + 16 * n;
+      const int left = valid - 16 * n;
+      if (left >= 16) {
+        _mm512_storeu_ps(dst, acc[m][n]);
+      } else if (left > 0) {
+        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << left) - 1u), acc[m][n]);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const uint32_t*, int64_t, float*, int64_t, int);
+
+template <bool Prefetch, int... Ms>
+constexpr std::array<TileFn, sizeof...(Ms)> tile_table(std::integer_sequence<int, Ms...>) {
+  return {&tile<Ms + 1, Prefetch>...};
+}
+constexpr std::array<std::array<TileFn, kMR>, 2> kTiles = {
+    tile_table<false>(std::make_integer_sequence<int, kMR>{}),
+    tile_table<true>(std::make_integer_sequence<int, kMR>{})};
+
+// The row block's x widened to fp32 (exact), per thread; grows to the largest block, then is reused.
+float* widened_block(const uint16_t* xb, int64_t rows, int64_t xs) {
+  thread_local std::vector<float> buffer;
+  const size_t n = static_cast<size_t>(rows * xs);
+  if (buffer.size() < n) buffer.resize(n);
+  for (size_t i = 0; i < n; ++i) buffer[i] = std::bit_cast<float>(static_cast<uint32_t>(xb[i]) << 16);
+  return buffer.data();
+}
+
+// The contract's chain for one output (the NaN fix-up).
+float chain(const uint16_t* xr, const PackedBf16Weights& w, int64_t o) {
+  const uint32_t* panel = w.panel(o / kBf16PanelOutputs);
+  const int64_t c = o % kBf16PanelOutputs;
+  float acc = 0.0f;
+  for (int64_t p = 0; p < w.pairs(); ++p) {
+    const uint32_t wp = panel[p * kBf16PanelOutputs + c];
+    acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
+                 static_cast<uint16_t>(wp >> 16));
+  }
+  return acc;
+}
+
+// NaN outputs: the contract's NaN (see the file comment), by the emulation. Not inlined, so that none of its
+// arithmetic is scheduled before the caller's MXCSR is restored.
+[[gnu::noinline]] void fix_nans(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                                int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t xs = 2 * w.pairs();
+  const int64_t o_begin = j_begin * kBf16PanelOutputs, o_end = std::min(w.out(), j_end * kBf16PanelOutputs);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * y_stride;
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      if (std::isnan(yr[o])) yr[o] = chain(xb + r * xs, w, o);
+    }
+  }
+}
+
+}  // namespace
+
+void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(kMxcsr);
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t r1 = std::min(rows, r0 + kRowBlock);
+    const float* xf = widened_block(xb + r0 * xs, r1 - r0, xs);
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const int64_t o = j * kBf16PanelOutputs;
+      const int valid = static_cast<int>(std::min<int64_t>(kBf16PanelOutputs, w.out() - o));
+      for (int64_t r = r0; r < r1; r += kMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - r));
+        kTiles[r == r0 ? 1 : 0][mr - 1](xf + (r - r0) * xs, xs, w.panel(j), pairs, y + r * y_stride + o,
+                                        y_stride, valid);
+      }
+    }
+  }
+  _mm_setcsr(saved);
+  fix_nans(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+#else
+
+void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride) {
+  bf16_panels_portable(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+#endif
+
+}  // namespace moe::kernels::detail
+
+#if MOE_HAVE_AVX512_BF16_TARGET
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif

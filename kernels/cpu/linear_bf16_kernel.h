@@ -1,0 +1,27 @@
+// Internal: the bf16-compute linear's per-thread work (see linear_bf16.h for the contract). Inputs are
+// validated by linear_bf16.cc; rows > 0, w.out() > 0, w.in() > 0.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/bf16_packed.h"
+
+namespace moe::kernels::detail {
+
+// Outputs of panels [j_begin, j_end) for all rows, with the AVX-512 vdpbf16ps kernel. Call it only when
+// cpu_has_avx512_bf16() (kernels/cpu/cpu_features.h): linear_bf16_avx512.cc is the one file compiled for
+// AVX512_BF16 (a `#pragma GCC target` region), and this is its only entry point. On compilers that cannot
+// target AVX512_BF16 it runs the portable path.
+void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride);
+
+// The same with AVX-512F fp32 FMAs under DAZ/FTZ (linear_bf16_fma512.cc; same bits). Call it only when
+// cpu_has_avx512f().
+void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride);
+
+// The same with the scalar emulation of dpbf16.h (same bits).
+void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                          int64_t j_end, float* y, int64_t y_stride);
+
+}  // namespace moe::kernels::detail

@@ -1,0 +1,100 @@
+#include "moe/layer/expert_ffns.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/bf16_linear_op.h"
+#if defined(MOE_HAVE_ONEDNN)
+#include "kernels/cpu/linear_onednn.h"
+#endif
+
+namespace moe {
+namespace {
+
+// The bf16 linear of each kind (expert_ffns.h).
+kernels::Bf16LinearMaker bf16_maker(kernels::KernelKind kind, int threads) {
+  if (kind == kernels::KernelKind::kInvariant) return kernels::make_invariant_bf16_linear;
+#if defined(MOE_HAVE_ONEDNN)
+  return kernels::onednn_bf16_linear_maker(threads);
+#else
+  (void)threads;
+  return kernels::make_eigen_bf16_linear;
+#endif
+}
+
+}  // namespace
+
+ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& weights,
+                       std::span<const int> experts)
+    : compute_(config.compute),
+      kind_(config.expert_kernel),
+      act_(config.activation),
+      hidden_(weights.shape().hidden),
+      expert_ff_(weights.shape().expert_ff),
+      shared_ff_(weights.shape().shared_ff) {
+  for (const io::ExpertTensors& t : weights.experts()) {
+    experts_.push_back(expert_ffn_weights(t, act_));
+    int64_t d = 0, ff = 0;
+    kernels::validate_ffn_weights(act_, experts_.back(), &d, &ff);
+  }
+  if (weights.shared()) {
+    shared_ = expert_ffn_weights(*weights.shared(), act_);
+    int64_t d = 0, ff = 0;
+    kernels::validate_ffn_weights(act_, shared_, &d, &ff);
+    has_shared_ = true;
+  }
+  if (compute_ != kernels::ComputePrecision::kBF16) return;
+  const kernels::Bf16LinearMaker make = bf16_maker(kind_, config.num_threads);
+  packed_.resize(experts_.size());
+  for (int e : experts) {
+    if (e < 0 || e >= static_cast<int>(experts_.size())) {
+      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is out of range");
+    }
+    packed_[static_cast<size_t>(e)] = std::make_unique<kernels::PackedFfnBf16>(act_, experts_[e], make);
+  }
+  if (has_shared_) packed_shared_ = std::make_unique<kernels::PackedFfnBf16>(act_, shared_, make);
+}
+
+ExpertFfns::~ExpertFfns() = default;
+
+size_t ExpertFfns::expert_scratch_floats(int64_t rows) const {
+  return compute_ == kernels::ComputePrecision::kBF16
+             ? kernels::ffn_bf16_scratch_floats(rows, hidden_, expert_ff_)
+             : kernels::ffn_scratch_floats(rows, expert_ff_);
+}
+
+size_t ExpertFfns::shared_scratch_floats(int64_t rows) const {
+  if (!has_shared_) return 0;
+  return compute_ == kernels::ComputePrecision::kBF16
+             ? kernels::ffn_bf16_scratch_floats(rows, hidden_, shared_ff_)
+             : kernels::ffn_scratch_floats(rows, shared_ff_);
+}
+
+void ExpertFfns::run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16* packed, const float* x,
+                     int64_t rows, float* y, float* scratch, kernels::ThreadPool& pool) const {
+  if (compute_ == kernels::ComputePrecision::kBF16) {
+    kernels::ffn_bf16_forward(x, rows, hidden_, *packed, y, hidden_, scratch, pool);
+  } else {
+    kernels::ffn_forward(kind_, act_, x, rows, hidden_, w, y, hidden_, scratch, pool);
+  }
+}
+
+void ExpertFfns::run_expert(int e, const float* x, int64_t rows, float* y, float* scratch,
+                            kernels::ThreadPool& pool) const {
+  const kernels::PackedFfnBf16* packed = nullptr;
+  if (compute_ == kernels::ComputePrecision::kBF16) {
+    packed = packed_[static_cast<size_t>(e)].get();
+    if (packed == nullptr) {
+      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is not served here");
+    }
+  }
+  run(experts_[static_cast<size_t>(e)], packed, x, rows, y, scratch, pool);
+}
+
+void ExpertFfns::run_shared(const float* x, int64_t rows, float* y, float* scratch,
+                            kernels::ThreadPool& pool) const {
+  if (!has_shared_) throw std::invalid_argument("expert ffns: the layer has no shared expert");
+  run(shared_, packed_shared_.get(), x, rows, y, scratch, pool);
+}
+
+}  // namespace moe

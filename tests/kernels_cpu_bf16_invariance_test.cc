@@ -1,0 +1,170 @@
+// Determinism of the bf16-compute kernels (linear_bf16.h, expert_ffn_bf16.h), compared bit for bit
+// (memcmp), never with a tolerance: every row computed in a batch of N (up to 512) equals the row computed
+// alone, in a shuffled batch, in prefixes of the batch, with 1, 2 or 3 threads, other strides and
+// misaligned buffers, and on repeated runs; and the portable scalar path gives the same bits as the
+// AVX-512 vdpbf16ps kernel, also on subnormals, infinities and NaNs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/cpu/bf16_packed.h"
+#include "kernels/cpu/expert_ffn_bf16.h"
+#include "kernels/cpu/linear_bf16.h"
+#include "tests/kernels_cpu_invariance_util.h"
+#include "tests/kernels_cpu_test_util.h"
+
+namespace moe::kernels {
+namespace {
+
+using test_util::check_batch_invariance;
+using test_util::random_floats;
+using test_util::TestWeights;
+
+// Sanitizer builds (make asan, make tsan) run 5-20x slower: the largest shapes use fewer rows there.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kBigRows = 64;
+constexpr int64_t kBigFfnRows = 20;
+#else
+constexpr int64_t kBigRows = 512;
+constexpr int64_t kBigFfnRows = 70;
+#endif
+
+TEST(LinearBf16Invariant, BatchInvariantBits) {
+  struct Case {
+    int64_t in, out, n;
+  };
+  for (const Case& c : {Case{1, 7, 37}, Case{17, 33, 130}, Case{33, 130, 200}, Case{1000, 70, 512},
+                        Case{1024, 2816, kBigRows}, Case{2816, 1024, 96}}) {
+    const TestWeights tw(c.out, c.in, c.in % 2 ? 1 : 0, static_cast<uint32_t>(c.in + c.out));
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(testing::Message() << "in=" << c.in << " out=" << c.out << " " << to_string(dt));
+      const PackedBf16Weights w(tw.view(dt));
+      check_batch_invariance([&](const float* x, int64_t rows, int64_t xs, float* y, int64_t ys,
+                                 ThreadPool& pool) { linear_bf16(x, rows, xs, w, y, ys, nullptr, pool); },
+                             c.in, c.out, c.n, 17, c.in * c.out > 1000000 ? 40 : c.n);
+    }
+  }
+}
+
+TEST(LinearBf16Invariant, CallerWorkspaceGivesSameBits) {
+  ThreadPool pool(2);
+  const TestWeights tw(130, 77, 0, 5);
+  const PackedBf16Weights w(tw.view(DType::kBF16));
+  const auto x = random_floats(40 * 77, 6, -2.0f, 2.0f);
+  std::vector<float> a(40 * 130), b(a.size());
+  std::vector<uint16_t> ws(linear_bf16_workspace_elems(40, 77));
+  linear_bf16(x.data(), 40, 77, w, a.data(), 130, nullptr, pool);
+  linear_bf16(x.data(), 40, 77, w, b.data(), 130, ws.data(), pool);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// Values over the whole range, with subnormals (of fp32 and after rounding to bf16), zeros of both signs,
+// infinities and NaNs sprinkled in: the portable emulation must follow the hardware through all of them.
+std::vector<float> wide_range_values(size_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (auto& e : v) {
+    const uint32_t kind = rng() % 100;
+    const uint32_t sign = (rng() & 1u) << 31;
+    uint32_t bits = 0;
+    if (kind < 70) {  // moderate
+      bits = sign | ((110u + rng() % 30u) << 23) | (rng() & 0x7fffffu);
+    } else if (kind < 85) {  // tiny: products fall below 2^-126
+      bits = sign | ((rng() % 70u) << 23) | (rng() & 0x7fffffu);
+    } else if (kind < 92) {  // large
+      bits = sign | ((150u + rng() % 100u) << 23) | (rng() & 0x7fffffu);
+    } else if (kind < 96) {
+      bits = sign;  // +-0
+    } else if (!specials) {
+      bits = sign | (127u << 23);
+    } else if (kind < 98) {
+      bits = sign | 0x7f800000u;  // inf
+    } else {
+      bits = sign | 0x7f800000u | (1u + rng() % 0x7fffffu);  // NaN with a payload
+    }
+    e = std::bit_cast<float>(bits);
+  }
+  return v;
+}
+
+// Every AVX-512 implementation this CPU has (vdpbf16ps; fp32 FMA under DAZ/FTZ) against the portable
+// emulation, and the one linear_bf16 dispatches to.
+TEST(LinearBf16Invariant, PortablePathGivesSameBits) {
+  std::vector<Bf16Kernel> kernels;
+  for (Bf16Kernel k : {Bf16Kernel::kAvx512Fma, Bf16Kernel::kAvx512Dpbf16}) {
+    if (bf16_kernel_available(k)) kernels.push_back(k);
+  }
+  std::printf("linear_bf16 dispatches to the '%s' kernel here\n", to_string(linear_bf16_kernel()));
+  if (!bf16_kernel_available(Bf16Kernel::kAvx512Dpbf16)) {
+    std::printf(
+        "this CPU has no AVX512_BF16 (vdpbf16ps): the emulation-vs-vdpbf16ps comparison is skipped\n");
+  }
+  if (kernels.empty()) {
+    GTEST_SKIP() << "this CPU has no AVX-512 (neither vdpbf16ps nor AVX512F): linear_bf16 runs the portable "
+                    "emulation, so there is no AVX-512 kernel to compare it with";
+  }
+  ThreadPool pool(2);
+  for (bool specials : {false, true}) {
+    for (int64_t in : {1, 2, 3, 31, 32, 33, 100, 1024}) {
+      for (int64_t out : {1, 15, 16, 17, 64, 65, 130}) {
+        for (int64_t rows : {1, 7, 13, 100}) {
+          if (rows == 100 && in * out > 20000) continue;
+          const auto wf =
+              wide_range_values(static_cast<size_t>(out * in), static_cast<uint32_t>(in * out), specials);
+          std::vector<uint16_t> wb(wf.size());
+          f32_to_bf16(wf.data(), wb.data(), wf.size());
+          const PackedBf16Weights w(MatrixView{wb.data(), DType::kBF16, out, in, in});
+          const auto x =
+              wide_range_values(static_cast<size_t>(rows * in), static_cast<uint32_t>(rows + in), specials);
+          std::vector<uint16_t> xb(linear_bf16_workspace_elems(rows, in));
+          round_rows_to_bf16(x.data(), rows, in, in, xb.data(), pool);
+          std::vector<float> a(static_cast<size_t>(rows * out)), b(a.size());
+          linear_bf16_rounded_portable(xb.data(), rows, w, b.data(), out);
+          linear_bf16_rounded(xb.data(), rows, w, a.data(), out, pool);
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+              << "dispatched kernel, in=" << in << " out=" << out << " rows=" << rows
+              << " specials=" << specials;
+          for (Bf16Kernel k : kernels) {
+            std::fill(a.begin(), a.end(), -1.0f);
+            linear_bf16_rounded_with(k, xb.data(), rows, w, a.data(), out, pool);
+            ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                << to_string(k) << " kernel, in=" << in << " out=" << out << " rows=" << rows
+                << " specials=" << specials;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FfnBf16Invariant, BatchInvariantBits) {
+  struct Case {
+    int64_t d, ff, n, singles;
+  };
+  for (const Case& c : {Case{17, 33, 100, 100}, Case{64, 160, 512, 64}, Case{1024, 2816, kBigFfnRows, 6}}) {
+    const TestWeights w1(c.ff, c.d, 0, 1), w3(c.ff, c.d, 2, 2), w2(c.d, c.ff, 0, 3);
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
+        SCOPED_TRACE(testing::Message() << "d=" << c.d << " ff=" << c.ff << " " << to_string(dt)
+                                        << (act == Activation::kGELU ? " gelu" : " swiglu"));
+        const PackedFfnBf16 w(act, FfnWeights{w1.view(dt), w3.view(dt), w2.view(dt)});
+        std::vector<float> scratch(ffn_bf16_scratch_floats(c.n, c.d, c.ff));
+        check_batch_invariance(
+            [&](const float* x, int64_t rows, int64_t xs, float* y, int64_t ys, ThreadPool& pool) {
+              ffn_bf16_forward(x, rows, xs, w, y, ys, scratch.data(), pool);
+            },
+            c.d, c.d, c.n, 23, c.singles);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe::kernels

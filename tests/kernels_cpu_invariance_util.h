@@ -1,0 +1,93 @@
+// The batch-invariance battery shared by the kernels' invariance tests: an op's rows computed in a batch
+// of N equal the rows computed alone (misaligned), in a shuffled batch with padded strides, in prefixes of
+// the batch, with 1, 2 or 3 threads, and on repeated runs - compared bit for bit (memcmp).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "tests/kernels_cpu_test_util.h"
+
+namespace moe::kernels::test_util {
+
+// A rows x cols matrix at an arbitrary float offset from a 64-byte boundary, with a padded stride.
+struct Buffer {
+  std::vector<float> storage;
+  float* data;
+  int64_t stride;
+  Buffer(int64_t rows, int64_t cols, int64_t pad, int64_t offset)
+      : storage(static_cast<size_t>(rows * (cols + pad) + offset + 16), -55.0f), stride(cols + pad) {
+    float* base = storage.data();
+    while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+    data = base + offset;
+  }
+  float* row(int64_t r) { return data + r * stride; }
+};
+
+inline bool same_row(const float* a, const float* b, int64_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+using Op = std::function<void(const float* x, int64_t rows, int64_t x_stride, float* y, int64_t y_stride,
+                              ThreadPool& pool)>;
+
+// Runs the whole battery for an op mapping rows of width `in` to rows of width `out`.
+inline void check_batch_invariance(const Op& op, int64_t in, int64_t out, int64_t n, uint32_t seed,
+                                   int64_t singles) {
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  const auto xc = random_floats(static_cast<size_t>(n * in), seed, -2.0f, 2.0f);
+
+  Buffer x(n, in, 0, 0), y(n, out, 0, 0);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(&xc[r * in], in, x.row(r));
+  op(x.data, n, x.stride, y.data, y.stride, pool1);
+
+  // Repeated runs, other thread counts.
+  for (ThreadPool* pool : {&pool1, &pool2, &pool3}) {
+    Buffer y2(n, out, 0, 0);
+    op(x.data, n, x.stride, y2.data, y2.stride, *pool);
+    for (int64_t r = 0; r < n; ++r) {
+      ASSERT_TRUE(same_row(y.row(r), y2.row(r), out)) << "row " << r << " threads " << pool->num_threads();
+    }
+  }
+
+  // Each row alone (batch of 1) at a misaligned address, with 2 threads.
+  for (int64_t r = 0; r < std::min(n, singles); ++r) {
+    const int64_t row = singles >= n ? r : (r * 7919) % n;
+    Buffer x1(1, in, 0, 1 + row % 15), y1(1, out, 0, 3 + row % 13);
+    std::copy_n(&xc[row * in], in, x1.data);
+    op(x1.data, 1, x1.stride, y1.data, y1.stride, row % 2 ? pool2 : pool3);
+    ASSERT_TRUE(same_row(y.row(row), y1.data, out)) << "row " << row << " alone differs from batch of " << n;
+  }
+
+  // Shuffled order, padded strides, misaligned, 3 threads.
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+  Buffer xs(n, in, 5, 3), ys(n, out, 9, 7);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(&xc[perm[static_cast<size_t>(r)] * in], in, xs.row(r));
+  op(xs.data, n, xs.stride, ys.data, ys.stride, pool3);
+  for (int64_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(same_row(y.row(perm[static_cast<size_t>(r)]), ys.row(r), out)) << "shuffled row " << r;
+  }
+
+  // Prefixes of the batch: every remainder of the row tiling, both sides of the in-place/packed switch.
+  for (int64_t m : {2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 63, 65, 255}) {
+    if (m >= n) continue;
+    Buffer yp(m, out, 1, 5);
+    op(xs.data, m, xs.stride, yp.data, yp.stride, pool2);
+    for (int64_t r = 0; r < m; ++r) {
+      ASSERT_TRUE(same_row(y.row(perm[static_cast<size_t>(r)]), yp.row(r), out))
+          << "prefix " << m << " row " << r;
+    }
+  }
+}
+
+}  // namespace moe::kernels::test_util
