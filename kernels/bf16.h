@@ -12,39 +12,19 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/float_bits.h"
 #include "base/host_device.h"
 
 namespace moe::kernels {
 
-namespace bf16_detail {
-MOE_HD inline uint32_t bits_of(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-MOE_HD inline float float_of(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
-}  // namespace bf16_detail
-
 // Exact widening: the bf16 bits become the upper half of the float.
 MOE_HD inline float bf16_to_f32(uint16_t bits) {
-  return bf16_detail::float_of(static_cast<uint32_t>(bits) << 16);
+  return float_from_bits(static_cast<uint32_t>(bits) << 16);
 }
 
 // Round-to-nearest-even narrowing; NaN -> quiet NaN with the same sign and the top payload bits.
 MOE_HD inline uint16_t f32_to_bf16(float value) {
-  const uint32_t u = bf16_detail::bits_of(value);
+  const uint32_t u = float_bits(value);
   if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: truncate and force the quiet bit
     return static_cast<uint16_t>((u >> 16) | 0x0040u);
   }

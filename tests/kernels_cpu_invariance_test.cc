@@ -27,14 +27,8 @@ using test_util::random_floats;
 using test_util::same_row;
 using test_util::TestWeights;
 
-// Sanitizer builds (make asan, make tsan) run 5-20x slower: the largest shapes use fewer rows there.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int64_t kBigRows = 64;
-constexpr int64_t kBigFfnRows = 20;
-#else
-constexpr int64_t kBigRows = 512;
-constexpr int64_t kBigFfnRows = 70;
-#endif
+using test_util::kBigFfnRows;
+using test_util::kBigRows;
 
 TEST(LinearInvariant, BatchInvariantBits) {
   struct Case {

@@ -18,6 +18,16 @@
 
 namespace moe::kernels::test_util {
 
+// Sanitizer builds (make asan, make tsan) run 5-20x slower: the largest shapes use fewer rows there
+// (kBigRows for a linear, kBigFfnRows for an expert FFN).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kBigRows = 64;
+constexpr int64_t kBigFfnRows = 20;
+#else
+constexpr int64_t kBigRows = 512;
+constexpr int64_t kBigFfnRows = 70;
+#endif
+
 // A rows x cols matrix at an arbitrary float offset from a 64-byte boundary, with a padded stride.
 struct Buffer {
   std::vector<float> storage;

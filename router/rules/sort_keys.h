@@ -5,20 +5,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/float_bits.h"
 #include "base/host_device.h"
 #include "base/splitmix64.h"
 
 namespace moe::rules {
-
-MOE_HD inline uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
 
 // Maps a finite float to an unsigned key with the same order; higher floats get lower keys, so sorting the
 // keys ascending sorts the floats descending. +0 and -0 map to the same key. The key fits in 32 bits.

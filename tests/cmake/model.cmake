@@ -42,8 +42,9 @@ foreach(t model_pretrained_test model_tokenizer_test model_kjv_perplexity_test)
                              MOE_KJV_CORPUS="${CMAKE_BINARY_DIR}/kjv")
 endforeach()
 set_tests_properties(model_tokenizer_test model_kjv_perplexity_test PROPERTIES FIXTURES_REQUIRED kjv_corpus)
-# Two threads (one Model each) score the held-out windows.
-set_tests_properties(model_kjv_perplexity_test PROPERTIES PROCESSORS 2)
+# Two threads (one Model each) score the held-out windows. `heavy`: not under the sanitizers (make asan), where it
+# takes minutes; model_pretrained_test and diverge_kjv_test run the same forward code there.
+set_tests_properties(model_kjv_perplexity_test PROPERTIES PROCESSORS 2 LABELS "unit;heavy")
 
 # The divergence lab on the trained model, and its router-logit recording read back by `moe-sim replay`.
 moe_add_test(NAME diverge_kjv_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_kjv_test.cc

@@ -1,5 +1,18 @@
 # Communicator tests (moe/parallel). Labels: unit (single process), mpi (under mpirun), gpu (NCCL).
 
+# moe_add_mpi_program(NAME name SOURCES ... LIBS ... [DEFINITIONS ...]): a program that the tests below start
+# under mpirun (its own main: MPI_Init/Finalize), built into bin/ with the project's flags.
+function(moe_add_mpi_program)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;LIBS;DEFINITIONS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} moe_flags)
+  if(ARG_DEFINITIONS)
+    target_compile_definitions(${ARG_NAME} PRIVATE ${ARG_DEFINITIONS})
+  endif()
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+endfunction()
+
 moe_add_test(NAME parallel_single_process_test
   SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_single_process_test.cc
   LIBS moe_parallel moe_parallel_factory
@@ -10,18 +23,16 @@ if(TARGET moe_parallel_mpi)
   set(moe_parallel_mpirun ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
 
   # Functional tests: one gtest binary with its own main (MPI_Init/Finalize), at 1, 2 and 4 ranks.
-  add_executable(parallel_mpi_test ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_test.cc)
-  target_link_libraries(parallel_mpi_test PRIVATE moe_parallel_mpi GTest::gtest moe_flags)
-  set_target_properties(parallel_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  moe_add_mpi_program(NAME parallel_mpi_test SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_test.cc
+                      LIBS moe_parallel_mpi GTest::gtest)
   foreach(np 1 2 4)
     add_test(NAME parallel_mpi_test_np${np} COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_mpi_test>)
     set_tests_properties(parallel_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np})
   endforeach()
 
   # Fault tests: the wrapper asserts a non-zero exit, a bounded time and the expected messages.
-  add_executable(parallel_mpi_fault ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault.cc)
-  target_link_libraries(parallel_mpi_fault PRIVATE moe_parallel_mpi moe_flags)
-  set_target_properties(parallel_mpi_fault PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  moe_add_mpi_program(NAME parallel_mpi_fault SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault.cc
+                      LIBS moe_parallel_mpi)
   set(moe_parallel_fault_check ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault_test.sh)
   foreach(np 2 4)
     math(EXPR victim "${np} - 1")
@@ -65,11 +76,10 @@ if(TARGET moe_parallel_ep)
 endif()
 
 if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
-  add_executable(parallel_ep_mpi_test ${PROJECT_SOURCE_DIR}/tests/parallel_ep_mpi_test.cc
-    ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc)
-  target_include_directories(parallel_ep_mpi_test PRIVATE ${PROJECT_SOURCE_DIR})
-  target_link_libraries(parallel_ep_mpi_test PRIVATE moe_parallel_ep moe_parallel_mpi GTest::gtest moe_flags)
-  set_target_properties(parallel_ep_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  moe_add_mpi_program(NAME parallel_ep_mpi_test
+                      SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_mpi_test.cc
+                              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
+                      LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest)
   foreach(np 1 2 4)
     add_test(NAME parallel_ep_mpi_test_np${np} COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_ep_mpi_test>)
     set_tests_properties(parallel_ep_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS ${np})
@@ -77,11 +87,8 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
 
   # The backend harness (tests/layer_cases_test.cc) with the expert-parallel backend: the shared table of cases
   # at 1, 2 and 4 ranks, accuracy apart from bit equality (the latter against the single-process CPU layer too).
-  add_executable(layer_cases_mpi_test ${PROJECT_SOURCE_DIR}/tests/layer_cases_test.cc)
-  target_include_directories(layer_cases_mpi_test PRIVATE ${PROJECT_SOURCE_DIR})
-  target_link_libraries(layer_cases_mpi_test PRIVATE moe_parallel_ep moe_parallel_mpi GTest::gtest moe_flags)
-  target_compile_definitions(layer_cases_mpi_test PRIVATE MOE_LAYER_CASES_MPI=1)
-  set_target_properties(layer_cases_mpi_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  moe_add_mpi_program(NAME layer_cases_mpi_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_cases_test.cc
+                      LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest DEFINITIONS MOE_LAYER_CASES_MPI=1)
   foreach(np 1 2 4)
     add_test(NAME layer_cases_ep_accuracy_np${np}
              COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:layer_cases_mpi_test> --gtest_filter=*LayerCaseAccuracy*)
@@ -93,10 +100,8 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
                          PROCESSORS ${np})
   endforeach()
 
-  add_executable(parallel_ep_fault ${PROJECT_SOURCE_DIR}/tests/parallel_ep_fault.cc)
-  target_include_directories(parallel_ep_fault PRIVATE ${PROJECT_SOURCE_DIR})
-  target_link_libraries(parallel_ep_fault PRIVATE moe_parallel_ep moe_parallel_mpi moe_flags)
-  set_target_properties(parallel_ep_fault PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  moe_add_mpi_program(NAME parallel_ep_fault SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_fault.cc
+                      LIBS moe_parallel_ep moe_parallel_mpi)
   foreach(np 2 4)
     math(EXPR victim "${np} - 1")
     add_test(NAME parallel_ep_fault_throw_np${np}
