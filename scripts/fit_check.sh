@@ -10,7 +10,7 @@
 # Prints one table (relative error of the seeds' mean against the recording; a row where both are 0 counts
 # as met) and writes it as CSV to OUT/fit_check.csv (OUT = BUILD/fit_check). Exits 0 when the table was
 # produced; with STRICT=1, 1 when a row misses 10 % relative (docs/results.md 5c says which rows do and why).
-# TOKENS 0 records all 63,775 held-out tokens (about 45 s in all on one core); 16384 takes about 12 s.
+# TOKENS 0 records all 63,775 held-out tokens (about 40 s in all on one core); 16384 takes about 12 s.
 #
 # Usage: scripts/fit_check.sh [BUILD] [CORPUS_DIR] [TOKENS]   (env: SEEDS, default 8; LAYERS, default "0 1 2 3";
 #        STRICT)
