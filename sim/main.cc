@@ -11,6 +11,7 @@
 
 #include "sim/commands.h"
 #include "sim/errors.h"
+#include "sim/fit.h"
 #include "sim/scenario.h"
 #include "sim/sim_config.h"
 
@@ -98,6 +99,27 @@ int real_main(int argc, char** argv) {
     subs[i].app->alias(commands[i].alias);
     add_settings(subs[i]);
   }
+  // fit: its own options (it plans nothing, so none of the settings apply).
+  moe::sim::FitOptions fit;
+  CLI::App* fit_app = app.add_subcommand(
+      "fit", "estimate the score model from recorded router logits; print it as a scenario file");
+  fit_app->add_option("--logits", fit.logits_path, "router logits, float32 [T, E] .npy (as replay reads)")
+      ->type_name("FILE")
+      ->required();
+  fit_app->add_option("--meta", fit.meta_path, "token metadata CSV (request_id,position), as replay reads")
+      ->type_name("FILE");
+  fit_app->add_option("--out", fit.out_path, "write the scenario here instead of stdout")->type_name("FILE");
+  fit_app
+      ->add_option("--trace-out", fit.trace_out_path,
+                   "also write the recorded requests as a trace; the scenario then runs them as one batch")
+      ->type_name("FILE");
+  fit_app
+      ->add_option("--method", fit.method,
+                   "routing (default: match the recorded choice shares and per-request dispersion) or "
+                   "moments (logit means and variances only)")
+      ->type_name("routing|moments");
+  fit_app->add_option("--top-k", fit.top_k, "choices per token the routing calibration matches (default 2)")
+      ->type_name("INT");
 #ifdef MOE_SIM_HAVE_DIVERGE
   // The divergence lab (sim/diverge): its callback runs the experiment while parsing.
   moe::sim::add_diverge_command(app);
@@ -117,6 +139,7 @@ int real_main(int argc, char** argv) {
   for (const auto& sub : subs) {
     if (sub.app->parsed()) return moe::sim::run_command(sub.command, collect(sub), std::cout);
   }
+  if (fit_app->parsed()) return moe::sim::run_fit(fit, std::cout);
   if (app.got_subcommand("diverge")) return 0;
   return 2;
 }

@@ -21,10 +21,15 @@ constexpr int kMaxDrawn = 512;                     // noise drawn per block (on 
 Skew Skew::parse(std::string_view spec) {
   Skew s;
   if (spec == "none") return s;
+  if (spec == "explicit") {
+    s.kind = Kind::kExplicit;
+    return s;
+  }
   const size_t colon = spec.find(':');
   const std::string_view kind = spec.substr(0, colon);
   if (colon == std::string_view::npos || (kind != "zipf" && kind != "dirichlet")) {
-    throw UsageError("bad skew '" + std::string(spec) + "' (expected none, zipf:S or dirichlet:ALPHA)");
+    throw UsageError("bad skew '" + std::string(spec) +
+                     "' (expected none, zipf:S, dirichlet:ALPHA or explicit with popularity = [...])");
   }
   s.kind = kind == "zipf" ? Kind::kZipf : Kind::kDirichlet;
   s.param = parse_double(spec.substr(colon + 1), "skew " + std::string(kind));
@@ -38,6 +43,20 @@ Skew Skew::parse(std::string_view spec) {
   return s;
 }
 
+Skew Skew::explicit_values(std::vector<double> values) {
+  if (values.empty()) throw UsageError("popularity is empty (one value per expert)");
+  for (size_t e = 0; e < values.size(); ++e) {
+    if (!std::isfinite(values[e])) {
+      throw UsageError("popularity value " + std::to_string(e) + " is not finite (" +
+                       format_double(values[e]) + ")");
+    }
+  }
+  Skew s;
+  s.kind = Kind::kExplicit;
+  s.values = std::move(values);
+  return s;
+}
+
 std::string Skew::to_string() const {
   switch (kind) {
     case Kind::kNone:
@@ -46,6 +65,8 @@ std::string Skew::to_string() const {
       return "zipf:" + format_double(param);
     case Kind::kDirichlet:
       return "dirichlet:" + format_double(param);
+    case Kind::kExplicit:
+      return "explicit";
   }
   return "none";
 }
@@ -60,6 +81,36 @@ void ScoreModelConfig::validate() const {
   if (!(noise_std >= 0.0) || !std::isfinite(noise_std)) {
     throw UsageError("noise-std must be finite and >= 0 (got " + format_double(noise_std) + ")");
   }
+  if (skew.kind == Skew::Kind::kExplicit) {
+    if (skew.values.empty()) {
+      throw UsageError(
+          "skew explicit needs its values: popularity = [...] (--popularity LIST, one per expert)");
+    }
+    Skew::explicit_values(skew.values);  // throws for a value that is not finite
+  }
+}
+
+ScoreModelConfig named_score_model(std::string_view name) {
+  ScoreModelConfig c;
+  if (name == "gaussian") return c;
+  if (name == "mixtral-8x7b") {
+    // The fit (docs/cli.md "Score models"): zipf and rho chosen on a grid so that, at E 8 k 2, the routing
+    // statistics sit nearest the centres of the published ranges (minimax of |stat - centre| / half-width).
+    c.name = "mixtral-8x7b";
+    c.skew = Skew::parse("zipf:0.18");
+    c.topic_rho = 0.43;
+    c.noise_std = 1.0;
+    c.temperature = 1.0;
+    return c;
+  }
+  std::string known;
+  for (const auto& n : score_model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("unknown score model '" + std::string(name) + "' (known: " + known + ")");
+}
+
+const std::vector<std::string>& score_model_names() {
+  static const std::vector<std::string> names = {"gaussian", "mixtral-8x7b"};
+  return names;
 }
 
 ScoreModel::ScoreModel(const ScoreModelConfig& config, int num_experts, uint64_t seed)
@@ -85,6 +136,14 @@ ScoreModel::ScoreModel(const ScoreModelConfig& config, int num_experts, uint64_t
       for (double& p : popularity_) p -= mean;
       break;
     }
+    case Skew::Kind::kExplicit:
+      if (config_.skew.values.size() != static_cast<size_t>(num_experts)) {
+        throw UsageError("popularity has " + std::to_string(config_.skew.values.size()) +
+                         " values, the router has " + std::to_string(num_experts) +
+                         " experts (one value per expert)");
+      }
+      popularity_ = config_.skew.values;
+      break;
   }
   const double inv_t = 1.0 / config_.temperature;
   pop_base_.resize(num_experts);

@@ -15,16 +15,24 @@ namespace moe::sim {
 //   none            pop[e] = 0
 //   zipf:S          pop[e] = -S * ln(e + 1)            (expert 0 is the most popular)
 //   dirichlet:A     pop[e] = ln(p[e]) - mean_e ln(p),  p ~ Dirichlet(A, ..., A) drawn once from the seed
+//   explicit        pop[e] = values[e], one finite value per expert (the `popularity` setting; what
+//                   `moe-sim fit` estimates from recorded logits)
 struct Skew {
-  enum class Kind { kNone, kZipf, kDirichlet };
+  enum class Kind { kNone, kZipf, kDirichlet, kExplicit };
   Kind kind = Kind::kNone;
   double param = 0.0;
+  std::vector<double> values;  // kExplicit only
 
+  // "none", "zipf:S", "dirichlet:A" or "explicit" (values empty: the `popularity` setting fills them).
   static Skew parse(std::string_view spec);  // throws UsageError
-  std::string to_string() const;
+  // Kind kExplicit with these values; throws UsageError for an empty list or a value that is not finite.
+  static Skew explicit_values(std::vector<double> values);
+  std::string to_string() const;  // the kind for kExplicit ("explicit"), the values are shown apart
 };
 
 struct ScoreModelConfig {
+  // The named model these fields came from ("gaussian": the defaults below), shown in the config.
+  std::string name = "gaussian";
   Skew skew = Skew::parse("zipf:0.5");
   double temperature = 1.0;  // > 0
   double topic_rho = 0.5;    // in [0, 1]: correlation of a request's tokens through its topic vector
@@ -32,6 +40,14 @@ struct ScoreModelConfig {
 
   void validate() const;  // throws UsageError naming the field
 };
+
+// Named score models (docs/cli.md "Score models"), chosen with --scores NAME / `scores = "NAME"`:
+//   gaussian        the defaults of ScoreModelConfig (zipf:0.5, rho 0.5, noise 1, temperature 1)
+//   mixtral-8x7b    calibrated at E 8, k 2 to the routing statistics published for Mixtral 8x7B (expert
+//                   shares, consecutive same first / shared top-2 choice); docs/cli.md gives the fit
+// Throws UsageError naming the known models for another name.
+ScoreModelConfig named_score_model(std::string_view name);
+const std::vector<std::string>& score_model_names();
 
 // The logit of token (request r, position p) at expert e:
 //   L[e] = float(base_r[e] + c * n_{r,p}[e]),  base_r[e] = (pop[e] + noise_std * rho * z_r[e]) / temperature,
@@ -42,7 +58,8 @@ struct ScoreModelConfig {
 // them, whether its topic came from a cache, or the machine.
 class ScoreModel {
  public:
-  // Throws UsageError for an invalid config or num_experts < 1.
+  // Throws UsageError for an invalid config, num_experts < 1, or an explicit skew whose popularity does not
+  // hold num_experts values.
   ScoreModel(const ScoreModelConfig& config, int num_experts, uint64_t seed);
 
   int num_experts() const { return num_experts_; }

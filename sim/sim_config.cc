@@ -154,10 +154,29 @@ std::vector<Setting> make_settings() {
          return c.workload.trace_file.empty() ? std::string("none") : c.workload.trace_file;
        }});
 
-  // Score model.
-  add({"skew", "SPEC", "expert popularity: none | zipf:S | dirichlet:ALPHA", kSynthetic, false, false, true,
+  // Score model. A named model (applied first, like preset and mode) sets every field below.
+  add({"scores", "gaussian|mixtral-8x7b",
+       "named score model: its skew, temperature, topic-rho and noise-std (the flags override them)",
+       kSynthetic, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.scores = named_score_model(v); },
+       [](const SimConfig& c) { return c.scores.name; }});
+  add({"skew", "SPEC", "expert popularity: none | zipf:S | dirichlet:ALPHA | explicit (with --popularity)",
+       kSynthetic, false, false, true,
        [](SimConfig& c, const std::string& v) { c.scores.skew = Skew::parse(v); },
        [](const SimConfig& c) { return c.scores.skew.to_string(); }});
+  add({"popularity", "LIST",
+       "explicit per-expert mean logits pop[e], E comma-separated values (skew explicit)", kSynthetic, false,
+       false, true,
+       [](SimConfig& c, const std::string& v) {
+         std::vector<double> values;
+         for (const auto& x : split(v, ',')) {
+           if (!trim(x).empty()) values.push_back(parse_double(trim(x), "--popularity"));
+         }
+         c.scores.skew = Skew::explicit_values(std::move(values));
+       },
+       [](const SimConfig& c) {
+         return c.scores.skew.values.empty() ? std::string("none") : join_doubles(c.scores.skew.values);
+       }});
   add({"temperature", "FLOAT", "logit temperature (> 0)", kSynthetic, false, false, true,
        [](SimConfig& c, const std::string& v) { c.scores.temperature = parse_double(v, "--temperature"); },
        [](const SimConfig& c) { return format_double(c.scores.temperature); }});
@@ -319,8 +338,13 @@ SimConfig build_config(const Overrides& overrides) {
       c.mode = it->second;
       c.policy = DispatchPolicy::mode(it->second);
     }
+    if (auto it = overrides.find("scores"); it != overrides.end()) c.scores = named_score_model(it->second);
+    if (overrides.count("popularity") && overrides.count("skew") && overrides.at("skew") != "explicit") {
+      throw UsageError("popularity sets the skew to explicit, but skew is '" + overrides.at("skew") +
+                       "' (give one of them)");
+    }
     for (const Setting& s : settings()) {
-      if (s.name == "preset" || s.name == "mode") continue;
+      if (s.name == "preset" || s.name == "mode" || s.name == "scores") continue;
       if (auto it = overrides.find(s.name); it != overrides.end()) s.apply(c, it->second);
     }
     c.policy.seed = c.seed;
@@ -406,7 +430,9 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
     j["workload"] = workload;
     nlohmann::ordered_json scores;
     scores["kind"] = "gaussian";
+    scores["name"] = c.scores.name;
     scores["skew"] = c.scores.skew.to_string();
+    if (c.scores.skew.kind == Skew::Kind::kExplicit) scores["popularity"] = c.scores.skew.values;
     scores["temperature"] = c.scores.temperature;
     scores["topic_rho"] = c.scores.topic_rho;
     scores["noise_std"] = c.scores.noise_std;

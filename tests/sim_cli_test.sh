@@ -172,6 +172,23 @@ expect_error "replay needs --logits" 2 "needs --logits" replay --out "$TMP/p.csv
 # --- bad flags ---
 expect_error "top-k > experts" 2 "top_k (9) exceeds num_experts (8)" run --top-k 9
 expect_error "cf <= 0" 2 "capacity_factor must be finite and > 0" run --capacity-factor 0
+# --- named score models and fit ---
+expect_ok "scores mixtral-8x7b" run --json --preset mixtral --scores mixtral-8x7b --requests 200 --quiet
+json_check "mixtral-8x7b inside the published ranges" "j['config']['score_model']['name']=='mixtral-8x7b' and 0.06<=j['routing']['expert_share_min'] and j['routing']['expert_share_max']<=0.19 and 0.14<=j['routing']['same_first_rate']<=0.28 and 0.45<=j['routing']['same_first_or_second_rate']<=0.67"
+expect_error "unknown score model" 2 "unknown score model 'gpt'" run --scores gpt
+expect_error "popularity count" 2 "popularity has 3 values, the router has 8 experts" run --popularity 1,2,3
+expect_ok "fit" fit --logits "$TMP/l.npy" --meta "$TMP/meta.csv" --trace-out "$TMP/fit_trace.csv" --out "$TMP/fit.toml"
+grep -q "^popularity = \[" "$TMP/fit.toml" || fail "fit writes the popularity"
+expect_ok "fitted scenario runs" run --json --scenario "$TMP/fit.toml" --top-k 2 --quiet
+json_check "fitted scenario: the recorded shape as one batch" "j['tokens']==6 and j['requests']==2 and j['steps']==1 and j['config']['router']['num_experts']==4 and j['config']['score_model']['skew']=='explicit' and len(j['config']['score_model']['popularity'])==4"
+expect_ok "fit to stdout, moments" fit --logits "$TMP/l.npy" --meta "$TMP/meta.csv" --method moments
+grep -q "^# Method: moments" "$TMP/out" || fail "fit --method moments says so"
+expect_error "fit one request" 1 "too few requests to estimate a topic" fit --logits "$TMP/l.npy"
+expect_error "fit meta rows" 1 "has 1 rows but the logits have 6" fit --logits "$TMP/l.npy" --meta "$TMP/short.csv"
+expect_error "fit nan" 1 "is not finite" fit --logits "$TMP/nan.npy" --meta "$TMP/meta.csv"
+expect_error "fit method" 2 "unknown method 'best'" fit --logits "$TMP/l.npy" --meta "$TMP/meta.csv" --method best
+expect_error "fit needs logits" 2 "--logits is required" fit
+
 expect_error "unknown mode" 2 "unknown dispatch mode 'fast'" run --mode fast
 expect_error "unknown flag" 2 "--bogus" run --bogus
 expect_error "bad integer" 2 "--experts: expected an integer" run --experts many
