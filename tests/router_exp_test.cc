@@ -1,7 +1,7 @@
 // The router rule's exponential and sigmoid (router/rules/topk_rule.h: exp_f, sigmoid_f) against float64
 // exp over the whole float range (every 509th bit pattern, and every third float whose result is subnormal,
-// every float near overflow), their special values, and the vectorised score loop (score_row, what TopKRouter runs) against
-// the scalar definition bit for bit.
+// every float near overflow), their special values, and the vectorised score loop (score_row, what TopKRouter
+// runs) against the scalar definition bit for bit.
 #include <gtest/gtest.h>
 
 #include <bit>
