@@ -3,11 +3,12 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
-# Sanitizer builds keep -O2 but only line tables (-g1): a report's stack names file:line, and the build takes
-# 40 % less time than with full debug info (the CI budget is mostly these builds).
-SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-                  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
+# Sanitizer builds: only line tables (-g1: a report's stack still names file:line; 40 % less compile time than
+# full debug info). ASan at -O1 (what its documentation recommends: another third off the build, and the unit
+# tests ran no slower than at -O2 here), TSan at -O2. The CI budget is mostly these builds.
+SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
+sanitizer_opt = -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG"
 
 .PHONY: all deps configure build corpus demo test bench asan tsan fuzz fuzz-build format clean
 
@@ -43,7 +44,7 @@ bench: build
 # Unit and invariance tests under AddressSanitizer + UndefinedBehaviorSanitizer, except those labelled `heavy`
 # (long numerical runs of code that shorter tests already run under the sanitizers).
 asan: deps
-	@cmake -S . -B build-asan $(SANITIZER_FLAGS) -DMOE_SANITIZE=address,undefined > /dev/null
+	@cmake -S . -B build-asan $(SANITIZER_FLAGS) $(call sanitizer_opt,-O1) -DMOE_SANITIZE=address,undefined > /dev/null
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu|heavy"
 
@@ -52,7 +53,7 @@ asan: deps
 TSAN_TESTS = kernels_cpu_thread_pool_test kernels_cpu_invariance_test kernels_cpu_bf16_invariance_test layer_test \
              layer_cases_test sim_experiment_test
 tsan: deps
-	@cmake -S . -B build-tsan $(SANITIZER_FLAGS) -DMOE_SANITIZE=thread -DMOE_ENABLE_ONEDNN=OFF > /dev/null
+	@cmake -S . -B build-tsan $(SANITIZER_FLAGS) $(call sanitizer_opt,-O2) -DMOE_SANITIZE=thread -DMOE_ENABLE_ONEDNN=OFF > /dev/null
 	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L threaded
 

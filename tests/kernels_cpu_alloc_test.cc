@@ -41,6 +41,13 @@ void* operator new(size_t n, std::align_val_t a) {
 void* operator new[](size_t n, std::align_val_t a) {
   return counted_alloc(n, static_cast<size_t>(a));
 }
+// GCC 12 at -O1 (make asan) takes the std::free inside these replacement deallocation functions for a
+// mismatch with the replaced operator new (-Wmismatched-new-delete); they are the matching pair by
+// definition.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void operator delete(void* p) noexcept {
   std::free(p);
 }
@@ -65,6 +72,9 @@ void operator delete(void* p, size_t, std::align_val_t) noexcept {
 void operator delete[](void* p, size_t, std::align_val_t) noexcept {
   std::free(p);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace moe::kernels {
 namespace {

@@ -55,7 +55,13 @@ std::vector<Shape> shapes() {
       }
     }
   }
+  // Sanitizer builds (make asan, make tsan) run the float64 oracle 5-20x slower: 197 rows still cross the
+  // invariant kernel's 192-row block and end in a partial row group.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  s.push_back({1024, 2816, 197});
+#else
   s.push_back({1024, 2816, 513});
+#endif
   s.push_back({2816, 1024, 5});  // the down projection's shape
   return s;
 }
