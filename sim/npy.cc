@@ -16,6 +16,14 @@
 namespace moe::sim {
 namespace {
 
+// The one message for a dtype router logits cannot have (parse_npy's unknown dtypes, parse_npy_f32's int32).
+std::string unsupported_logits_dtype(const std::string& descr, const std::string& name) {
+  return "dtype '" + descr +
+         "' is not supported: router logits must be float32 ('<f4'; float64 and float16 are converted). "
+         "Convert with: python3 -c \"import numpy; a = numpy.load('" +
+         name + "'); numpy.save('" + name + "', a.astype('<f4'))\"";
+}
+
 // A Python literal of the subset numpy writes in .npy headers: a dict of str keys to str, bool or a tuple of
 // ints.
 struct HeaderValue {
@@ -177,10 +185,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     itemsize = is("f8") ? 8 : 2;
     a.converted_from = itemsize == 8 ? "float64" : "float16";
   } else {
-    fail("dtype '" + descr +
-         "' is not supported: router logits must be float32 ('<f4'; float64 and float16 are converted). "
-         "Convert with: python3 -c \"import numpy; a = numpy.load('" +
-         name + "'); numpy.save('" + name + "', a.astype('<f4'))\"");
+    fail(unsupported_logits_dtype(descr, name));
   }
   if (field("fortran_order", HeaderValue::Kind::kBool).boolean) {
     fail("fortran_order is True: save a C-ordered array (numpy.ascontiguousarray)");
@@ -250,10 +255,7 @@ LogitsMatrix parse_npy_f32(const std::string& bytes, const std::string& name) {
   const NpyArray a = parse_npy(bytes, name);
   auto fail = [&](const std::string& why) { throw DataError("bad .npy file '" + name + "': " + why); };
   if (a.dtype != "f4") {
-    fail(
-        "dtype '<i4' is not supported: router logits must be float32 ('<f4'). Convert with: python3 -c "
-        "\"import numpy; a = numpy.load('" +
-        name + "'); numpy.save('" + name + "', a.astype('<f4'))\"");
+    fail(unsupported_logits_dtype("<" + a.dtype, name));
   }
   if (a.shape.size() != 2)
     fail("expected a 2-D array [tokens, experts], got " + std::to_string(a.shape.size()) + "-D");
