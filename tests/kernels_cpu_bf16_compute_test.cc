@@ -187,14 +187,7 @@ TEST(LinearBf16, EmptyShapes) {
   linear_bf16(nullptr, 0, 0, w, nullptr, 3, nullptr, pool);  // no rows: nothing to do
 }
 
-void expect_invalid(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test_util::expect_invalid;
 
 TEST(LinearBf16, BadInputThrows) {
   ThreadPool pool(1);

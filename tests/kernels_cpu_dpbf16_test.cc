@@ -3,11 +3,11 @@
 // (tests/support/dpbf16_cases.h) and independent of MXCSR.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 
+#include "base/float_bits.h"
 #include "kernels/cpu/dpbf16.h"
 #include "tests/support/dpbf16_cases.h"
 
@@ -17,13 +17,6 @@
 
 namespace moe::kernels {
 namespace {
-
-uint32_t bits(float f) {
-  return std::bit_cast<uint32_t>(f);
-}
-float from_bits(uint32_t u) {
-  return std::bit_cast<float>(u);
-}
 
 constexpr uint16_t kOne = 0x3f80, kTwo = 0x4000, kMinusOne = 0xbf80;
 
@@ -44,35 +37,36 @@ TEST(Dpbf16Contract, OddPairFirstEachStepRounded) {
 
 TEST(Dpbf16Contract, SubnormalsAreZeroAndTinyResultsFlushAfterRounding) {
   // bf16 subnormal operand reads as zero.
-  EXPECT_EQ(bits(dpbf16(0.0f, 0x0001, 0, kOne, 0)), 0u);
+  EXPECT_EQ(float_bits(dpbf16(0.0f, 0x0001, 0, kOne, 0)), 0u);
   EXPECT_EQ(dpbf16(1.0f, 0x0040, 0, 0x7f00, 0), 1.0f);  // 2^-127 * 2^127 would be 0.5: flushed operand
   // Subnormal accumulator reads as zero (sign kept: -0 + (+0) = +0, -0 + (-0) = -0).
-  EXPECT_EQ(bits(dpbf16(from_bits(0x00000005u), 0, 0, 0, 0)), 0u);
-  EXPECT_EQ(bits(dpbf16(from_bits(0x80000005u), 0x8000, 0x8000, 0, 0)), 0x80000000u);
+  EXPECT_EQ(float_bits(dpbf16(float_from_bits(0x00000005u), 0, 0, 0, 0)), 0u);
+  EXPECT_EQ(float_bits(dpbf16(float_from_bits(0x80000005u), 0x8000, 0x8000, 0, 0)), 0x80000000u);
   // Subnormal results flush to a signed zero.
   const uint16_t two_m70 = 0x1c80;  // 2^-70 * 2^-70 = 2^-140
-  EXPECT_EQ(bits(dpbf16(0.0f, two_m70, 0, two_m70, 0)), 0u);
-  EXPECT_EQ(bits(dpbf16(0.0f, two_m70, 0, static_cast<uint16_t>(two_m70 | 0x8000), 0)), 0x80000000u);
+  EXPECT_EQ(float_bits(dpbf16(0.0f, two_m70, 0, two_m70, 0)), 0u);
+  EXPECT_EQ(float_bits(dpbf16(0.0f, two_m70, 0, static_cast<uint16_t>(two_m70 | 0x8000), 0)), 0x80000000u);
   // At 2^-126: c = 2^-126, product -2^-150 -> 2^-126 - 2^-150 has 24 bits: tiny after rounding, flushed.
   // Product -2^-151: rounds (tie, even) up to 2^-126: kept.
   const uint16_t two_m75 = 0x1a00;
-  EXPECT_EQ(bits(dpbf16(0x1p-126f, two_m75, 0, 0x9a00, 0)), 0u);
-  EXPECT_EQ(bits(dpbf16(0x1p-126f, two_m75, 0, 0x9980, 0)), 0x00800000u);
+  EXPECT_EQ(float_bits(dpbf16(0x1p-126f, two_m75, 0, 0x9a00, 0)), 0u);
+  EXPECT_EQ(float_bits(dpbf16(0x1p-126f, two_m75, 0, 0x9980, 0)), 0x00800000u);
   // The intermediate is flushed too: odd step 2^-126 - 2^-150 -> 0, then + 2^-150 stays tiny -> 0.
-  EXPECT_EQ(bits(dpbf16(0x1p-126f, two_m75, two_m75, 0x1a00, 0x9a00)), 0u);
+  EXPECT_EQ(float_bits(dpbf16(0x1p-126f, two_m75, two_m75, 0x1a00, 0x9a00)), 0u);
 }
 
 TEST(Dpbf16Contract, NaNsInfinitiesAndOverflow) {
   const float inf = std::numeric_limits<float>::infinity();
   // First NaN of (a, b, c) in the step, made quiet; the odd step runs first.
-  EXPECT_EQ(bits(dpbf16(from_bits(0x7fa00000u), 0, 0x7f81, 0, 0xff82)), 0x7fc10000u);
-  EXPECT_EQ(bits(dpbf16(from_bits(0x7fa00000u), 0, 0, 0, 0xff82)), 0xffc20000u);
-  EXPECT_EQ(bits(dpbf16(from_bits(0x7fa00000u), 0x7f81, 0, 0, 0)), 0x7fc10000u);  // even step: a beats c
-  EXPECT_EQ(bits(dpbf16(0.0f, 0x7f81, 0xff82, 0, 0)), 0x7fc10000u);
+  EXPECT_EQ(float_bits(dpbf16(float_from_bits(0x7fa00000u), 0, 0x7f81, 0, 0xff82)), 0x7fc10000u);
+  EXPECT_EQ(float_bits(dpbf16(float_from_bits(0x7fa00000u), 0, 0, 0, 0xff82)), 0xffc20000u);
+  EXPECT_EQ(float_bits(dpbf16(float_from_bits(0x7fa00000u), 0x7f81, 0, 0, 0)),
+            0x7fc10000u);  // even step: a beats c
+  EXPECT_EQ(float_bits(dpbf16(0.0f, 0x7f81, 0xff82, 0, 0)), 0x7fc10000u);
   // Invalid operations give the negative default NaN.
-  EXPECT_EQ(bits(dpbf16(0.0f, 0, 0x7f80, 0, 0)), 0xffc00000u);
-  EXPECT_EQ(bits(dpbf16(-inf, 0, 0x7f80, 0, kOne)), 0xffc00000u);
-  EXPECT_EQ(bits(dpbf16(0.0f, 0, 0x7f80, 0, 0x0001)), 0xffc00000u);  // inf * subnormal = inf * 0
+  EXPECT_EQ(float_bits(dpbf16(0.0f, 0, 0x7f80, 0, 0)), 0xffc00000u);
+  EXPECT_EQ(float_bits(dpbf16(-inf, 0, 0x7f80, 0, kOne)), 0xffc00000u);
+  EXPECT_EQ(float_bits(dpbf16(0.0f, 0, 0x7f80, 0, 0x0001)), 0xffc00000u);  // inf * subnormal = inf * 0
   // Overflow.
   EXPECT_EQ(dpbf16(std::numeric_limits<float>::max(), 0x7f7f, 0, 0x3f80, 0), inf);
   EXPECT_EQ(dpbf16(1.0f, 0x7f00, 0, 0x7f00, 0), inf);
@@ -88,11 +82,11 @@ size_t count_mismatches(const std::vector<testing::DpLane>& in, const std::vecto
   size_t mismatches = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const testing::DpLane& l = in[i];
-    const uint32_t e = bits(dpbf16(l.c, l.a0, l.a1, l.b0, l.b1));
+    const uint32_t e = float_bits(dpbf16(l.c, l.a0, l.a1, l.b0, l.b1));
     if (e != hw[i]) {
       if (++mismatches <= 5) {
-        std::printf("mismatch: c=%08x a=(%04x,%04x) b=(%04x,%04x) hardware=%08x emulation=%08x\n", bits(l.c),
-                    l.a0, l.a1, l.b0, l.b1, hw[i], e);
+        std::printf("mismatch: c=%08x a=(%04x,%04x) b=(%04x,%04x) hardware=%08x emulation=%08x\n",
+                    float_bits(l.c), l.a0, l.a1, l.b0, l.b1, hw[i], e);
       }
     }
   }

@@ -100,14 +100,7 @@ TEST(ExpertFfn, MatchesFloat64Reference) {
   EXPECT_LE(worst_unrounded, 0.02);  // bf16 rounding (2^-8 per weight) through two layers
 }
 
-void expect_invalid(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test_util::expect_invalid;
 
 TEST(ExpertFfn, BadInputThrows) {
   ThreadPool pool(1);

@@ -141,14 +141,7 @@ TEST(Linear, EmptyReductionGivesZeros) {
   }
 }
 
-void expect_invalid(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test_util::expect_invalid;
 
 TEST(Linear, BadInputThrows) {
   ThreadPool pool(1);

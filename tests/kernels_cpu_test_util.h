@@ -2,9 +2,14 @@
 // relative error measure used by the accuracy tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -64,6 +69,16 @@ inline std::vector<double> abs_dot_scale(const float* x, int64_t rows, const Mat
     }
   }
   return s;
+}
+
+// Expects fn() to throw std::invalid_argument whose message contains `needle` (the kernels' argument checks).
+inline void expect_invalid(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected std::invalid_argument containing '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace moe::kernels::test_util
