@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "router/topk_block.h"
+
 namespace moe {
 namespace {
 
@@ -63,18 +65,35 @@ void TopKRouter::route_rows(const float* logits, int first_row, int num_rows, To
   float scores[kMaxExperts];
   float selects[kMaxExperts];
   int32_t list[kMaxExperts];
-  for (int i = 0; i < num_rows; ++i) {
-    const int t = first_row + i;
-    const float* row = logits + static_cast<int64_t>(i) * E;
-    const rules::RowStats stats = rules::row_stats(params, row);
-    if (stats.num_available == 0) {
-      throw std::invalid_argument("router: token row " + std::to_string(t) +
-                                  " has no finite logit (NaN or inf in every expert)");
+  const auto row_by_row = [&](int begin, int end) {
+    for (int i = begin; i < end; ++i) {
+      const int t = first_row + i;
+      const float* row = logits + static_cast<int64_t>(i) * E;
+      const rules::RowStats stats = rules::row_stats(params, row);
+      if (stats.num_available == 0) {
+        throw std::invalid_argument("router: token row " + std::to_string(t) +
+                                    " has no finite logit (NaN or inf in every expert)");
+      }
+      const rules::StoredScores stored(params, row, stats, scores, selects, list);
+      rules::route_row<kMaxExperts>(params, stats, stored, out.experts.data() + static_cast<int64_t>(t) * R,
+                                    out.weights.data() + static_cast<int64_t>(t) * R, &out.top1_score[t]);
     }
-    const rules::StoredScores stored(params, row, stats, scores, selects, list);
-    rules::route_row<kMaxExperts>(params, stats, stored, out.experts.data() + static_cast<int64_t>(t) * R,
-                                  out.weights.data() + static_cast<int64_t>(t) * R, &out.top1_score[t]);
+  };
+  // Whole blocks of rows in the row-parallel form (the same bits); a block with a row that has no finite
+  // logit again row by row (which names the row), and the rows after the last whole block row by row.
+  constexpr int kBlock = rules::BlockRouter::kLanes;
+  int i = 0;
+  if (num_rows >= kBlock && rules::BlockRouter::supports(params)) {
+    rules::BlockRouter block(params);
+    for (; i + kBlock <= num_rows; i += kBlock) {
+      const int64_t t = first_row + i;
+      if (!block.route(logits + static_cast<int64_t>(i) * E, out.experts.data() + t * R,
+                       out.weights.data() + t * R, out.top1_score.data() + t)) {
+        row_by_row(i, i + kBlock);
+      }
+    }
   }
+  row_by_row(i, num_rows);
 }
 
 }  // namespace moe

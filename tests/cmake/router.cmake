@@ -12,3 +12,5 @@ moe_add_test(NAME router_planner_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router
              LIBS moe_router LABELS unit)
 moe_add_test(NAME router_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_invariance_test.cc
              LIBS moe_router LABELS invariance)
+moe_add_test(NAME router_topk_block_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_topk_block_test.cc
+             LIBS moe_router LABELS unit)

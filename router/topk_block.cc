@@ -1,0 +1,250 @@
+#include "router/topk_block.h"
+
+#include <cmath>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+// GCC 12 reports the _mm512_undefined_ps() inside its own shuffle intrinsics as maybe uninitialised when they
+// are inlined (the instructions overwrite every lane); nothing in this file reads an uninitialised value.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace moe::rules {
+namespace {
+
+constexpr int L = BlockRouter::kLanes;
+typedef float FloatVec __attribute__((vector_size(4 * L)));
+typedef int32_t IntVec __attribute__((vector_size(4 * L)));
+
+// out[e * L + l] = rows[l * E + e] for the L rows of E values: 16 x 16 tiles transposed in registers where
+// AVX-512 is there, the rest one value at a time (a plain copy either way).
+void transpose_rows(const float* rows, int E, float* out) {
+  int e0 = 0;
+#if defined(__AVX512F__)
+  for (; e0 + L <= E; e0 += L) {
+    __m512 r[L], t[L];
+    for (int l = 0; l < L; ++l) r[l] = _mm512_loadu_ps(rows + static_cast<int64_t>(l) * E + e0);
+    for (int i = 0; i < L; i += 2) {  // 2 x 2 blocks of single values
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < L; i += 4) {  // 4 x 4 blocks
+      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < L; i += 8) {  // 128-bit lanes, pairs of 4 x 4 blocks
+      for (int j = 0; j < 4; ++j) {
+        t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+        t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+      r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+    for (int i = 0; i < L; ++i) _mm512_storeu_ps(out + static_cast<int64_t>(e0 + i) * L, r[i]);
+  }
+#endif
+  for (int l = 0; l < L; ++l) {
+    for (int e = e0; e < E; ++e) out[e * L + l] = rows[static_cast<int64_t>(l) * E + e];
+  }
+}
+
+// -1 in the lanes of v that hold +-inf (is_inf lane by lane).
+IntVec inf_lanes(FloatVec v) {
+  IntVec bits;
+  __builtin_memcpy(&bits, &v, sizeof bits);
+  return (bits & 0x7fffffff) == 0x7f800000;
+}
+
+// The sorted list's length for R ranks: a few fixed sizes, so that the list lives in registers. A longer
+// list holds the same first R entries (the best R candidates, in order).
+int list_size(int R) {
+  return R <= 2 ? 2 : (R <= 4 ? 4 : (R <= 8 ? 8 : 16));
+}
+
+}  // namespace
+
+bool BlockRouter::supports(const TopKParams& p) {
+  return p.num_experts <= kMaxBlockExperts && p.num_groups <= kMaxBlockGroups &&
+         p.num_ranked <= kMaxBlockRanks;
+}
+
+template <int kList>
+void BlockRouter::rank_candidates(int E, const float* select) {
+  FloatVec w[kList];
+  IntVec idx[kList];
+  for (int r = 0; r < kList; ++r) {
+    for (int l = 0; l < L; ++l) {
+      w[r][l] = -INFINITY;
+      idx[r][l] = -1;
+    }
+  }
+  for (int e = 0; e < E; ++e) {
+    FloatVec c;
+    __builtin_memcpy(&c, select + static_cast<int64_t>(e) * L, sizeof c);
+    const IntVec ev = IntVec{} + e;
+    for (int r = kList - 1; r > 0; --r) {
+      const IntVec above = c > w[r];
+      const IntVec above_prev = c > w[r - 1];
+      const FloatVec wn = above_prev ? w[r - 1] : c;
+      const IntVec en = above_prev ? idx[r - 1] : ev;
+      w[r] = above ? wn : w[r];
+      idx[r] = above ? en : idx[r];
+    }
+    const IntVec above = c > w[0];
+    w[0] = above ? c : w[0];
+    idx[0] = above ? ev : idx[0];
+  }
+  const int R = p_.num_ranked;
+  for (int r = 0; r < R; ++r) {
+    __builtin_memcpy(rank_w_ + r * L, &w[r], sizeof w[r]);
+    __builtin_memcpy(rank_e_ + r * L, &idx[r], sizeof idx[r]);
+  }
+}
+
+bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, float* top1) {
+  const int E = p_.num_experts, R = p_.num_ranked;
+  float* x = select_;
+  transpose_rows(logits, E, x);
+
+  // Row statistics: count and maximum of the finite logits (row_stats' values), the softmax sum in expert
+  // order (row_stats' sum, term by term).
+  int32_t count[L];
+  float max[L], sum[L];
+  for (int l = 0; l < L; ++l) {
+    count[l] = 0;
+    max[l] = -INFINITY;
+    sum[l] = 0.0f;
+  }
+  for (int e = 0; e < E; ++e) {
+    const float* v = x + e * L;
+    for (int l = 0; l < L; ++l) {
+      const bool finite = is_finite(v[l]);
+      count[l] += finite ? 1 : 0;
+      max[l] = finite && max[l] < v[l] ? v[l] : max[l];
+    }
+  }
+  int32_t empty = 0;
+  for (int l = 0; l < L; ++l) empty |= count[l] == 0 ? 1 : 0;
+  if (empty) return false;
+
+  float* score = score_;
+  float* select = select_;
+  if (p_.sigmoid) {
+    for (int e = 0; e < E; ++e) {
+      for (int l = 0; l < L; ++l) {
+        const float v = x[e * L + l];
+        const float s = sigmoid_f(v);
+        score[e * L + l] = is_finite(v) ? s : 0.0f;
+      }
+    }
+  } else {
+    for (int e = 0; e < E; ++e) {
+      for (int l = 0; l < L; ++l) {
+        const float v = x[e * L + l];
+        const float t = exp_f(v - max[l]);
+        sum[l] += is_finite(v) ? t : 0.0f;
+      }
+    }
+    for (int e = 0; e < E; ++e) {
+      for (int l = 0; l < L; ++l) {
+        const float v = x[e * L + l];
+        const float s = exp_f(v - max[l]) / sum[l];
+        score[e * L + l] = is_finite(v) ? s : 0.0f;
+      }
+    }
+  }
+  for (int e = 0; e < E; ++e) {
+    const float bias = p_.selection_bias ? p_.selection_bias[e] : 0.0f;
+    for (int l = 0; l < L; ++l) {
+      const float v = p_.selection_bias ? score[e * L + l] + bias : score[e * L + l];
+      select[e * L + l] = is_finite(x[e * L + l]) ? v : -INFINITY;
+    }
+  }
+
+  // Group limit: a group's value from its two best select values, its rank counted against every other
+  // group (route_row's rule for any group count: rank_before is a strict total order); the experts of a
+  // group that does not stay become -inf candidates, which the ranking never takes.
+  if (p_.num_groups > 1) {
+    const int G = p_.num_groups, span = E / G;
+    FloatVec value[kMaxBlockGroups];
+    for (int g = 0; g < G; ++g) {
+      FloatVec best = FloatVec{} - INFINITY, second = best;
+      for (int e = g * span; e < (g + 1) * span; ++e) {  // fold_top2, lane by lane
+        FloatVec v;
+        __builtin_memcpy(&v, select + static_cast<int64_t>(e) * L, sizeof v);
+        const IntVec above = v > best;
+        const FloatVec lo = above ? best : v;
+        second = lo > second ? lo : second;
+        best = above ? v : best;
+      }
+      value[g] = inf_lanes(second) ? best : best + second;
+    }
+    for (int g = 0; g < G; ++g) {
+      IntVec rank = IntVec{};
+      for (int h = 0; h < G; ++h) {
+        const IntVec before = h < g ? (value[h] >= value[g]) : (value[h] > value[g]);
+        rank -= before;  // -1 where true
+      }
+      const IntVec dropped = (rank >= p_.topk_groups) | inf_lanes(value[g]);
+      bool any_dropped = false;
+      for (int l = 0; l < L; ++l) any_dropped |= dropped[l] != 0;
+      if (!any_dropped) continue;
+      const FloatVec minus_inf = FloatVec{} - INFINITY;
+      for (int e = g * span; e < (g + 1) * span; ++e) {
+        FloatVec v;
+        __builtin_memcpy(&v, select + static_cast<int64_t>(e) * L, sizeof v);
+        v = dropped ? minus_inf : v;
+        __builtin_memcpy(select + static_cast<int64_t>(e) * L, &v, sizeof v);
+      }
+    }
+  }
+
+  // Ranking: candidates in ascending expert order into a descending list per lane. A candidate enters at
+  // rank r when it is strictly above the entry there (an equal entry is an earlier expert, which ranks
+  // before it); the entries from r on shift down one, the last falls off. -inf never enters.
+  switch (list_size(R)) {
+    case 2:
+      rank_candidates<2>(E, select);
+      break;
+    case 4:
+      rank_candidates<4>(E, select);
+      break;
+    case 8:
+      rank_candidates<8>(E, select);
+      break;
+    default:
+      rank_candidates<16>(E, select);
+      break;
+  }
+  const float* w = rank_w_;
+  const int32_t* idx = rank_e_;
+
+  // Weights: route_row's expressions. Empty ranks are the last ones, so summing j < top_k with 0 for an
+  // empty rank adds exactly what summing j < min(top_k, ranked) does (den >= +0, den + 0 == den).
+  for (int l = 0; l < L; ++l) {
+    top1[l] = idx[l] >= 0 ? w[l] : 0.0f;
+    float denominator = 1.0f;
+    if (p_.renormalize) {
+      denominator = 0.0f;
+      for (int j = 0; j < p_.top_k; ++j) {
+        const int32_t e = idx[j * L + l];
+        if (e >= 0) denominator += score[e * L + l];
+      }
+    }
+    int32_t* out_e = experts + static_cast<int64_t>(l) * R;
+    float* out_w = weights + static_cast<int64_t>(l) * R;
+    for (int r = 0; r < R; ++r) {
+      const int32_t e = idx[r * L + l];
+      out_e[r] = e;
+      out_w[r] =
+          e < 0 ? 0.0f : (denominator > 0.0f ? score[e * L + l] / denominator * p_.scaling_factor : 0.0f);
+    }
+  }
+  return true;
+}
+
+}  // namespace moe::rules
