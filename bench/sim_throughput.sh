@@ -7,6 +7,8 @@
 #   MOE_SIM           the binary to measure (default build/bin/moe-sim)
 #   BASELINE_MOE_SIM  optional second binary (e.g. main's), timed on the same workloads at its one thread
 #   REPEATS=3         runs per cell; REQUESTS=2000 requests per workload
+#   BASE_THREADS=N    run the baseline with --threads N (a baseline that has the flag); without it, the
+#                     baseline runs as it is (a binary from before --threads ran on one thread)
 # Prints a markdown table: workload, binary, threads, pairs, wall s (best), M pairs/s, peak RSS MiB (of the
 # best run, /usr/bin/time), and the ratio of the baseline's wall time to this one's.
 set -euo pipefail
@@ -44,9 +46,12 @@ for shape in "E256 k8:" "E8 k2:--experts 8 --top-k 2"; do
   base_wall=""
   rows=()
   if [ -n "$base" ]; then
-    read -r base_wall rss < <(best_wall "$base" "${workload[@]}" "${extra[@]}")
+    base_args=()
+    [ -n "${BASE_THREADS:-}" ] && base_args=(--threads "$BASE_THREADS")
+    read -r base_wall rss < <(best_wall "$base" "${workload[@]}" "${extra[@]}" "${base_args[@]}")
     pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
-    rows+=("$(printf "| %s | %s | 1 | %d | %.2f | %.1f | %.0f | 1.0 |" "$name" "$base" "$pairs" "$base_wall" \
+    rows+=("$(printf "| %s | %s | %s | %d | %.2f | %.1f | %.0f | 1.0 |" "$name" "$base" "${BASE_THREADS:-1}" \
+      "$pairs" "$base_wall" \
       "$(echo "$pairs / $base_wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)")")
   fi
   for threads in 1 2; do

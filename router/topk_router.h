@@ -16,9 +16,11 @@ namespace moe {
 // parameters with it too.
 rules::TopKParams make_topk_params(const RouterConfig& config, int num_ranked);
 
-// Routes rows of logits by the rules of a RouterConfig (see router_config.h and docs/routing.md), one row at
-// a time through rules::route_row (router/rules/topk_rule.h). Thread-compatible: route() is const and keeps
-// its scratch in the caller's TokenRoutes, so one router may serve many threads, each with its own output.
+// Routes rows of logits by the rules of a RouterConfig (see router_config.h and docs/routing.md): whole
+// blocks of 16 rows through rules::BlockRouter (router/topk_block.h, one row per vector lane), the other rows
+// one at a time through rules::route_row (router/rules/topk_rule.h); both give the same bits. Thread-
+// compatible: route() is const and keeps its scratch on the stack and in the caller's TokenRoutes, so one
+// router may serve many threads, each with its own output.
 class TopKRouter {
  public:
   // num_ranked: how many ranks to produce per token (>= top_k; top_k + reroute_depth when rerouting;
