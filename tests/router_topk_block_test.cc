@@ -7,11 +7,13 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "router/topk_block.h"
 #include "router/topk_router.h"
+#include "tests/support/random_router.h"
 
 namespace moe {
 namespace {
@@ -82,26 +84,16 @@ TEST(BlockRouter, RandomConfigsBitwiseEqualToRouteRow) {
   std::mt19937_64 rng(12);
   int ran = 0;
   for (int rep = 0; rep < 400; ++rep) {
-    RouterConfig config;
     const int groups[] = {1, 1, 2, 3, 4, 8, 16, 64};
-    config.num_groups = groups[rng() % 8];
-    const int per_group = config.num_groups == 64 ? 1 + static_cast<int>(rng() % 4)
-                                                  : 1 + static_cast<int>(rng() % (rng() % 4 ? 9 : 32));
-    config.num_experts = config.num_groups * per_group;
-    config.top_k = 1 + static_cast<int>(rng() % std::min(config.num_experts, 9));
-    config.topk_groups = 1 + static_cast<int>(rng() % config.num_groups);
-    config.scoring = rng() % 2 ? Scoring::kSigmoid : Scoring::kSoftmax;
-    config.renormalize = rng() % 3 != 0;
-    config.scaling_factor = rng() % 2 ? 1.0f : 2.5f;
-    if (rng() % 2) {
-      config.selection_bias.resize(config.num_experts);
-      for (auto& b : config.selection_bias) b = 0.01f * static_cast<float>(static_cast<int>(rng() % 9) - 4);
-    }
-    try {
-      config.validate();
-    } catch (const std::invalid_argument&) {
-      continue;  // e.g. topk_groups too small for top_k experts
-    }
+    const int G = groups[rng() % 8];
+    const int per_group =
+        G == 64 ? 1 + static_cast<int>(rng() % 4) : 1 + static_cast<int>(rng() % (rng() % 4 ? 9 : 32));
+    const int E = G * per_group;
+    const int k = 1 + static_cast<int>(rng() % std::min(E, 9));
+    const std::optional<RouterConfig> rules =
+        test::RandomRouterRules(rng, E, G, k, 1 + static_cast<int>(rng() % G));
+    if (!rules) continue;
+    const RouterConfig& config = *rules;
     SCOPED_TRACE("case " + std::to_string(rep) + ": " + std::to_string(config.num_experts) + " experts, " +
                  std::to_string(config.num_groups) + " groups, top " + std::to_string(config.top_k));
     const int ranked = config.top_k + static_cast<int>(rng() % 4);

@@ -6,11 +6,13 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "router/rules/topk_rule.h"
 #include "router/topk_router.h"
+#include "tests/support/random_router.h"
 
 namespace moe {
 namespace {
@@ -76,24 +78,14 @@ TEST(TopKRuleDeviceForm, GroupLimitBiasScalingAndFewAvailable) {
   std::mt19937_64 rng(2);
   int ran = 0;
   for (int rep = 0; rep < 60; ++rep) {
-    RouterConfig config;
     const int groups[] = {1, 2, 4, 8};
-    config.num_groups = groups[rng() % 4];
-    config.num_experts = config.num_groups * (1 + static_cast<int>(rng() % 8));
-    config.top_k = 1 + static_cast<int>(rng() % std::min(config.num_experts, 6));
-    config.topk_groups = 1 + static_cast<int>(rng() % config.num_groups);
-    config.scoring = rng() % 2 ? Scoring::kSigmoid : Scoring::kSoftmax;
-    config.renormalize = rng() % 2 == 0;
-    config.scaling_factor = rng() % 2 ? 1.0f : 2.5f;
-    if (rng() % 2) {
-      config.selection_bias.resize(config.num_experts);
-      for (auto& b : config.selection_bias) b = 0.01f * static_cast<float>(static_cast<int>(rng() % 9) - 4);
-    }
-    try {
-      config.validate();
-    } catch (const std::invalid_argument&) {
-      continue;  // e.g. topk_groups too small for top_k experts
-    }
+    const int G = groups[rng() % 4];
+    const int E = G * (1 + static_cast<int>(rng() % 8));
+    const int k = 1 + static_cast<int>(rng() % std::min(E, 6));
+    const std::optional<RouterConfig> rules =
+        test::RandomRouterRules(rng, E, G, k, 1 + static_cast<int>(rng() % G));
+    if (!rules) continue;
+    const RouterConfig& config = *rules;
     SCOPED_TRACE("case " + std::to_string(rep));
     const int ranked = config.top_k + static_cast<int>(rng() % 3);
     CompareRows(config, ranked, RandomLogits(rng, 150, config.num_experts, rep % 3 == 0 ? 0.6 : 0.1, false),
