@@ -47,6 +47,7 @@
 #include "moe/parallel/expert_parallel_layer.h"
 #include "moe/parallel/mpi_communicator.h"
 #include "tests/support/ep_fixtures.h"
+#include "tests/support/mpi_gtest.h"
 #endif
 
 namespace moe::testing {
@@ -497,23 +498,6 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LayerCaseChunking);
 }  // namespace moe::testing
 
 #if MOE_LAYER_CASES_MPI
-namespace {
-
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed()) {
-      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                   result.file_name() ? result.file_name() : "?", result.line_number(), result.summary());
-    }
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   moe::parallel::MpiSession session(&argc, &argv);
@@ -522,14 +506,6 @@ int main(int argc, char** argv) {
   options.timeout = std::chrono::seconds(60);
   moe::parallel::MpiCommunicator comm(MPI_COMM_WORLD, options);
   moe::testing::g_comm = &comm;
-  if (comm.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(comm.rank()));
-  }
-  const int failed = RUN_ALL_TESTS();
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any_failed ? 1 : 0;
+  return moe::testing::RunAllTestsOnEveryRank();
 }
 #endif

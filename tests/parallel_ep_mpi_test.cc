@@ -32,6 +32,7 @@
 #include "tests/support/allocation_counter.h"
 #include "tests/support/ep_fixtures.h"
 #include "tests/support/layer_cases.h"
+#include "tests/support/mpi_gtest.h"
 
 namespace moe::parallel {
 namespace {
@@ -567,35 +568,11 @@ TEST(ExpertParallel, MixedThreadCountsAcrossRanks) {
   EXPECT_EQ(o.mismatched_batches, 0);
 }
 
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed()) {
-      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                   result.file_name() ? result.file_name() : "?", result.line_number(), result.summary());
-    }
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace moe::parallel
 
 int main(int argc, char** argv) {
   moe::parallel::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new moe::parallel::FailurePrinter(rank));
-  }
-  const int failed = RUN_ALL_TESTS();
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any_failed ? 1 : 0;
+  return moe::testing::RunAllTestsOnEveryRank();
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "moe/parallel/mpi_communicator.h"
+#include "tests/support/mpi_gtest.h"
 
 namespace moe::parallel {
 
@@ -263,21 +264,6 @@ TEST(MpiCommunicator, TimeoutNamesTheRankAndBreaksTheCommunicator) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// Rank 0 keeps the usual gtest output; other ranks print only failed assertions.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed()) {
-      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                   result.file_name() ? result.file_name() : "?", result.line_number(), result.summary());
-    }
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace moe::parallel
 
@@ -296,16 +282,5 @@ void operator delete(void* p, std::size_t) noexcept {
 int main(int argc, char** argv) {
   moe::parallel::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new moe::parallel::FailurePrinter(rank));
-  }
-  int failed = RUN_ALL_TESTS();
-  // Every rank reports the job's result, so mpirun's status does not depend on which rank failed.
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any_failed ? 1 : 0;
+  return moe::testing::RunAllTestsOnEveryRank();
 }

@@ -91,7 +91,7 @@ TEST(BlockRouter, RandomConfigsBitwiseEqualToRouteRow) {
     const int E = G * per_group;
     const int k = 1 + static_cast<int>(rng() % std::min(E, 9));
     const std::optional<RouterConfig> rules =
-        test::RandomRouterRules(rng, E, G, k, 1 + static_cast<int>(rng() % G));
+        testing::RandomRouterRules(rng, E, G, k, 1 + static_cast<int>(rng() % G));
     if (!rules) continue;
     const RouterConfig& config = *rules;
     SCOPED_TRACE("case " + std::to_string(rep) + ": " + std::to_string(config.num_experts) + " experts, " +

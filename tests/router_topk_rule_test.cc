@@ -83,7 +83,7 @@ TEST(TopKRuleDeviceForm, GroupLimitBiasScalingAndFewAvailable) {
     const int E = G * (1 + static_cast<int>(rng() % 8));
     const int k = 1 + static_cast<int>(rng() % std::min(E, 6));
     const std::optional<RouterConfig> rules =
-        test::RandomRouterRules(rng, E, G, k, 1 + static_cast<int>(rng() % G));
+        testing::RandomRouterRules(rng, E, G, k, 1 + static_cast<int>(rng() % G));
     if (!rules) continue;
     const RouterConfig& config = *rules;
     SCOPED_TRACE("case " + std::to_string(rep));

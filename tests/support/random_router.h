@@ -9,7 +9,7 @@
 
 #include "router/router_config.h"
 
-namespace moe::test {
+namespace moe::testing {
 
 inline std::optional<RouterConfig> RandomRouterRules(std::mt19937_64& rng, int num_experts, int num_groups,
                                                      int top_k, int topk_groups) {
@@ -33,4 +33,4 @@ inline std::optional<RouterConfig> RandomRouterRules(std::mt19937_64& rng, int n
   return config;
 }
 
-}  // namespace moe::test
+}  // namespace moe::testing
