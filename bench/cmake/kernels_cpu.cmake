@@ -17,3 +17,8 @@ target_link_libraries(dpbf16_probe PRIVATE moe_kernels_cpu moe_flags)
 add_executable(peak_bench ${PROJECT_SOURCE_DIR}/bench/peak_bench.cc)
 target_include_directories(peak_bench PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(peak_bench PRIVATE moe_kernels_cpu Threads::Threads moe_flags)
+# Whether AMX's tdpbf16ps computes the same bits as that contract (a plain program, not run by scripts/bench.sh;
+# prints a line and exits 0 where there is no AMX).
+add_executable(amx_probe ${PROJECT_SOURCE_DIR}/bench/amx_probe.cc)
+target_include_directories(amx_probe PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(amx_probe PRIVATE moe_kernels_cpu moe_flags)
