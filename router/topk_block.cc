@@ -4,9 +4,11 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 reports the _mm512_undefined_ps() inside its own shuffle intrinsics as maybe uninitialised when they
 // are inlined (the instructions overwrite every lane); nothing in this file reads an uninitialised value.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace moe::rules {
