@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/dpbf16.h"
 #include "tests/support/dpbf16_cases.h"
 
@@ -31,6 +32,10 @@ namespace {
 
 using moe::kernels::dpbf16;
 using moe::kernels::dpbf16_step;
+using moe::kernels::dpbf16_detail::daz;
+float wide(uint16_t h) {
+  return moe::kernels::bf16_to_f32(h);
+}
 using moe::testing::DpLane;
 
 bool cpu_has_amx_bf16() {
@@ -67,12 +72,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_dp(float* c, const uint16
   _tile_release();
 }
 
-float wide(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
-float daz(float v) {
-  return (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0 ? std::copysign(0.0f, v) : v;
-}
 float ftz(float v) {
   return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v;
 }

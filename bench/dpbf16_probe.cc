@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/dpbf16.h"
 #include "tests/support/dpbf16_cases.h"
 
@@ -24,7 +25,7 @@ namespace {
 using moe::testing::DpLane;
 
 float wide(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+  return moe::kernels::bf16_to_f32(h);
 }
 bool subnormal(float v) {
   return v != 0.0f && std::fabs(v) < 0x1p-126f;

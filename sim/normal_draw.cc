@@ -1,8 +1,8 @@
 #include "sim/normal_draw.h"
 
 #include <bit>
-#include <cstring>
 
+#include "base/float_bits.h"
 #include "base/splitmix64.h"
 #include "sim/normal_table.h"
 
@@ -37,23 +37,14 @@ inline float from_bits(uint32_t u) {
   const int left = s < 0 ? -s : 0;
   const uint32_t c = ((x << left) >> right) & 63u;
   const uint32_t rem = x & ((1u << right) - 1u);
-  const uint32_t scale_bits = static_cast<uint32_t>(127 - right) << 23;  // 2^-right
-  float scale;
-  std::memcpy(&scale, &scale_bits, sizeof scale);
+  const float scale = float_from_bits(static_cast<uint32_t>(127 - right) << 23);  // 2^-right
   const float frac = static_cast<float>(rem) * scale;
   const int i = o * 64 + static_cast<int>(c);
   const uint64_t cell = kCells.bits[i];  // (T[i], T[i + 1]) in one load
-  float lo, hi;
-  const uint32_t lo_bits = static_cast<uint32_t>(cell), hi_bits = static_cast<uint32_t>(cell >> 32);
-  std::memcpy(&lo, &lo_bits, sizeof lo);
-  std::memcpy(&hi, &hi_bits, sizeof hi);
+  const float lo = float_from_bits(static_cast<uint32_t>(cell));
+  const float hi = float_from_bits(static_cast<uint32_t>(cell >> 32));
   const float z = lo + (hi - lo) * frac;
-  uint32_t z_bits;
-  std::memcpy(&z_bits, &z, sizeof z_bits);
-  z_bits |= u & 0x80000000u;
-  float signed_z;
-  std::memcpy(&signed_z, &z_bits, sizeof signed_z);
-  return signed_z;
+  return float_from_bits(float_bits(z) | (u & 0x80000000u));
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ std::vector<float> BlockLogits(std::mt19937_64& rng, int E, double non_finite, i
   return logits;
 }
 
-// Routes one block both ways and compares; returns false when the config is not one the block form takes.
+// Routes one block both ways and compares (the config must be one the block form takes).
 void CompareBlock(const RouterConfig& config, int num_ranked, const std::vector<float>& logits) {
   const rules::TopKParams p = make_topk_params(config, num_ranked);
   ASSERT_TRUE(rules::BlockRouter::supports(p));
