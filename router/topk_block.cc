@@ -100,11 +100,9 @@ void BlockRouter::rank_candidates(int E, const float* select) {
     w[0] = above ? c : w[0];
     idx[0] = above ? ev : idx[0];
   }
+  __builtin_memcpy(top_w_, &w[0], sizeof w[0]);
   const int R = p_.num_ranked;
-  for (int r = 0; r < R; ++r) {
-    __builtin_memcpy(rank_w_ + r * L, &w[r], sizeof w[r]);
-    __builtin_memcpy(rank_e_ + r * L, &idx[r], sizeof idx[r]);
-  }
+  for (int r = 0; r < R; ++r) __builtin_memcpy(rank_e_ + r * L, &idx[r], sizeof idx[r]);
 }
 
 bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, float* top1) {
@@ -222,13 +220,12 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
       rank_candidates<16>(E, select);
       break;
   }
-  const float* w = rank_w_;
   const int32_t* idx = rank_e_;
 
   // Weights: route_row's expressions. Empty ranks are the last ones, so summing j < top_k with 0 for an
   // empty rank adds exactly what summing j < min(top_k, ranked) does (den >= +0, den + 0 == den).
   for (int l = 0; l < L; ++l) {
-    top1[l] = idx[l] >= 0 ? w[l] : 0.0f;
+    top1[l] = idx[l] >= 0 ? top_w_[l] : 0.0f;
     float denominator = 1.0f;
     if (p_.renormalize) {
       denominator = 0.0f;

@@ -40,7 +40,8 @@ class BlockRouter {
   bool route(const float* logits, int32_t* experts, float* weights, float* top1);
 
  private:
-  // The ranking over select_ into rank_w_ / rank_e_ with a list of kList >= num_ranked entries.
+  // The ranking over select_ into rank_e_ (and rank 0's select value into top_w_) with a list of kList >=
+  // num_ranked entries.
   template <int kList>
   void rank_candidates(int E, const float* select);
 
@@ -49,8 +50,8 @@ class BlockRouter {
   // dropped group.
   float select_[kMaxBlockExperts * kLanes];
   float score_[kMaxBlockExperts * kLanes];   // [num_experts][kLanes]
-  float rank_w_[kMaxBlockRanks * kLanes];    // [num_ranked][kLanes] select values of the ranked experts
-  int32_t rank_e_[kMaxBlockRanks * kLanes];  // [num_ranked][kLanes] their experts, descending; -1 empty
+  float top_w_[kLanes];                      // rank 0's select value per lane (the top-1 score)
+  int32_t rank_e_[kMaxBlockRanks * kLanes];  // [num_ranked][kLanes] the ranked experts, best first; -1 empty
 };
 
 }  // namespace moe::rules
