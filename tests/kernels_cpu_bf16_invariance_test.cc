@@ -1,8 +1,9 @@
 // Determinism of the bf16-compute kernels (linear_bf16.h, expert_ffn_bf16.h), compared bit for bit
 // (memcmp), never with a tolerance: every row computed in a batch of N (up to 512) equals the row computed
 // alone, in a shuffled batch, in prefixes of the batch, with 1, 2 or 3 threads, other strides and
-// misaligned buffers, and on repeated runs; and the portable scalar path gives the same bits as the
-// AVX-512 vdpbf16ps kernel, also on subnormals, infinities and NaNs.
+// misaligned buffers, and on repeated runs; and each contract's portable scalar emulation gives the same bits
+// as its hardware kernels (vdpbf16ps and FMA for the pair contract, AMX for the tile contract), also on
+// subnormals, infinities and NaNs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,21 +89,27 @@ std::vector<float> wide_range_values(size_t n, uint32_t seed, bool specials) {
   return v;
 }
 
-// Every AVX-512 implementation this CPU has (vdpbf16ps; fp32 FMA under DAZ/FTZ) against the portable
-// emulation, and the one linear_bf16 dispatches to.
+// Every hardware implementation this CPU has (pair contract: vdpbf16ps, fp32 FMA under DAZ/FTZ; tile
+// contract: AMX) against the scalar emulation of its contract, and the one linear_bf16 dispatches to against
+// the emulation of the process's contract.
 TEST(LinearBf16Invariant, PortablePathGivesSameBits) {
   std::vector<Bf16Kernel> kernels;
-  for (Bf16Kernel k : {Bf16Kernel::kAvx512Fma, Bf16Kernel::kAvx512Dpbf16}) {
+  for (Bf16Kernel k : {Bf16Kernel::kAvx512Fma, Bf16Kernel::kAvx512Dpbf16, Bf16Kernel::kAmx}) {
     if (bf16_kernel_available(k)) kernels.push_back(k);
   }
-  std::printf("linear_bf16 dispatches to the '%s' kernel here\n", to_string(linear_bf16_kernel()));
+  std::printf("linear_bf16 dispatches to the '%s' kernel (%s contract) here\n",
+              to_string(linear_bf16_kernel()), to_string(linear_bf16_contract()));
   if (!bf16_kernel_available(Bf16Kernel::kAvx512Dpbf16)) {
     std::printf(
         "this CPU has no AVX512_BF16 (vdpbf16ps): the emulation-vs-vdpbf16ps comparison is skipped\n");
   }
+  if (!bf16_kernel_available(Bf16Kernel::kAmx)) {
+    std::printf("this CPU (or OS) has no AMX-BF16: the tile emulation-vs-AMX comparison is skipped\n");
+  }
   if (kernels.empty()) {
-    GTEST_SKIP() << "this CPU has no AVX-512 (neither vdpbf16ps nor AVX512F): linear_bf16 runs the portable "
-                    "emulation, so there is no AVX-512 kernel to compare it with";
+    GTEST_SKIP()
+        << "this CPU has no AVX-512 and no AMX: linear_bf16 runs a portable emulation, so there is no "
+           "hardware kernel to compare it with";
   }
   ThreadPool pool(2);
   for (bool specials : {false, true}) {
@@ -119,16 +126,20 @@ TEST(LinearBf16Invariant, PortablePathGivesSameBits) {
               wide_range_values(static_cast<size_t>(rows * in), static_cast<uint32_t>(rows + in), specials);
           std::vector<uint16_t> xb(linear_bf16_workspace_elems(rows, in));
           round_rows_to_bf16(x.data(), rows, in, in, xb.data(), pool);
-          std::vector<float> a(static_cast<size_t>(rows * out)), b(a.size());
+          std::vector<float> a(static_cast<size_t>(rows * out)), b(a.size()), b_other(a.size());
           linear_bf16_rounded_portable(xb.data(), rows, w, b.data(), out);
           linear_bf16_rounded(xb.data(), rows, w, a.data(), out, pool);
           ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
               << "dispatched kernel, in=" << in << " out=" << out << " rows=" << rows
               << " specials=" << specials;
+          const Bf16Contract other =
+              linear_bf16_contract() == Bf16Contract::kPair ? Bf16Contract::kTile : Bf16Contract::kPair;
+          linear_bf16_rounded_portable(xb.data(), rows, w, b_other.data(), out, other);
           for (Bf16Kernel k : kernels) {
             std::fill(a.begin(), a.end(), -1.0f);
             linear_bf16_rounded_with(k, xb.data(), rows, w, a.data(), out, pool);
-            ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            const std::vector<float>& ref = bf16_kernel_contract(k) == linear_bf16_contract() ? b : b_other;
+            ASSERT_EQ(0, std::memcmp(a.data(), ref.data(), a.size() * sizeof(float)))
                 << to_string(k) << " kernel, in=" << in << " out=" << out << " rows=" << rows
                 << " specials=" << specials;
           }

@@ -39,16 +39,16 @@ PackedBf16Weights::PackedBf16Weights(const MatrixView& w) {
   validate_weights(w, "PackedBf16Weights: w");
   out_ = w.rows;
   in_ = w.cols;
-  const size_t words = static_cast<size_t>(panels() * pairs() * kBf16PanelOutputs);
+  const size_t words = static_cast<size_t>(panels() * panel_pairs() * kBf16PanelOutputs);
   data_.reset(static_cast<uint32_t*>(::operator new(std::max<size_t>(words, 1) * 4, std::align_val_t(64))));
-  const int64_t np = pairs();
+  const int64_t np = pairs(), rows = panel_pairs();
   for (int64_t j = 0; j < panels(); ++j) {
-    uint32_t* dst = data_.get() + j * np * kBf16PanelOutputs;
-    for (int64_t p = 0; p < np; ++p) {
+    uint32_t* dst = data_.get() + j * rows * kBf16PanelOutputs;
+    for (int64_t p = 0; p < rows; ++p) {
       for (int64_t c = 0; c < kBf16PanelOutputs; ++c) {
         const int64_t o = j * kBf16PanelOutputs + c;
         uint32_t v = 0;
-        if (o < out_) {
+        if (o < out_ && p < np) {
           const uint32_t lo = weight_bits(w, o, 2 * p);
           const uint32_t hi = 2 * p + 1 < in_ ? weight_bits(w, o, 2 * p + 1) : 0u;
           v = lo | (hi << 16);

@@ -1,11 +1,13 @@
 // Operands of the bf16-compute kernels: weights packed once at load time, and activations rounded to bf16.
 //
-// PackedBf16Weights holds W [out, in] in the pair-interleaved ("VNNI") layout that vdpbf16ps reads: the
-// outputs are cut into panels of 64 (the last one zero-padded), and panel j is a contiguous block of
-//   pairs(in) x 64 dwords,  dword (p, o) = bf16(W[64 j + o][2p]) | bf16(W[64 j + o][2p + 1]) << 16
-// (an odd `in` is padded with a zero element). fp32 weights are rounded to bf16 (round to nearest even,
-// f32_to_bf16); bf16 weights are copied. Storage is 64-byte aligned; the object is movable, not copyable,
-// immutable after construction and safe to share between threads.
+// PackedBf16Weights holds W [out, in] in the pair-interleaved ("VNNI") layout that vdpbf16ps and AMX's
+// tdpbf16ps read: the outputs are cut into panels of 64 (the last one zero-padded), and panel j is a
+// contiguous block of
+//   panel_pairs() x 64 dwords,  dword (p, o) = bf16(W[64 j + o][2p]) | bf16(W[64 j + o][2p + 1]) << 16
+// (an odd `in` is padded with a zero element; rows p >= pairs(in), up to the next multiple of 16 pairs, are
+// zero, so that an AMX tile of 16 pairs never reads past a panel). fp32 weights are rounded to bf16 (round to
+// nearest even, f32_to_bf16); bf16 weights are copied. Storage is 64-byte aligned; the object is movable, not
+// copyable, immutable after construction and safe to share between threads.
 //
 // The input operand is x rounded to bf16 with f32_to_bf16 (round to nearest even, subnormals kept, NaN kept
 // quiet), row-major with an even row length 2 * pairs(in) (the element past an odd `in` is zero), so that
@@ -16,8 +18,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "kernels/tensor.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels {
 
@@ -37,10 +39,12 @@ class PackedBf16Weights {
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
   int64_t pairs() const { return bf16_pairs(in_); }
+  // Rows of a panel: pairs() rounded up to a multiple of 16 (the rows past pairs() are zero).
+  int64_t panel_pairs() const { return (pairs() + 15) / 16 * 16; }
   int64_t panels() const { return (out_ + kBf16PanelOutputs - 1) / kBf16PanelOutputs; }
-  // Panel j: pairs() x 64 dwords, 64-byte aligned.
-  const uint32_t* panel(int64_t j) const { return data_.get() + j * pairs() * kBf16PanelOutputs; }
-  // Bytes of packed storage (what a one-row product streams).
+  // Panel j: panel_pairs() x 64 dwords, 64-byte aligned; its first pairs() rows are the weights.
+  const uint32_t* panel(int64_t j) const { return data_.get() + j * panel_pairs() * kBf16PanelOutputs; }
+  // Bytes of the weights' rows of the packed storage (what a one-row product streams).
   size_t bytes() const { return static_cast<size_t>(panels() * pairs() * kBf16PanelOutputs) * 4; }
   // The bf16 bits of W[o][i] as packed (zero beyond the matrix).
   uint16_t at(int64_t o, int64_t i) const;

@@ -18,11 +18,25 @@
 #define MOE_TARGET_AVX512_BF16
 #endif
 
+// Whether this compiler can build AMX-BF16 code (a `#pragma GCC target("amx-tile,amx-bf16")` region), on
+// x86-64 Linux, where the OS hands out the tile state on request (arch_prctl).
+#if defined(__x86_64__) && defined(__linux__) &&      \
+    ((defined(__clang__) && __clang_major__ >= 12) || \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define MOE_HAVE_AMX_TARGET 1
+#else
+#define MOE_HAVE_AMX_TARGET 0
+#endif
+
 namespace moe::kernels {
 
 // True when this CPU and OS run AVX512F and AVX512_BF16 (vdpbf16ps) code. Cached; thread-safe.
 bool cpu_has_avx512_bf16();
 // True when this CPU and OS run AVX512F code. Cached; thread-safe.
 bool cpu_has_avx512f();
+// True when this CPU has AMX-TILE and AMX-BF16 (tdpbf16ps), the OS saves the tile state (XCR0) and has
+// granted this process its use (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here, for the whole process).
+// Cached; thread-safe.
+bool cpu_has_amx_bf16();
 
 }  // namespace moe::kernels

@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
+#include "kernels/cpu/tile_bf16.h"
 
 namespace moe::kernels {
 namespace {
@@ -48,6 +49,12 @@ void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16
     case Bf16Kernel::kPortable:
       detail::bf16_panels_portable(xb, rows, w, j0, j1, y, y_stride);
       return;
+    case Bf16Kernel::kAmx:
+      detail::bf16_panels_amx(xb, rows, w, j0, j1, y, y_stride);
+      return;
+    case Bf16Kernel::kPortableTile:
+      detail::bf16_panels_portable_tile(xb, rows, w, j0, j1, y, y_stride);
+      return;
   }
 }
 
@@ -83,12 +90,10 @@ double time_kernel(Bf16Kernel k, const uint16_t* xb, const PackedBf16Weights& w,
   return best;
 }
 
-Bf16Kernel choose_kernel() {
-  if (const char* forced = std::getenv("MOE_BF16_KERNEL")) {
-    for (Bf16Kernel k : {Bf16Kernel::kPortable, Bf16Kernel::kAvx512Fma, Bf16Kernel::kAvx512Dpbf16}) {
-      if (std::string(forced) == to_string(k) && bf16_kernel_available(k)) return k;
-    }
-  }
+constexpr Bf16Kernel kAllKernels[] = {Bf16Kernel::kPortable, Bf16Kernel::kAvx512Fma,
+                                      Bf16Kernel::kAvx512Dpbf16, Bf16Kernel::kPortableTile, Bf16Kernel::kAmx};
+
+Bf16Kernel choose_pair_kernel() {
   const bool dp = bf16_kernel_available(Bf16Kernel::kAvx512Dpbf16);
   const bool fma = bf16_kernel_available(Bf16Kernel::kAvx512Fma);
   if (dp && fma) {
@@ -104,6 +109,21 @@ Bf16Kernel choose_kernel() {
   if (dp) return Bf16Kernel::kAvx512Dpbf16;
   if (fma) return Bf16Kernel::kAvx512Fma;
   return Bf16Kernel::kPortable;
+}
+
+Bf16Kernel choose_kernel() {
+  if (const char* forced = std::getenv("MOE_BF16_KERNEL")) {
+    for (Bf16Kernel k : kAllKernels) {
+      if (std::string(forced) == to_string(k) && bf16_kernel_available(k)) return k;
+    }
+  }
+  const char* pinned = std::getenv("MOE_BF16_CONTRACT");
+  const bool amx = bf16_kernel_available(Bf16Kernel::kAmx);
+  const bool tile = pinned != nullptr && std::string(pinned) == "tile"   ? true
+                    : pinned != nullptr && std::string(pinned) == "pair" ? false
+                                                                         : amx;
+  if (tile) return amx ? Bf16Kernel::kAmx : Bf16Kernel::kPortableTile;
+  return choose_pair_kernel();
 }
 
 }  // namespace
@@ -127,6 +147,22 @@ void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weig
                        static_cast<uint16_t>(wp >> 16));
         }
         y[r * y_stride + o0 + c] = acc;
+      }
+    }
+  }
+}
+
+void bf16_panels_portable_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                               int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const uint32_t* panel = w.panel(j);
+      const int64_t o0 = j * kBf16PanelOutputs;
+      const int64_t valid = std::min<int64_t>(kBf16PanelOutputs, w.out() - o0);
+      for (int64_t c = 0; c < valid; ++c) {
+        y[r * y_stride + o0 + c] =
+            tile_bf16_dot(xb + r * xs, pairs, [&](int64_t p) { return panel[p * kBf16PanelOutputs + c]; });
       }
     }
   }
@@ -168,8 +204,20 @@ const char* to_string(Bf16Kernel k) {
       return "fma";
     case Bf16Kernel::kAvx512Dpbf16:
       return "dpbf16";
+    case Bf16Kernel::kPortableTile:
+      return "portable-tile";
+    case Bf16Kernel::kAmx:
+      return "amx";
   }
   return "?";
+}
+
+const char* to_string(Bf16Contract c) {
+  return c == Bf16Contract::kTile ? "tile" : "pair";
+}
+
+Bf16Contract bf16_kernel_contract(Bf16Kernel k) {
+  return k == Bf16Kernel::kPortableTile || k == Bf16Kernel::kAmx ? Bf16Contract::kTile : Bf16Contract::kPair;
 }
 
 bool bf16_kernel_available(Bf16Kernel k) {
@@ -180,6 +228,10 @@ bool bf16_kernel_available(Bf16Kernel k) {
       return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512f();
     case Bf16Kernel::kAvx512Dpbf16:
       return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512_bf16();
+    case Bf16Kernel::kPortableTile:
+      return true;
+    case Bf16Kernel::kAmx:
+      return MOE_HAVE_AMX_TARGET && cpu_has_amx_bf16();
   }
   return false;
 }
@@ -187,6 +239,10 @@ bool bf16_kernel_available(Bf16Kernel k) {
 Bf16Kernel linear_bf16_kernel() {
   static const Bf16Kernel chosen = choose_kernel();
   return chosen;
+}
+
+Bf16Contract linear_bf16_contract() {
+  return bf16_kernel_contract(linear_bf16_kernel());
 }
 
 bool linear_bf16_uses_avx512() {
@@ -205,14 +261,18 @@ void linear_bf16_rounded_with(Bf16Kernel k, const uint16_t* xb, int64_t rows, co
 }
 
 void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
-                                  int64_t y_stride) {
+                                  int64_t y_stride, Bf16Contract contract) {
   validate(xb, rows, w, y, y_stride, "linear_bf16_rounded_portable");
   if (rows == 0 || w.out() == 0) return;
   if (w.in() == 0) {
     for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
     return;
   }
-  detail::bf16_panels_portable(xb, rows, w, 0, w.panels(), y, y_stride);
+  if (contract == Bf16Contract::kTile) {
+    detail::bf16_panels_portable_tile(xb, rows, w, 0, w.panels(), y, y_stride);
+  } else {
+    detail::bf16_panels_portable(xb, rows, w, 0, w.panels(), y, y_stride);
+  }
 }
 
 }  // namespace moe::kernels

@@ -1,22 +1,28 @@
-// The batch-invariant bf16-compute linear: y = bf16(x) @ W^T with fp32 accumulation in vdpbf16ps's order
-// (computed by vdpbf16ps, or by fp32 FMAs that reproduce its bits, whichever is faster on the CPU).
+// The batch-invariant bf16-compute linear: y = bf16(x) @ W^T with fp32 accumulation in one of two fixed
+// orders (contracts), each computed by the fastest implementation this CPU has.
 //
 // Contract (every y[r][o], whatever the number of rows, the row's place, strides, alignment or thread
 // count): with xb = x's row r rounded to bf16 (f32_to_bf16) and wb = W's row o in bf16 (bf16_packed.h),
-// both padded with one zero element when `in` is odd, and P = pairs(in),
-//   acc = +0;  for p = 0, 1, ..., P - 1:  acc = dpbf16(acc, xb[2p], xb[2p+1], wb[2p], wb[2p+1]);  y = acc
-// where dpbf16 is one lane of vdpbf16ps (kernels/cpu/dpbf16.h: odd element first, two fused steps with DAZ
-// and FTZ). One sequential chain per output: no lanes to reduce at the end, no split of the reduction.
-// The AVX-512 kernel puts 16 outputs of a weight panel in the lanes of a register and broadcasts the x
-// pair, so every register tile shape runs exactly this chain per element; threads split whole panels of
-// outputs. The implementation is chosen at run time (Bf16Kernel below: CPUID, then a short timing): vdpbf16ps,
-// or AVX-512F fp32 FMAs on the exactly widened operands under DAZ/FTZ (the same two roundings per pair), or on
-// CPUs without AVX-512 the scalar emulation; all give the same bits (tested on subnormals, infinities and NaN
-// payloads).
+// both padded with one zero element when `in` is odd, and P = pairs(in), one of
+//   pair: acc = +0;  for p = 0, 1, ..., P - 1:  acc = dpbf16(acc, xb[2p], xb[2p+1], wb[2p], wb[2p+1]);  y =
+//   acc
+//         where dpbf16 is one lane of vdpbf16ps (kernels/cpu/dpbf16.h: odd element first, two fused steps
+//         with DAZ and FTZ). One sequential chain per output: no lanes to reduce, no split of the reduction.
+//   tile: what AMX's tdpbf16ps computes (kernels/cpu/tile_bf16.h): blocks of 16 pairs from p = 0 on, each
+//         an even and an odd chain of the same fused steps from +0, summed once and added once to acc.
+// The process runs ONE contract, chosen at first use (linear_bf16_contract() below): `tile` where the CPU has
+// AMX-BF16, `pair` elsewhere (MOE_BF16_CONTRACT=pair|tile pins it, e.g. for the same bits across a fleet of
+// mixed machines; each contract's scalar emulation runs anywhere). Implementations (Bf16Kernel below):
+// pair - vdpbf16ps (16 outputs of a weight panel in the lanes of a register, the x pair broadcast), AVX-512F
+// fp32 FMAs on the exactly widened operands under DAZ/FTZ (the same two roundings per pair), the scalar
+// emulation; tile - AMX tiles, the scalar emulation. Within a contract all give the same bits (tested on
+// subnormals, infinities and NaN payloads); threads split whole panels of outputs, never a reduction.
 //
 // Accuracy (tests/kernels_cpu_bf16_compute_test.cc), against float64 of the SAME bf16-rounded x and W:
-// each product of two bf16 numbers is exact in fp32, so the only errors are the 2 P roundings of the
-// chain (and flushing of values below 2^-126, which the tests' data never reach):
+// each product of two bf16 numbers is exact in fp32, so the only errors are the roundings of the chains
+// (and flushing of values below 2^-126, which the tests' data never reach); a product passes through at
+// most 2P of them in either contract (pair: the chain's 2P; tile: its block's chain of <= 16, the sum and
+// one add per remaining block):
 //   |y - ref| <= gamma(2P) * sum_i |xb_i wb_i|,  gamma(n) = n u / (1 - n u), u = 2^-24        (worst case)
 // and, since the rounding errors of a long chain have random signs, typically ~ sqrt(2P) u of that scale.
 // The tests require |y - ref| <= 4 sqrt(2P) u * sum_i |xb_i wb_i| + 2^-126 * 2P (about 1.2e-5 for in =
@@ -53,19 +59,30 @@ void linear_bf16(const float* x, int64_t rows, int64_t x_stride, const PackedBf1
 void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
                          int64_t y_stride, ThreadPool& pool);
 
-// The implementations of the contract above; all give the same bits (tested), they differ in speed:
-//   kPortable     the scalar emulation of dpbf16.h (any CPU)
-//   kAvx512Fma    AVX-512F fp32 FMAs on the widened operands under DAZ/FTZ, NaN outputs redone by the
-//                 emulation (linear_bf16_fma512.cc; CPUs with AVX512F)
-//   kAvx512Dpbf16 vdpbf16ps (linear_bf16_avx512.cc; CPUs with AVX512_BF16)
-enum class Bf16Kernel : uint8_t { kPortable, kAvx512Fma, kAvx512Dpbf16 };
+// The two accumulation orders of the contract above.
+enum class Bf16Contract : uint8_t { kPair, kTile };
+const char* to_string(Bf16Contract c);
+
+// The implementations; within a contract all give the same bits (tested), they differ in speed:
+//   kPortable      pair: the scalar emulation of dpbf16.h (any CPU)
+//   kAvx512Fma     pair: AVX-512F fp32 FMAs on the widened operands under DAZ/FTZ, NaN outputs redone by the
+//                  emulation (linear_bf16_fma512.cc; CPUs with AVX512F)
+//   kAvx512Dpbf16  pair: vdpbf16ps (linear_bf16_avx512.cc; CPUs with AVX512_BF16)
+//   kPortableTile  tile: the scalar emulation of tile_bf16.h (any CPU)
+//   kAmx           tile: AMX tdpbf16ps (linear_bf16_amx.cc; CPUs with AMX-BF16 and an OS that grants it)
+enum class Bf16Kernel : uint8_t { kPortable, kAvx512Fma, kAvx512Dpbf16, kPortableTile, kAmx };
 const char* to_string(Bf16Kernel k);
+Bf16Contract bf16_kernel_contract(Bf16Kernel k);
 bool bf16_kernel_available(Bf16Kernel k);
-// The implementation linear_bf16 runs: MOE_BF16_KERNEL=portable|fma|dpbf16 in the environment forces one
-// (if this CPU has it); otherwise, where both AVX-512 kernels are available, the faster of the two on a short
-// timing at first use (on some CPUs vdpbf16ps has half the FMA rate in FLOP/s, on others twice), else the
-// best available. Chosen once per process; thread-safe.
+// The implementation linear_bf16 runs, chosen once per process (thread-safe):
+//   MOE_BF16_KERNEL=portable|fma|dpbf16|portable-tile|amx in the environment forces one (if this CPU has it);
+//   otherwise the contract is MOE_BF16_CONTRACT=pair|tile if set, else `tile` where AMX is available and
+//   `pair` elsewhere; within `pair`, where both AVX-512 kernels are available, the faster of the two on a
+//   short timing at first use (on some CPUs vdpbf16ps has half the FMA rate in FLOP/s, on others twice), else
+//   the best available; within `tile`, AMX if available, else the emulation.
 Bf16Kernel linear_bf16_kernel();
+// The contract of linear_bf16_kernel().
+Bf16Contract linear_bf16_contract();
 
 // True when linear_bf16 runs the AVX-512 vdpbf16ps kernel (this CPU has AVX512_BF16; a run-time check).
 bool linear_bf16_uses_avx512();
@@ -75,8 +92,9 @@ bool linear_bf16_uses_avx512();
 void linear_bf16_rounded_with(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w,
                               float* y, int64_t y_stride, ThreadPool& pool);
 
-// The portable scalar path (what CPUs without AVX512_BF16 run), single-threaded, on a rounded input.
+// The scalar emulation of a contract (by default the one linear_bf16 runs), single-threaded, on a rounded
+// input: the reference the kernels are compared with bit for bit.
 void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
-                                  int64_t y_stride);
+                                  int64_t y_stride, Bf16Contract contract = linear_bf16_contract());
 
 }  // namespace moe::kernels

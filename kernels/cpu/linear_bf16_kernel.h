@@ -24,4 +24,13 @@ void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                           int64_t j_end, float* y, int64_t y_stride);
 
+// The tile contract (tile_bf16.h) with AMX tdpbf16ps (linear_bf16_amx.cc). Call it only when
+// cpu_has_amx_bf16(); on compilers that cannot target AMX it runs the tile emulation.
+void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                     int64_t j_end, float* y, int64_t y_stride);
+
+// The tile contract with its scalar emulation (same bits as bf16_panels_amx).
+void bf16_panels_portable_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                               int64_t j_end, float* y, int64_t y_stride);
+
 }  // namespace moe::kernels::detail

@@ -19,6 +19,9 @@ moe_add_test(NAME kernels_cpu_alloc_test SOURCES ${PROJECT_SOURCE_DIR}/tests/ker
 # their invariance by exact bits (invariance).
 moe_add_test(NAME kernels_cpu_dpbf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_dpbf16_test.cc
              LIBS moe_kernels_cpu LABELS unit)
+# The tile contract (AMX's tdpbf16ps): its rules, and emulation == hardware where the CPU has AMX-BF16.
+moe_add_test(NAME kernels_cpu_tile_bf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_tile_bf16_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
 moe_add_test(NAME kernels_cpu_bf16_compute_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_bf16_compute_test.cc
              LIBS moe_kernels_cpu LABELS unit)
 moe_add_test(NAME kernels_cpu_bf16_invariance_test

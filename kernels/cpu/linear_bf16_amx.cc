@@ -1,0 +1,247 @@
+// The AMX kernel of the bf16-compute linear: the tile contract (kernels/cpu/tile_bf16.h), computed by
+// tdpbf16ps on 16 x 16 fp32 accumulator tiles.
+//
+// Why it keeps the contract: one tdpbf16ps over a 16-pair block computes, for each element of the C tile,
+// c + (even chain + odd chain) of that element's row of A and column of B (tile_bf16.h, checked against the
+// hardware by tests/kernels_cpu_tile_bf16_test.cc); the C tiles start at +0 (tilezero) and take the blocks
+// in order p = 0-15, 16-31, ... So every output is the contract's sequence whatever the tile it sits in, the
+// row group, the number of rows or the thread: rows of a tile never mix (each C row reads only its A row),
+// and a short last block is zero-padded on both sides (the packed panels carry zero rows up to a multiple of
+// 16 pairs; the activation rows are copied zero-padded when pairs(in) is not a multiple of 16), which is
+// the contract's padding. AMX ignores MXCSR.
+//
+// NOTES: tiles 0-3 are C (2 row tiles x 2 column tiles: 32 rows x 32 outputs, half a weight panel), 4-5 A
+// (the two row tiles' 16 pairs), 6-7 B (16 pairs x 16 outputs, read in place from the packed panel with a
+// 256-byte stride); a group of 16 rows or fewer uses tiles 0-1 only, and a chunk of 16 rows or fewer takes
+// whole panels in one pass (group16_panel). Loop order: row chunks (chunk_rows: the chunk's activations stay
+// in L2) x the thread's panels x panel halves x row groups of 32 (the half panel, 90-180 KB, stays in L2
+// while the chunk's groups pass over it). Rows past the end of a group are
+// read from a per-thread buffer whose stale contents only reach C rows that are never stored.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/linear_bf16_kernel.h"
+
+#if MOE_HAVE_AMX_TARGET
+#include <immintrin.h>
+// Everything below, and nothing in any other file, is compiled for AMX (after the includes: the headers'
+// inline functions keep the build's flags). linear_bf16.cc calls it only when cpu_has_amx_bf16().
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16")
+#endif
+#endif
+
+namespace moe::kernels::detail {
+
+#if MOE_HAVE_AMX_TARGET
+namespace {
+
+constexpr int64_t kRowChunkMax = 256;
+constexpr int64_t kBlockPairs = 16;
+constexpr int64_t kPrefetchBlocks = 2;
+constexpr int64_t kPanelStrideBytes = kBf16PanelOutputs * 4;
+
+// The tile palette 1 layout: 64 bytes, loaded by ldtilecfg.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// A per-thread buffer of bf16 elements; grows to the largest request, then is reused. New space is zeroed.
+uint16_t* thread_buffer(size_t elems) {
+  thread_local std::vector<uint16_t> buffer;
+  if (buffer.size() < elems) buffer.resize(elems, 0);
+  return buffer.data();
+}
+
+// Copies a stored 16 x 16 tile (scratch, row-major) to y: nr rows, nc outputs.
+void copy_tile(const float* scratch, float* y, int64_t ys, int64_t nr, int64_t nc) {
+  for (int64_t r = 0; r < nr; ++r) std::memcpy(y + r * ys, scratch + 16 * r, static_cast<size_t>(nc) * 4);
+}
+
+// Stores C tile T (rows r, outputs o of y, of which nr rows and nc outputs are valid).
+#define MOE_AMX_STORE(T, ydst, ys, nr, nc, scratch)                                             \
+  do {                                                                                          \
+    if ((nr) >= 16 && (nc) >= 16) {                                                             \
+      _tile_stored(T, (ydst), (ys)*4);                                                          \
+    } else if ((nr) > 0 && (nc) > 0) {                                                          \
+      _tile_stored(T, (scratch), 64);                                                           \
+      copy_tile((scratch), (ydst), (ys), std::min<int64_t>(nr, 16), std::min<int64_t>(nc, 16)); \
+    }                                                                                           \
+  } while (0)
+
+// 32 rows of A (a, row stride as bytes) x 32 outputs of a panel (b: the half panel's first dword).
+void group32(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const uint16_t* a1 = a + 16 * (as / 2);
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const uint32_t* bk = b + kb * kBlockPairs * kBf16PanelOutputs;
+    _tile_loadd(4, a + 2 * kBlockPairs * kb, as);
+    _tile_loadd(6, bk, kPanelStrideBytes);
+    _tile_loadd(7, bk + 16, kPanelStrideBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a1 + 2 * kBlockPairs * kb, as);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+// 16 rows x 32 outputs.
+void group16(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
+  _tile_zero(0);
+  _tile_zero(1);
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const uint32_t* bk = b + kb * kBlockPairs * kBf16PanelOutputs;
+    _tile_loadd(4, a + 2 * kBlockPairs * kb, as);
+    _tile_loadd(6, bk, kPanelStrideBytes);
+    _tile_loadd(7, bk + 16, kPanelStrideBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+  }
+}
+
+// 16 rows x a whole panel (64 outputs), for chunks of 16 rows or fewer: one pass over the panel, the next
+// blocks prefetched (few rows: the product streams the weights and the tile loads alone leave the memory
+// system idle between them). B tiles 5-7, tile 5 reloaded for the fourth once its first product is issued.
+void group16_panel(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  constexpr int64_t kBlockDwords = kBlockPairs * kBf16PanelOutputs;
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const uint32_t* bk = b + kb * kBlockDwords;
+    if (kb + kPrefetchBlocks < blocks) {
+      const char* ahead = reinterpret_cast<const char*>(bk + kPrefetchBlocks * kBlockDwords);
+      for (int line = 0; line < kBlockDwords * 4 / 64; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    }
+    _tile_loadd(4, a + 2 * kBlockPairs * kb, as);
+    _tile_loadd(5, bk, kPanelStrideBytes);
+    _tile_loadd(6, bk + 16, kPanelStrideBytes);
+    _tile_loadd(7, bk + 32, kPanelStrideBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, bk + 48, kPanelStrideBytes);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+}
+
+// Rows of a chunk: its activations (rows x the padded row, bf16) stay within about 512 KB of L2.
+int64_t chunk_rows(int64_t padded_pairs) {
+  const int64_t fit = (512 * 1024) / (4 * padded_pairs) / 32 * 32;
+  return std::clamp<int64_t>(fit, 32, kRowChunkMax);
+}
+
+}  // namespace
+
+void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                     int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+  const int64_t kp = w.panel_pairs(), blocks = kp / kBlockPairs, ps = 2 * kp;  // padded row length
+  const bool direct = pairs == kp;  // rows of xb can be read as tiles in place
+  alignas(64) float scratch[256];
+  configure_tiles();
+  const int64_t chunk = chunk_rows(kp);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t r1 = std::min(rows, r0 + chunk);
+    // The chunk's rows as tiles read them: in place, or zero-padded to ps elements (then also the rows up
+    // to a whole group of 32, which hold stale values that reach no stored output).
+    const int64_t padded_rows = (r1 - r0 + 31) / 32 * 32;
+    uint16_t* copy = nullptr;
+    if (!direct || (r1 - r0) % 32 != 0) {
+      copy = thread_buffer(static_cast<size_t>(padded_rows * ps));
+      const int64_t from = direct ? (r1 - r0) / 32 * 32 : 0;  // in place: only the last group is copied
+      for (int64_t r = from; r < r1 - r0; ++r) {
+        std::memcpy(copy + r * ps, xb + (r0 + r) * xs, static_cast<size_t>(xs) * 2);
+        std::fill(copy + r * ps + xs, copy + (r + 1) * ps, uint16_t{0});  // the contract's padding pairs
+      }
+    }
+    if (r1 - r0 <= 16) {
+      const uint16_t* a = copy != nullptr ? copy : xb + r0 * xs;
+      const int64_t as = 2 * (copy != nullptr ? ps : xs);
+      const int64_t nr = r1 - r0;
+      for (int64_t j = j_begin; j < j_end; ++j) {
+        const int64_t o = j * kBf16PanelOutputs, nc = w.out() - o;
+        float* yg = y + r0 * y_stride + o;
+        group16_panel(a, as, w.panel(j), blocks);
+        MOE_AMX_STORE(0, yg, y_stride, nr, nc, scratch);
+        MOE_AMX_STORE(1, yg + 16, y_stride, nr, nc - 16, scratch);
+        MOE_AMX_STORE(2, yg + 32, y_stride, nr, nc - 32, scratch);
+        MOE_AMX_STORE(3, yg + 48, y_stride, nr, nc - 48, scratch);
+      }
+      continue;
+    }
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t o = j * kBf16PanelOutputs + 32 * h;
+        const int64_t nc = w.out() - o;  // valid outputs from o on
+        if (nc <= 0) break;
+        const uint32_t* b = w.panel(j) + 32 * h;
+        for (int64_t g = 0; g < r1 - r0; g += 32) {
+          const bool in_place = direct && g + 32 <= r1 - r0;
+          const uint16_t* a = in_place ? xb + (r0 + g) * xs : copy + g * ps;
+          const int64_t as = 2 * (in_place ? xs : ps);  // bytes
+          const int64_t nr = r1 - r0 - g;               // valid rows from the group's first on
+          float* yg = y + (r0 + g) * y_stride + o;
+          if (nr > 16) {
+            group32(a, as, b, blocks);
+            MOE_AMX_STORE(0, yg, y_stride, nr, nc, scratch);
+            MOE_AMX_STORE(1, yg + 16, y_stride, nr, nc - 16, scratch);
+            MOE_AMX_STORE(2, yg + 16 * y_stride, y_stride, nr - 16, nc, scratch);
+            MOE_AMX_STORE(3, yg + 16 * y_stride + 16, y_stride, nr - 16, nc - 16, scratch);
+          } else {
+            group16(a, as, b, blocks);
+            MOE_AMX_STORE(0, yg, y_stride, nr, nc, scratch);
+            MOE_AMX_STORE(1, yg + 16, y_stride, nr, nc - 16, scratch);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+#undef MOE_AMX_STORE
+
+#else
+
+void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                     int64_t j_end, float* y, int64_t y_stride) {
+  bf16_panels_portable_tile(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+#endif
+
+}  // namespace moe::kernels::detail
+
+#if MOE_HAVE_AMX_TARGET
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
