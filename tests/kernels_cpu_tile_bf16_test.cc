@@ -33,7 +33,7 @@ uint32_t tile_output(const std::vector<uint16_t>& x, const std::vector<uint16_t>
   float expected = 0.0f;
   linear_bf16_rounded_portable(xb.data(), 1, packed, &expected, 1, Bf16Contract::kTile);
   ThreadPool pool(1);
-  for (Bf16Kernel k : {Bf16Kernel::kPortableTile, Bf16Kernel::kAmx}) {
+  for (Bf16Kernel k : {Bf16Kernel::kPortableTile, Bf16Kernel::kAvx512FmaTile, Bf16Kernel::kAmx}) {
     if (!bf16_kernel_available(k)) continue;
     float y = -1.0f;
     linear_bf16_rounded_with(k, xb.data(), 1, packed, &y, 1, pool);

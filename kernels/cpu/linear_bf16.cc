@@ -55,6 +55,9 @@ void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16
     case Bf16Kernel::kPortableTile:
       detail::bf16_panels_portable_tile(xb, rows, w, j0, j1, y, y_stride);
       return;
+    case Bf16Kernel::kAvx512FmaTile:
+      detail::bf16_panels_fma512_tile(xb, rows, w, j0, j1, y, y_stride);
+      return;
   }
 }
 
@@ -90,8 +93,9 @@ double time_kernel(Bf16Kernel k, const uint16_t* xb, const PackedBf16Weights& w,
   return best;
 }
 
-constexpr Bf16Kernel kAllKernels[] = {Bf16Kernel::kPortable, Bf16Kernel::kAvx512Fma,
-                                      Bf16Kernel::kAvx512Dpbf16, Bf16Kernel::kPortableTile, Bf16Kernel::kAmx};
+constexpr Bf16Kernel kAllKernels[] = {Bf16Kernel::kPortable,      Bf16Kernel::kAvx512Fma,
+                                      Bf16Kernel::kAvx512Dpbf16,  Bf16Kernel::kPortableTile,
+                                      Bf16Kernel::kAvx512FmaTile, Bf16Kernel::kAmx};
 
 Bf16Kernel choose_pair_kernel() {
   const bool dp = bf16_kernel_available(Bf16Kernel::kAvx512Dpbf16);
@@ -122,7 +126,11 @@ Bf16Kernel choose_kernel() {
   const bool tile = pinned != nullptr && std::string(pinned) == "tile"   ? true
                     : pinned != nullptr && std::string(pinned) == "pair" ? false
                                                                          : amx;
-  if (tile) return amx ? Bf16Kernel::kAmx : Bf16Kernel::kPortableTile;
+  if (tile) {
+    if (amx) return Bf16Kernel::kAmx;
+    return bf16_kernel_available(Bf16Kernel::kAvx512FmaTile) ? Bf16Kernel::kAvx512FmaTile
+                                                             : Bf16Kernel::kPortableTile;
+  }
   return choose_pair_kernel();
 }
 
@@ -206,6 +214,8 @@ const char* to_string(Bf16Kernel k) {
       return "dpbf16";
     case Bf16Kernel::kPortableTile:
       return "portable-tile";
+    case Bf16Kernel::kAvx512FmaTile:
+      return "fma-tile";
     case Bf16Kernel::kAmx:
       return "amx";
   }
@@ -217,7 +227,9 @@ const char* to_string(Bf16Contract c) {
 }
 
 Bf16Contract bf16_kernel_contract(Bf16Kernel k) {
-  return k == Bf16Kernel::kPortableTile || k == Bf16Kernel::kAmx ? Bf16Contract::kTile : Bf16Contract::kPair;
+  return k == Bf16Kernel::kPortableTile || k == Bf16Kernel::kAvx512FmaTile || k == Bf16Kernel::kAmx
+             ? Bf16Contract::kTile
+             : Bf16Contract::kPair;
 }
 
 bool bf16_kernel_available(Bf16Kernel k) {
@@ -230,6 +242,8 @@ bool bf16_kernel_available(Bf16Kernel k) {
       return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512_bf16();
     case Bf16Kernel::kPortableTile:
       return true;
+    case Bf16Kernel::kAvx512FmaTile:
+      return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512f();
     case Bf16Kernel::kAmx:
       return MOE_HAVE_AMX_TARGET && cpu_has_amx_bf16();
   }

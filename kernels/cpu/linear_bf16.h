@@ -15,8 +15,9 @@
 // mixed machines; each contract's scalar emulation runs anywhere). Implementations (Bf16Kernel below):
 // pair - vdpbf16ps (16 outputs of a weight panel in the lanes of a register, the x pair broadcast), AVX-512F
 // fp32 FMAs on the exactly widened operands under DAZ/FTZ (the same two roundings per pair), the scalar
-// emulation; tile - AMX tiles, the scalar emulation. Within a contract all give the same bits (tested on
-// subnormals, infinities and NaN payloads); threads split whole panels of outputs, never a reduction.
+// emulation; tile - AMX tiles, the same FMAs in the tile contract's order, the scalar emulation. Within a
+// contract all give the same bits (tested on subnormals, infinities and NaN payloads); threads split whole
+// panels of outputs, never a reduction.
 //
 // Accuracy (tests/kernels_cpu_bf16_compute_test.cc), against float64 of the SAME bf16-rounded x and W:
 // each product of two bf16 numbers is exact in fp32, so the only errors are the roundings of the chains
@@ -69,17 +70,21 @@ const char* to_string(Bf16Contract c);
 //                  emulation (linear_bf16_fma512.cc; CPUs with AVX512F)
 //   kAvx512Dpbf16  pair: vdpbf16ps (linear_bf16_avx512.cc; CPUs with AVX512_BF16)
 //   kPortableTile  tile: the scalar emulation of tile_bf16.h (any CPU)
-//   kAmx           tile: AMX tdpbf16ps (linear_bf16_amx.cc; CPUs with AMX-BF16 and an OS that grants it)
-enum class Bf16Kernel : uint8_t { kPortable, kAvx512Fma, kAvx512Dpbf16, kPortableTile, kAmx };
+//   kAvx512FmaTile tile: AVX-512F fp32 FMAs under DAZ/FTZ, two chains per block, NaN outputs redone by the
+//                  emulation (linear_bf16_fma512.cc; CPUs with AVX512F)
+//   kAmx           tile: AMX tdpbf16ps (linear_bf16_amx.cc; CPUs with AMX-BF16 and an OS that grants it;
+//                  products of 1-2 rows go to kAvx512FmaTile's code, which streams the weights faster)
+enum class Bf16Kernel : uint8_t { kPortable, kAvx512Fma, kAvx512Dpbf16, kPortableTile, kAvx512FmaTile, kAmx };
 const char* to_string(Bf16Kernel k);
 Bf16Contract bf16_kernel_contract(Bf16Kernel k);
 bool bf16_kernel_available(Bf16Kernel k);
 // The implementation linear_bf16 runs, chosen once per process (thread-safe):
-//   MOE_BF16_KERNEL=portable|fma|dpbf16|portable-tile|amx in the environment forces one (if this CPU has it);
+//   MOE_BF16_KERNEL=portable|fma|dpbf16|portable-tile|fma-tile|amx in the environment forces one (if this CPU
+//   has it);
 //   otherwise the contract is MOE_BF16_CONTRACT=pair|tile if set, else `tile` where AMX is available and
 //   `pair` elsewhere; within `pair`, where both AVX-512 kernels are available, the faster of the two on a
 //   short timing at first use (on some CPUs vdpbf16ps has half the FMA rate in FLOP/s, on others twice), else
-//   the best available; within `tile`, AMX if available, else the emulation.
+//   the best available; within `tile`, AMX if available, else the FMA kernel, else the emulation.
 Bf16Kernel linear_bf16_kernel();
 // The contract of linear_bf16_kernel().
 Bf16Contract linear_bf16_contract();

@@ -16,7 +16,8 @@
 // whole panels in one pass (group16_panel). Loop order: row chunks (chunk_rows: the chunk's activations stay
 // in L2) x the thread's panels x panel halves x row groups of 32 (the half panel, 90-180 KB, stays in L2
 // while the chunk's groups pass over it). Rows past the end of a group are
-// read from a per-thread buffer whose stale contents only reach C rows that are never stored.
+// read from a per-thread buffer whose stale contents only reach C rows that are never stored. Products of
+// kFmaRows rows or fewer run bf16_panels_fma512_tile instead (the same contract, so the same bits).
 
 #include <algorithm>
 #include <cstdint>
@@ -46,6 +47,11 @@ namespace {
 constexpr int64_t kRowChunkMax = 256;
 constexpr int64_t kBlockPairs = 16;
 constexpr int64_t kPrefetchBlocks = 2;
+// Products of at most this many rows go to the FMA implementation of the tile contract
+// (bf16_panels_fma512_tile): a 16-row tile computes 1 or 2 of its rows there, and the FMA kernel streamed
+// the weights 1.1-1.5x faster at one row (kernels_cpu_linear_bench, 2026-12-01), while at 16 rows AMX was
+// 3-4x faster.
+constexpr int64_t kFmaRows = 2;
 constexpr int64_t kPanelStrideBytes = kBf16PanelOutputs * 4;
 
 // The tile palette 1 layout: 64 bytes, loaded by ldtilecfg.
@@ -162,7 +168,11 @@ void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& 
                      int64_t j_end, float* y, int64_t y_stride) {
   const int64_t pairs = w.pairs(), xs = 2 * pairs;
   const int64_t kp = w.panel_pairs(), blocks = kp / kBlockPairs, ps = 2 * kp;  // padded row length
-  const bool direct = pairs == kp;  // rows of xb can be read as tiles in place
+  const bool direct = pairs == kp;              // rows of xb can be read as tiles in place
+  if (rows <= kFmaRows && cpu_has_avx512f()) {  // the same bits, faster for so few rows
+    bf16_panels_fma512_tile(xb, rows, w, j_begin, j_end, y, y_stride);
+    return;
+  }
   alignas(64) float scratch[256];
   configure_tiles();
   const int64_t chunk = chunk_rows(kp);

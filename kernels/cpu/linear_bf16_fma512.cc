@@ -1,4 +1,8 @@
-// The bf16-compute linear on AVX-512F fp32 FMAs, with the bits of vdpbf16ps (the contract of dpbf16.h).
+// The bf16-compute linear on AVX-512F fp32 FMAs, with the bits of vdpbf16ps (the pair contract of
+// dpbf16.h), and, in bf16_panels_fma512_tile, with the bits of AMX's tdpbf16ps (the tile contract of
+// tile_bf16.h: the same fused steps in two chains per 16-pair block, then two adds, which MXCSR's DAZ/FTZ
+// round as the contract does; the AMX kernel hands it products of few rows, which stream the weights faster
+// this way).
 //
 // Why it gives the same bits: a lane of vdpbf16ps is two fused multiply-adds, odd pair first, each rounded
 // once, with DAZ on every input and FTZ after rounding. The product of two bf16 numbers is exact in fp32, so
@@ -29,8 +33,10 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/tile_bf16.h"
 
 #if MOE_HAVE_AVX512_BF16_TARGET
 // Everything below is compiled for AVX512F (after the includes: the headers' inline functions keep the
@@ -101,6 +107,72 @@ void tile(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, flo
   }
 }
 
+// The tile contract (tile_bf16.h) on the same register layout: per 16-pair block an even and an odd chain
+// from +0 (MR x 4 registers each), then t = e + o and acc = acc + t (acc starts at +0); a short last block
+// adds the padding pairs' +0 to each chain (what fma(+0, +0, e) gives). Three register sets: MR <= kMRTile.
+template <int MR, bool Prefetch>
+void tile_blocks(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
+                 int valid) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  __m512 acc[MR][kNV];
+  for (int64_t p0 = 0; p0 < pairs; p0 += kBf16TilePairs) {
+    const int64_t p1 = std::min(pairs, p0 + kBf16TilePairs);
+    __m512 e[MR][kNV], o[MR][kNV];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < kNV; ++n) e[m][n] = o[m][n] = _mm512_setzero_ps();
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint32_t* wp = panel + p * kBf16PanelOutputs;
+      if constexpr (Prefetch) {
+#pragma GCC unroll 4
+        for (int n = 0; n < kNV; ++n) {
+          _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchDwords + 16 * n), _MM_HINT_T0);
+        }
+      }
+#pragma GCC unroll 4
+      for (int n = 0; n < kNV; ++n) {
+        const __m512i wv = _mm512_load_si512(wp + 16 * n);
+        const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(wv, high));
+        const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; ++m) {
+          const float* xr = xf + m * xs + 2 * p;
+          e[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w_even, e[m][n]);
+          o[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w_odd, o[m][n]);
+        }
+      }
+    }
+    const bool padded = p1 - p0 < kBf16TilePairs;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < kNV; ++n) {
+        if (padded) {
+          e[m][n] = _mm512_add_ps(e[m][n], _mm512_setzero_ps());
+          o[m][n] = _mm512_add_ps(o[m][n], _mm512_setzero_ps());
+        }
+        const __m512 t = _mm512_add_ps(e[m][n], o[m][n]);
+        acc[m][n] = p0 == 0 ? _mm512_add_ps(_mm512_setzero_ps(), t) : _mm512_add_ps(acc[m][n], t);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kNV; ++n) {
+      float* dst = y + m * ys + 16 * n;
+      const int left = valid - 16 * n;
+      if (left >= 16) {
+        _mm512_storeu_ps(dst, acc[m][n]);
+      } else if (left > 0) {
+        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << left) - 1u), acc[m][n]);
+      }
+    }
+  }
+}
+
 using TileFn = void (*)(const float*, int64_t, const uint32_t*, int64_t, float*, int64_t, int);
 
 template <bool Prefetch, int... Ms>
@@ -111,6 +183,15 @@ constexpr std::array<std::array<TileFn, kMR>, 2> kTiles = {
     tile_table<false>(std::make_integer_sequence<int, kMR>{}),
     tile_table<true>(std::make_integer_sequence<int, kMR>{})};
 
+constexpr int kMRTile = 2;
+template <bool Prefetch, int... Ms>
+constexpr std::array<TileFn, sizeof...(Ms)> block_table(std::integer_sequence<int, Ms...>) {
+  return {&tile_blocks<Ms + 1, Prefetch>...};
+}
+constexpr std::array<std::array<TileFn, kMRTile>, 2> kBlockTiles = {
+    block_table<false>(std::make_integer_sequence<int, kMRTile>{}),
+    block_table<true>(std::make_integer_sequence<int, kMRTile>{})};
+
 // The row block's x widened to fp32 (exact), per thread; grows to the largest block, then is reused.
 float* widened_block(const uint16_t* xb, int64_t rows, int64_t xs) {
   thread_local std::vector<float> buffer;
@@ -120,21 +201,27 @@ float* widened_block(const uint16_t* xb, int64_t rows, int64_t xs) {
   return buffer.data();
 }
 
-// The contract's chain for one output (the NaN fix-up).
-float chain(const uint16_t* xr, const PackedBf16Weights& w, int64_t o) {
+// One output by the contract's emulation (the NaN fix-up).
+template <Bf16Contract C>
+float emulated(const uint16_t* xr, const PackedBf16Weights& w, int64_t o) {
   const uint32_t* panel = w.panel(o / kBf16PanelOutputs);
   const int64_t c = o % kBf16PanelOutputs;
-  float acc = 0.0f;
-  for (int64_t p = 0; p < w.pairs(); ++p) {
-    const uint32_t wp = panel[p * kBf16PanelOutputs + c];
-    acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
-                 static_cast<uint16_t>(wp >> 16));
+  if constexpr (C == Bf16Contract::kTile) {
+    return tile_bf16_dot(xr, w.pairs(), [&](int64_t p) { return panel[p * kBf16PanelOutputs + c]; });
+  } else {
+    float acc = 0.0f;
+    for (int64_t p = 0; p < w.pairs(); ++p) {
+      const uint32_t wp = panel[p * kBf16PanelOutputs + c];
+      acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
+                   static_cast<uint16_t>(wp >> 16));
+    }
+    return acc;
   }
-  return acc;
 }
 
 // NaN outputs: the contract's NaN (see the file comment), by the emulation. Not inlined, so that none of its
 // arithmetic is scheduled before the caller's MXCSR is restored.
+template <Bf16Contract C>
 [[gnu::noinline]] void fix_nans(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                                 int64_t j_end, float* y, int64_t y_stride) {
   const int64_t xs = 2 * w.pairs();
@@ -142,15 +229,17 @@ float chain(const uint16_t* xr, const PackedBf16Weights& w, int64_t o) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * y_stride;
     for (int64_t o = o_begin; o < o_end; ++o) {
-      if (std::isnan(yr[o])) yr[o] = chain(xb + r * xs, w, o);
+      if (std::isnan(yr[o])) yr[o] = emulated<C>(xb + r * xs, w, o);
     }
   }
 }
 
-}  // namespace
-
-void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                        int64_t j_end, float* y, int64_t y_stride) {
+template <Bf16Contract C>
+void panels(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin, int64_t j_end,
+            float* y, int64_t y_stride) {
+  constexpr int mr_max = C == Bf16Contract::kTile ? kMRTile : kMR;
+  const auto& tiles = C == Bf16Contract::kTile ? kBlockTiles[0].data() : kTiles[0].data();
+  const auto& tiles_prefetch = C == Bf16Contract::kTile ? kBlockTiles[1].data() : kTiles[1].data();
   const int64_t pairs = w.pairs(), xs = 2 * pairs;
   const unsigned saved = _mm_getcsr();
   _mm_setcsr(kMxcsr);
@@ -160,15 +249,27 @@ void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
     for (int64_t j = j_begin; j < j_end; ++j) {
       const int64_t o = j * kBf16PanelOutputs;
       const int valid = static_cast<int>(std::min<int64_t>(kBf16PanelOutputs, w.out() - o));
-      for (int64_t r = r0; r < r1; r += kMR) {
-        const int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - r));
-        kTiles[r == r0 ? 1 : 0][mr - 1](xf + (r - r0) * xs, xs, w.panel(j), pairs, y + r * y_stride + o,
-                                        y_stride, valid);
+      for (int64_t r = r0; r < r1; r += mr_max) {
+        const int mr = static_cast<int>(std::min<int64_t>(mr_max, r1 - r));
+        (r == r0 ? tiles_prefetch : tiles)[mr - 1](xf + (r - r0) * xs, xs, w.panel(j), pairs,
+                                                   y + r * y_stride + o, y_stride, valid);
       }
     }
   }
   _mm_setcsr(saved);
-  fix_nans(xb, rows, w, j_begin, j_end, y, y_stride);
+  fix_nans<C>(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+}  // namespace
+
+void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                        int64_t j_end, float* y, int64_t y_stride) {
+  panels<Bf16Contract::kPair>(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                             int64_t j_end, float* y, int64_t y_stride) {
+  panels<Bf16Contract::kTile>(xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
 #else
@@ -176,6 +277,11 @@ void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                         int64_t j_end, float* y, int64_t y_stride) {
   bf16_panels_portable(xb, rows, w, j_begin, j_end, y, y_stride);
+}
+
+void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                             int64_t j_end, float* y, int64_t y_stride) {
+  bf16_panels_portable_tile(xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
 #endif

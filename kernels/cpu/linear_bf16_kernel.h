@@ -29,6 +29,11 @@ void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weig
 void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                      int64_t j_end, float* y, int64_t y_stride);
 
+// The tile contract with AVX-512F fp32 FMAs under DAZ/FTZ (linear_bf16_fma512.cc; same bits as
+// bf16_panels_amx). Call it only when cpu_has_avx512f().
+void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
+                             int64_t j_end, float* y, int64_t y_stride);
+
 // The tile contract with its scalar emulation (same bits as bf16_panels_amx).
 void bf16_panels_portable_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                                int64_t j_end, float* y, int64_t y_stride);

@@ -22,8 +22,8 @@
 #include <string>
 
 #include "kernels/cpu/bf16_linear_op.h"
-#include "kernels/tensor.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels {
 
