@@ -1,10 +1,10 @@
-// amx_probe: does this CPU's AMX `tdpbf16ps` compute what kernels/cpu/dpbf16.h's contract (the rounding of
-// one `vdpbf16ps` lane, which the invariant bf16 kernels keep) computes, per output element? An AMX kernel
-// would serve the batch-invariant bf16 path only if it did (each output element of a tile product is one
-// fixed sequence whatever its row, so invariance alone does not rule AMX out; its rounding does). Scores the
-// contract and alternatives on tests/support/dpbf16_cases.h's lanes (one pair per element, the diagonal of a
-// 16 x 16 tile) and on 16-pair elements of moderate values (the contract chained over the pairs), and prints
-// how many disagree. A plain program (not run by scripts/bench.sh): build/bin/amx_probe
+// amx_probe: what does this CPU's AMX `tdpbf16ps` compute per output element? Scores candidate roundings
+// against the hardware: kernels/cpu/tile_bf16.h's tile contract (the one the AMX kernel keeps; the test
+// kernels_cpu_tile_bf16_test checks it too), kernels/cpu/dpbf16.h's vdpbf16ps contract (the pair contract of
+// the other bf16 kernels) and simple alternatives, on tests/support/dpbf16_cases.h's lanes (one pair per
+// element, the diagonal of a 16 x 16 tile) and on 16-pair elements of moderate values, and prints how many
+// disagree: the tool for investigating a CPU on which the tile contract's test fails. A plain program (not
+// run by scripts/bench.sh): build/bin/amx_probe
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -14,63 +14,30 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/tile_bf16.h"
+#include "tests/support/amx_tile.h"
 #include "tests/support/dpbf16_cases.h"
 
-#if !(defined(__x86_64__) && defined(__GNUC__))
+#if !MOE_HAVE_AMX_TARGET
 int main() {
-  std::printf("amx_probe: not an x86-64 GCC/Clang build (nothing to probe)\n");
+  std::printf("amx_probe: this compiler or platform cannot build AMX code (nothing to probe)\n");
   return 0;
 }
 #else
-#include <cpuid.h>
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 namespace {
 
 using moe::kernels::dpbf16;
 using moe::kernels::dpbf16_step;
+using moe::kernels::tdpbf16_element;
 using moe::kernels::dpbf16_detail::daz;
+using moe::testing::amx_tile_dp;
 float wide(uint16_t h) {
   return moe::kernels::bf16_to_f32(h);
 }
 using moe::testing::DpLane;
-
-bool cpu_has_amx_bf16() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool tile = (d >> 24) & 1u, bf16 = (d >> 22) & 1u;
-  // Linux hands out the tile state on request only (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
-  return tile && bf16 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-}
-
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// C (16 x 16 fp32, tile 0) += A (16 rows of `pairs` bf16 pairs, tile 1) x B (`pairs` rows of 16 pairs, tile
-// 2).
-__attribute__((target("amx-tile,amx-bf16"))) void tile_dp(float* c, const uint16_t* a, const uint16_t* b,
-                                                          int pairs) {
-  TileConfig cfg;
-  cfg.rows[0] = 16;
-  cfg.colsb[0] = 64;
-  cfg.rows[1] = 16;
-  cfg.colsb[1] = static_cast<uint16_t>(4 * pairs);
-  cfg.rows[2] = static_cast<uint8_t>(pairs);
-  cfg.colsb[2] = 64;
-  _tile_loadconfig(&cfg);
-  _tile_loadd(0, c, 64);
-  _tile_loadd(1, a, 4 * pairs);
-  _tile_loadd(2, b, 64);
-  _tile_dpbf16ps(0, 1, 2);
-  _tile_stored(0, c, 64);
-  _tile_release();
-}
 
 float ftz(float v) {
   return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v;
@@ -84,7 +51,7 @@ bool same(float r, uint32_t h) {  // NaN payloads are not compared
 }  // namespace
 
 int main() {
-  if (!cpu_has_amx_bf16()) {
+  if (!moe::kernels::cpu_has_amx_bf16()) {
     std::printf("amx_probe: this CPU (or OS) has no AMX-BF16 (nothing to probe)\n");
     return 0;
   }
@@ -102,7 +69,7 @@ int main() {
       b[2 * m] = l.b0;
       b[2 * m + 1] = l.b1;
     }
-    tile_dp(c, a, b, 1);
+    amx_tile_dp(c, a, b, 1);
     for (int m = 0; m < 16; ++m) hw[base + m] = std::bit_cast<uint32_t>(c[m * 16 + m]);
   }
   struct Candidate {
@@ -110,6 +77,13 @@ int main() {
     float (*f)(const DpLane&);
   };
   const Candidate candidates[] = {
+      {"the tile contract (even and odd chains, summed, then + c)",
+       [](const DpLane& l) {
+         const uint16_t x[2] = {l.a0, l.a1};
+         const uint32_t w = static_cast<uint32_t>(l.b0) | static_cast<uint32_t>(l.b1) << 16;
+         return tdpbf16_element(
+             l.c, 1, [&](int64_t i) -> uint32_t { return x[i]; }, [&](int64_t) { return w; });
+       }},
       {"the vdpbf16ps contract (odd pair first, two fused steps)",
        [](const DpLane& l) { return dpbf16(l.c, l.a0, l.a1, l.b0, l.b1); }},
       {"even pair first, two fused steps",
@@ -151,7 +125,7 @@ int main() {
     const uint32_t e = static_cast<uint32_t>(emin) + static_cast<uint32_t>(rng() % (emax - emin + 1));
     return static_cast<uint16_t>(((rng() & 1) << 15) | (e << 7) | (rng() & 0x7f));
   };
-  size_t elements = 0, up_bad = 0, down_bad = 0;
+  size_t elements = 0, up_bad = 0, down_bad = 0, tile_bad = 0;
   for (int rep = 0; rep < 4000; ++rep) {
     alignas(64) float c[256], c0[256];
     alignas(64) uint16_t a[512], b[512];
@@ -164,7 +138,7 @@ int main() {
       b[i] = bf(115, 135);
     }
     std::memcpy(c0, c, sizeof c);
-    tile_dp(c, a, b, 16);
+    amx_tile_dp(c, a, b, 16);
     for (int m = 0; m < 16; ++m) {
       for (int j = 0; j < 16; ++j) {
         float up = c0[m * 16 + j], down = up;
@@ -175,6 +149,12 @@ int main() {
                         b[kd * 32 + 2 * j + 1]);
         }
         const uint32_t h = std::bit_cast<uint32_t>(c[m * 16 + j]);
+        const float tile = tdpbf16_element(
+            c0[m * 16 + j], 16, [&](int64_t i) -> uint32_t { return a[m * 32 + i]; },
+            [&](int64_t p) {
+              return static_cast<uint32_t>(b[p * 32 + 2 * j]) | uint32_t{b[p * 32 + 2 * j + 1]} << 16;
+            });
+        tile_bad += !same(tile, h);
         ++elements;
         up_bad += !same(up, h);
         down_bad += !same(down, h);
@@ -182,9 +162,9 @@ int main() {
     }
   }
   std::printf(
-      "16 pairs per element, %zu elements of moderate values: the contract chained over the pairs\n"
-      "  in ascending order disagrees on %zu, in descending order on %zu\n",
-      elements, up_bad, down_bad);
+      "16 pairs per element, %zu elements of moderate values: the tile contract disagrees on %zu; the pair\n"
+      "  contract chained over the pairs in ascending order on %zu, in descending order on %zu\n",
+      elements, tile_bad, up_bad, down_bad);
   return 0;
 }
 #endif

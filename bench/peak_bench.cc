@@ -4,6 +4,9 @@
 //              FMA ports), GFLOP/s = 32 per instruction (16 lanes x multiply + add)
 //   bf16_dp    register-only vdpbf16ps zmm (24 independent accumulators), GFLOP/s = 64 per instruction
 //              (16 lanes x 2 products x multiply + add); only on CPUs with AVX512_BF16 (a run-time check)
+//   amx_bf16   register-only AMX tdpbf16ps on 16 x 16 fp32 tiles (4 accumulator tiles, A and B tiles loaded
+//              once), GFLOP/s = 16384 per instruction (16 x 16 outputs x 32 products x multiply + add); only
+//              on CPUs with AMX-BF16 (a run-time check)
 //   stream     streaming read bandwidth: sum of a 1 GiB buffer (far larger than the last-level cache)
 //              with 512-bit loads and 8 accumulators; 2 threads read one half each
 // Each is run on 1 and 2 threads (one instance per thread), `--reps` times (default 7); the JSON reports
@@ -71,6 +74,45 @@ MOE_TARGET_AVX512_BF16 float dp_loop(int64_t iterations) {
   __m512 s = acc[0];
   for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
   return _mm512_reduce_add_ps(s);
+}
+#endif
+
+#if MOE_HAVE_AMX_TARGET
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// `iterations` x 4 tdpbf16ps on tiles 0-3 (C) from tiles 4-7 (A0, A1, B0, B1), the 2 x 2 blocking of the
+// AMX kernel without its loads. bf16 0x3a83 ~ 1e-3 again: no overflow.
+__attribute__((target("amx-tile,amx-bf16"))) float amx_loop(int64_t iterations) {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  alignas(64) uint16_t ab[512];
+  std::fill(std::begin(ab), std::end(ab), uint16_t{0x3a83});
+  alignas(64) float c[256] = {};
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
 }
 #endif
 
@@ -221,6 +263,22 @@ int main(int argc, char** argv) {
   }
 #else
   json << "  \"bf16_dp\": null,\n";
+#endif
+#if MOE_HAVE_AMX_TARGET
+  if (moe::kernels::cpu_has_amx_bf16()) {
+    const int64_t amx_iters = 1'000'000;  // ~0.1-0.2 s on one core at ~2 TFLOP/s
+    const double amx_gflop = 1e-9 * static_cast<double>(amx_iters) * 4 * 16384;
+    section(
+        "amx_bf16", "gflops",
+        [&](int threads) {
+          return run_parallel(threads, amx_gflop, [&](int) { return amx_loop(amx_iters); });
+        },
+        false);
+  } else {
+    json << "  \"amx_bf16\": null,\n";
+  }
+#else
+  json << "  \"amx_bf16\": null,\n";
 #endif
   section(
       "stream", "gbps",
