@@ -142,16 +142,28 @@ void linear_reference_f64(const float* x, int64_t rows, const MatrixView& w, dou
     throw std::invalid_argument("linear_reference_f64: y is null with shape " + shape_str(rows, w.rows));
   }
   const int64_t in = w.cols, out = w.rows;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < out; ++o) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < in; ++i) {
-        const double wv = w.dtype == DType::kF32
-                              ? static_cast<const float*>(w.data)[o * w.row_stride + i]
-                              : bf16_to_f32(static_cast<const uint16_t*>(w.data)[o * w.row_stride + i]);
-        sum += static_cast<double>(x[r * in + i]) * wv;
+  // Each y[r][o] is the sum over i = 0, 1, ... in order, one rounding per product and per add; the loops run
+  // over outputs innermost (W transposed to double once), which keeps every output's order and lets the
+  // independent sums of a row proceed together.
+  std::vector<double> wt(static_cast<size_t>(in * out));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      wt[static_cast<size_t>(i * out + o)] =
+          w.dtype == DType::kF32 ? static_cast<const float*>(w.data)[o * w.row_stride + i]
+                                 : bf16_to_f32(static_cast<const uint16_t*>(w.data)[o * w.row_stride + i]);
+    }
+  }
+  std::fill_n(y, rows * out, 0.0);
+  constexpr int64_t kRowBlock = 16;  // rows that share each transposed weight row while it is in cache
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t r1 = std::min(rows, r0 + kRowBlock);
+    for (int64_t i = 0; i < in; ++i) {
+      const double* wr = wt.data() + i * out;
+      for (int64_t r = r0; r < r1; ++r) {
+        const double xv = x[r * in + i];
+        double* yr = y + r * out;
+        for (int64_t o = 0; o < out; ++o) yr[o] += xv * wr[o];
       }
-      y[r * out + o] = sum;
     }
   }
 }
