@@ -4,8 +4,7 @@
 // Contract (every y[r][o], whatever the number of rows, the row's place, strides, alignment or thread
 // count): with xb = x's row r rounded to bf16 (f32_to_bf16) and wb = W's row o in bf16 (bf16_packed.h),
 // both padded with one zero element when `in` is odd, and P = pairs(in), one of
-//   pair: acc = +0;  for p = 0, 1, ..., P - 1:  acc = dpbf16(acc, xb[2p], xb[2p+1], wb[2p], wb[2p+1]);  y =
-//   acc
+//   pair: acc = +0;  for p = 0 .. P - 1:  acc = dpbf16(acc, xb[2p], xb[2p+1], wb[2p], wb[2p+1]);  y = acc
 //         where dpbf16 is one lane of vdpbf16ps (kernels/cpu/dpbf16.h: odd element first, two fused steps
 //         with DAZ and FTZ). One sequential chain per output: no lanes to reduce, no split of the reduction.
 //   tile: what AMX's tdpbf16ps computes (kernels/cpu/tile_bf16.h): blocks of 16 pairs from p = 0 on, each

@@ -29,7 +29,7 @@
 
 #if MOE_HAVE_AMX_TARGET
 #include <immintrin.h>
-// Everything below, and nothing in any other file, is compiled for AMX (after the includes: the headers'
+// Everything below, and nothing else in the library, is compiled for AMX (after the includes: the headers'
 // inline functions keep the build's flags). linear_bf16.cc calls it only when cpu_has_amx_bf16().
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16"))), apply_to = function)

@@ -27,6 +27,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bf16")
 #endif
+// After the target region opens: its functions take this file's target (see the header).
+#include "kernels/cpu/linear_bf16_panel512.h"  // NOLINT(build/include_order)
 #endif
 
 namespace moe::kernels::detail {
@@ -35,22 +37,14 @@ namespace moe::kernels::detail {
 namespace {
 
 constexpr int kMR = 6;
-constexpr int kNV = kBf16PanelOutputs / 16;  // registers per panel
+constexpr int kNV = kPanelRegs;
 constexpr int64_t kRowBlock = 96;
-// Software prefetch distance along the packed weights, in dwords (4 KB): the first row group over a panel
-// streams it from memory, and the hardware prefetcher alone left a one-row product at ~8-10 GB/s where
-// this gives ~12-14 (the streaming read peak of the development machine is ~14).
-constexpr int64_t kPrefetchDwords = 1024;
 
 template <int MR, bool Prefetch>
 void tile(const uint16_t* xb, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
           int valid) {
   __m512 acc[MR][kNV];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-    for (int n = 0; n < kNV; ++n) acc[m][n] = _mm512_setzero_ps();
-  }
+  zero_panel_tile(acc);
   for (int64_t p = 0; p < pairs; ++p) {
     __m512i xv[MR];
 #pragma GCC unroll 8
@@ -59,12 +53,7 @@ void tile(const uint16_t* xb, int64_t xs, const uint32_t* panel, int64_t pairs, 
       asm("" : "+v"(xv[m]));  // one broadcast per row, not one per instruction
     }
     const uint32_t* wp = panel + p * kBf16PanelOutputs;
-    if constexpr (Prefetch) {
-#pragma GCC unroll 4
-      for (int n = 0; n < kNV; ++n) {
-        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchDwords + 16 * n), _MM_HINT_T0);
-      }
-    }
+    if constexpr (Prefetch) prefetch_panel_row(wp);
 #pragma GCC unroll 4
     for (int n = 0; n < kNV; ++n) {
       __m512i wv = _mm512_load_si512(wp + 16 * n);
@@ -73,19 +62,7 @@ void tile(const uint16_t* xb, int64_t xs, const uint32_t* panel, int64_t pairs, 
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)xv[m], (__m512bh)wv);
     }
   }
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-    for (int n = 0; n < kNV; ++n) {
-      float* dst = y + m * ys + 16 * n;
-      const int left = valid - 16 * n;
-      if (left >= 16) {
-        _mm512_storeu_ps(dst, acc[m][n]);
-      } else if (left > 0) {
-        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << left) - 1u), acc[m][n]);
-      }
-    }
-  }
+  store_panel_tile(acc, y, ys, valid);
 }
 
 using TileFn = void (*)(const uint16_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int);

@@ -47,6 +47,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #endif
+// After the target region opens: its functions take this file's target (see the header).
+#include "kernels/cpu/linear_bf16_panel512.h"  // NOLINT(build/include_order)
 #endif
 
 namespace moe::kernels::detail {
@@ -55,9 +57,8 @@ namespace moe::kernels::detail {
 namespace {
 
 constexpr int kMR = 6;
-constexpr int kNV = kBf16PanelOutputs / 16;
+constexpr int kNV = kPanelRegs;
 constexpr int64_t kRowBlock = 96;
-constexpr int64_t kPrefetchDwords = 1024;
 // Round to nearest, every exception masked, DAZ (bit 6) and FTZ (bit 15).
 constexpr unsigned kMxcsr = 0x1f80u | 0x0040u | 0x8000u;
 
@@ -65,20 +66,11 @@ template <int MR, bool Prefetch>
 void tile(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
           int valid) {
   __m512 acc[MR][kNV];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-    for (int n = 0; n < kNV; ++n) acc[m][n] = _mm512_setzero_ps();
-  }
+  zero_panel_tile(acc);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t p = 0; p < pairs; ++p) {
     const uint32_t* wp = panel + p * kBf16PanelOutputs;
-    if constexpr (Prefetch) {
-#pragma GCC unroll 4
-      for (int n = 0; n < kNV; ++n) {
-        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchDwords + 16 * n), _MM_HINT_T0);
-      }
-    }
+    if constexpr (Prefetch) prefetch_panel_row(wp);
 #pragma GCC unroll 4
     for (int n = 0; n < kNV; ++n) {
       const __m512i wv = _mm512_load_si512(wp + 16 * n);
@@ -92,19 +84,7 @@ void tile(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, flo
       }
     }
   }
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-    for (int n = 0; n < kNV; ++n) {
-      float* dst = y + m * ys + 16 * n;
-      const int left = valid - 16 * n;
-      if (left >= 16) {
-        _mm512_storeu_ps(dst, acc[m][n]);
-      } else if (left > 0) {
-        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << left) - 1u), acc[m][n]);
-      }
-    }
-  }
+  store_panel_tile(acc, y, ys, valid);
 }
 
 // The tile contract (tile_bf16.h) on the same register layout: per 16-pair block an even and an odd chain
@@ -125,12 +105,7 @@ void tile_blocks(const float* xf, int64_t xs, const uint32_t* panel, int64_t pai
     }
     for (int64_t p = p0; p < p1; ++p) {
       const uint32_t* wp = panel + p * kBf16PanelOutputs;
-      if constexpr (Prefetch) {
-#pragma GCC unroll 4
-        for (int n = 0; n < kNV; ++n) {
-          _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchDwords + 16 * n), _MM_HINT_T0);
-        }
-      }
+      if constexpr (Prefetch) prefetch_panel_row(wp);
 #pragma GCC unroll 4
       for (int n = 0; n < kNV; ++n) {
         const __m512i wv = _mm512_load_si512(wp + 16 * n);
@@ -158,19 +133,7 @@ void tile_blocks(const float* xf, int64_t xs, const uint32_t* panel, int64_t pai
       }
     }
   }
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-    for (int n = 0; n < kNV; ++n) {
-      float* dst = y + m * ys + 16 * n;
-      const int left = valid - 16 * n;
-      if (left >= 16) {
-        _mm512_storeu_ps(dst, acc[m][n]);
-      } else if (left > 0) {
-        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << left) - 1u), acc[m][n]);
-      }
-    }
-  }
+  store_panel_tile(acc, y, ys, valid);
 }
 
 using TileFn = void (*)(const float*, int64_t, const uint32_t*, int64_t, float*, int64_t, int);
