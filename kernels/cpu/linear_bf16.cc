@@ -47,13 +47,13 @@ void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16
       detail::bf16_panels_fma512(xb, rows, w, j0, j1, y, y_stride);
       return;
     case Bf16Kernel::kPortable:
-      detail::bf16_panels_portable(xb, rows, w, j0, j1, y, y_stride);
+      detail::bf16_panels_emulated(Bf16Contract::kPair, xb, rows, w, j0, j1, y, y_stride);
       return;
     case Bf16Kernel::kAmx:
       detail::bf16_panels_amx(xb, rows, w, j0, j1, y, y_stride);
       return;
     case Bf16Kernel::kPortableTile:
-      detail::bf16_panels_portable_tile(xb, rows, w, j0, j1, y, y_stride);
+      detail::bf16_panels_emulated(Bf16Contract::kTile, xb, rows, w, j0, j1, y, y_stride);
       return;
     case Bf16Kernel::kAvx512FmaTile:
       detail::bf16_panels_fma512_tile(xb, rows, w, j0, j1, y, y_stride);
@@ -138,41 +138,27 @@ Bf16Kernel choose_kernel() {
 
 namespace detail {
 
-void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                          int64_t j_end, float* y, int64_t y_stride) {
-  const int64_t pairs = w.pairs(), xs = 2 * pairs;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* xr = xb + r * xs;
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      const uint32_t* panel = w.panel(j);
-      const int64_t o0 = j * kBf16PanelOutputs;
-      const int64_t valid = std::min<int64_t>(kBf16PanelOutputs, w.out() - o0);
-      for (int64_t c = 0; c < valid; ++c) {
-        float acc = 0.0f;
-        for (int64_t p = 0; p < pairs; ++p) {
-          const uint32_t wp = panel[p * kBf16PanelOutputs + c];
-          acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
-                       static_cast<uint16_t>(wp >> 16));
-        }
-        y[r * y_stride + o0 + c] = acc;
-      }
-    }
+float emulated_output(Bf16Contract contract, const uint16_t* xr, const PackedBf16Weights& w, int64_t o) {
+  const uint32_t* panel = w.panel(o / kBf16PanelOutputs);
+  const int64_t c = o % kBf16PanelOutputs;
+  const auto weight_pair = [&](int64_t p) { return panel[p * kBf16PanelOutputs + c]; };
+  if (contract == Bf16Contract::kTile) return tile_bf16_dot(xr, w.pairs(), weight_pair);
+  float acc = 0.0f;
+  for (int64_t p = 0; p < w.pairs(); ++p) {
+    const uint32_t wp = weight_pair(p);
+    acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
+                 static_cast<uint16_t>(wp >> 16));
   }
+  return acc;
 }
 
-void bf16_panels_portable_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                               int64_t j_end, float* y, int64_t y_stride) {
-  const int64_t pairs = w.pairs(), xs = 2 * pairs;
+void bf16_panels_emulated(Bf16Contract contract, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w,
+                          int64_t j_begin, int64_t j_end, float* y, int64_t y_stride) {
+  const int64_t xs = 2 * w.pairs();
+  const int64_t o_begin = j_begin * kBf16PanelOutputs, o_end = std::min(w.out(), j_end * kBf16PanelOutputs);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      const uint32_t* panel = w.panel(j);
-      const int64_t o0 = j * kBf16PanelOutputs;
-      const int64_t valid = std::min<int64_t>(kBf16PanelOutputs, w.out() - o0);
-      for (int64_t c = 0; c < valid; ++c) {
-        y[r * y_stride + o0 + c] =
-            tile_bf16_dot(xb + r * xs, pairs, [&](int64_t p) { return panel[p * kBf16PanelOutputs + c]; });
-      }
-    }
+    for (int64_t o = o_begin; o < o_end; ++o)
+      y[r * y_stride + o] = emulated_output(contract, xb + r * xs, w, o);
   }
 }
 
@@ -282,11 +268,7 @@ void linear_bf16_rounded_portable(const uint16_t* xb, int64_t rows, const Packed
     for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
     return;
   }
-  if (contract == Bf16Contract::kTile) {
-    detail::bf16_panels_portable_tile(xb, rows, w, 0, w.panels(), y, y_stride);
-  } else {
-    detail::bf16_panels_portable(xb, rows, w, 0, w.panels(), y, y_stride);
-  }
+  detail::bf16_panels_emulated(contract, xb, rows, w, 0, w.panels(), y, y_stride);
 }
 
 }  // namespace moe::kernels

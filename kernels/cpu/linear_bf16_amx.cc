@@ -241,7 +241,7 @@ void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& 
 
 void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                      int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_portable_tile(xb, rows, w, j_begin, j_end, y, y_stride);
+  bf16_panels_emulated(Bf16Contract::kTile, xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
 #endif

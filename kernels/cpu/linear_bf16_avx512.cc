@@ -100,7 +100,7 @@ void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 
 void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                         int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_portable(xb, rows, w, j_begin, j_end, y, y_stride);
+  bf16_panels_emulated(Bf16Contract::kPair, xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
 #endif

@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 #include "kernels/cpu/simd.h"
@@ -95,6 +94,7 @@ void tile_blocks(const float* xf, int64_t xs, const uint32_t* panel, int64_t pai
                  int valid) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __m512 acc[MR][kNV];
+  zero_panel_tile(acc);
   for (int64_t p0 = 0; p0 < pairs; p0 += kBf16TilePairs) {
     const int64_t p1 = std::min(pairs, p0 + kBf16TilePairs);
     __m512 e[MR][kNV], o[MR][kNV];
@@ -129,7 +129,7 @@ void tile_blocks(const float* xf, int64_t xs, const uint32_t* panel, int64_t pai
           o[m][n] = _mm512_add_ps(o[m][n], _mm512_setzero_ps());
         }
         const __m512 t = _mm512_add_ps(e[m][n], o[m][n]);
-        acc[m][n] = p0 == 0 ? _mm512_add_ps(_mm512_setzero_ps(), t) : _mm512_add_ps(acc[m][n], t);
+        acc[m][n] = _mm512_add_ps(acc[m][n], t);
       }
     }
   }
@@ -164,24 +164,6 @@ float* widened_block(const uint16_t* xb, int64_t rows, int64_t xs) {
   return buffer.data();
 }
 
-// One output by the contract's emulation (the NaN fix-up).
-template <Bf16Contract C>
-float emulated(const uint16_t* xr, const PackedBf16Weights& w, int64_t o) {
-  const uint32_t* panel = w.panel(o / kBf16PanelOutputs);
-  const int64_t c = o % kBf16PanelOutputs;
-  if constexpr (C == Bf16Contract::kTile) {
-    return tile_bf16_dot(xr, w.pairs(), [&](int64_t p) { return panel[p * kBf16PanelOutputs + c]; });
-  } else {
-    float acc = 0.0f;
-    for (int64_t p = 0; p < w.pairs(); ++p) {
-      const uint32_t wp = panel[p * kBf16PanelOutputs + c];
-      acc = dpbf16(acc, xr[2 * p], xr[2 * p + 1], static_cast<uint16_t>(wp & 0xffffu),
-                   static_cast<uint16_t>(wp >> 16));
-    }
-    return acc;
-  }
-}
-
 // NaN outputs: the contract's NaN (see the file comment), by the emulation. Not inlined, so that none of its
 // arithmetic is scheduled before the caller's MXCSR is restored.
 template <Bf16Contract C>
@@ -192,7 +174,7 @@ template <Bf16Contract C>
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * y_stride;
     for (int64_t o = o_begin; o < o_end; ++o) {
-      if (std::isnan(yr[o])) yr[o] = emulated<C>(xb + r * xs, w, o);
+      if (std::isnan(yr[o])) yr[o] = emulated_output(C, xb + r * xs, w, o);
     }
   }
 }
@@ -239,12 +221,12 @@ void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16W
 
 void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                         int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_portable(xb, rows, w, j_begin, j_end, y, y_stride);
+  bf16_panels_emulated(Bf16Contract::kPair, xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
 void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                              int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_portable_tile(xb, rows, w, j_begin, j_end, y, y_stride);
+  bf16_panels_emulated(Bf16Contract::kTile, xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
 #endif

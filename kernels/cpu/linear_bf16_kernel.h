@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/bf16_packed.h"
+#include "kernels/cpu/linear_bf16.h"
 
 namespace moe::kernels::detail {
 
@@ -20,10 +21,6 @@ void bf16_panels_avx512(const uint16_t* xb, int64_t rows, const PackedBf16Weight
 void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                         int64_t j_end, float* y, int64_t y_stride);
 
-// The same with the scalar emulation of dpbf16.h (same bits).
-void bf16_panels_portable(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                          int64_t j_end, float* y, int64_t y_stride);
-
 // The tile contract (tile_bf16.h) with AMX tdpbf16ps (linear_bf16_amx.cc). Call it only when
 // cpu_has_amx_bf16(); on compilers that cannot target AMX it runs the tile emulation.
 void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
@@ -34,8 +31,13 @@ void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& 
 void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                              int64_t j_end, float* y, int64_t y_stride);
 
-// The tile contract with its scalar emulation (same bits as bf16_panels_amx).
-void bf16_panels_portable_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                               int64_t j_end, float* y, int64_t y_stride);
+// The same outputs by a contract's scalar emulation (dpbf16.h for kPair, tile_bf16.h for kTile): the same
+// bits as that contract's kernels.
+void bf16_panels_emulated(Bf16Contract contract, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w,
+                          int64_t j_begin, int64_t j_end, float* y, int64_t y_stride);
+
+// Output o of the row xr (2 * pairs bf16 elements) by the contract's scalar emulation: what the FMA kernels
+// recompute for NaN outputs.
+float emulated_output(Bf16Contract contract, const uint16_t* xr, const PackedBf16Weights& w, int64_t o);
 
 }  // namespace moe::kernels::detail
