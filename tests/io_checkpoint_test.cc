@@ -115,6 +115,39 @@ TEST(Checkpoint, BadIndexes) {
   EXPECT_NE(msg.find("weight_map entry 'a' is not a file name"), std::string::npos) << msg;
 }
 
+// Fuzz regressions (tests/fuzz_regressions/checkpoint_index/): one file under two spellings is one shard, and
+// an index that lists no tensor is refused.
+TEST(Checkpoint, ShardSpelledTwoWaysIsOneShard) {
+  TempDir dir;
+  write_shard(dir / "s1.safetensors", {"a", "b"}, 0);
+  write_shard(dir / "s2.safetensors", {"c"}, 100);
+  write_index(dir / "idx.json", R"({"a":"s1.safetensors","b":"./s1.safetensors","c":".//s2.safetensors"})");
+  Checkpoint c(dir / "idx.json");
+  ASSERT_EQ(c.shards().size(), 2u);
+  EXPECT_EQ(c.shards()[0].path().filename(), "s1.safetensors");
+  EXPECT_EQ(c.shards()[1].path().filename(), "s2.safetensors");
+  EXPECT_EQ(first_value(c.get("b")), 1.0f);
+  EXPECT_EQ(first_value(c.get("c")), 100.0f);
+}
+
+TEST(Checkpoint, EmptyWeightMapIsRefused) {
+  TempDir dir;
+  write_index(dir / "idx.json", "{}");
+  const std::string msg = thrown_message<std::invalid_argument>([&] { Checkpoint c(dir / "idx.json"); });
+  EXPECT_NE(msg.find("\"weight_map\" lists no tensor"), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, ShardThatIsADirectoryIsRefused) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "sub.safetensors");
+  write_index(dir / "idx.json", R"({"a":"sub.safetensors"})");
+  std::string msg = thrown_message<std::invalid_argument>([&] { Checkpoint c(dir / "idx.json"); });
+  EXPECT_NE(msg.find("sub.safetensors: is a directory, not a file"), std::string::npos) << msg;
+  write_index(dir / "dot.json", R"({"a":"."})");
+  msg = thrown_message<std::invalid_argument>([&] { Checkpoint c(dir / "dot.json"); });
+  EXPECT_NE(msg.find("is a directory, not a file"), std::string::npos) << msg;
+}
+
 TEST(Checkpoint, EmptyDirectory) {
   TempDir dir;
   const std::string msg = thrown_message<std::runtime_error>([&] { Checkpoint c(dir.path()); });

@@ -57,25 +57,31 @@ void Checkpoint::open_index(const std::filesystem::path& index_path) {
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw std::invalid_argument("checkpoint index " + index_path.string() + ": no \"weight_map\" object");
   }
-  // Group tensor names by shard file; open shards in file-name order.
+  if (index["weight_map"].empty()) {
+    throw std::invalid_argument("checkpoint index " + index_path.string() +
+                                ": \"weight_map\" lists no tensor");
+  }
+  // Group tensor names by shard file, keyed by the shard's lexically normal relative path (so "a.safetensors"
+  // and "./a.safetensors" are one shard, opened once); open shards in that path's order.
   std::map<std::string, std::vector<std::string>> by_shard;
   for (const auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) {
       throw std::invalid_argument("checkpoint index " + index_path.string() + ": weight_map entry '" + name +
                                   "' is not a file name");
     }
-    by_shard[shard.get<std::string>()].push_back(name);
+    const std::filesystem::path rel(shard.get<std::string>());
+    bool escapes = rel.empty() || rel.is_absolute();
+    for (const auto& part : rel) escapes = escapes || part == "..";
+    if (escapes) {
+      throw std::invalid_argument("checkpoint index " + index_path.string() + ": shard '" + rel.string() +
+                                  "' (for tensor '" + name +
+                                  "') is not a relative path inside the checkpoint directory");
+    }
+    by_shard[rel.lexically_normal().generic_string()].push_back(name);
   }
   const std::filesystem::path dir = index_path.parent_path();
   for (const auto& [shard, tensor_names] : by_shard) {
     const std::filesystem::path rel(shard);
-    bool escapes = rel.empty() || rel.is_absolute();
-    for (const auto& part : rel) escapes = escapes || part == "..";
-    if (escapes) {
-      throw std::invalid_argument("checkpoint index " + index_path.string() + ": shard '" + shard +
-                                  "' (for tensor '" + tensor_names.front() +
-                                  "') is not a relative path inside the checkpoint directory");
-    }
     const std::filesystem::path shard_path = dir / rel;
     std::error_code ec;
     if (!std::filesystem::exists(shard_path, ec)) {

@@ -15,15 +15,17 @@ namespace moe::io {
 // Opens, at construction, every file of a checkpoint given as
 //   - a .safetensors file;
 //   - a Hugging Face index json ("*.safetensors.index.json") whose "weight_map" maps each tensor name to a
-//     shard file name relative to the index's directory;
+//     shard file name relative to the index's directory (spellings of one path, "s.safetensors" and
+//     "./s.safetensors", are one shard, opened once);
 //   - a directory holding model.safetensors.index.json (preferred) or model.safetensors.
 // Every shard is mapped and its header validated when the Checkpoint is opened, so a missing or corrupt
 // shard is reported at once; mapping is lazy in the OS sense (pages are read when tensors are touched).
 //
 // Errors: io::IoError (moe/io/io_error.h) when a file cannot be opened, read or mapped (including a shard
 // that the index names but that does not exist, with the index, shard and one tensor it should hold in the
-// message); std::invalid_argument for malformed contents (index JSON, shard headers, a shard path that leaves
-// the checkpoint directory) and for a tensor the index lists but its shard lacks (reported by find/get).
+// message); std::invalid_argument for malformed contents (index JSON, an empty weight_map, shard headers, a
+// shard path that leaves the checkpoint directory or names a directory) and for a tensor the index lists but
+// its shard lacks (reported by find/get).
 //
 // Thread safety: immutable after construction; every method may be called concurrently.
 // Ownership: movable, not copyable. TensorInfo pointers and data stay valid while the Checkpoint lives;
