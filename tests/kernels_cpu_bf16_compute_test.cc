@@ -257,6 +257,13 @@ TEST(FfnBf16, BadInputThrows) {
                  "negative");
   expect_invalid([&] { ffn_bf16_forward(x.data(), 2, 3, w, y.data(), 4, scratch.data(), pool); }, "stride");
   expect_invalid([&] { ffn_bf16_forward(x.data(), 2, 4, w, y.data(), 4, nullptr, pool); }, "scratch");
+  const std::vector<uint16_t> xb(8);
+  expect_invalid([&] { ffn_bf16_forward_rounded(xb.data(), -1, w, y.data(), 4, scratch.data(), pool); },
+                 "negative");
+  expect_invalid([&] { ffn_bf16_forward_rounded(xb.data(), 2, w, y.data(), 3, scratch.data(), pool); },
+                 "y_stride");
+  expect_invalid([&] { ffn_bf16_forward_rounded(nullptr, 2, w, y.data(), 4, scratch.data(), pool); }, "null");
+  expect_invalid([&] { ffn_bf16_forward_rounded(xb.data(), 2, w, y.data(), 4, nullptr, pool); }, "scratch");
 }
 
 }  // namespace

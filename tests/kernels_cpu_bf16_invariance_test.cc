@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -168,6 +170,33 @@ TEST(FfnBf16Invariant, BatchInvariantBits) {
             },
             c.d, c.d, c.n, 23, c.singles);
       }
+    }
+  }
+}
+
+// The layer rounds each token once and hands the experts bf16 rows: the rounded entry must give the bits of
+// the fp32 one, including the zero pair element past an odd d, with and without specials in x.
+TEST(FfnBf16Invariant, RoundedEntryGivesTheSameBits) {
+  ThreadPool pool(2);
+  for (const int64_t d : {int64_t{17}, int64_t{64}}) {
+    const int64_t ff = 3 * d + 1, rows = 37;
+    const TestWeights w1(ff, d, 0, 1), w3(ff, d, 2, 2), w2(d, ff, 0, 3);
+    for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
+      const PackedFfnBf16 w(act,
+                            FfnWeights{w1.view(DType::kBF16), w3.view(DType::kBF16), w2.view(DType::kBF16)});
+      std::vector<float> x(static_cast<size_t>(rows * d));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+      x[5] = std::numeric_limits<float>::infinity();
+      x[static_cast<size_t>(d + 2)] = -0.0f;
+      x[static_cast<size_t>(2 * d + 1)] = 1e-40f;  // subnormal
+      std::vector<uint16_t> xb(static_cast<size_t>(rows * 2 * bf16_pairs(d)), 0xffff);
+      round_rows_to_bf16(x.data(), rows, d, d, xb.data(), pool);
+      std::vector<float> scratch(ffn_bf16_scratch_floats(rows, d, ff) + 3);  // + 3: offset start below
+      std::vector<float> a(static_cast<size_t>(rows * d), -1.0f), b(a.size(), -2.0f);
+      ffn_bf16_forward(x.data(), rows, d, w, a.data(), d, scratch.data(), pool);
+      ffn_bf16_forward_rounded(xb.data(), rows, w, b.data(), d, scratch.data() + 3, pool);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+          << "d=" << d << (act == Activation::kGELU ? " gelu" : " swiglu");
     }
   }
 }

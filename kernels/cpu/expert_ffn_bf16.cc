@@ -51,33 +51,39 @@ size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff) {
   return layout(rows, d, ff).total;
 }
 
-void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
-                      int64_t y_stride, float* scratch, ThreadPool& pool) {
+namespace {
+
+// ffn_bf16_forward's argument checks, shared by both entry points (`what` names the function).
+void check_forward(const char* what, const void* x, int64_t rows, const PackedFfnBf16& w, const float* y,
+                   int64_t y_stride, const float* scratch) {
   const int64_t d = w.d(), ff = w.ff();
   if (rows < 0)
-    throw std::invalid_argument("ffn_bf16_forward: rows (" + std::to_string(rows) + ") is negative");
-  if (x_stride < d || y_stride < d) {
-    throw std::invalid_argument("ffn_bf16_forward: x_stride (" + std::to_string(x_stride) +
-                                ") or y_stride (" + std::to_string(y_stride) + ") is less than d (" +
-                                std::to_string(d) + ")");
+    throw std::invalid_argument(std::string(what) + ": rows (" + std::to_string(rows) + ") is negative");
+  if (y_stride < d) {
+    throw std::invalid_argument(std::string(what) + ": y_stride (" + std::to_string(y_stride) +
+                                ") is less than d (" + std::to_string(d) + ")");
   }
   if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
-    throw std::invalid_argument("ffn_bf16_forward: x or y is null with rows " + std::to_string(rows));
+    throw std::invalid_argument(std::string(what) + ": x or y is null with rows " + std::to_string(rows));
   }
   if (scratch == nullptr && rows > 0) {
-    throw std::invalid_argument("ffn_bf16_forward: scratch is null, need " +
+    throw std::invalid_argument(std::string(what) + ": scratch is null, need " +
                                 std::to_string(ffn_bf16_scratch_floats(rows, d, ff)) + " floats");
   }
-  if (rows == 0) return;
-  const ScratchLayout s = layout(rows, d, ff);
-  float* base = scratch;
-  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+}
+
+float* aligned_scratch(float* scratch) {
+  while (reinterpret_cast<uintptr_t>(scratch) % 64 != 0) ++scratch;
+  return scratch;
+}
+
+// The FFN from xb (bf16 rows of 2 * pairs(d) elements) on; base is the aligned scratch.
+void forward_from_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16& w, float* y,
+                          int64_t y_stride, const ScratchLayout& s, float* base, ThreadPool& pool) {
+  const int64_t ff = w.ff();
   float* h1 = base + s.h1;
   float* h3 = base + s.h3;
-  auto* xb = reinterpret_cast<uint16_t*>(base + s.xb);
   auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
-
-  round_rows_to_bf16(x, rows, x_stride, d, xb, pool);
   w.w1->forward_rounded(xb, rows, h1, ff, pool);
   if (w.act == Activation::kSwiGLU) w.w3->forward_rounded(xb, rows, h3, ff, pool);
   // Elementwise activation and rounding of h: each thread takes a contiguous block of rows.
@@ -98,6 +104,30 @@ void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const Pack
     }
   });
   w.w2->forward_rounded(hb, rows, y, y_stride, pool);
+}
+
+}  // namespace
+
+void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
+                      int64_t y_stride, float* scratch, ThreadPool& pool) {
+  check_forward("ffn_bf16_forward", x, rows, w, y, y_stride, scratch);
+  if (x_stride < w.d()) {
+    throw std::invalid_argument("ffn_bf16_forward: x_stride (" + std::to_string(x_stride) +
+                                ") is less than d (" + std::to_string(w.d()) + ")");
+  }
+  if (rows == 0) return;
+  const ScratchLayout s = layout(rows, w.d(), w.ff());
+  float* base = aligned_scratch(scratch);
+  auto* xb = reinterpret_cast<uint16_t*>(base + s.xb);
+  round_rows_to_bf16(x, rows, x_stride, w.d(), xb, pool);
+  forward_from_rounded(xb, rows, w, y, y_stride, s, base, pool);
+}
+
+void ffn_bf16_forward_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16& w, float* y,
+                              int64_t y_stride, float* scratch, ThreadPool& pool) {
+  check_forward("ffn_bf16_forward_rounded", xb, rows, w, y, y_stride, scratch);
+  if (rows == 0) return;
+  forward_from_rounded(xb, rows, w, y, y_stride, layout(rows, w.d(), w.ff()), aligned_scratch(scratch), pool);
 }
 
 void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,

@@ -56,6 +56,13 @@ size_t ffn_bf16_scratch_floats(int64_t rows, int64_t d, int64_t ff);
 void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const PackedFfnBf16& w, float* y,
                       int64_t y_stride, float* scratch, ThreadPool& pool);
 
+// The same from x already rounded to bf16: xb holds `rows` rows of 2 * bf16_pairs(d) elements, contiguous
+// (round_rows_to_bf16's layout, the element past an odd d zero). Its result is ffn_bf16_forward's, bit for
+// bit, on any fp32 rows that round to xb; callers that feed one token's row to several experts round it once.
+// y must not overlap xb or scratch; scratch as for ffn_bf16_forward (its part for the bf16 x is unused).
+void ffn_bf16_forward_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16& w, float* y,
+                              int64_t y_stride, float* scratch, ThreadPool& pool);
+
 // The oracle: x and the weights rounded to bf16 (f32_to_bf16; bf16 weights as they are), everything else
 // in double (h not rounded, unless round_hidden: then h is rounded to bf16 as the kernel does, from the
 // double value, so the oracle's GEMM operands are the kernel's except where the fp32 h of the kernel and the

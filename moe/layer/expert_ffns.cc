@@ -79,15 +79,19 @@ void ExpertFfns::run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16*
   }
 }
 
+const kernels::PackedFfnBf16& ExpertFfns::packed_expert(int e) const {
+  const kernels::PackedFfnBf16* packed =
+      e >= 0 && e < static_cast<int>(packed_.size()) ? packed_[static_cast<size_t>(e)].get() : nullptr;
+  if (packed == nullptr) {
+    throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is not served here");
+  }
+  return *packed;
+}
+
 void ExpertFfns::run_expert(int e, const float* x, int64_t rows, float* y, float* scratch,
                             kernels::ThreadPool& pool) const {
-  const kernels::PackedFfnBf16* packed = nullptr;
-  if (compute_ == kernels::ComputePrecision::kBF16) {
-    packed = packed_[static_cast<size_t>(e)].get();
-    if (packed == nullptr) {
-      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is not served here");
-    }
-  }
+  const kernels::PackedFfnBf16* packed =
+      compute_ == kernels::ComputePrecision::kBF16 ? &packed_expert(e) : nullptr;
   run(experts_[static_cast<size_t>(e)], packed, x, rows, y, scratch, pool);
 }
 
@@ -95,6 +99,19 @@ void ExpertFfns::run_shared(const float* x, int64_t rows, float* y, float* scrat
                             kernels::ThreadPool& pool) const {
   if (!has_shared_) throw std::invalid_argument("expert ffns: the layer has no shared expert");
   run(shared_, packed_shared_.get(), x, rows, y, scratch, pool);
+}
+
+void ExpertFfns::run_expert_rounded(int e, const uint16_t* xb, int64_t rows, float* y, float* scratch,
+                                    kernels::ThreadPool& pool) const {
+  if (!takes_rounded()) throw std::invalid_argument("expert ffns: rounded rows need bf16 compute");
+  kernels::ffn_bf16_forward_rounded(xb, rows, packed_expert(e), y, hidden_, scratch, pool);
+}
+
+void ExpertFfns::run_shared_rounded(const uint16_t* xb, int64_t rows, float* y, float* scratch,
+                                    kernels::ThreadPool& pool) const {
+  if (!takes_rounded()) throw std::invalid_argument("expert ffns: rounded rows need bf16 compute");
+  if (!has_shared_) throw std::invalid_argument("expert ffns: the layer has no shared expert");
+  kernels::ffn_bf16_forward_rounded(xb, rows, *packed_shared_, y, hidden_, scratch, pool);
 }
 
 }  // namespace moe

@@ -51,7 +51,19 @@ class ExpertFfns {
   // The same with the shared expert (requires has_shared()).
   void run_shared(const float* x, int64_t rows, float* y, float* scratch, kernels::ThreadPool& pool) const;
 
+  // bf16 compute only (takes_rounded()): the same from rows already rounded to bf16
+  // (kernels::round_rows_to_bf16's layout: rows of rounded_row_elems() elements, contiguous), with the bits
+  // of run_expert / run_shared on the fp32 rows that round to them. A layer rounds each token once and
+  // gathers the bf16 rows (half the bytes) instead of rounding a row again in each of its k experts.
+  bool takes_rounded() const { return compute_ == kernels::ComputePrecision::kBF16; }
+  int64_t rounded_row_elems() const { return 2 * kernels::bf16_pairs(hidden_); }
+  void run_expert_rounded(int e, const uint16_t* xb, int64_t rows, float* y, float* scratch,
+                          kernels::ThreadPool& pool) const;
+  void run_shared_rounded(const uint16_t* xb, int64_t rows, float* y, float* scratch,
+                          kernels::ThreadPool& pool) const;
+
  private:
+  const kernels::PackedFfnBf16& packed_expert(int e) const;
   void run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16* packed, const float* x, int64_t rows,
            float* y, float* scratch, kernels::ThreadPool& pool) const;
 

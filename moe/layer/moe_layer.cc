@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cpu/bf16_packed.h"
 #include "moe/layer/combine.h"
 #include "moe/layer/expert_ffns.h"
 #include "moe/layer/expert_schedule.h"
@@ -64,7 +65,12 @@ void MoELayer::ensure_workspace(int num_tokens) {
   routes_.resize(num_tokens, E, k, router_.num_ranked());
   planner_.reserve(num_tokens);
   plan_.reserve(num_tokens, k, E);
-  gathered_.resize(slots * hidden_);
+  if (ffns_->takes_rounded()) {
+    x_rounded_.resize(T * ffns_->rounded_row_elems());
+    gathered_rounded_.resize(slots * ffns_->rounded_row_elems());
+  } else {
+    gathered_.resize(slots * hidden_);
+  }
   expert_out_.resize(slots * hidden_);
   // An expert holds at most one pair per token, so at most T rows; experts run one per thread hold at most
   // kSmallExpertRows each.
@@ -83,6 +89,7 @@ size_t MoELayer::workspace_bytes() const {
           shared_out_.capacity() + shared_gate_logit_.capacity() + routes_.weights.capacity() +
           routes_.top1_score.capacity() + plan_.pair_weight.capacity()) *
              sizeof(float) +
+         (x_rounded_.capacity() + gathered_rounded_.capacity()) * sizeof(uint16_t) +
          (routes_.experts.capacity() + plan_.pair_expert.capacity() + plan_.pair_slot.capacity() +
           plan_.slot_pairs.capacity()) *
              sizeof(int32_t) +
@@ -102,12 +109,22 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   planner_.plan(routes_, meta, state, plan_);
   last_tokens_ = num_tokens;
 
-  // Gather the rows of every kept pair, in slot order.
+  // Gather the rows of every kept pair, in slot order (bf16 compute: rounded once per token, then gathered).
   const int64_t num_slots = plan_.expert_offsets[num_experts()];
-  pool_.parallel_for(num_slots, [&](int64_t slot, int) {
-    const int64_t token = plan_.slot_pairs[slot] / top_k();
-    std::memcpy(gathered_.data() + slot * hidden_, x + token * hidden_, hidden_ * sizeof(float));
-  });
+  if (ffns_->takes_rounded()) {
+    const int64_t row = ffns_->rounded_row_elems();
+    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, x_rounded_.data(), pool_);
+    pool_.parallel_for(num_slots, [&](int64_t slot, int) {
+      const int64_t token = plan_.slot_pairs[slot] / top_k();
+      std::memcpy(gathered_rounded_.data() + slot * row, x_rounded_.data() + token * row,
+                  static_cast<size_t>(row) * sizeof(uint16_t));
+    });
+  } else {
+    pool_.parallel_for(num_slots, [&](int64_t slot, int) {
+      const int64_t token = plan_.slot_pairs[slot] / top_k();
+      std::memcpy(gathered_.data() + slot * hidden_, x + token * hidden_, hidden_ * sizeof(float));
+    });
+  }
 
   run_experts();
   if (has_shared_) run_shared(x, num_tokens);
@@ -126,14 +143,23 @@ void MoELayer::run_experts() {
   }
   auto run_expert = [&](int e, float* scratch) {
     const int64_t first = plan_.expert_offsets[e];
-    ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
-                      expert_out_.data() + first * hidden_, scratch, pool_);
+    float* out = expert_out_.data() + first * hidden_;
+    if (ffns_->takes_rounded()) {
+      ffns_->run_expert_rounded(e, gathered_rounded_.data() + first * ffns_->rounded_row_elems(),
+                                plan_.expert_load[e], out, scratch, pool_);
+    } else {
+      ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e], out, scratch, pool_);
+    }
   };
   run_experts_scheduled(active_experts_, max_rows, pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
 void MoELayer::run_shared(const float* x, int num_tokens) {
-  ffns_->run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), pool_);
+  if (ffns_->takes_rounded()) {
+    ffns_->run_shared_rounded(x_rounded_.data(), num_tokens, shared_out_.data(), scratch_.data(), pool_);
+  } else {
+    ffns_->run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), pool_);
+  }
   if (weights_->shared_gate()) {
     kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, *weights_->shared_gate(),
                     shared_gate_logit_.data(), 1, pool_);
