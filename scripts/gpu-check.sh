@@ -15,6 +15,8 @@
 #   MOE_GPU_ARCH       CUDA architectures (default: the device's, from nvidia-smi; else 90)
 #   MOE_GPU_TARGETS    build only these targets (default: every GPU target below)
 #   MOE_GPU_JOBS       parallel jobs (default nproc)
+#   MOE_GPU_BUILD_TYPE CMake build type (default Release; tests/gpu_bundle_test.sh, which only proves the
+#                      bundle, builds unoptimised host code: None)
 #   MOE_GPU_BUDGET     seconds for the whole command (default 285: the machine allows 300 per command)
 #   MOE_GPU_BUILD_TIMEOUT  seconds for the build step (default 215)
 #   MOE_GPU_HIDE_SYSTEM=1  hide the system's copies of the bundled packages (CMAKE_IGNORE_PREFIX_PATH=/usr), as
@@ -107,7 +109,7 @@ if [[ "$mode" == build ]]; then
   [[ "${MOE_GPU_HIDE_SYSTEM:-0}" == 1 ]] && hide=(-DCMAKE_IGNORE_PREFIX_PATH=/usr)
   [[ -f "$build/CMakeCache.txt" ]] && ! grep -qE "^MOE_GPU_CHECK_BUILD:[A-Z]+=ON" "$build/CMakeCache.txt" &&
     { note "$build holds another build; remove it or set MOE_GPU_BUILD_DIR"; exit 1; }
-  if ! timeout "$(limit $t_configure)" cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  if ! timeout "$(limit $t_configure)" cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${MOE_GPU_BUILD_TYPE:-Release}" \
       -DMOE_GPU_CHECK_BUILD=ON -DMOE_ENABLE_CUDA=ON -DMOE_BUILD_SIM=OFF -DMOE_ENABLE_MPI=OFF -DMOE_NATIVE=OFF \
       -DMOE_WERROR=OFF -DMOE_ENABLE_PYTHON=ON -DPython3_EXECUTABLE="$python" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       "${bundle_args[@]}" "${hide[@]}" > "$out/configure.log" 2>&1; then

@@ -238,7 +238,8 @@ TEST_P(LayerRoundTrip, SaveThenLoadGivesTheSameWeights) {
   // Explicitly asking for the file's dtype changes nothing.
   EXPECT_EQ(load_layer(ckpt, arch, 3, s, storage).content_hash(), w.content_hash());
   // The layer index is part of the names.
-  const std::string msg = thrown_message<std::invalid_argument>([&] { load_layer(ckpt, arch, 4, s); });
+  const io::Architecture layer_arch = arch;  // clang 14 cannot capture a structured binding (C++20)
+  const std::string msg = thrown_message<std::invalid_argument>([&] { load_layer(ckpt, layer_arch, 4, s); });
   EXPECT_NE(msg.find("model.layers.4."), std::string::npos) << msg;
   EXPECT_NE(msg.find("missing from checkpoint"), std::string::npos) << msg;
 }

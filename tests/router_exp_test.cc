@@ -99,13 +99,22 @@ TEST(RouterExp, SpecialValues) {
   EXPECT_EQ(rules::sigmoid_f(-120.0f), 0.0f);
 }
 
-// The scalar definition one element at a time, kept out of the vectoriser.
+// The scalar definition one element at a time, kept out of the vectoriser (GCC: the function attribute;
+// clang, which has no `optimize` attribute: the loop pragma).
+#if defined(__clang__)
+__attribute__((noinline)) void ScalarScores(const rules::TopKParams& p, const float* row,
+                                            const rules::RowStats& stats, float* out) {
+#pragma clang loop vectorize(disable)
+  for (int e = 0; e < p.num_experts; ++e) out[e] = rules::expert_score(p, row, stats, e);
+}
+#else
 __attribute__((optimize("no-tree-vectorize"), noinline)) void ScalarScores(const rules::TopKParams& p,
                                                                            const float* row,
                                                                            const rules::RowStats& stats,
                                                                            float* out) {
   for (int e = 0; e < p.num_experts; ++e) out[e] = rules::expert_score(p, row, stats, e);
 }
+#endif
 
 TEST(RouterExp, VectorisedScoreLoopIsTheScalarDefinition) {
   std::mt19937_64 rng(7);
