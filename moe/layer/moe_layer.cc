@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -20,14 +21,18 @@ namespace {
   throw std::invalid_argument("moe layer: " + msg);
 }
 
-}  // namespace
-
-namespace {
-
 std::vector<int> all_experts(const io::LayerWeights& weights) {
   std::vector<int> e(weights.experts().size());
   for (size_t i = 0; i < e.size(); ++i) e[i] = static_cast<int>(i);
   return e;
+}
+
+// The first 64-byte-aligned element of v (sized 32 elements past what it holds). The AMX kernel reads bf16
+// rows in place as tiles: rows that start off a cache line make every tile row a split load.
+uint16_t* aligned64(std::vector<uint16_t>& v) {
+  uint16_t* p = v.data();
+  while (reinterpret_cast<uintptr_t>(p) % 64 != 0) ++p;
+  return p;
 }
 
 }  // namespace
@@ -65,9 +70,9 @@ void MoELayer::ensure_workspace(int num_tokens) {
   routes_.resize(num_tokens, E, k, router_.num_ranked());
   planner_.reserve(num_tokens);
   plan_.reserve(num_tokens, k, E);
-  if (ffns_->takes_rounded()) {
-    x_rounded_.resize(T * ffns_->rounded_row_elems());
-    gathered_rounded_.resize(slots * ffns_->rounded_row_elems());
+  if (ffns_->takes_rounded()) {  // + 32: room for a 64-byte-aligned start (aligned64)
+    x_rounded_.resize(T * ffns_->rounded_row_elems() + 32);
+    gathered_rounded_.resize(slots * ffns_->rounded_row_elems() + 32);
   } else {
     gathered_.resize(slots * hidden_);
   }
@@ -113,11 +118,12 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   const int64_t num_slots = plan_.expert_offsets[num_experts()];
   if (ffns_->takes_rounded()) {
     const int64_t row = ffns_->rounded_row_elems();
-    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, x_rounded_.data(), pool_);
+    uint16_t* xr = aligned64(x_rounded_);
+    uint16_t* gathered = aligned64(gathered_rounded_);
+    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, xr, pool_);
     pool_.parallel_for(num_slots, [&](int64_t slot, int) {
       const int64_t token = plan_.slot_pairs[slot] / top_k();
-      std::memcpy(gathered_rounded_.data() + slot * row, x_rounded_.data() + token * row,
-                  static_cast<size_t>(row) * sizeof(uint16_t));
+      std::memcpy(gathered + slot * row, xr + token * row, static_cast<size_t>(row) * sizeof(uint16_t));
     });
   } else {
     pool_.parallel_for(num_slots, [&](int64_t slot, int) {
@@ -145,7 +151,7 @@ void MoELayer::run_experts() {
     const int64_t first = plan_.expert_offsets[e];
     float* out = expert_out_.data() + first * hidden_;
     if (ffns_->takes_rounded()) {
-      ffns_->run_expert_rounded(e, gathered_rounded_.data() + first * ffns_->rounded_row_elems(),
+      ffns_->run_expert_rounded(e, aligned64(gathered_rounded_) + first * ffns_->rounded_row_elems(),
                                 plan_.expert_load[e], out, scratch, pool_);
     } else {
       ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e], out, scratch, pool_);
@@ -156,7 +162,7 @@ void MoELayer::run_experts() {
 
 void MoELayer::run_shared(const float* x, int num_tokens) {
   if (ffns_->takes_rounded()) {
-    ffns_->run_shared_rounded(x_rounded_.data(), num_tokens, shared_out_.data(), scratch_.data(), pool_);
+    ffns_->run_shared_rounded(aligned64(x_rounded_), num_tokens, shared_out_.data(), scratch_.data(), pool_);
   } else {
     ffns_->run_shared(x, num_tokens, shared_out_.data(), scratch_.data(), pool_);
   }

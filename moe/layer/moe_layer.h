@@ -96,7 +96,8 @@ class MoELayer final : public Layer {
   DispatchPlan plan_;
   std::vector<float> gathered_;  // [slots, hidden] rows of x in slot order (fp32 compute)
   // bf16 compute: x rounded once per token ([T, row]) and its rows in slot order ([slots, row]), row =
-  // ExpertFfns::rounded_row_elems().
+  // ExpertFfns::rounded_row_elems(); each used from its first 64-byte-aligned element (moe_layer.cc
+  // aligned64).
   std::vector<uint16_t> x_rounded_, gathered_rounded_;
   std::vector<float> expert_out_;  // [slots, hidden]
   // FFN scratch; per_thread_scratch_ floats per thread when experts run one per thread.
