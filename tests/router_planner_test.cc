@@ -274,14 +274,13 @@ TEST(Planner, CausalRejectsGapsAndMisplacedChunks) {
 // an 8-token prompt gets one pool of C = max(1, ceil(1 * 8 * 2 / 4)) = 4 slots per expert for its whole
 // prompt, claimed in (position, j) order whatever the chunking. Choices (j0, j1) by position:
 //   p0 (0,3)  p1 (0,3)  p2 (2,3)  p3 (2,3)  p4 (0,3)  p5 (2,3)  p6 (2,3)  p7 (2,3)
-// Second choices (rank 1) must leave expert 3 the reserve R = ceil(3 (j + 1) (f3 + 1) n / (4 (p + 1 + E))),
-// f3 = 0 first choices of it so far, n = 7 - p rows to come: p2 finds count 2 against 4 - ceil(15/14) = 2 and
-// is refused; p3 is kept (count 2 < 4 - 1); p4, p5, p6 are refused (count 3, cap 3). Expert 2 fills with p2,
-// p3, p5, p6's first choices, so p7's first choice is dropped - and p7, holding no slot, claims expert 3 as a
-// first choice would (count 3 < 4): no token loses both pairs. (Claimed in (position, j) order without the
-// reserve, p2 would take expert 3's last slot early and p7 would lose both.) Then a decode row at position 8,
-// (2, 3), is a pool of its own (budget max(1, ceil(2 / 4)) = 1 per expert): both pairs kept, though the
-// prompt's pools of experts 2 and 3 are full.
+// Every second choice goes to expert 3, which every row chooses, so the reserve holds there throughout (the
+// rest of the prompt is expected to bring more than 5/4 of the pool's room): a second choice must leave
+// R = round(3 (h + 1) n / (2 (p + 5))), h = 0 first choices of expert 3, n = 7 - p rows to come. p0, p1 (R 2)
+// and p2 (R 1) are kept; p3 and p4 find count 3 against 4 - 1 and are refused; p5 (R 0) takes the last slot;
+// p6 finds the pool full. Expert 2 fills with p2, p3, p5, p6's first choices, so p7 loses both pairs. Then a
+// decode row at position 8, (2, 3), is a pool of its own (budget max(1, ceil(2 / 4)) = 1 per expert): both
+// pairs kept, though the prompt's pools of experts 2 and 3 are full.
 TEST(Planner, SequenceWorkedExample) {
   const std::vector<std::vector<int32_t>> prompt = {{0, 3}, {0, 3}, {2, 3}, {2, 3},
                                                     {0, 3}, {2, 3}, {2, 3}, {2, 3}};
@@ -337,6 +336,49 @@ TEST(Planner, SequenceReserve) {
   EXPECT_EQ(rules::sequence_reserve(10, 0, 101, 8, 3), 217);  // round(3 * 13 * 100 / 18) = round(216.67)
   EXPECT_EQ(rules::sequence_reserve(9, 7, 8, 4, 1), 0);       // the last row leaves nothing to reserve
   EXPECT_EQ(rules::sequence_reserve(INT64_MAX / 2, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits
+}
+
+// The reserve's gate (docs/routing.md, the second worked example): E = 4, k = 2, cf 1.5 (ceil), a 9-token
+// prompt: C = ceil(1.5 * 9 * 2 / 4) = 7. At p3 = (1, 3) expert 3 holds 3 slots and every row so far chose it
+// (a = 4 choices, 6 with the prior k): the rest (n = 5 rows) is expected to bring 5 * 6 / 8 = 3.75 choices,
+// and 4 * 3.75 = 15 is not more than 5 times the 3 slots of room left after this pair (4 n (a + k) = 120,
+// 5 (C - count - 1) (p + 1 + E) = 120), so no reserve holds and the pair is kept; with the reserve
+// (round(3 * (3 + 1) * 5 / 16) = 4, cap 3) it would have been refused and expert 3 would end with an empty
+// slot. The gate keeps all 18 pairs in every chunking.
+TEST(Planner, SequenceReserveGate) {
+  EXPECT_FALSE(rules::sequence_reserve_holds(4, 3, 3, 9, 4, 2));  // 120 > 120 is false
+  EXPECT_TRUE(rules::sequence_reserve_holds(4, 2, 3, 9, 4, 2));   // 120 > 80
+  EXPECT_TRUE(rules::sequence_reserve_holds(0, -1, 3, 9, 4, 2));  // a full pool: nothing to decide
+  EXPECT_FALSE(rules::sequence_reserve_holds(100, 0, 8, 9, 4, 2));  // the last row
+  // Exact beyond 64 bits (73- and 74-bit products): L = 2^32 - 1, p = 2^31, a = 2^40, so 4 n (a + k) is about
+  // 2^73 against 5 room (2^31 + 5): about 2^73.3 with room 2^40, 2^72.3 with room 2^39.
+  const uint32_t big = UINT32_MAX, mid = uint32_t{1} << 31;
+  EXPECT_FALSE(rules::sequence_reserve_holds(int64_t{1} << 40, int64_t{1} << 40, mid, big, 4, 2));
+  EXPECT_TRUE(rules::sequence_reserve_holds(int64_t{1} << 40, int64_t{1} << 39, mid, big, 4, 2));
+  EXPECT_TRUE(rules::product_greater(UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX - 1));
+  EXPECT_FALSE(rules::product_greater(UINT64_MAX - 1, UINT64_MAX, UINT64_MAX, UINT64_MAX - 1));
+  EXPECT_TRUE(rules::product_greater(uint64_t{1} << 32, uint64_t{1} << 32, UINT64_MAX, 1));  // 2^64 > 2^64 - 1
+
+  const std::vector<std::vector<int32_t>> prompt = {{3, 1}, {3, 2}, {3, 0}, {1, 3}, {2, 1},
+                                                    {2, 3}, {0, 1}, {3, 2}, {3, 0}};
+  const DispatchPolicy p = Policy(CapacityScope::kSequence, Priority::kRequest, 1.5);
+  for (const std::vector<int>& chunks : {std::vector<int>{9}, {4, 5}, {1, 3, 5}, {3, 1, 1, 4}}) {
+    SCOPED_TRACE(::testing::PrintToString(chunks));
+    RoutingState state(4, 2);
+    state.admit(3, 9);
+    DispatchPlanner planner(4, 2, p);
+    int at = 0;
+    for (int n : chunks) {
+      std::vector<std::vector<int32_t>> part(prompt.begin() + at, prompt.begin() + at + n);
+      std::vector<TokenMeta> meta;
+      for (int i = 0; i < n; ++i) meta.push_back({3, static_cast<uint32_t>(at + i)});
+      DispatchPlan plan;
+      planner.plan(MakeRoutes(4, 2, part), meta, &state, plan);
+      EXPECT_EQ(plan.pair_status, std::vector<PairStatus>(2 * n, kKept));
+      at += n;
+    }
+    EXPECT_EQ(state.find(3)->slots_held, (std::vector<int32_t>{3, 4, 4, 7}));
+  }
 }
 
 // A state made without a top_k takes the first planner's for its sequence-scope counts; a planner of another

@@ -155,6 +155,41 @@ MOE_HD inline int64_t sequence_reserve(int64_t higher_choices_so_far, uint32_t p
   return static_cast<int64_t>((num + den / 2) / den);
 }
 
+// The exact comparison a * b > c * d of unsigned 64-bit values (128-bit products from 32-bit halves, the same
+// on the host and the device).
+MOE_HD inline bool product_greater(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  auto product = [](uint64_t x, uint64_t y, uint64_t& hi, uint64_t& lo) {
+    const uint64_t x0 = x & 0xffffffffu, x1 = x >> 32, y0 = y & 0xffffffffu, y1 = y >> 32;
+    const uint64_t p00 = x0 * y0, p01 = x0 * y1, p10 = x1 * y0, p11 = x1 * y1;
+    const uint64_t mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+    lo = (mid << 32) | (p00 & 0xffffffffu);
+    hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+  };
+  uint64_t lhs_hi, lhs_lo, rhs_hi, rhs_lo;
+  product(a, b, lhs_hi, lhs_lo);
+  product(c, d, rhs_hi, rhs_lo);
+  return lhs_hi != rhs_hi ? lhs_hi > rhs_hi : lhs_lo > rhs_lo;
+}
+
+// Whether sequence scope's reserve holds at expert e for a later choice of the prompt row at `position`: only
+// while the pool is expected to overflow, i.e. while the choices of every rank that the rest of the prompt
+// (n = L - 1 - position rows) is expected to bring to e, n (a_e + k) / (position + 1 + E) from the a_e choices
+// of e so far (every rank; Laplace prior 1/E per rank), exceed 5/4 of the room the pool has left after this
+// pair, capacity - count - 1. A pool that the rest of the prompt is not expected to fill keeps room for every
+// claim, and slots held back there would only stay empty (they were 1.08-1.24x request scope's dropped pairs
+// on serving.toml under the calibrated Mixtral scores: docs/results.md section 5). Exact integer arithmetic:
+//   4 n (a_e + k) > 5 (capacity - count - 1) (position + 1 + E)
+MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t room_after, uint32_t position,
+                                          uint32_t prompt_length, int num_experts, int top_k) {
+  if (position + 1 >= prompt_length) return false;  // nothing left to reserve for
+  if (room_after < 0) return true;                  // the pool is full: nothing to decide
+  const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
+  return product_greater(4 * remaining,
+                         static_cast<uint64_t>(all_choices_so_far) + static_cast<uint64_t>(top_k),
+                         static_cast<uint64_t>(room_after),
+                         5 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts)));
+}
+
 // Sequence scope, the prompt rows order[begin .. end) of ONE request in ascending position (docs/routing.md
 // section 2): one pool per expert for the whole prompt, budget `capacity` = request_capacity(prompt_length),
 // claimed in (position, j) order across forward passes. order[begin] is the prompt's row number `first_row`
@@ -164,9 +199,11 @@ MOE_HD inline int64_t sequence_reserve(int64_t higher_choices_so_far, uint32_t p
 // carried in the request's RoutingState; advanced in place). At a row:
 //   its first choice (j = 0) is kept while count[e] < capacity;
 //   a later choice of rank j, or a reroute (rank top_k), of a token that already holds a slot is kept while
-//     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, prompt_length, E, j),
-//   so that lower choices cannot take the slots the rest of the prompt's higher choices need (as choice-major
-//   claiming within one batch guarantees, but decided causally);
+//     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, prompt_length, E, j)
+//   when sequence_reserve_holds(higher[(k - 1) * E + e], capacity - count[e] - 1, p, prompt_length, E, k),
+//   and while count[e] < capacity otherwise, so that lower choices cannot take the slots the rest of the
+//   prompt's higher choices need in a pool they are expected to fill (as choice-major claiming within one
+//   batch guarantees, but decided causally);
 //   a later choice or reroute of a token that holds no slot yet claims like a first choice (it is the token's
 //   only chance not to lose every pair).
 // The counts include the row's own choices before its later choices decide.
@@ -187,6 +224,9 @@ MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const Dispa
       for (int j = r + 1; j <= k; ++j) ++higher[int64_t{j - 1} * num_experts + e];
     }
     auto later_capacity = [&](int32_t e, int rank) {
+      if (!sequence_reserve_holds(higher[int64_t{k - 1} * num_experts + e], capacity - count[e] - 1, position,
+                                  prompt_length, num_experts, k))
+        return capacity;
       const int64_t reserve = sequence_reserve(higher[int64_t{rank - 1} * num_experts + e], position,
                                                prompt_length, num_experts, rank);
       return reserve >= capacity ? int64_t{0} : capacity - reserve;
