@@ -346,9 +346,9 @@ TEST(Planner, SequenceReserve) {
 // (round(3 * (3 + 1) * 5 / 16) = 4, cap 3) it would have been refused and expert 3 would end with an empty
 // slot. The gate keeps all 18 pairs in every chunking.
 TEST(Planner, SequenceReserveGate) {
-  EXPECT_FALSE(rules::sequence_reserve_holds(4, 3, 3, 9, 4, 2));  // 120 > 120 is false
-  EXPECT_TRUE(rules::sequence_reserve_holds(4, 2, 3, 9, 4, 2));   // 120 > 80
-  EXPECT_TRUE(rules::sequence_reserve_holds(0, -1, 3, 9, 4, 2));  // a full pool: nothing to decide
+  EXPECT_FALSE(rules::sequence_reserve_holds(4, 3, 3, 9, 4, 2));    // 120 > 120 is false
+  EXPECT_TRUE(rules::sequence_reserve_holds(4, 2, 3, 9, 4, 2));     // 120 > 80
+  EXPECT_TRUE(rules::sequence_reserve_holds(0, -1, 3, 9, 4, 2));    // a full pool: nothing to decide
   EXPECT_FALSE(rules::sequence_reserve_holds(100, 0, 8, 9, 4, 2));  // the last row
   // Exact beyond 64 bits (73- and 74-bit products): L = 2^32 - 1, p = 2^31, a = 2^40, so 4 n (a + k) is about
   // 2^73 against 5 room (2^31 + 5): about 2^73.3 with room 2^40, 2^72.3 with room 2^39.
@@ -357,7 +357,8 @@ TEST(Planner, SequenceReserveGate) {
   EXPECT_TRUE(rules::sequence_reserve_holds(int64_t{1} << 40, int64_t{1} << 39, mid, big, 4, 2));
   EXPECT_TRUE(rules::product_greater(UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX - 1));
   EXPECT_FALSE(rules::product_greater(UINT64_MAX - 1, UINT64_MAX, UINT64_MAX, UINT64_MAX - 1));
-  EXPECT_TRUE(rules::product_greater(uint64_t{1} << 32, uint64_t{1} << 32, UINT64_MAX, 1));  // 2^64 > 2^64 - 1
+  EXPECT_TRUE(
+      rules::product_greater(uint64_t{1} << 32, uint64_t{1} << 32, UINT64_MAX, 1));  // 2^64 > 2^64 - 1
 
   const std::vector<std::vector<int32_t>> prompt = {{3, 1}, {3, 2}, {3, 0}, {1, 3}, {2, 1},
                                                     {2, 3}, {0, 1}, {3, 2}, {3, 0}};

@@ -173,21 +173,21 @@ MOE_HD inline bool product_greater(uint64_t a, uint64_t b, uint64_t c, uint64_t 
 
 // Whether sequence scope's reserve holds at expert e for a later choice of the prompt row at `position`: only
 // while the pool is expected to overflow, i.e. while the choices of every rank that the rest of the prompt
-// (n = L - 1 - position rows) is expected to bring to e, n (a_e + k) / (position + 1 + E) from the a_e choices
-// of e so far (every rank; Laplace prior 1/E per rank), exceed 5/4 of the room the pool has left after this
-// pair, capacity - count - 1. A pool that the rest of the prompt is not expected to fill keeps room for every
-// claim, and slots held back there would only stay empty (they were 1.08-1.24x request scope's dropped pairs
-// on serving.toml under the calibrated Mixtral scores: docs/results.md section 5). Exact integer arithmetic:
+// (n = L - 1 - position rows) is expected to bring to e, n (a_e + k) / (position + 1 + E) from the a_e
+// choices of e so far (every rank; Laplace prior 1/E per rank), exceed 5/4 of the room the pool has left
+// after this pair, capacity - count - 1. A pool that the rest of the prompt is not expected to fill keeps
+// room for every claim, and slots held back there would only stay empty (they were 1.08-1.24x request scope's
+// dropped pairs on serving.toml under the calibrated Mixtral scores: docs/results.md section 5). Exact
+// integer arithmetic:
 //   4 n (a_e + k) > 5 (capacity - count - 1) (position + 1 + E)
 MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t room_after, uint32_t position,
                                           uint32_t prompt_length, int num_experts, int top_k) {
   if (position + 1 >= prompt_length) return false;  // nothing left to reserve for
   if (room_after < 0) return true;                  // the pool is full: nothing to decide
   const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
-  return product_greater(4 * remaining,
-                         static_cast<uint64_t>(all_choices_so_far) + static_cast<uint64_t>(top_k),
-                         static_cast<uint64_t>(room_after),
-                         5 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts)));
+  return product_greater(
+      4 * remaining, static_cast<uint64_t>(all_choices_so_far) + static_cast<uint64_t>(top_k),
+      static_cast<uint64_t>(room_after), 5 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts)));
 }
 
 // Sequence scope, the prompt rows order[begin .. end) of ONE request in ascending position (docs/routing.md
