@@ -177,8 +177,8 @@ MOE_HD inline bool product_greater(uint64_t a, uint64_t b, uint64_t c, uint64_t 
 // choices of e so far (every rank; Laplace prior 1/E per rank), exceed 5/4 of the room the pool has left
 // after this pair, capacity - count - 1. A pool that the rest of the prompt is not expected to fill keeps
 // room for every claim, and slots held back there would only stay empty (without this gate sequence scope
-// dropped up to 1.24x request scope's pairs on serving.toml under the calibrated Mixtral scores, with it up to
-// 1.06x over 40 seeds: docs/results.md section 5). Exact integer arithmetic:
+// dropped up to 1.24x request scope's pairs on serving.toml under the calibrated Mixtral scores, with it up
+// to 1.06x over 40 seeds: docs/results.md section 5). Exact integer arithmetic:
 //   4 n (a_e + k) > 5 (capacity - count - 1) (position + 1 + E)
 MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t room_after, uint32_t position,
                                           uint32_t prompt_length, int num_experts, int top_k) {
