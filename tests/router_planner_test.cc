@@ -43,6 +43,25 @@ DispatchPolicy Policy(CapacityScope scope, Priority priority, double cf) {
   return p;
 }
 
+// One admitted request's prompt (request `id`, positions from 0) planned in forward passes of the given
+// sizes through `planner` and `state`, every weight 1/k: each pass's plan, in order.
+std::vector<DispatchPlan> PlanPromptInChunks(DispatchPlanner& planner, RoutingState& state, uint64_t id,
+                                             int experts, int k,
+                                             const std::vector<std::vector<int32_t>>& prompt,
+                                             const std::vector<int>& chunks) {
+  std::vector<DispatchPlan> plans;
+  int at = 0;
+  for (int n : chunks) {
+    std::vector<std::vector<int32_t>> part(prompt.begin() + at, prompt.begin() + at + n);
+    std::vector<TokenMeta> meta;
+    for (int i = 0; i < n; ++i) meta.push_back({id, static_cast<uint32_t>(at + i)});
+    plans.emplace_back();
+    planner.plan(MakeRoutes(experts, k, part), meta, &state, plans.back());
+    at += n;
+  }
+  return plans;
+}
+
 DispatchPlan Plan(const DispatchPolicy& policy, const TokenRoutes& routes, const std::vector<TokenMeta>& meta,
                   RoutingState* state = nullptr) {
   DispatchPlanner planner(routes.num_experts, routes.top_k, policy);
@@ -293,21 +312,12 @@ TEST(Planner, SequenceWorkedExample) {
     RoutingState state(4, 2);
     state.admit(7, 8);
     DispatchPlanner planner(4, 2, p);
+    const std::vector<DispatchPlan> plans = PlanPromptInChunks(planner, state, 7, 4, 2, prompt, chunks);
+    // Slots offered by the first pass: the prompt pool's room per expert.
+    EXPECT_EQ(plans.front().expert_capacity, (std::vector<int64_t>{4, 4, 4, 4}));
     std::vector<PairStatus> got;
-    int at = 0;
-    for (int n : chunks) {
-      std::vector<std::vector<int32_t>> part(prompt.begin() + at, prompt.begin() + at + n);
-      std::vector<TokenMeta> meta;
-      for (int i = 0; i < n; ++i) meta.push_back({7, static_cast<uint32_t>(at + i)});
-      DispatchPlan plan;
-      planner.plan(MakeRoutes(4, 2, part), meta, &state, plan);
+    for (const DispatchPlan& plan : plans)
       got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
-      // Slots offered: the prompt pool's room left per expert.
-      if (at == 0) {
-        EXPECT_EQ(plan.expert_capacity, (std::vector<int64_t>{4, 4, 4, 4}));
-      }
-      at += n;
-    }
     EXPECT_EQ(got, want);
     EXPECT_EQ(state.find(7)->slots_held, (std::vector<int32_t>{3, 0, 4, 4}));
     // Rank < 1 (first choices), then rank < 2 (either choice) per expert.
@@ -368,16 +378,10 @@ TEST(Planner, SequenceReserveGate) {
     RoutingState state(4, 2);
     state.admit(3, 9);
     DispatchPlanner planner(4, 2, p);
-    int at = 0;
-    for (int n : chunks) {
-      std::vector<std::vector<int32_t>> part(prompt.begin() + at, prompt.begin() + at + n);
-      std::vector<TokenMeta> meta;
-      for (int i = 0; i < n; ++i) meta.push_back({3, static_cast<uint32_t>(at + i)});
-      DispatchPlan plan;
-      planner.plan(MakeRoutes(4, 2, part), meta, &state, plan);
-      EXPECT_EQ(plan.pair_status, std::vector<PairStatus>(2 * n, kKept));
-      at += n;
-    }
+    std::vector<PairStatus> got;
+    for (const DispatchPlan& plan : PlanPromptInChunks(planner, state, 3, 4, 2, prompt, chunks))
+      got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+    EXPECT_EQ(got, std::vector<PairStatus>(18, kKept));
     EXPECT_EQ(state.find(3)->slots_held, (std::vector<int32_t>{3, 4, 4, 7}));
   }
 }
