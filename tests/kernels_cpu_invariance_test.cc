@@ -34,8 +34,9 @@ TEST(LinearInvariant, BatchInvariantBits) {
   struct Case {
     int64_t in, out, n;
   };
+  // in 20000: the packed path's row blocks (8 MB of packed x) hold 102 rows, so 300 rows take three.
   for (const Case& c : {Case{1, 7, 37}, Case{17, 33, 130}, Case{1000, 70, 512}, Case{1024, 2816, kBigRows},
-                        Case{2816, 1024, 96}}) {
+                        Case{2816, 1024, 96}, Case{20000, 8, 300}}) {
     const TestWeights tw(c.out, c.in, c.in % 2 ? 1 : 0, static_cast<uint32_t>(c.in + c.out));
     for (DType dt : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(testing::Message() << "in=" << c.in << " out=" << c.out << " " << to_string(dt));

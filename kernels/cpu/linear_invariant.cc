@@ -10,10 +10,11 @@
 // Layout of the AVX-512 code:
 //   - in place (fewer than 16 rows, memory-bound): x is copied to an aligned buffer, W rows are read
 //     where they are with the next tile's rows prefetched; tiles of up to 6x4;
-//   - packed (16 rows or more, compute-bound): row blocks of 192 (x stays in L3) x weight blocks of
-//     ~720 KB (packed, interleaved per 4-row group, zero-padded: stays in L2) x groups of 6 rows (packed:
-//     stays in L1), with the reduction cut into pieces of 1024 inputs whose 16-lane accumulators wait in
-//     a buffer between pieces (an exact store and reload).
+//   - packed (16 rows or more, compute-bound): row blocks of up to 8 MB of x (their groups of 6 rows
+//     packed once per block, interleaved, zero-padded: they stay in the last-level cache) x weight blocks of
+//     ~720 KB (packed, interleaved per 4-row group, zero-padded: stays in L2) x the block's groups of 6 rows,
+//     with the reduction cut into pieces of 1024 inputs (a group's piece stays in L1) whose 16-lane
+//     accumulators wait in a buffer between pieces (an exact store and reload).
 // Threads split the outputs into contiguous ranges of whole 4-output groups.
 #include "kernels/cpu/linear_invariant.h"
 
@@ -310,8 +311,10 @@ PackBuffer& accumulator_buffer() {
 // Reduction chunks per piece in the packed path (a row group's piece: kMR x kKC x 64 bytes = 24 KB).
 constexpr int64_t kKC = 64;
 
-// Rows per outer row block of the packed path (a multiple of kMR).
-constexpr int64_t kRowBlock = 192;
+// The packed x rows of one outer row block of the packed path: at most this many bytes (8 MB: 2048 rows of
+// 1024 inputs, 744 of 2816), so that an expert's rows usually form one block and its weights are packed once
+// per call (each further block packs them again), while the block's rows stay in the last-level cache.
+constexpr int64_t kRowBlockBytes = int64_t{8} << 20;
 
 // Copies 16 elements of src (fewer when `count` < 16, zero-filling the rest) to 64-byte-aligned dst.
 template <class T>
@@ -400,14 +403,22 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
       std::max<int64_t>(kNR, block_bytes / (chunks * kLanes * static_cast<int64_t>(sizeof(T))) / kNR * kNR);
   const int64_t block_alloc = std::min(block, (o_end - o_begin + kNR - 1) / kNR * kNR);
   T* w_packed = weight_pack().get<T>(static_cast<size_t>(block_alloc * chunks * kLanes));
-  float* x_packed = input_pack().get<float>(static_cast<size_t>(kMR * chunks * kLanes));
+  // The row block's row groups, packed once and read for every weight block: group g at g * group_floats.
+  const int64_t group_floats = kMR * chunks * kLanes;
+  const int64_t row_block = std::max<int64_t>(1, kRowBlockBytes / (group_floats * 4)) * kMR;
+  const int64_t block_groups = (std::min(rows, row_block) + kMR - 1) / kMR;
+  float* x_packed = input_pack().get<float>(static_cast<size_t>(block_groups * group_floats));
   float* acc_buffer = chunks > kKC
                           ? accumulator_buffer().get<float>(static_cast<size_t>(block_alloc * kMR * kLanes))
                           : nullptr;
-  // Rows are taken in blocks of kRowBlock so that the x rows re-read for every weight block stay in L3
-  // (the weights are re-packed once per row block instead, which costs little).
-  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const int64_t r1 = std::min(r0 + kRowBlock, rows);
+  // Rows are taken in blocks of row_block so that the packed x rows re-read for every weight block stay in
+  // the last-level cache (the weights are re-packed once per row block instead).
+  for (int64_t r0 = 0; r0 < rows; r0 += row_block) {
+    const int64_t r1 = std::min(r0 + row_block, rows);
+    for (int64_t r = r0; r < r1; r += kMR) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - r));
+      pack_interleaved(x + r * x_stride, x_stride, mr, in, chunks, x_packed + (r - r0) / kMR * group_floats);
+    }
     for (int64_t o0 = o_begin; o0 < o_end; o0 += block) {
       const int64_t o1 = std::min(o0 + block, o_end);
       for (int64_t o = o0; o < o1; o += kNR) {
@@ -416,7 +427,7 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
       }
       for (int64_t r = r0; r < r1; r += kMR) {
         const int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - r));
-        pack_interleaved(x + r * x_stride, x_stride, mr, in, chunks, x_packed);
+        const float* xg = x_packed + (r - r0) / kMR * group_floats;
         for (int64_t c0 = 0; c0 < chunks; c0 += kKC) {
           const int64_t piece = std::min<int64_t>(kKC, chunks - c0);
           const bool first = c0 == 0, last = c0 + piece == chunks;
@@ -424,7 +435,7 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
             const int nr = static_cast<int>(std::min<int64_t>(kNR, o1 - o));
             float* acc = acc_buffer == nullptr ? nullptr : acc_buffer + (o - o0) * kMR * kLanes;
             tiles[mr - 1][nr - 1](
-                x_packed + c0 * mr * kLanes, w_packed + (o - o0) * chunks * kLanes + c0 * nr * kLanes, piece,
+                xg + c0 * mr * kLanes, w_packed + (o - o0) * chunks * kLanes + c0 * nr * kLanes, piece,
                 y + r * y_stride + o, y_stride, first ? nullptr : acc, last ? nullptr : acc);
           }
         }
