@@ -380,24 +380,7 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
     }
     const auto& tiles = kDirectTiles<W>;
     const int64_t tile_outputs = kNR;
-    int64_t o_first = o_begin;
-    if (rows <= 2) {
-      // One or two rows stream the weights: tiles of 8 W rows keep twice the loads in flight.
-      constexpr int64_t kWide = 8;
-      for (; o_first + kWide <= o_end; o_first += kWide) {
-        const int64_t o = o_first;
-        const T* next = o + kWide < o_end ? w + (o + kWide) * w_stride : nullptr;
-        const int next_rows = static_cast<int>(std::clamp<int64_t>(o_end - o - kWide, 0, kWide));
-        if (rows == 1) {
-          direct_tile<1, kWide, W>(x_copy, x_copy_stride, w + o * w_stride, w_stride, in, y + o, y_stride,
-                                   next, next_rows);
-        } else {
-          direct_tile<2, kWide, W>(x_copy, x_copy_stride, w + o * w_stride, w_stride, in, y + o, y_stride,
-                                   next, next_rows);
-        }
-      }
-    }
-    for (int64_t o = o_first; o < o_end; o += tile_outputs) {
+    for (int64_t o = o_begin; o < o_end; o += tile_outputs) {
       const int nr = static_cast<int>(std::min<int64_t>(tile_outputs, o_end - o));
       const T* next = o + tile_outputs < o_end ? w + (o + tile_outputs) * w_stride : nullptr;
       const int next_rows = static_cast<int>(std::clamp<int64_t>(o_end - o - tile_outputs, 0, tile_outputs));
