@@ -380,7 +380,23 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
     }
     const auto& tiles = kDirectTiles<W>;
     const int64_t tile_outputs = kNR;
-    for (int64_t o = o_begin; o < o_end; o += tile_outputs) {
+    int64_t o_first = o_begin;
+    if (rows <= 2) {
+      // One or two rows stream the weights, 8 W rows at a time with no software prefetch: the access pattern
+      // of Eigen's row-major GEMV (8 streams, like 4 rows and 4 prefetched; 8 rows and 8 prefetched streamed
+      // 30 % slower on the AMD machine of this class, docs/results.md section 3).
+      constexpr int64_t kWide = 8;
+      for (; o_first + kWide <= o_end; o_first += kWide) {
+        float* yo = y + o_first;
+        const T* wo = w + o_first * w_stride;
+        if (rows == 1) {
+          direct_tile<1, kWide, W>(x_copy, x_copy_stride, wo, w_stride, in, yo, y_stride, nullptr, 0);
+        } else {
+          direct_tile<2, kWide, W>(x_copy, x_copy_stride, wo, w_stride, in, yo, y_stride, nullptr, 0);
+        }
+      }
+    }
+    for (int64_t o = o_first; o < o_end; o += tile_outputs) {
       const int nr = static_cast<int>(std::min<int64_t>(tile_outputs, o_end - o));
       const T* next = o + tile_outputs < o_end ? w + (o + tile_outputs) * w_stride : nullptr;
       const int next_rows = static_cast<int>(std::clamp<int64_t>(o_end - o - tile_outputs, 0, tile_outputs));
