@@ -9,7 +9,8 @@
 //
 // Layout of the AVX-512 code:
 //   - in place (fewer than 16 rows, memory-bound): x is copied to an aligned buffer, W rows are read
-//     where they are with the next tile's rows prefetched; tiles of up to 6x4;
+//     where they are with the next tile's rows prefetched; tiles of up to 6x4 (one or two rows: 1x8 or 2x8
+//     tiles without prefetch);
 //   - packed (16 rows or more, compute-bound): row blocks of up to 8 MB of x (their groups of 6 rows
 //     packed once per block, interleaved, zero-padded: they stay in the last-level cache) x weight blocks of
 //     ~720 KB (packed, interleaved per 4-row group, zero-padded: stays in L2) x the block's groups of 6 rows,
@@ -311,7 +312,7 @@ PackBuffer& accumulator_buffer() {
 // Reduction chunks per piece in the packed path (a row group's piece: kMR x kKC x 64 bytes = 24 KB).
 constexpr int64_t kKC = 64;
 
-// The packed x rows of one outer row block of the packed path: at most this many bytes (8 MB: 2048 rows of
+// The packed x rows of one outer row block of the packed path: at most this many bytes (8 MB: 2046 rows of
 // 1024 inputs, 744 of 2816), so that an expert's rows usually form one block and its weights are packed once
 // per call (each further block packs them again), while the block's rows stay in the last-level cache.
 constexpr int64_t kRowBlockBytes = int64_t{8} << 20;
