@@ -422,7 +422,8 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
   T* w_packed = weight_pack().get<T>(static_cast<size_t>(block_alloc * chunks * kLanes));
   // The row block's row groups, packed once and read for every weight block: group g at g * group_floats.
   const int64_t group_floats = kMR * chunks * kLanes;
-  const int64_t row_block = std::max<int64_t>(1, kRowBlockBytes / (group_floats * 4)) * kMR;
+  const int64_t row_block =
+      std::max<int64_t>(1, kRowBlockBytes / (group_floats * int64_t{sizeof(float)})) * kMR;
   const int64_t block_groups = (std::min(rows, row_block) + kMR - 1) / kMR;
   float* x_packed = input_pack().get<float>(static_cast<size_t>(block_groups * group_floats));
   float* acc_buffer = chunks > kKC
