@@ -10,6 +10,7 @@ namespace moe::sim {
 namespace {
 
 constexpr int kWordsPerBlock = 256;
+constexpr int kRowsBlockWords = 1024;  // words per block of draw_normals_rows (on the stack)
 
 // The table's cells as (T[i], T[i + 1]) pairs of float bits, so that a draw reads its cell with one load
 // (one 64-bit gather per lane in the vectorised loop instead of two 32-bit ones).
@@ -68,6 +69,36 @@ void draw_normals(uint64_t key, int64_t first, int n, float* out) {
       bits[2 * j + 1] = static_cast<uint32_t>(w >> 32);
     }
     for (int i = 0; i < count; ++i) out[done + i] = from_bits(bits[offset + i]);
+  }
+}
+
+void draw_normals_rows(const uint64_t* keys, int rows, int n, float* out) {
+  if (n % 2 != 0 || n / 2 > kRowsBlockWords) {  // a row's draws do not end on a word, or fill a block
+    for (int r = 0; r < rows; ++r) draw_normals(keys[r], 0, n, out + static_cast<int64_t>(r) * n);
+    return;
+  }
+  if (n == 0) return;
+  const int words_per_row = n / 2;
+  const int rows_per_block = kRowsBlockWords / words_per_row;
+  uint64_t state[kRowsBlockWords];
+  uint32_t bits[2 * kRowsBlockWords];
+  for (int r0 = 0; r0 < rows; r0 += rows_per_block) {
+    const int m = rows - r0 < rows_per_block ? rows - r0 : rows_per_block;
+    // Word j of row r is mix64(keys[r] + j * golden gamma), in row order: the draws of row r are then
+    // bits[r * n .. r * n + n), low half first, as in draw_normals.
+    for (int r = 0; r < m; ++r) {
+      for (int j = 0; j < words_per_row; ++j) {
+        state[r * words_per_row + j] = keys[r0 + r] + static_cast<uint64_t>(j) * kGoldenGamma;
+      }
+    }
+    const int words = m * words_per_row;
+    for (int j = 0; j < words; ++j) {
+      const uint64_t w = mix64(state[j]);
+      bits[2 * j] = static_cast<uint32_t>(w);
+      bits[2 * j + 1] = static_cast<uint32_t>(w >> 32);
+    }
+    float* dst = out + static_cast<int64_t>(r0) * n;
+    for (int i = 0; i < 2 * words; ++i) dst[i] = from_bits(bits[i]);
   }
 }
 

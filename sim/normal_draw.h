@@ -21,4 +21,9 @@ float normal_from_bits(uint32_t u);
 // out[i] = draw first + i for i < n (first >= 0, n >= 0).
 void draw_normals(uint64_t key, int64_t first, int n, float* out);
 
+// Draws 0 .. n - 1 of each of `rows` streams: out[r * n + i] = draw i of stream keys[r], the values
+// draw_normals(keys[r], 0, n, out + r * n) writes (rows >= 0, n >= 0). The streams' words are mixed and
+// converted together, so that short streams (a router with 8 experts) vectorise as well as long ones.
+void draw_normals_rows(const uint64_t* keys, int rows, int n, float* out);
+
 }  // namespace moe::sim

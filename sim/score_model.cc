@@ -14,7 +14,7 @@ namespace {
 constexpr uint64_t kTopicTag = 0x544f504943ull;    // "TOPIC"
 constexpr uint64_t kPopularityTag = 0x504f50ull;   // "POP"
 constexpr uint64_t kTopicPosition = ~uint64_t{0};  // a position no token has
-constexpr int kMaxDrawn = 512;                     // noise drawn per block (on the stack)
+constexpr int kMaxDrawn = 2048;                    // noise drawn per block (on the stack)
 
 }  // namespace
 
@@ -202,8 +202,30 @@ void ScoreModel::token_logits(const TokenMeta& token, float* out) const {
 }
 
 void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache& cache) const {
-  for (size_t i = 0; i < rows.size(); ++i) {
-    token_from_base(rows[i], cache.base(rows[i].request_id), out + i * num_experts_);
+  const int E = num_experts_;
+  if (E > kMaxDrawn) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      token_from_base(rows[i], cache.base(rows[i].request_id), out + i * E);
+    }
+    return;
+  }
+  // Rows in groups whose noise fits kMaxDrawn floats, drawn together (draw_normals_rows: the same draws as
+  // token_from_base's), then token_from_base's expression.
+  uint64_t keys[kMaxDrawn];
+  float noise[kMaxDrawn];
+  const size_t group = static_cast<size_t>(kMaxDrawn / E);
+  const double c = noise_scale_;
+  for (size_t i0 = 0; i0 < rows.size(); i0 += group) {
+    const size_t m = std::min(group, rows.size() - i0);
+    for (size_t r = 0; r < m; ++r)
+      keys[r] = stream_key(seed_, rows[i0 + r].request_id, rows[i0 + r].position);
+    draw_normals_rows(keys, static_cast<int>(m), E, noise);
+    for (size_t r = 0; r < m; ++r) {
+      const double* base = cache.base(rows[i0 + r].request_id);
+      const float* n = noise + r * E;
+      float* o = out + (i0 + r) * E;
+      for (int e = 0; e < E; ++e) o[e] = static_cast<float>(base[e] + c * n[e]);
+    }
   }
 }
 

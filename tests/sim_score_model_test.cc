@@ -133,6 +133,46 @@ TEST(SimNormalDraw, ADrawDependsOnItsIndexOnly) {
   }
 }
 
+TEST(SimNormalDraw, RowsOfStreamsAreEachStreamsDraws) {
+  // Even and odd counts, one word, a block's worth of words (2048 draws) and beyond, and rows that fill
+  // several blocks.
+  for (int n : {0, 1, 2, 7, 8, 16, 255, 256, 2046, 2048, 2049, 2050, 3000}) {
+    for (int rows : {0, 1, 3, 130}) {
+      std::vector<uint64_t> keys(rows);
+      for (int r = 0; r < rows; ++r) keys[r] = stream_key(5, static_cast<uint64_t>(r) * 977, r % 3);
+      std::vector<float> got(static_cast<size_t>(rows) * n + 1, -1.0f), want(n);
+      draw_normals_rows(keys.data(), rows, n, got.data());
+      for (int r = 0; r < rows; ++r) {
+        draw_normals(keys[r], 0, n, want.data());
+        ASSERT_EQ(std::memcmp(want.data(), got.data() + static_cast<size_t>(r) * n, n * sizeof(float)), 0)
+            << "n " << n << " row " << r;
+      }
+      EXPECT_EQ(got.back(), -1.0f) << "n " << n << " rows " << rows << ": wrote past the end";
+    }
+  }
+}
+
+TEST(SimScoreModel, RowsDrawnTogetherGiveEachTokensBits) {
+  // logits() draws groups of rows at once (any group size from 1 to 2048 rows, per-row beyond 2048
+  // experts); each token's logits stay token_logits' bits, with and without topics.
+  for (int E : {1, 7, 8, 64, 256, 2048, 2049}) {
+    for (double rho : {0.0, 0.6}) {
+      ScoreModelConfig c;
+      c.topic_rho = rho;
+      const ScoreModel m(c, E, 21);
+      std::vector<TokenMeta> rows;
+      for (uint32_t i = 0; i < 300; ++i) rows.push_back({i % 3 == 0 ? 7u : 100u + i, i});
+      std::vector<float> all, one(E);
+      m.logits(rows, all);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        m.token_logits(rows[i], one.data());
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + i * E, E * sizeof(float)), 0)
+            << "E " << E << " rho " << rho << " row " << i;
+      }
+    }
+  }
+}
+
 TEST(SimScoreModel, CachedTopicsGiveTheSameBits) {
   ScoreModelConfig c;
   c.topic_rho = 0.7;
