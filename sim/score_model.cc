@@ -173,7 +173,7 @@ void ScoreModel::token_from_base(const TokenMeta& token, const double* base, flo
 ScoreModel::TopicCache::TopicCache(const ScoreModel& model)
     : model_(&model),
       slots_(model.config_.topic_rho > 0.0
-                 ? static_cast<size_t>(std::clamp((1 << 21) / model.num_experts_, 16, 1024))
+                 ? static_cast<size_t>(std::clamp((1 << 18) / model.num_experts_, 16, 16384))
                  : 0),
       ids_(slots_),
       valid_(slots_, false),
