@@ -151,7 +151,10 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   std::vector<ScoreModel::TopicCache> caches;
   std::vector<std::vector<float>> logits(threads);
   for (int t = 0; t < threads; ++t) caches.emplace_back(scores);
+  // Routing statistics: each worker counts its items' choices and inner pairs (count_range), the planning
+  // thread links the steps in order (link); integer counts, so the split changes nothing.
   RoutingStatsCounter counter(E, k);
+  std::vector<RoutingStatsCounts> counts(threads, counter.make_counts());
 
   WorkloadRun out;
   out.num_requests = static_cast<int64_t>(requests.size());
@@ -175,7 +178,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   std::vector<Item> items;
   const auto plan_window = [&](const Window& w) {
     for (size_t s = 0; s < w.n; ++s) {
-      counter.add(w.steps[s].rows, w.routes[s]);
+      counter.link(w.steps[s].rows, w.routes[s], kRowsPerItem);
       for (uint64_t id : w.steps[s].finished) counter.release(id);
       for (PolicySimulator& sim : sims) sim.add(w.steps[s], w.routes[s]);
       out.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());
@@ -220,6 +223,8 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
         buffer.resize(static_cast<size_t>(item.count) * E);
         scores.logits(rows, buffer.data(), caches[worker]);
         router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
+        counter.count_range(w.steps[item.step].rows, w.routes[item.step], item.first, item.count,
+                            counts[worker]);
       });
       join_planner();
       if (threads == 1) {
@@ -239,6 +244,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
     if (planner.joinable()) planner.join();
     throw;
   }
+  for (const RoutingStatsCounts& c : counts) counter.merge(c);
   out.routing = counter.result();
   for (const PolicySimulator& sim : sims) out.stats.push_back(sim.result(out.routing));
   return out;

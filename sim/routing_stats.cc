@@ -5,40 +5,92 @@
 namespace moe::sim {
 
 RoutingStatsCounter::RoutingStatsCounter(int num_experts, int top_k)
-    : num_experts_(num_experts), top_k_(top_k), choices_(num_experts, 0) {}
+    : num_experts_(num_experts), top_k_(top_k), counts_(make_counts()) {}
 
-void RoutingStatsCounter::pair(const Last& prev, const Last& next) {
-  ++consecutive_;
-  if (prev.first >= 0 && prev.first == next.first) ++same_first_;
-  if (top_k_ < 2) {
-    if (prev.first >= 0 && prev.first == next.first) ++same_either_;
-    return;
-  }
+RoutingStatsCounts RoutingStatsCounter::make_counts() const {
+  RoutingStatsCounts c;
+  c.choices.assign(num_experts_, 0);
+  return c;
+}
+
+RoutingStatsCounter::Last RoutingStatsCounter::token(std::span<const TokenMeta> rows,
+                                                     const TokenRoutes& routes, int64_t t) const {
+  return Last{rows[t].position, routes.expert(t, 0), top_k_ >= 2 ? routes.expert(t, 1) : -1};
+}
+
+void RoutingStatsCounter::pair(const Last& prev, const Last& next, RoutingStatsCounts& counts) const {
+  ++counts.consecutive;
+  const bool same_first = prev.first >= 0 && prev.first == next.first;
+  counts.same_first += same_first ? 1 : 0;
   const auto in_next = [&](int32_t e) { return e >= 0 && (e == next.first || e == next.second); };
-  if (in_next(prev.first) || in_next(prev.second)) ++same_either_;
+  counts.same_either += (top_k_ < 2 ? same_first : in_next(prev.first) || in_next(prev.second)) ? 1 : 0;
+}
+
+void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const TokenRoutes& routes,
+                                      int64_t first, int64_t count, RoutingStatsCounts& counts) const {
+  // pair()'s counts on raw rows of routes (this loop sees every token of the workload).
+  const int k = top_k_, R = routes.num_ranked;
+  int64_t* choices = counts.choices.data();
+  int64_t consecutive = 0, same_first = 0, same_either = 0;
+  const int32_t* cur = routes.experts.data() + first * R;
+  for (int64_t t = first; t < first + count; ++t, cur += R) {
+    for (int r = 0; r < k; ++r) choices[cur[r] >= 0 ? cur[r] : 0] += cur[r] >= 0 ? 1 : 0;
+    if (t == first || rows[t - 1].request_id != rows[t].request_id ||
+        rows[t - 1].position + 1 != rows[t].position) {
+      continue;
+    }
+    const int32_t* prev = cur - R;
+    const int32_t f0 = prev[0], f1 = cur[0];
+    const int32_t s0 = k >= 2 ? prev[1] : -1, s1 = k >= 2 ? cur[1] : -1;
+    const bool first_same = f0 >= 0 && f0 == f1;
+    const bool either =
+        k < 2 ? first_same : (f0 >= 0 && (f0 == f1 || f0 == s1)) || (s0 >= 0 && (s0 == f1 || s0 == s1));
+    ++consecutive;
+    same_first += first_same ? 1 : 0;
+    same_either += either ? 1 : 0;
+  }
+  counts.consecutive += consecutive;
+  counts.same_first += same_first;
+  counts.same_either += same_either;
+}
+
+void RoutingStatsCounter::link(std::span<const TokenMeta> rows, const TokenRoutes& routes, int64_t range) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t t = 0; t < n; ++t) {
+    const uint64_t id = rows[t].request_id;
+    const bool run_start = t == 0 || rows[t - 1].request_id != id;
+    const bool run_end = t + 1 == n || rows[t + 1].request_id != id;
+    if (!run_start && t % range == 0) {  // the first row of a range, its predecessor in the range before
+      if (rows[t - 1].position + 1 == rows[t].position) {
+        pair(token(rows, routes, t - 1), token(rows, routes, t), counts_);
+      }
+    }
+    if (!run_start && !run_end) continue;
+    const Last cur = token(rows, routes, t);
+    if (run_start) {
+      const auto [it, inserted] = last_.try_emplace(id, cur);
+      if (!inserted && it->second.position + 1 == cur.position) pair(it->second, cur, counts_);
+      if (run_end) {
+        it->second = cur;
+      }
+    } else {
+      last_[id] = cur;
+    }
+  }
+  tokens_ += n;
 }
 
 void RoutingStatsCounter::add(std::span<const TokenMeta> rows, const TokenRoutes& routes) {
-  const int k = top_k_;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const int64_t t = static_cast<int64_t>(i);
-    for (int r = 0; r < k; ++r) {
-      const int32_t e = routes.expert(t, r);
-      if (e >= 0) ++choices_[e];
-    }
-    const Last cur{rows[i].position, routes.expert(t, 0), k >= 2 ? routes.expert(t, 1) : -1};
-    const uint64_t id = rows[i].request_id;
-    if (i > 0 && rows[i - 1].request_id == id) {
-      if (rows[i - 1].position + 1 == cur.position) {
-        pair(Last{rows[i - 1].position, routes.expert(t - 1, 0), k >= 2 ? routes.expert(t - 1, 1) : -1}, cur);
-      }
-    } else {
-      const auto it = last_.find(id);
-      if (it != last_.end() && it->second.position + 1 == cur.position) pair(it->second, cur);
-    }
-    if (i + 1 == rows.size() || rows[i + 1].request_id != id) last_[id] = cur;
-  }
-  tokens_ += static_cast<int64_t>(rows.size());
+  const int64_t n = static_cast<int64_t>(rows.size());
+  count_range(rows, routes, 0, n, counts_);
+  link(rows, routes, std::max<int64_t>(n, 1));
+}
+
+void RoutingStatsCounter::merge(const RoutingStatsCounts& counts) {
+  for (int e = 0; e < num_experts_; ++e) counts_.choices[e] += counts.choices[e];
+  counts_.consecutive += counts.consecutive;
+  counts_.same_first += counts.same_first;
+  counts_.same_either += counts.same_either;
 }
 
 void RoutingStatsCounter::release(uint64_t request_id) {
@@ -48,18 +100,18 @@ void RoutingStatsCounter::release(uint64_t request_id) {
 RoutingStats RoutingStatsCounter::result() const {
   RoutingStats s;
   s.tokens = tokens_;
-  s.choices = choices_;
-  for (int64_t c : choices_) s.pairs += c;
+  s.choices = counts_.choices;
+  for (int64_t c : s.choices) s.pairs += c;
   if (s.pairs > 0) {
-    const auto [lo, hi] = std::minmax_element(choices_.begin(), choices_.end());
+    const auto [lo, hi] = std::minmax_element(s.choices.begin(), s.choices.end());
     s.share_min = static_cast<double>(*lo) / static_cast<double>(s.pairs);
     s.share_max = static_cast<double>(*hi) / static_cast<double>(s.pairs);
     s.load_imbalance = s.share_max * num_experts_;
   }
-  s.consecutive = consecutive_;
-  if (consecutive_ > 0) {
-    s.same_first = static_cast<double>(same_first_) / static_cast<double>(consecutive_);
-    s.same_first_or_second = static_cast<double>(same_either_) / static_cast<double>(consecutive_);
+  s.consecutive = counts_.consecutive;
+  if (s.consecutive > 0) {
+    s.same_first = static_cast<double>(counts_.same_first) / static_cast<double>(s.consecutive);
+    s.same_first_or_second = static_cast<double>(counts_.same_either) / static_cast<double>(s.consecutive);
   }
   return s;
 }

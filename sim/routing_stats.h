@@ -26,9 +26,20 @@ struct RoutingStats {
                                     // C(E-2,2)/C(E,2)); with top_k 1 the same as same_first
 };
 
+// The counts of RoutingStats that add up over any split of the tokens: per-expert choices and the
+// consecutive pairs with what they share. One per worker when steps are counted in parallel (count_range).
+struct RoutingStatsCounts {
+  std::vector<int64_t> choices;
+  int64_t consecutive = 0, same_first = 0, same_either = 0;
+};
+
 // Accumulates RoutingStats over steps given in order: rows[i] is token i of routes (one step's rows and their
 // routes). Consecutive tokens are found across steps through each request's last seen token; release(r)
 // forgets a finished request.
+//
+// add(step) is the whole count. Parallel form: count_range over ranges [j * R, min((j + 1) * R, rows)) of a
+// step (any threads, each into its own counts; const), then link(step, R) for the steps in order (one
+// thread), and merge() of every counts at the end: the same result as add() of each step.
 class RoutingStatsCounter {
  public:
   RoutingStatsCounter(int num_experts, int top_k);
@@ -36,16 +47,26 @@ class RoutingStatsCounter {
   void release(uint64_t request_id);
   RoutingStats result() const;
 
+  RoutingStatsCounts make_counts() const;
+  // The choices of rows [first, first + count) and the consecutive pairs inside that range.
+  void count_range(std::span<const TokenMeta> rows, const TokenRoutes& routes, int64_t first, int64_t count,
+                   RoutingStatsCounts& counts) const;
+  // The rest of a step whose ranges of `range` rows were counted: pairs across range boundaries and with
+  // earlier steps; remembers each request's last token.
+  void link(std::span<const TokenMeta> rows, const TokenRoutes& routes, int64_t range);
+  void merge(const RoutingStatsCounts& counts);
+
  private:
   struct Last {
     uint32_t position;
     int32_t first, second;
   };
-  void pair(const Last& prev, const Last& next);
+  Last token(std::span<const TokenMeta> rows, const TokenRoutes& routes, int64_t t) const;
+  void pair(const Last& prev, const Last& next, RoutingStatsCounts& counts) const;
 
   int num_experts_, top_k_;
-  int64_t tokens_ = 0, same_first_ = 0, same_either_ = 0, consecutive_ = 0;
-  std::vector<int64_t> choices_;
+  int64_t tokens_ = 0;
+  RoutingStatsCounts counts_;
   std::unordered_map<uint64_t, Last> last_;  // each live request's last token so far
 };
 
