@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
 #include <span>
-#include <thread>
 #include <unordered_map>
 
 #include "router/rules/capacity.h"
@@ -162,8 +160,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
                     options.show_progress && f.tokens > 4.0 * kDefaultWindowTokens);
   // A window: whole steps and their routes (vectors kept across windows, so their capacity is reused).
   // Work items of at most kRowsPerItem rows of one step, spread over the threads. With more than one thread,
-  // window w is planned (in order, on one planning thread) while window w + 1 is scheduled and routed, so
-  // two windows are held.
+  // window w is planned (in order, as one work item) while window w + 1 is routed, so two windows are held.
   constexpr int kRowsPerItem = 256;
   struct Item {
     size_t step;
@@ -186,64 +183,55 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
       progress.advance(static_cast<int64_t>(w.steps[s].rows.size()));
     }
   };
-  std::thread planner;
-  std::exception_ptr plan_error;
-  const auto join_planner = [&] {
-    if (planner.joinable()) planner.join();
-    if (plan_error) std::rethrow_exception(plan_error);
-  };
   StepScheduler scheduler(requests, config.workload.token_budget);
-  try {
-    bool more = true;
-    for (int cur = 0; more; cur ^= threads > 1 ? 1 : 0) {
-      Window& w = windows[cur];
-      w.n = 0;
-      int64_t window_rows = 0;
-      items.clear();
-      while (window_rows < options.window_tokens || w.n == 0) {
-        if (w.n == w.steps.size()) {
-          w.steps.emplace_back();
-          w.routes.emplace_back();
-        }
-        if (!scheduler.next(w.steps[w.n])) {
-          more = false;
-          break;
-        }
-        const int rows = static_cast<int>(w.steps[w.n].rows.size());
-        w.routes[w.n].resize(rows, E, k, router.num_ranked());
-        for (int first = 0; first < rows; first += kRowsPerItem)
-          items.push_back(Item{w.n, first, std::min(kRowsPerItem, rows - first)});
-        window_rows += rows;
-        ++w.n;
+  // With more than one thread, the planning of the previous window is the first work item of this one's
+  // routing (it must see the steps in order, so it is one item): whichever worker takes it plans while the
+  // others route, then routes too, so no core waits while the other has work.
+  const Window* pending = nullptr;  // routed, not yet planned
+  bool more = true;
+  for (int cur = 0; more; cur ^= threads > 1 ? 1 : 0) {
+    Window& w = windows[cur];
+    w.n = 0;
+    int64_t window_rows = 0;
+    items.clear();
+    while (window_rows < options.window_tokens || w.n == 0) {
+      if (w.n == w.steps.size()) {
+        w.steps.emplace_back();
+        w.routes.emplace_back();
       }
-      parallel_for(threads, items.size(), [&](size_t i, int worker) {
-        const Item& item = items[i];
-        const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
-        std::vector<float>& buffer = logits[worker];
-        buffer.resize(static_cast<size_t>(item.count) * E);
-        scores.logits(rows, buffer.data(), caches[worker]);
-        router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
-        counter.count_range(w.steps[item.step].rows, w.routes[item.step], item.first, item.count,
-                            counts[worker]);
-      });
-      join_planner();
-      if (threads == 1) {
-        plan_window(w);
-      } else {
-        planner = std::thread([&plan_window, &plan_error, window = &w] {
-          try {
-            plan_window(*window);
-          } catch (...) {
-            plan_error = std::current_exception();
-          }
-        });
+      if (!scheduler.next(w.steps[w.n])) {
+        more = false;
+        break;
       }
+      const int rows = static_cast<int>(w.steps[w.n].rows.size());
+      w.routes[w.n].resize(rows, E, k, router.num_ranked());
+      for (int first = 0; first < rows; first += kRowsPerItem)
+        items.push_back(Item{w.n, first, std::min(kRowsPerItem, rows - first)});
+      window_rows += rows;
+      ++w.n;
     }
-    join_planner();
-  } catch (...) {
-    if (planner.joinable()) planner.join();
-    throw;
+    const size_t plan_items = pending != nullptr ? 1 : 0;
+    parallel_for(threads, plan_items + items.size(), [&](size_t i, int worker) {
+      if (i < plan_items) {
+        plan_window(*pending);
+        return;
+      }
+      const Item& item = items[i - plan_items];
+      const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
+      std::vector<float>& buffer = logits[worker];
+      buffer.resize(static_cast<size_t>(item.count) * E);
+      scores.logits(rows, buffer.data(), caches[worker]);
+      router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
+      counter.count_range(w.steps[item.step].rows, w.routes[item.step], item.first, item.count,
+                          counts[worker]);
+    });
+    if (threads > 1) {
+      pending = &w;
+    } else {
+      plan_window(w);
+    }
   }
+  if (pending != nullptr) plan_window(*pending);
   for (const RoutingStatsCounts& c : counts) counter.merge(c);
   out.routing = counter.result();
   for (const PolicySimulator& sim : sims) out.stats.push_back(sim.result(out.routing));
