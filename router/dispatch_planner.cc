@@ -266,23 +266,16 @@ void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<con
   request.next_position = meta[order_[end - 1]].position + 1;
 }
 
-void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
-                                          int32_t begin, int32_t end, RoutingState::Request* request,
-                                          DispatchPlan& out) {
+int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
+                                             int32_t begin, int32_t end, RoutingState::Request* request,
+                                             int64_t decode_capacity, DispatchPlan& out) {
   // With a state: the admitted prompt length, the slots and choice counts its earlier chunks hold (advanced
   // in place). Without: these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
   const uint32_t prompt_length = request ? request->prompt_length : static_cast<uint32_t>(end - begin);
-  const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
-  const int64_t decode_capacity = rules::request_capacity(policy_, 1, top_k_, num_experts_);
   const size_t counts = static_cast<size_t>(rules::sequence_counts_size(top_k_, num_experts_));
-  if (request != nullptr) {
-    if (request->higher_choices.size() != counts) request->higher_choices.assign(counts, 0);  // top_k 0
-    std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
-  } else {
-    std::fill(pool_count_.begin(), pool_count_.end(), 0);
-    scratch_counts_.assign(counts, 0);
+  if (request != nullptr && request->higher_choices.size() != counts) {
+    request->higher_choices.assign(counts, 0);  // top_k 0
   }
-  int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
   // The prompt rows come first (positions ascend within the request). Stateless: all rows are prompt rows.
   int32_t first_decode = begin;
   while (first_decode < end && (request == nullptr || meta[order_[first_decode]].position < prompt_length)) {
@@ -290,24 +283,29 @@ void DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<c
   }
   SlotPlacer place{out};
   const rules::RouteArrays arrays = route_arrays(routes);
-  rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
-                                request ? request->next_position : 0, prompt_length, capacity,
-                                pool_count_.data(), higher, out.pair_expert.data(), out.pair_status.data(),
-                                place);
-  rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
-  // Slots offered: what the prompt pool had left for this batch's prompt rows, and each decode row's own.
-  for (int e = 0; e < num_experts_; ++e) {
-    if (first_decode > begin) {
+  if (first_decode > begin) {  // the prompt pool; a group of decode rows only neither reads nor changes it
+    const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
+    if (request != nullptr) {
+      std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
+    } else {
+      scratch_counts_.assign(counts, 0);
+    }
+    int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
+    rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
+                                  request ? request->next_position : 0, prompt_length, capacity,
+                                  pool_count_.data(), higher, out.pair_expert.data(), out.pair_status.data(),
+                                  place);
+    // Slots offered: what the prompt pool had left for this batch's prompt rows.
+    for (int e = 0; e < num_experts_; ++e) {
       const int64_t held = request ? request->slots_held[e] : 0;
       out.expert_capacity[e] += std::max<int64_t>(0, capacity - held);
     }
-    out.expert_capacity[e] += int64_t{end - first_decode} * decode_capacity;
+    if (request != nullptr) std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
+    std::fill(pool_count_.begin(), pool_count_.end(), 0);
   }
-  if (request != nullptr) {
-    std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
-    request->next_position = meta[order_[end - 1]].position + 1;
-  }
-  std::fill(pool_count_.begin(), pool_count_.end(), 0);
+  rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
+  if (request != nullptr) request->next_position = meta[order_[end - 1]].position + 1;
+  return end - first_decode;
 }
 
 void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
@@ -379,14 +377,20 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       }
       break;
     }
-    case CapacityScope::kSequence:
+    case CapacityScope::kSequence: {
+      // Each decode row is a pool of its own with decode_capacity slots per expert: their offers are added
+      // once, after the groups (integer sums: the same totals).
+      const int64_t decode_capacity = rules::request_capacity(policy_, 1, top_k_, num_experts_);
+      int64_t decode_rows = 0;
       for (int g = 0; g < num_groups; ++g) {
         const int32_t begin = group_begin_[g], end = group_begin_[g + 1];
         RoutingState::Request* request =
             state != nullptr ? &state->get_or_create(meta[order_[begin]].request_id) : nullptr;
-        plan_sequence_group(routes, meta, begin, end, request, out);
+        decode_rows += plan_sequence_group(routes, meta, begin, end, request, decode_capacity, out);
       }
+      for (int e = 0; e < num_experts_; ++e) out.expert_capacity[e] += decode_rows * decode_capacity;
       break;
+    }
   }
   finish(routes, out);
 }

@@ -68,9 +68,11 @@ class DispatchPlanner {
   PlanError find_state_error(std::span<const TokenMeta> meta, const RoutingState* state) const;
   void plan_pooled_group(const TokenRoutes& routes, int32_t begin, int32_t end, int64_t capacity,
                          DispatchPlan& out);
-  // Sequence scope: one request (request = its state; null: the rows are its whole prompt).
-  void plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
-                           int32_t end, RoutingState::Request* request, DispatchPlan& out);
+  // Sequence scope: one request (request = its state; null: the rows are its whole prompt). Returns its
+  // number of decode rows, whose offered slots (decode_capacity each per expert) the caller adds.
+  int32_t plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
+                              int32_t end, RoutingState::Request* request, int64_t decode_capacity,
+                              DispatchPlan& out);
   void plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta, int32_t begin,
                          int32_t end, RoutingState::Request& request, DispatchPlan& out);
   // Zeroes pool_count_ after the pool of order_[begin .. end) was planned into `out`.
