@@ -173,20 +173,26 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   };
   Window windows[2];
   std::vector<Item> items;
-  const auto plan_window = [&](const Window& w) {
+  // The in-order work of a window, as independent chains that each see the steps in order: chain 0 links
+  // the routing statistics (and counts the steps), chain 1 + i plans policy i.
+  const size_t num_chains = 1 + sims.size();
+  const auto run_chain = [&](const Window& w, size_t chain) {
     for (size_t s = 0; s < w.n; ++s) {
+      if (chain > 0) {
+        sims[chain - 1].add(w.steps[s], w.routes[s]);
+        continue;
+      }
       counter.link(w.steps[s].rows, w.routes[s], kRowsPerItem);
       for (uint64_t id : w.steps[s].finished) counter.release(id);
-      for (PolicySimulator& sim : sims) sim.add(w.steps[s], w.routes[s]);
       out.num_tokens += static_cast<int64_t>(w.steps[s].rows.size());
       ++out.num_steps;
       progress.advance(static_cast<int64_t>(w.steps[s].rows.size()));
     }
   };
   StepScheduler scheduler(requests, config.workload.token_budget);
-  // With more than one thread, the planning of the previous window is the first work item of this one's
-  // routing (it must see the steps in order, so it is one item): whichever worker takes it plans while the
-  // others route, then routes too, so no core waits while the other has work.
+  // With more than one thread, the previous window's chains are the first work items of this one's routing:
+  // whichever workers take them plan while the others route, then route too, so no core waits while another
+  // has work.
   const Window* pending = nullptr;  // routed, not yet planned
   bool more = true;
   for (int cur = 0; more; cur ^= threads > 1 ? 1 : 0) {
@@ -210,10 +216,10 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
       window_rows += rows;
       ++w.n;
     }
-    const size_t plan_items = pending != nullptr ? 1 : 0;
+    const size_t plan_items = pending != nullptr ? num_chains : 0;
     parallel_for(threads, plan_items + items.size(), [&](size_t i, int worker) {
       if (i < plan_items) {
-        plan_window(*pending);
+        run_chain(*pending, i);
         return;
       }
       const Item& item = items[i - plan_items];
@@ -228,10 +234,12 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
     if (threads > 1) {
       pending = &w;
     } else {
-      plan_window(w);
+      for (size_t c = 0; c < num_chains; ++c) run_chain(w, c);
     }
   }
-  if (pending != nullptr) plan_window(*pending);
+  if (pending != nullptr) {
+    parallel_for(threads, num_chains, [&](size_t c, int) { run_chain(*pending, c); });
+  }
   for (const RoutingStatsCounts& c : counts) counter.merge(c);
   out.routing = counter.result();
   for (const PolicySimulator& sim : sims) out.stats.push_back(sim.result(out.routing));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -355,6 +356,37 @@ TEST(Planner, SequenceReserve) {
 // 5 (C - count - 1) (p + 1 + E) = 120), so no reserve holds and the pair is kept; with the reserve
 // (round(3 * (3 + 1) * 5 / 16) = 4, cap 3) it would have been refused and expert 3 would end with an empty
 // slot. The gate keeps all 18 pairs in every chunking.
+// The reserve's integer arithmetic against 128-bit references, on operands of every width around the fast
+// paths' bounds (products within 64 bits; h below 2^30).
+TEST(Planner, ReserveArithmeticMatchesWideReference) {
+  std::mt19937_64 rng(17);
+  const auto operand = [&] {
+    const int bits = static_cast<int>(rng() % 65);
+    const uint64_t v = bits == 64 ? rng() : rng() & ((uint64_t{1} << bits) - 1);
+    return rng() % 4 == 0 ? v | (uint64_t{1} << (bits == 0 ? 0 : bits - 1)) : v;
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t a = operand(), b = operand(), c = operand(), d = operand();
+    const unsigned __int128 lhs = static_cast<unsigned __int128>(a) * b,
+                            rhs = static_cast<unsigned __int128>(c) * d;
+    ASSERT_EQ(rules::product_greater(a, b, c, d), lhs > rhs) << a << " " << b << " " << c << " " << d;
+  }
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t length = static_cast<uint32_t>(operand());
+    const uint32_t position = length == 0 ? 0 : static_cast<uint32_t>(rng() % length);
+    const int64_t h = static_cast<int64_t>(operand() >> 2);
+    const int E = 1 + static_cast<int>(rng() % 512), rank = 1 + static_cast<int>(rng() % 8);
+    int64_t want = 0;
+    if (position + 1 < length) {
+      const unsigned __int128 n = length - 1 - position, den = 2 * (uint64_t{position} + 1 + E);
+      const unsigned __int128 num = 3 * (static_cast<unsigned __int128>(h) + rank) * n;
+      want = num >> 64 != 0 ? INT64_MAX : static_cast<int64_t>((num + den / 2) / den);
+    }
+    ASSERT_EQ(rules::sequence_reserve(h, position, length, E, rank), want)
+        << h << " " << position << " " << length << " " << E << " " << rank;
+  }
+}
+
 TEST(Planner, SequenceReserveGate) {
   EXPECT_FALSE(rules::sequence_reserve_holds(4, 3, 3, 9, 4, 2));    // 120 > 120 is false
   EXPECT_TRUE(rules::sequence_reserve_holds(4, 2, 3, 9, 4, 2));     // 120 > 80

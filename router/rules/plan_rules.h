@@ -149,7 +149,8 @@ MOE_HD inline int64_t sequence_reserve(int64_t higher_choices_so_far, uint32_t p
   if (position + 1 >= prompt_length) return 0;
   const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
   const uint64_t h = static_cast<uint64_t>(higher_choices_so_far) + static_cast<uint64_t>(rank);
-  if (h > (~uint64_t{0} / 3) / remaining) return INT64_MAX;
+  // 3 h n < 2^64 when h < 2^30 (n < 2^32): the usual case, without the check's division.
+  if (h >= (uint64_t{1} << 30) && h > (~uint64_t{0} / 3) / remaining) return INT64_MAX;
   const uint64_t num = 3 * h * remaining;
   const uint64_t den = 2 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts));
   return static_cast<int64_t>((num + den / 2) / den);
@@ -158,6 +159,7 @@ MOE_HD inline int64_t sequence_reserve(int64_t higher_choices_so_far, uint32_t p
 // The exact comparison a * b > c * d of unsigned 64-bit values (128-bit products from 32-bit halves, the same
 // on the host and the device).
 MOE_HD inline bool product_greater(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  if (((a | b | c | d) >> 32) == 0) return a * b > c * d;  // both products fit in 64 bits
   auto product = [](uint64_t x, uint64_t y, uint64_t& hi, uint64_t& lo) {
     const uint64_t x0 = x & 0xffffffffu, x1 = x >> 32, y0 = y & 0xffffffffu, y1 = y >> 32;
     const uint64_t p00 = x0 * y0, p01 = x0 * y1, p10 = x1 * y0, p11 = x1 * y1;
