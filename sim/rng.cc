@@ -12,11 +12,7 @@ uint64_t rotl(uint64_t x, int k) {
 }  // namespace
 
 uint64_t stream_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t h = mix64(seed);
-  h = mix64(h ^ a);
-  h = mix64(h ^ b);
-  h = mix64(h ^ c);
-  return h;
+  return stream_key_hashed(mix64(seed), a, b, c);
 }
 
 Rng::Rng(uint64_t key) {

@@ -13,6 +13,12 @@ namespace moe::sim {
 // for all practical purposes.
 uint64_t stream_key(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0);
 
+// stream_key(seed, a, b, c) from seed_hash = mix64(seed): inline, so that a loop over many tuples of one seed
+// vectorises.
+inline uint64_t stream_key_hashed(uint64_t seed_hash, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+  return mix64(mix64(mix64(seed_hash ^ a) ^ b) ^ c);
+}
+
 // xoshiro256** seeded by running splitmix64 from `key`. Every derived draw is a fixed function of next():
 //   uniform()      (next() >> 11) * 2^-53, in [0, 1)
 //   normal()       Marsaglia's polar form of Box-Muller (uses only sqrt and log, both exactly or correctly

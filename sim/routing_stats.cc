@@ -30,24 +30,41 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
                                       int64_t first, int64_t count, RoutingStatsCounts& counts) const {
   // pair()'s counts on raw rows of routes (this loop sees every token of the workload).
   const int k = top_k_, R = routes.num_ranked;
-  int64_t* choices = counts.choices.data();
+  // Choices into kCopies histograms by rank, so that increments of one expert by neighbouring rows and ranks
+  // do not wait on each other's stores (a range holds fewer than 2^31 rows).
+  constexpr int kCopies = 4, kMaxLocal = 256;
+  int32_t local[kCopies * kMaxLocal];
+  const bool use_local = num_experts_ <= kMaxLocal;
+  if (use_local) std::fill(local, local + kCopies * num_experts_, 0);
   int64_t consecutive = 0, same_first = 0, same_either = 0;
   const int32_t* cur = routes.experts.data() + first * R;
   for (int64_t t = first; t < first + count; ++t, cur += R) {
-    for (int r = 0; r < k; ++r) choices[cur[r] >= 0 ? cur[r] : 0] += cur[r] >= 0 ? 1 : 0;
-    if (t == first || rows[t - 1].request_id != rows[t].request_id ||
-        rows[t - 1].position + 1 != rows[t].position) {
-      continue;
+    for (int r = 0; r < k; ++r) {
+      const int32_t e = cur[r] >= 0 ? cur[r] : 0, add = cur[r] >= 0 ? 1 : 0;
+      if (use_local) {
+        local[(r % kCopies) * num_experts_ + e] += add;
+      } else {
+        counts.choices[e] += add;
+      }
     }
-    const int32_t* prev = cur - R;
+    // Without branches on the rows' pattern (prompt runs and decode rows alternate): every row computes the
+    // pair with its predecessor in the range (itself for the first), and counts it when it is one.
+    const bool linked = t > first && rows[t - 1].request_id == rows[t].request_id &&
+                        rows[t - 1].position + 1 == rows[t].position;
+    const int32_t* prev = t > first ? cur - R : cur;
     const int32_t f0 = prev[0], f1 = cur[0];
     const int32_t s0 = k >= 2 ? prev[1] : -1, s1 = k >= 2 ? cur[1] : -1;
     const bool first_same = f0 >= 0 && f0 == f1;
     const bool either =
         k < 2 ? first_same : (f0 >= 0 && (f0 == f1 || f0 == s1)) || (s0 >= 0 && (s0 == f1 || s0 == s1));
-    ++consecutive;
-    same_first += first_same ? 1 : 0;
-    same_either += either ? 1 : 0;
+    consecutive += linked ? 1 : 0;
+    same_first += linked && first_same ? 1 : 0;
+    same_either += linked && either ? 1 : 0;
+  }
+  if (use_local) {
+    for (int c = 0; c < kCopies; ++c) {
+      for (int e = 0; e < num_experts_; ++e) counts.choices[e] += local[c * num_experts_ + e];
+    }
   }
   counts.consecutive += consecutive;
   counts.same_first += same_first;

@@ -1,6 +1,7 @@
 #include "sim/score_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "sim/errors.h"
@@ -173,7 +174,7 @@ void ScoreModel::token_from_base(const TokenMeta& token, const double* base, flo
 ScoreModel::TopicCache::TopicCache(const ScoreModel& model)
     : model_(&model),
       slots_(model.config_.topic_rho > 0.0
-                 ? static_cast<size_t>(std::clamp((1 << 18) / model.num_experts_, 16, 16384))
+                 ? std::bit_floor(static_cast<size_t>(std::clamp((1 << 18) / model.num_experts_, 16, 16384)))
                  : 0),
       ids_(slots_),
       valid_(slots_, false),
@@ -181,7 +182,7 @@ ScoreModel::TopicCache::TopicCache(const ScoreModel& model)
 
 const double* ScoreModel::TopicCache::base(uint64_t request_id) {
   if (slots_ == 0) return model_->pop_base_.data();
-  const size_t slot = static_cast<size_t>(request_id % slots_);
+  const size_t slot = static_cast<size_t>(request_id & (slots_ - 1));  // slots_ is a power of two
   double* v = values_.data() + slot * static_cast<size_t>(model_->num_experts_);
   if (!valid_[slot] || ids_[slot] != request_id) {
     model_->base_of(request_id, v);
@@ -215,10 +216,12 @@ void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache&
   float noise[kMaxDrawn];
   const size_t group = static_cast<size_t>(kMaxDrawn / E);
   const double c = noise_scale_;
+  const uint64_t seed_hash = mix64(seed_);
   for (size_t i0 = 0; i0 < rows.size(); i0 += group) {
     const size_t m = std::min(group, rows.size() - i0);
-    for (size_t r = 0; r < m; ++r)
-      keys[r] = stream_key(seed_, rows[i0 + r].request_id, rows[i0 + r].position);
+    for (size_t r = 0; r < m; ++r) {
+      keys[r] = stream_key_hashed(seed_hash, rows[i0 + r].request_id, rows[i0 + r].position);
+    }
     draw_normals_rows(keys, static_cast<int>(m), E, noise);
     for (size_t r = 0; r < m; ++r) {
       const double* base = cache.base(rows[i0 + r].request_id);

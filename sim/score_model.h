@@ -65,8 +65,9 @@ class ScoreModel {
   int num_experts() const { return num_experts_; }
   const std::vector<double>& popularity() const { return popularity_; }
 
-  // One worker's cache of base_r vectors (direct-mapped by request id; 2^18 / E slots, 16 to 16384, at most
-  // 2 MB). Caching never changes a value: a base_r is a function of (seed, r). Not shared between threads.
+  // One worker's cache of base_r vectors (direct-mapped by request id; 2^18 / E slots, 16 to 16384, rounded
+  // down to a power of two: at most 2 MB). Caching never changes a value: a base_r is a function of (seed,
+  // r). Not shared between threads.
   class TopicCache {
    public:
     explicit TopicCache(const ScoreModel& model);

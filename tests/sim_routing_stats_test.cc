@@ -69,56 +69,64 @@ TEST(SimRoutingStats, RangesCountedApartThenLinkedEqualAdd) {
   // Random steps: runs of one request (consecutive or jumping positions), a request in two runs of a step,
   // unavailable choices, releases. The parallel form with ranges of 1, 2, 3, 7 and 64 rows, counted in a
   // scrambled order into three counts, gives add()'s statistics.
-  std::mt19937 rng(3);
-  const int E = 6, k = 2;
-  std::vector<std::vector<TokenMeta>> steps;
-  std::vector<TokenRoutes> routes;
-  std::vector<uint32_t> next_pos(12, 0);
-  for (int s = 0; s < 40; ++s) {
-    std::vector<TokenMeta> rows;
-    std::vector<std::vector<int32_t>> experts;
-    const int runs = 1 + static_cast<int>(rng() % 6);
-    for (int r = 0; r < runs; ++r) {
-      const uint64_t id = rng() % 12;
-      const int len = 1 + static_cast<int>(rng() % 9);
-      if (rng() % 5 == 0) next_pos[id] += 2;  // a gap: no pair
-      for (int i = 0; i < len; ++i) {
-        rows.push_back({id, next_pos[id]++});
-        experts.push_back(
-            {static_cast<int32_t>(rng() % E), rng() % 7 == 0 ? -1 : static_cast<int32_t>(rng() % E)});
+  // 6 experts: count_range's per-rank histograms; 300: its direct counts.
+  for (const int E : {6, 300}) {
+    std::mt19937 rng(3);
+    const int k = 2;
+    std::vector<std::vector<TokenMeta>> steps;
+    std::vector<TokenRoutes> routes;
+    std::vector<uint32_t> next_pos(12, 0);
+    std::vector<int64_t> choices(E, 0);  // counted by hand
+    for (int s = 0; s < 40; ++s) {
+      std::vector<TokenMeta> rows;
+      std::vector<std::vector<int32_t>> experts;
+      const int runs = 1 + static_cast<int>(rng() % 6);
+      for (int r = 0; r < runs; ++r) {
+        const uint64_t id = rng() % 12;
+        const int len = 1 + static_cast<int>(rng() % 9);
+        if (rng() % 5 == 0) next_pos[id] += 2;  // a gap: no pair
+        for (int i = 0; i < len; ++i) {
+          rows.push_back({id, next_pos[id]++});
+          experts.push_back(
+              {static_cast<int32_t>(rng() % E), rng() % 7 == 0 ? -1 : static_cast<int32_t>(rng() % E)});
+        }
       }
+      for (const auto& token : experts) {
+        for (int32_t e : token) choices[e < 0 ? 0 : e] += e < 0 ? 0 : 1;
+      }
+      steps.push_back(rows);
+      routes.push_back(routes_of(experts, E));
     }
-    steps.push_back(rows);
-    routes.push_back(routes_of(experts, E));
-  }
-  RoutingStatsCounter whole(E, k);
-  for (size_t s = 0; s < steps.size(); ++s) {
-    whole.add(steps[s], routes[s]);
-    if (s % 9 == 8) whole.release(s % 12);
-  }
-  const RoutingStats want = whole.result();
-  ASSERT_GT(want.consecutive, 100);
-  for (int64_t range : {1, 2, 3, 7, 64}) {
-    RoutingStatsCounter split(E, k);
-    std::vector<RoutingStatsCounts> counts(3, split.make_counts());
+    RoutingStatsCounter whole(E, k);
     for (size_t s = 0; s < steps.size(); ++s) {
-      const int64_t n = static_cast<int64_t>(steps[s].size());
-      std::vector<int64_t> firsts;
-      for (int64_t f = 0; f < n; f += range) firsts.push_back(f);
-      std::shuffle(firsts.begin(), firsts.end(), rng);
-      for (size_t j = 0; j < firsts.size(); ++j) {
-        split.count_range(steps[s], routes[s], firsts[j], std::min(range, n - firsts[j]), counts[j % 3]);
-      }
-      split.link(steps[s], routes[s], range);
-      if (s % 9 == 8) split.release(s % 12);
+      whole.add(steps[s], routes[s]);
+      if (s % 9 == 8) whole.release(s % 12);
     }
-    for (const RoutingStatsCounts& c : counts) split.merge(c);
-    const RoutingStats got = split.result();
-    EXPECT_EQ(got.tokens, want.tokens) << range;
-    EXPECT_EQ(got.choices, want.choices) << range;
-    EXPECT_EQ(got.consecutive, want.consecutive) << range;
-    EXPECT_EQ(got.same_first, want.same_first) << range;
-    EXPECT_EQ(got.same_first_or_second, want.same_first_or_second) << range;
+    const RoutingStats want = whole.result();
+    ASSERT_GT(want.consecutive, 100);
+    EXPECT_EQ(want.choices, choices);
+    for (int64_t range : {1, 2, 3, 7, 64}) {
+      RoutingStatsCounter split(E, k);
+      std::vector<RoutingStatsCounts> counts(3, split.make_counts());
+      for (size_t s = 0; s < steps.size(); ++s) {
+        const int64_t n = static_cast<int64_t>(steps[s].size());
+        std::vector<int64_t> firsts;
+        for (int64_t f = 0; f < n; f += range) firsts.push_back(f);
+        std::shuffle(firsts.begin(), firsts.end(), rng);
+        for (size_t j = 0; j < firsts.size(); ++j) {
+          split.count_range(steps[s], routes[s], firsts[j], std::min(range, n - firsts[j]), counts[j % 3]);
+        }
+        split.link(steps[s], routes[s], range);
+        if (s % 9 == 8) split.release(s % 12);
+      }
+      for (const RoutingStatsCounts& c : counts) split.merge(c);
+      const RoutingStats got = split.result();
+      EXPECT_EQ(got.tokens, want.tokens) << range;
+      EXPECT_EQ(got.choices, want.choices) << range;
+      EXPECT_EQ(got.consecutive, want.consecutive) << range;
+      EXPECT_EQ(got.same_first, want.same_first) << range;
+      EXPECT_EQ(got.same_first_or_second, want.same_first_or_second) << range;
+    }
   }
 }
 
