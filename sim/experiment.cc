@@ -158,9 +158,9 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   out.num_requests = static_cast<int64_t>(requests.size());
   Progress progress("simulate", static_cast<int64_t>(f.tokens),
                     options.show_progress && f.tokens > 4.0 * kDefaultWindowTokens);
-  // A window: whole steps and their routes (vectors kept across windows, so their capacity is reused).
-  // Work items of at most kRowsPerItem rows of one step, spread over the threads. With more than one thread,
-  // window w is planned (in order, as one work item) while window w + 1 is routed, so two windows are held.
+  // A window: whole steps, their routes and their routing work items of at most kRowsPerItem rows of one step
+  // (vectors kept across windows, so their capacity is reused). With more than one thread three windows are
+  // held (below).
   constexpr int kRowsPerItem = 256;
   struct Item {
     size_t step;
@@ -169,10 +169,40 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   struct Window {
     std::vector<Step> steps;
     std::vector<TokenRoutes> routes;
+    std::vector<Item> items;
     size_t n = 0;
   };
-  Window windows[2];
-  std::vector<Item> items;
+  StepScheduler scheduler(requests, config.workload.token_budget);
+  // Schedules the next window into w (at least one step unless the workload is done); false once the
+  // scheduler has no more steps.
+  const auto schedule = [&](Window& w) {
+    w.n = 0;
+    w.items.clear();
+    int64_t window_rows = 0;
+    while (window_rows < options.window_tokens || w.n == 0) {
+      if (w.n == w.steps.size()) {
+        w.steps.emplace_back();
+        w.routes.emplace_back();
+      }
+      if (!scheduler.next(w.steps[w.n])) return false;
+      const int rows = static_cast<int>(w.steps[w.n].rows.size());
+      w.routes[w.n].resize(rows, E, k, router.num_ranked());
+      for (int first = 0; first < rows; first += kRowsPerItem)
+        w.items.push_back(Item{w.n, first, std::min(kRowsPerItem, rows - first)});
+      window_rows += rows;
+      ++w.n;
+    }
+    return true;
+  };
+  // Scores, routes and counts the statistics of one work item of w.
+  const auto route_item = [&](Window& w, const Item& item, int worker) {
+    const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
+    std::vector<float>& buffer = logits[worker];
+    buffer.resize(static_cast<size_t>(item.count) * E);
+    scores.logits(rows, buffer.data(), caches[worker]);
+    router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
+    counter.count_range(w.steps[item.step].rows, w.routes[item.step], item.first, item.count, counts[worker]);
+  };
   // The in-order work of a window, as independent chains that each see the steps in order: chain 0 links
   // the routing statistics (and counts the steps), chain 1 + i plans policy i.
   const size_t num_chains = 1 + sims.size();
@@ -189,55 +219,44 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
       progress.advance(static_cast<int64_t>(w.steps[s].rows.size()));
     }
   };
-  StepScheduler scheduler(requests, config.workload.token_budget);
-  // With more than one thread, the previous window's chains are the first work items of this one's routing:
-  // whichever workers take them plan while the others route, then route too, so no core waits while another
-  // has work.
-  const Window* pending = nullptr;  // routed, not yet planned
-  bool more = true;
-  for (int cur = 0; more; cur ^= threads > 1 ? 1 : 0) {
-    Window& w = windows[cur];
-    w.n = 0;
-    int64_t window_rows = 0;
-    items.clear();
-    while (window_rows < options.window_tokens || w.n == 0) {
-      if (w.n == w.steps.size()) {
-        w.steps.emplace_back();
-        w.routes.emplace_back();
-      }
-      if (!scheduler.next(w.steps[w.n])) {
-        more = false;
-        break;
-      }
-      const int rows = static_cast<int>(w.steps[w.n].rows.size());
-      w.routes[w.n].resize(rows, E, k, router.num_ranked());
-      for (int first = 0; first < rows; first += kRowsPerItem)
-        items.push_back(Item{w.n, first, std::min(kRowsPerItem, rows - first)});
-      window_rows += rows;
-      ++w.n;
-    }
-    const size_t plan_items = pending != nullptr ? num_chains : 0;
-    parallel_for(threads, plan_items + items.size(), [&](size_t i, int worker) {
-      if (i < plan_items) {
-        run_chain(*pending, i);
-        return;
-      }
-      const Item& item = items[i - plan_items];
-      const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
-      std::vector<float>& buffer = logits[worker];
-      buffer.resize(static_cast<size_t>(item.count) * E);
-      scores.logits(rows, buffer.data(), caches[worker]);
-      router.route_rows(buffer.data(), item.first, item.count, w.routes[item.step]);
-      counter.count_range(w.steps[item.step].rows, w.routes[item.step], item.first, item.count,
-                          counts[worker]);
-    });
-    if (threads > 1) {
-      pending = &w;
-    } else {
+  if (threads == 1) {
+    Window w;
+    for (bool more = true; more;) {
+      more = schedule(w);
+      for (const Item& item : w.items) route_item(w, item, 0);
       for (size_t c = 0; c < num_chains; ++c) run_chain(w, c);
     }
-  }
-  if (pending != nullptr) {
+  } else {
+    // Three windows in flight: while window i is routed, window i - 1's chains run and window i + 1 is
+    // scheduled, each of these one work item ahead of the routing items (the policies' chains first, the
+    // longest), so every in-order part overlaps the parallel one and no core waits while another has work.
+    Window windows[3];
+    bool more = schedule(windows[0]);
+    const Window* pending = nullptr;  // routed, its chains not yet run
+    for (int i = 0;; ++i) {
+      Window& w = windows[i % 3];
+      Window& next = windows[(i + 1) % 3];
+      const bool schedule_next = more;
+      // Lead items: the policies' chains of the previous window, the scheduling of the next, the statistics'
+      // chain of the previous.
+      const size_t policy_items = pending != nullptr ? num_chains - 1 : 0;
+      const size_t schedule_item = policy_items;
+      const size_t link_item = policy_items + (schedule_next ? 1 : 0);
+      const size_t lead = link_item + (pending != nullptr ? 1 : 0);
+      parallel_for(threads, lead + w.items.size(), [&](size_t item, int worker) {
+        if (item >= lead) {
+          route_item(w, w.items[item - lead], worker);
+        } else if (item < policy_items) {
+          run_chain(*pending, item + 1);
+        } else if (schedule_next && item == schedule_item) {
+          more = schedule(next);
+        } else {
+          run_chain(*pending, 0);
+        }
+      });
+      pending = &w;
+      if (!schedule_next) break;
+    }
     parallel_for(threads, num_chains, [&](size_t c, int) { run_chain(*pending, c); });
   }
   for (const RoutingStatsCounts& c : counts) counter.merge(c);

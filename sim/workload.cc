@@ -36,7 +36,7 @@ double WorkloadFootprint::bytes(int num_experts, int top_k, int num_ranked) cons
   // spec + its pointer in the arrival queue + its live scheduler, routing-statistics and planner entries
   const double per_request = sizeof(RequestSpec) + 8.0 + 48.0;
   const double per_token = sizeof(TokenMeta) + 8.0 * num_ranked + 4;  // row + routes + top-1 score
-  const double held_tokens = std::min(tokens, 2.0 * std::max(largest_step, window_tokens));
+  const double held_tokens = std::min(tokens, kWindowsHeld * std::max(largest_step, window_tokens));
   // The largest step's plan: per-pair and per-token arrays (expert, slot, weight, status, order keys); and
   // one 256-row item's logits per thread (counted as 64 threads).
   const double per_step_token = 24.0 * top_k + 32.0;

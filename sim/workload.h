@@ -13,6 +13,8 @@ namespace moe::sim {
 
 // Tokens simulate_workload routes before it plans them (whole steps: a window holds at least one step).
 inline constexpr int64_t kDefaultWindowTokens = int64_t{1} << 16;
+// Windows simulate_workload holds at once with two or more threads (one with one thread).
+inline constexpr double kWindowsHeld = 3;
 
 struct WorkloadConfig {
   int num_requests = 16;
@@ -38,8 +40,8 @@ std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t se
 
 // What a workload holds in memory while it is simulated, counted before it is generated. Steps stream
 // (StepScheduler, simulate_workload), so what is held is: per request its spec and its place in the
-// scheduler's queues; per token of two windows of steps (each at least the largest step; one is planned
-// while the next is routed) its row and its routes;
+// scheduler's queues; per token of kWindowsHeld windows of steps (each at least the largest step; one is
+// planned while the next is routed and the one after is scheduled) its row and its routes;
 // for the largest step the plan's arrays; per item in flight its logits. Counts are doubles so that no
 // product overflows.
 struct WorkloadFootprint {
@@ -47,8 +49,8 @@ struct WorkloadFootprint {
   double tokens = 0;
   double steps = 0;         // a lower bound for continuous batching (tokens / token_budget)
   double largest_step = 0;  // tokens of the largest step (an upper bound)
-  // Tokens routed ahead of planning (simulate_workload's window): two windows of max(largest_step, this),
-  // at most `tokens`.
+  // Tokens routed ahead of planning (simulate_workload's window): kWindowsHeld windows of
+  // max(largest_step, this), at most `tokens`.
   double window_tokens = kDefaultWindowTokens;
   // Bytes under a router of E experts, top_k and num_ranked ranks per token.
   double bytes(int num_experts, int top_k, int num_ranked) const;
