@@ -48,10 +48,42 @@ void transpose_rows(const float* rows, int E, float* out) {
     }
     for (int i = 0; i < L; ++i) _mm512_storeu_ps(out + static_cast<int64_t>(e0 + i) * L, r[i]);
   }
+  if (e0 < E) {  // the last E mod 16 experts (all of them below 16): one gather per expert
+    const __m512i row_start = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(E));
+    for (int e = e0; e < E; ++e) {
+      const __m512i index = _mm512_add_epi32(row_start, _mm512_set1_epi32(e));
+      _mm512_storeu_ps(out + static_cast<int64_t>(e) * L, _mm512_i32gather_ps(index, rows, 4));
+    }
+    return;
+  }
 #endif
   for (int l = 0; l < L; ++l) {
     for (int e = e0; e < E; ++e) out[e * L + l] = rows[static_cast<int64_t>(l) * E + e];
   }
+}
+
+IntVec lane_ids() {
+  IntVec v;
+  for (int l = 0; l < L; ++l) v[l] = l;
+  return v;
+}
+
+// base[max(e, 0) * L + lane] lane by lane: a lane's value of its own expert e in a [expert][lane] array.
+FloatVec gather_lanes(const float* base, IntVec e, IntVec lane) {
+  const IntVec index = (e < 0 ? IntVec{} : e) * L + lane;
+#if defined(__AVX512F__)
+  __m512i i;
+  __builtin_memcpy(&i, &index, sizeof i);
+  const __m512 g = _mm512_i32gather_ps(i, base, 4);
+  FloatVec v;
+  __builtin_memcpy(&v, &g, sizeof v);
+  return v;
+#else
+  FloatVec v;
+  for (int l = 0; l < L; ++l) v[l] = base[index[l]];
+  return v;
+#endif
 }
 
 // -1 in the lanes of v that hold +-inf (is_inf lane by lane).
@@ -222,25 +254,40 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
   }
   const int32_t* idx = rank_e_;
 
-  // Weights: route_row's expressions. Empty ranks are the last ones, so summing j < top_k with 0 for an
-  // empty rank adds exactly what summing j < min(top_k, ranked) does (den >= +0, den + 0 == den).
-  for (int l = 0; l < L; ++l) {
-    top1[l] = idx[l] >= 0 ? top_w_[l] : 0.0f;
-    float denominator = 1.0f;
-    if (p_.renormalize) {
-      denominator = 0.0f;
-      for (int j = 0; j < p_.top_k; ++j) {
-        const int32_t e = idx[j * L + l];
-        if (e >= 0) denominator += score[e * L + l];
-      }
+  // Weights: route_row's expressions, lane-parallel (each lane its own row's operations in route_row's
+  // order). Empty ranks are the last ones, so summing j < top_k with 0 for an empty rank adds exactly what
+  // summing j < min(top_k, ranked) does (den >= +0, den + 0 == den).
+  const IntVec lane = lane_ids();
+  FloatVec denominator = FloatVec{} + 1.0f;
+  if (p_.renormalize) {
+    denominator = FloatVec{};
+    for (int j = 0; j < p_.top_k; ++j) {
+      IntVec e;
+      __builtin_memcpy(&e, idx + j * L, sizeof e);
+      denominator += e >= 0 ? gather_lanes(score, e, lane) : FloatVec{};
     }
-    int32_t* out_e = experts + static_cast<int64_t>(l) * R;
-    float* out_w = weights + static_cast<int64_t>(l) * R;
+  }
+  float w_out[kMaxBlockRanks * L];
+  for (int r = 0; r < R; ++r) {
+    IntVec e;
+    __builtin_memcpy(&e, idx + r * L, sizeof e);
+    const FloatVec s = gather_lanes(score, e, lane);
+    const FloatVec w = denominator > 0.0f ? s / denominator * p_.scaling_factor : FloatVec{};
+    const FloatVec out = e < 0 ? FloatVec{} : w;
+    __builtin_memcpy(w_out + r * L, &out, sizeof out);
+  }
+  {
+    IntVec e0;
+    FloatVec t0;
+    __builtin_memcpy(&e0, idx, sizeof e0);
+    __builtin_memcpy(&t0, top_w_, sizeof t0);
+    const FloatVec t = e0 >= 0 ? t0 : FloatVec{};
+    __builtin_memcpy(top1, &t, sizeof t);
+  }
+  for (int l = 0; l < L; ++l) {
     for (int r = 0; r < R; ++r) {
-      const int32_t e = idx[r * L + l];
-      out_e[r] = e;
-      out_w[r] =
-          e < 0 ? 0.0f : (denominator > 0.0f ? score[e * L + l] / denominator * p_.scaling_factor : 0.0f);
+      experts[static_cast<int64_t>(l) * R + r] = idx[r * L + l];
+      weights[static_cast<int64_t>(l) * R + r] = w_out[r * L + l];
     }
   }
   return true;
