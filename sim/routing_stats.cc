@@ -30,8 +30,8 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
                                       int64_t first, int64_t count, RoutingStatsCounts& counts) const {
   // pair()'s counts on raw rows of routes (this loop sees every token of the workload).
   const int k = top_k_, R = routes.num_ranked;
-  // Choices into kCopies histograms by rank, so that increments of one expert by neighbouring rows and ranks
-  // do not wait on each other's stores (a range holds fewer than 2^31 rows).
+  // Choices into kCopies histograms by row, so that increments of one expert by neighbouring rows do not wait
+  // on each other's stores (a range holds fewer than 2^31 rows).
   constexpr int kCopies = 4, kMaxLocal = 256;
   int32_t local[kCopies * kMaxLocal];
   const bool use_local = num_experts_ <= kMaxLocal;
@@ -42,24 +42,26 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
     for (int r = 0; r < k; ++r) {
       const int32_t e = cur[r] >= 0 ? cur[r] : 0, add = cur[r] >= 0 ? 1 : 0;
       if (use_local) {
-        local[(r % kCopies) * num_experts_ + e] += add;
+        local[(t % kCopies) * num_experts_ + e] += add;
       } else {
         counts.choices[e] += add;
       }
     }
     // Without branches on the rows' pattern (prompt runs and decode rows alternate): every row computes the
     // pair with its predecessor in the range (itself for the first), and counts it when it is one.
-    const bool linked = t > first && rows[t - 1].request_id == rows[t].request_id &&
-                        rows[t - 1].position + 1 == rows[t].position;
+    const TokenMeta& before = rows[t > first ? t - 1 : t];
+    const bool linked =
+        (t > first) & (before.request_id == rows[t].request_id) & (before.position + 1 == rows[t].position);
     const int32_t* prev = t > first ? cur - R : cur;
     const int32_t f0 = prev[0], f1 = cur[0];
     const int32_t s0 = k >= 2 ? prev[1] : -1, s1 = k >= 2 ? cur[1] : -1;
-    const bool first_same = f0 >= 0 && f0 == f1;
+    const bool first_same = (f0 >= 0) & (f0 == f1);
     const bool either =
-        k < 2 ? first_same : (f0 >= 0 && (f0 == f1 || f0 == s1)) || (s0 >= 0 && (s0 == f1 || s0 == s1));
-    consecutive += linked ? 1 : 0;
-    same_first += linked && first_same ? 1 : 0;
-    same_either += linked && either ? 1 : 0;
+        k < 2 ? first_same
+              : ((f0 >= 0) & ((f0 == f1) | (f0 == s1))) | ((s0 >= 0) & ((s0 == f1) | (s0 == s1)));
+    consecutive += linked;
+    same_first += linked & first_same;
+    same_either += linked & either;
   }
   if (use_local) {
     for (int c = 0; c < kCopies; ++c) {
