@@ -230,6 +230,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
     // Three windows in flight: while window i is routed, window i - 1's chains run and window i + 1 is
     // scheduled, each of these one work item ahead of the routing items (the policies' chains first, the
     // longest), so every in-order part overlaps the parallel one and no core waits while another has work.
+    ItemRunner runner(threads);
     Window windows[3];
     bool more = schedule(windows[0]);
     const Window* pending = nullptr;  // routed, its chains not yet run
@@ -243,7 +244,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
       const size_t schedule_item = policy_items;
       const size_t link_item = policy_items + (schedule_next ? 1 : 0);
       const size_t lead = link_item + (pending != nullptr ? 1 : 0);
-      parallel_for(threads, lead + w.items.size(), [&](size_t item, int worker) {
+      runner.run(lead + w.items.size(), [&](size_t item, int worker) {
         if (item >= lead) {
           route_item(w, w.items[item - lead], worker);
         } else if (item < policy_items) {
@@ -257,7 +258,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
       pending = &w;
       if (!schedule_next) break;
     }
-    parallel_for(threads, num_chains, [&](size_t c, int) { run_chain(*pending, c); });
+    runner.run(num_chains, [&](size_t c, int) { run_chain(*pending, c); });
   }
   for (const RoutingStatsCounts& c : counts) counter.merge(c);
   out.routing = counter.result();
