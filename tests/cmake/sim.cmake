@@ -4,7 +4,7 @@ if(NOT TARGET moe_sim)
   return()
 endif()
 foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test
-    sim_routing_stats_test sim_fit_test)
+    sim_routing_stats_test sim_fit_test sim_parallel_test)
   moe_add_test(NAME ${name}
     SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc
     LIBS moe_sim
@@ -12,7 +12,7 @@ foreach(name sim_workload_test sim_score_model_test sim_parsers_test sim_experim
     TIMEOUT 120)
 endforeach()
 # The streamed simulation's routing workers and planning thread (make tsan).
-set_property(TEST sim_experiment_test APPEND PROPERTY LABELS threaded)
+set_property(TEST sim_experiment_test sim_parallel_test APPEND PROPERTY LABELS threaded)
 
 # The CLI end to end: every subcommand, JSON keys, exit codes and messages, determinism of the output.
 if(TARGET moe-sim)
