@@ -75,26 +75,22 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
 
 void RoutingStatsCounter::link(std::span<const TokenMeta> rows, const TokenRoutes& routes, int64_t range) {
   const int64_t n = static_cast<int64_t>(rows.size());
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = 0, range_start = 0; t < n; ++t) {
     const uint64_t id = rows[t].request_id;
     const bool run_start = t == 0 || rows[t - 1].request_id != id;
     const bool run_end = t + 1 == n || rows[t + 1].request_id != id;
-    if (!run_start && t % range == 0) {  // the first row of a range, its predecessor in the range before
+    const bool first_of_range = t == range_start;
+    if (first_of_range) range_start += range;
+    if (!run_start && first_of_range) {  // the first row of a range, its predecessor in the range before
       if (rows[t - 1].position + 1 == rows[t].position) {
         pair(token(rows, routes, t - 1), token(rows, routes, t), counts_);
       }
     }
     if (!run_start && !run_end) continue;
     const Last cur = token(rows, routes, t);
-    if (run_start) {
-      const auto [it, inserted] = last_.try_emplace(id, cur);
-      if (!inserted && it->second.position + 1 == cur.position) pair(it->second, cur, counts_);
-      if (run_end) {
-        it->second = cur;
-      }
-    } else {
-      last_[id] = cur;
-    }
+    const auto [last, inserted] = last_.try_emplace(id, cur);
+    if (run_start && !inserted && last->position + 1 == cur.position) pair(*last, cur, counts_);
+    if (run_end) *last = cur;
   }
   tokens_ += n;
 }
