@@ -12,7 +12,7 @@
 namespace moe::sim {
 
 // Tokens simulate_workload routes before it plans them (whole steps: a window holds at least one step).
-inline constexpr int64_t kDefaultWindowTokens = int64_t{1} << 16;
+inline constexpr int64_t kDefaultWindowTokens = int64_t{1} << 14;
 // Windows simulate_workload holds at once with two or more threads (one with one thread).
 inline constexpr double kWindowsHeld = 3;
 
