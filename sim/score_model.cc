@@ -217,6 +217,9 @@ void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache&
   const size_t group = static_cast<size_t>(kMaxDrawn / E);
   const double c = noise_scale_;
   const uint64_t seed_hash = mix64(seed_);
+  const double* base = nullptr;
+  uint64_t base_id = 0;
+  bool have_base = false;
   for (size_t i0 = 0; i0 < rows.size(); i0 += group) {
     const size_t m = std::min(group, rows.size() - i0);
     for (size_t r = 0; r < m; ++r) {
@@ -224,7 +227,13 @@ void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache&
     }
     draw_normals_rows(keys, static_cast<int>(m), E, noise);
     for (size_t r = 0; r < m; ++r) {
-      const double* base = cache.base(rows[i0 + r].request_id);
+      // A prompt chunk's rows share their request: its topic is looked up once per run of rows (the pointer
+      // stays valid until the cache is asked for another request).
+      if (!have_base || rows[i0 + r].request_id != base_id) {
+        base_id = rows[i0 + r].request_id;
+        base = cache.base(base_id);
+        have_base = true;
+      }
       const float* n = noise + r * E;
       float* o = out + (i0 + r) * E;
       for (int e = 0; e < E; ++e) o[e] = static_cast<float>(base[e] + c * n[e]);
