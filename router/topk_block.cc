@@ -86,6 +86,19 @@ FloatVec gather_lanes(const float* base, IntVec e, IntVec lane) {
 #endif
 }
 
+// Whether any lane of m is nonzero.
+bool any_lane(IntVec m) {
+#if defined(__AVX512F__)
+  __m512i v;
+  __builtin_memcpy(&v, &m, sizeof v);
+  return _mm512_test_epi32_mask(v, v) != 0;
+#else
+  bool any = false;
+  for (int l = 0; l < L; ++l) any |= m[l] != 0;
+  return any;
+#endif
+}
+
 // -1 in the lanes of v that hold +-inf (is_inf lane by lane).
 IntVec inf_lanes(FloatVec v) {
   IntVec bits;
@@ -222,9 +235,7 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
         rank -= before;  // -1 where true
       }
       const IntVec dropped = (rank >= p_.topk_groups) | inf_lanes(value[g]);
-      bool any_dropped = false;
-      for (int l = 0; l < L; ++l) any_dropped |= dropped[l] != 0;
-      if (!any_dropped) continue;
+      if (!any_lane(dropped)) continue;
       const FloatVec minus_inf = FloatVec{} - INFINITY;
       for (int e = g * span; e < (g + 1) * span; ++e) {
         FloatVec v;
