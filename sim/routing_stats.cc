@@ -75,22 +75,23 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
 
 void RoutingStatsCounter::link(std::span<const TokenMeta> rows, const TokenRoutes& routes, int64_t range) {
   const int64_t n = static_cast<int64_t>(rows.size());
-  for (int64_t t = 0, range_start = 0; t < n; ++t) {
-    const uint64_t id = rows[t].request_id;
-    const bool run_start = t == 0 || rows[t - 1].request_id != id;
-    const bool run_end = t + 1 == n || rows[t + 1].request_id != id;
-    const bool first_of_range = t == range_start;
-    if (first_of_range) range_start += range;
-    if (!run_start && first_of_range) {  // the first row of a range, its predecessor in the range before
+  // Run by run (a request's consecutive rows): the run's first row pairs with the request's last token of
+  // earlier steps or runs, rows that start a range pair with their predecessor in the range before, and the
+  // run's last row becomes the request's last token. The rows inside a run are only scanned.
+  for (int64_t start = 0; start < n;) {
+    const uint64_t id = rows[start].request_id;
+    int64_t end = start;
+    while (end + 1 < n && rows[end + 1].request_id == id) ++end;
+    const Last first = token(rows, routes, start);
+    const auto [last, inserted] = last_.try_emplace(id, first);
+    if (!inserted && last->position + 1 == first.position) pair(*last, first, counts_);
+    for (int64_t t = (start / range + 1) * range; t <= end; t += range) {
       if (rows[t - 1].position + 1 == rows[t].position) {
         pair(token(rows, routes, t - 1), token(rows, routes, t), counts_);
       }
     }
-    if (!run_start && !run_end) continue;
-    const Last cur = token(rows, routes, t);
-    const auto [last, inserted] = last_.try_emplace(id, cur);
-    if (run_start && !inserted && last->position + 1 == cur.position) pair(*last, cur, counts_);
-    if (run_end) *last = cur;
+    *last = token(rows, routes, end);
+    start = end + 1;
   }
   tokens_ += n;
 }
