@@ -274,8 +274,9 @@ std::vector<Setting> make_settings() {
   add({"quiet", "", "no progress bar on stderr", kAllCommands, true, false, false,
        [](SimConfig& c, const std::string& v) { c.quiet = parse_bool(v, "--quiet"); },
        [](const SimConfig& c) { return bool_text(c.quiet); }});
-  add({"threads", "INT", "threads for scores and routing (0 = all cores); results do not depend on it",
-       kRun | kSweep, false, false, false,
+  add({"threads", "INT",
+       "threads for scores, routing and planning (0 = all cores); results do not depend on it", kRun | kSweep,
+       false, false, false,
        [](SimConfig& c, const std::string& v) {
          c.threads = to_int("threads", v);
          if (c.threads < 0) throw UsageError("threads must be >= 0 (got " + v + ")");
