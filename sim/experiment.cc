@@ -228,8 +228,8 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
     }
   } else {
     // Three windows in flight: while window i is routed, window i - 1's chains run and window i + 1 is
-    // scheduled, each of these one work item ahead of the routing items (the policies' chains first, the
-    // longest), so every in-order part overlaps the parallel one and no core waits while another has work.
+    // scheduled, each of these a work item ahead of the routing items (the chains first, the longest), so
+    // every in-order part overlaps the parallel one and no core waits while another has work.
     ItemRunner runner(threads);
     Window windows[3];
     bool more = schedule(windows[0]);
@@ -238,21 +238,18 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
       Window& w = windows[i % 3];
       Window& next = windows[(i + 1) % 3];
       const bool schedule_next = more;
-      // Lead items: the policies' chains of the previous window, the scheduling of the next, the statistics'
-      // chain of the previous.
-      const size_t policy_items = pending != nullptr ? num_chains - 1 : 0;
-      const size_t schedule_item = policy_items;
-      const size_t link_item = policy_items + (schedule_next ? 1 : 0);
-      const size_t lead = link_item + (pending != nullptr ? 1 : 0);
+      // Lead items: the chains of the previous window (the statistics' chain with the first policy's, so that
+      // one core reads the window for both), then the scheduling of the next window.
+      const size_t chain_items = pending != nullptr ? std::max<size_t>(1, sims.size()) : 0;
+      const size_t lead = chain_items + (schedule_next ? 1 : 0);
       runner.run(lead + w.items.size(), [&](size_t item, int worker) {
         if (item >= lead) {
           route_item(w, w.items[item - lead], worker);
-        } else if (item < policy_items) {
-          run_chain(*pending, item + 1);
-        } else if (schedule_next && item == schedule_item) {
-          more = schedule(next);
+        } else if (item < chain_items) {
+          if (item == 0) run_chain(*pending, 0);
+          if (item < sims.size()) run_chain(*pending, item + 1);
         } else {
-          run_chain(*pending, 0);
+          more = schedule(next);
         }
       });
       pending = &w;
