@@ -83,7 +83,8 @@ void RoutingStatsCounter::link(std::span<const TokenMeta> rows, const TokenRoute
     int64_t end = start;
     while (end + 1 < n && rows[end + 1].request_id == id) ++end;
     const Last first = token(rows, routes, start);
-    const auto [last, inserted] = last_.try_emplace(id, first);
+    const auto [it, inserted] = last_.try_emplace(id, first);
+    Last* last = &it->second;
     if (!inserted && last->position + 1 == first.position) pair(*last, first, counts_);
     for (int64_t t = (start / range + 1) * range; t <= end; t += range) {
       if (rows[t - 1].position + 1 == rows[t].position) {

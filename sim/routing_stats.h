@@ -5,11 +5,11 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "router/token_meta.h"
 #include "router/token_routes.h"
-#include "sim/request_map.h"
 
 namespace moe::sim {
 
@@ -67,7 +67,7 @@ class RoutingStatsCounter {
   int num_experts_, top_k_;
   int64_t tokens_ = 0;
   RoutingStatsCounts counts_;
-  RequestMap<Last> last_;  // each live request's last token so far
+  std::unordered_map<uint64_t, Last> last_;  // each live request's last token so far
 };
 
 }  // namespace moe::sim
