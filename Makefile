@@ -10,7 +10,7 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 sanitizer_opt = -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG"
 
-.PHONY: all deps configure build corpus demo test bench asan tsan fuzz fuzz-build format clean
+.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build format clean
 
 all: build
 
@@ -57,6 +57,19 @@ tsan: deps
 	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L threaded
 
+# The portable build (MOE_NATIVE=OFF: the x86-64 baseline, ISA-specific kernels chosen at run time) of the
+# code with hand-vectorised paths and their fallbacks - the router, the simulator, the CPU kernels, the peak
+# benchmark - and their unit and invariance tests (the everyday build compiles for the host only).
+PORTABLE_TARGETS = router_topk_test router_topk_rule_test router_topk_block_test router_exp_test \
+                   router_planner_test router_invariance_test sim_score_model_test sim_routing_stats_test \
+                   sim_experiment_test sim_parallel_test kernels_cpu_thread_pool_test peak_bench
+PORTABLE_TESTS = $(subst $(eval) ,|,$(filter-out peak_bench,$(PORTABLE_TARGETS)))
+portable: deps
+	@cmake -S . -B build-portable $(CMAKE_FLAGS) -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
+	  -DMOE_ENABLE_MPI=OFF > /dev/null
+	cmake --build build-portable -j $(JOBS) --target $(PORTABLE_TARGETS)
+	cd build-portable && ctest --output-on-failure -j $(JOBS) -R "^($(PORTABLE_TESTS))$$"
+
 # libFuzzer targets (fuzz/, docs/fuzzing.md) built with clang 14 under ASan + UBSan in build-fuzz/ (only the
 # libraries the targets need), each run for FUZZ_SECONDS from its seeds; a crash or sanitizer report fails.
 # FUZZ_OPT: -O1 (the default) for campaigns; CI's short pass builds at -O0 (83 s instead of 205 s here).
@@ -75,4 +88,4 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-portable build-fuzz
