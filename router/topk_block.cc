@@ -11,9 +11,9 @@
 #endif
 #endif
 #if defined(__GNUC__) && !defined(__clang__)
-// Without AVX-512 (MOE_NATIVE=OFF, -march=x86-64-v3) GCC notes that the 64-byte lane vectors the helpers below
-// pass and return would be passed differently by a compiler with AVX-512; they are internal to this file (no
-// ABI boundary), so the note is not an error here.
+// Without AVX-512 (MOE_NATIVE=OFF, -march=x86-64-v3) GCC notes that the 64-byte lane vectors the helpers
+// below pass and return would be passed differently by a compiler with AVX-512; they are internal to this
+// file (no ABI boundary), so the note is not an error here.
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
