@@ -130,9 +130,9 @@ inline MoELayerConfig bf16_compute(MoELayerConfig c) {
 // GEMM) and the elements of h whose fp32 value and exact value round to different bf16 neighbours (each
 // moves its term h_j w2_oj by one bf16 ulp, 2^-8 relative; it happens to a fraction ~ (fp32 error of h) /
 // (bf16 ulp of h) of them, ~1e-3 - rare enough at these sizes that most rows have none). Measured on the
-// table's cases: at most 2.7e-6. The bound, 1e-4, is far below what an fp32-computing layer would show against
-// this reference (the rounding of x and h alone moves a row by ~1e-3), so the cases check that bf16 compute is
-// what runs.
+// table's cases: at most 2.7e-6. The bound, 1e-4, is far below what an fp32-computing layer would show
+// against this reference (the rounding of x and h alone moves a row by ~1e-3), so the cases check that bf16
+// compute is what runs.
 inline constexpr double kBf16ComputeTolerance = 1e-4;
 
 }  // namespace layer_cases_detail
