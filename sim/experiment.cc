@@ -149,8 +149,8 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   std::vector<ScoreModel::TopicCache> caches;
   std::vector<std::vector<float>> logits(threads);
   for (int t = 0; t < threads; ++t) caches.emplace_back(scores);
-  // Routing statistics: each worker counts its items' choices and inner pairs (count_range), the planning
-  // thread links the steps in order (link); integer counts, so the split changes nothing.
+  // Routing statistics: each worker counts its items' choices and inner pairs (count_range), an in-order
+  // chain links the steps (link); integer counts, so the split changes nothing.
   RoutingStatsCounter counter(E, k);
   std::vector<RoutingStatsCounts> counts(threads, counter.make_counts());
 

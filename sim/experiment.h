@@ -95,11 +95,13 @@ struct WorkloadRun {
 
 // Streams config.workload through config.router under every policy at once: steps are scheduled
 // incrementally (StepScheduler); a window of whole steps (options.window_tokens tokens, at least one step) is
-// routed (synthetic logits from the score model, parallel over 256-row items on config.threads workers),
-// its routing statistics folded, every policy planned over it in step order (one PolicySimulator each, in
-// lockstep), and the window dropped. Memory: the request specs, the live requests and one window, checked
-// first (check_workload_size). Every token's logits are a function of (seed, request, position), so neither
-// the window nor the thread count changes any result. Throws UsageError / DataError (trace file, size).
+// routed (synthetic logits from the score model, parallel over 256-row items on config.threads workers, which
+// also count the routing statistics), the statistics linked and every policy planned over it in step order
+// (one PolicySimulator each; each policy's planning one work item beside the next window's routing), and the
+// window dropped. Memory: the request specs, the live requests and one window (three with two or more
+// threads), checked first (check_workload_size). Every token's logits are a function of (seed, request,
+// position), so neither the window nor the thread count changes any result. Throws UsageError / DataError
+// (trace file, size).
 WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
                               const StreamOptions& options = {});
 
