@@ -140,7 +140,7 @@ TEST(SimNormalDraw, RowsOfStreamsAreEachStreamsDraws) {
     for (int rows : {0, 1, 3, 130}) {
       std::vector<uint64_t> keys(rows);
       for (int r = 0; r < rows; ++r) keys[r] = stream_key(5, static_cast<uint64_t>(r) * 977, r % 3);
-      std::vector<float> got(static_cast<size_t>(rows) * n + 1, -1.0f), want(n);
+      std::vector<float> got(static_cast<size_t>(rows) * n + 1, -1.0f), want(n + 1);  // never empty
       draw_normals_rows(keys.data(), rows, n, got.data());
       for (int r = 0; r < rows; ++r) {
         draw_normals(keys[r], 0, n, want.data());
