@@ -50,15 +50,16 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
     // Without branches on the rows' pattern (prompt runs and decode rows alternate): every row computes the
     // pair with its predecessor in the range (itself for the first), and counts it when it is one.
     const TokenMeta& before = rows[t > first ? t - 1 : t];
-    const bool linked =
-        (t > first) & (before.request_id == rows[t].request_id) & (before.position + 1 == rows[t].position);
+    const auto bit = [](bool b) { return static_cast<int>(b); };  // & and | on 0/1: no short-circuit branch
+    const int linked = bit(t > first) & bit(before.request_id == rows[t].request_id) &
+                       bit(before.position + 1 == rows[t].position);
     const int32_t* prev = t > first ? cur - R : cur;
     const int32_t f0 = prev[0], f1 = cur[0];
     const int32_t s0 = k >= 2 ? prev[1] : -1, s1 = k >= 2 ? cur[1] : -1;
-    const bool first_same = (f0 >= 0) & (f0 == f1);
-    const bool either =
-        k < 2 ? first_same
-              : ((f0 >= 0) & ((f0 == f1) | (f0 == s1))) | ((s0 >= 0) & ((s0 == f1) | (s0 == s1)));
+    const int first_same = bit(f0 >= 0) & bit(f0 == f1);
+    const int either = k < 2 ? first_same
+                             : (bit(f0 >= 0) & (bit(f0 == f1) | bit(f0 == s1))) |
+                                   (bit(s0 >= 0) & (bit(s0 == f1) | bit(s0 == s1)));
     consecutive += linked;
     same_first += linked & first_same;
     same_either += linked & either;
