@@ -403,10 +403,9 @@ void DispatchPlanner::finish(const TokenRoutes& routes, DispatchPlan& out) {
   for (int e = 0; e < num_experts_; ++e)
     out.expert_offsets[e + 1] = out.expert_offsets[e] + out.expert_load[e];
   out.slot_pairs.resize(out.expert_offsets[num_experts_]);
-  out.num_dropped = out.num_tokens_fully_dropped = 0;
   // Without branches on a pair's status (a dropped pair writes its slot entry to a sink instead), since
   // drops follow no pattern the branch predictor could learn.
-  int64_t kept = 0, rerouted = 0;
+  int64_t kept = 0, rerouted = 0, dropped_pairs = 0, fully_dropped = 0;
   int32_t sink = 0;
   for (int t = 0; t < T; ++t) {
     int lost = 0;
@@ -425,8 +424,8 @@ void DispatchPlanner::finish(const TokenRoutes& routes, DispatchPlan& out) {
       const float with = survivors + out.pair_weight[pair];
       survivors = dropped ? survivors : with;
     }
-    out.num_dropped += lost;
-    out.num_tokens_fully_dropped += lost == top_k_ ? 1 : 0;
+    dropped_pairs += lost;
+    fully_dropped += lost == top_k_ ? 1 : 0;
     if (policy_.renormalize_survivors && lost > 0) [[unlikely]] {
       rules::renormalize_survivors(top_k_, lost, survivors,
                                    &routes.weights[static_cast<int64_t>(t) * routes.num_ranked],
@@ -435,6 +434,8 @@ void DispatchPlanner::finish(const TokenRoutes& routes, DispatchPlan& out) {
   }
   out.num_kept = kept;
   out.num_rerouted = rerouted;
+  out.num_dropped = dropped_pairs;
+  out.num_tokens_fully_dropped = fully_dropped;
 }
 
 }  // namespace moe

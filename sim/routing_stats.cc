@@ -3,6 +3,25 @@
 #include <algorithm>
 
 namespace moe::sim {
+namespace {
+
+int bit(bool b) {  // & and | on 0/1 ints: no short-circuit branch
+  return static_cast<int>(b);
+}
+
+// What one consecutive pair adds (0 or 1 each), from the first and second choices of the earlier token (f0,
+// s0) and the later one (f1, s1), -1 for an unavailable or absent choice (top_k 1 passes -1 as second
+// choices, so that sharing a top-2 expert is sharing the first choice): both first choices the same; the
+// top-2 sets sharing an expert. Without branches (count_range runs it on every token).
+struct PairCounts {
+  int same_first, same_either;
+};
+PairCounts pair_counts(int32_t f0, int32_t s0, int32_t f1, int32_t s1) {
+  return {bit(f0 >= 0) & bit(f0 == f1), (bit(f0 >= 0) & (bit(f0 == f1) | bit(f0 == s1))) |
+                                            (bit(s0 >= 0) & (bit(s0 == f1) | bit(s0 == s1)))};
+}
+
+}  // namespace
 
 RoutingStatsCounter::RoutingStatsCounter(int num_experts, int top_k)
     : num_experts_(num_experts), top_k_(top_k), counts_(make_counts()) {}
@@ -19,11 +38,10 @@ RoutingStatsCounter::Last RoutingStatsCounter::token(std::span<const TokenMeta> 
 }
 
 void RoutingStatsCounter::pair(const Last& prev, const Last& next, RoutingStatsCounts& counts) const {
+  const PairCounts p = pair_counts(prev.first, prev.second, next.first, next.second);
   ++counts.consecutive;
-  const bool same_first = prev.first >= 0 && prev.first == next.first;
-  counts.same_first += same_first ? 1 : 0;
-  const auto in_next = [&](int32_t e) { return e >= 0 && (e == next.first || e == next.second); };
-  counts.same_either += (top_k_ < 2 ? same_first : in_next(prev.first) || in_next(prev.second)) ? 1 : 0;
+  counts.same_first += p.same_first;
+  counts.same_either += p.same_either;
 }
 
 void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const TokenRoutes& routes,
@@ -50,19 +68,13 @@ void RoutingStatsCounter::count_range(std::span<const TokenMeta> rows, const Tok
     // Without branches on the rows' pattern (prompt runs and decode rows alternate): every row computes the
     // pair with its predecessor in the range (itself for the first), and counts it when it is one.
     const TokenMeta& before = rows[t > first ? t - 1 : t];
-    const auto bit = [](bool b) { return static_cast<int>(b); };  // & and | on 0/1: no short-circuit branch
     const int linked = bit(t > first) & bit(before.request_id == rows[t].request_id) &
                        bit(before.position + 1 == rows[t].position);
     const int32_t* prev = t > first ? cur - R : cur;
-    const int32_t f0 = prev[0], f1 = cur[0];
-    const int32_t s0 = k >= 2 ? prev[1] : -1, s1 = k >= 2 ? cur[1] : -1;
-    const int first_same = bit(f0 >= 0) & bit(f0 == f1);
-    const int either = k < 2 ? first_same
-                             : (bit(f0 >= 0) & (bit(f0 == f1) | bit(f0 == s1))) |
-                                   (bit(s0 >= 0) & (bit(s0 == f1) | bit(s0 == s1)));
+    const PairCounts p = pair_counts(prev[0], k >= 2 ? prev[1] : -1, cur[0], k >= 2 ? cur[1] : -1);
     consecutive += linked;
-    same_first += linked & first_same;
-    same_either += linked & either;
+    same_first += linked & p.same_first;
+    same_either += linked & p.same_either;
   }
   if (use_local) {
     for (int c = 0; c < kCopies; ++c) {

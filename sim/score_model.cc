@@ -217,9 +217,8 @@ void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache&
   const size_t group = static_cast<size_t>(kMaxDrawn / E);
   const double c = noise_scale_;
   const uint64_t seed_hash = mix64(seed_);
-  const double* base = nullptr;
+  const double* base = nullptr;  // the topic of request base_id, once looked up
   uint64_t base_id = 0;
-  bool have_base = false;
   for (size_t i0 = 0; i0 < rows.size(); i0 += group) {
     const size_t m = std::min(group, rows.size() - i0);
     for (size_t r = 0; r < m; ++r) {
@@ -229,10 +228,9 @@ void ScoreModel::logits(std::span<const TokenMeta> rows, float* out, TopicCache&
     for (size_t r = 0; r < m; ++r) {
       // A prompt chunk's rows share their request: its topic is looked up once per run of rows (the pointer
       // stays valid until the cache is asked for another request).
-      if (!have_base || rows[i0 + r].request_id != base_id) {
+      if (base == nullptr || rows[i0 + r].request_id != base_id) {
         base_id = rows[i0 + r].request_id;
         base = cache.base(base_id);
-        have_base = true;
       }
       const float* n = noise + r * E;
       float* o = out + (i0 + r) * E;
