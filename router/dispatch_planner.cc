@@ -43,6 +43,7 @@ void sort_if_needed(std::vector<Key>& keys) {
 DispatchPlanner::DispatchPlanner(int num_experts, int top_k, DispatchPolicy policy)
     : num_experts_(num_experts), top_k_(top_k), policy_(policy) {
   check_planner_config(num_experts, top_k, policy_);
+  rule_ = RoutingRule::of(policy_);
   pool_count_.assign(num_experts_, 0);
   scratch_held_.assign(num_experts_, 0);
 }
@@ -171,7 +172,7 @@ PlanError DispatchPlanner::find_duplicate(std::span<const TokenMeta> meta) const
 PlanError DispatchPlanner::find_state_error(std::span<const TokenMeta> meta,
                                             const RoutingState* state) const {
   PlanError error;
-  const bool sequence = policy_.scope == CapacityScope::kSequence;
+  const bool sequence = rules::pools_prompt(policy_);
   if (sequence && state == nullptr) return error;  // every request's rows are its whole prompt
   const int num_groups = static_cast<int>(group_begin_.size()) - 1;
   for (int g = 0; g < num_groups; ++g) {
@@ -180,6 +181,13 @@ PlanError DispatchPlanner::find_state_error(std::span<const TokenMeta> meta,
     const RoutingState::Request* known = state ? state->find(id) : nullptr;
     if (sequence && (known == nullptr || known->prompt_length == 0)) {
       error.code = kPlanNotAdmitted;
+      error.row_a = error.row_b = first;
+      error.request_id = id;
+      error.position = meta[first].position;
+      return error;
+    }
+    if (known != nullptr && !known->rule.empty() && !(known->rule == rule_)) {
+      error.code = kPlanRuleMismatch;
       error.row_a = error.row_b = first;
       error.request_id = id;
       error.position = meta[first].position;
@@ -264,6 +272,7 @@ void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<con
     pool_count_[e] = 0;
   }
   request.next_position = meta[order_[end - 1]].position + 1;
+  request.rule = rule_;
 }
 
 int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
@@ -285,6 +294,11 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
   const rules::RouteArrays arrays = route_arrays(routes);
   if (first_decode > begin) {  // the prompt pool; a group of decode rows only neither reads nor changes it
     const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
+    // What the pool offers this batch: its budget at the batch's last prompt row (prefix scope: its
+    // horizon's).
+    const uint32_t first_row = request ? request->next_position : 0;
+    const uint32_t last_row = first_row + static_cast<uint32_t>(first_decode - 1 - begin);
+    const int64_t offered = rules::prompt_budget(policy_, last_row, prompt_length, top_k_, num_experts_);
     if (request != nullptr) {
       std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
     } else {
@@ -292,19 +306,21 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
     }
     int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
     rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
-                                  request ? request->next_position : 0, prompt_length, capacity,
-                                  pool_count_.data(), higher, out.pair_expert.data(), out.pair_status.data(),
-                                  place);
+                                  first_row, prompt_length, capacity, pool_count_.data(), higher,
+                                  out.pair_expert.data(), out.pair_status.data(), place);
     // Slots offered: what the prompt pool had left for this batch's prompt rows.
     for (int e = 0; e < num_experts_; ++e) {
       const int64_t held = request ? request->slots_held[e] : 0;
-      out.expert_capacity[e] += std::max<int64_t>(0, capacity - held);
+      out.expert_capacity[e] += std::max<int64_t>(0, offered - held);
     }
     if (request != nullptr) std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
     std::fill(pool_count_.begin(), pool_count_.end(), 0);
   }
   rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
-  if (request != nullptr) request->next_position = meta[order_[end - 1]].position + 1;
+  if (request != nullptr) {
+    request->next_position = meta[order_[end - 1]].position + 1;
+    request->rule = rule_;
+  }
   return end - first_decode;
 }
 
@@ -377,7 +393,8 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
       }
       break;
     }
-    case CapacityScope::kSequence: {
+    case CapacityScope::kSequence:
+    case CapacityScope::kPrefix: {
       // Each decode row is a pool of its own with decode_capacity slots per expert: their offers are added
       // once, after the groups (integer sums: the same totals).
       const int64_t decode_capacity = rules::request_capacity(policy_, 1, top_k_, num_experts_);
@@ -393,6 +410,9 @@ void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta>
     }
   }
   finish(routes, out);
+  if (state != nullptr && state->records() && rules::carries_routing_state(policy_)) {
+    state->record_rows(meta, routes.experts.data(), routes.num_ranked, out.pair_expert.data());
+  }
 }
 
 void DispatchPlanner::finish(const TokenRoutes& routes, DispatchPlan& out) {

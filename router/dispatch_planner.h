@@ -82,6 +82,7 @@ class DispatchPlanner {
   int num_experts_;
   int top_k_;
   DispatchPolicy policy_;
+  RoutingRule rule_;  // stamped on (and checked against) every request this planner plans under a state
 
   // Workspace, sized by reserve().
   std::vector<OrderKey> keys_;

@@ -36,11 +36,10 @@ Enum parse_enum(std::string_view what, std::string_view s,
                               ")");
 }
 
-constexpr std::pair<std::string_view, CapacityScope> kScopes[] = {{"batch", CapacityScope::kBatch},
-                                                                  {"request", CapacityScope::kRequest},
-                                                                  {"causal", CapacityScope::kCausal},
-                                                                  {"sequence", CapacityScope::kSequence},
-                                                                  {"none", CapacityScope::kNone}};
+constexpr std::pair<std::string_view, CapacityScope> kScopes[] = {
+    {"batch", CapacityScope::kBatch},   {"request", CapacityScope::kRequest},
+    {"causal", CapacityScope::kCausal}, {"sequence", CapacityScope::kSequence},
+    {"prefix", CapacityScope::kPrefix}, {"none", CapacityScope::kNone}};
 constexpr std::pair<std::string_view, CapacityRounding> kRoundings[] = {{"ceil", CapacityRounding::kCeil},
                                                                         {"floor", CapacityRounding::kFloor}};
 constexpr std::pair<std::string_view, Priority> kPriorities[] = {{"arrival", Priority::kArrival},
@@ -85,7 +84,7 @@ DispatchPolicy DispatchPolicy::mode(std::string_view name) {
     p.scope = CapacityScope::kBatch;
     p.priority = Priority::kArrival;
   } else if (name == "stable") {
-    p.scope = CapacityScope::kSequence;
+    p.scope = CapacityScope::kPrefix;
     p.priority = Priority::kRequest;
   } else if (name == "rank-only") {
     p.scope = CapacityScope::kBatch;

@@ -15,13 +15,17 @@ namespace moe {
 //   than
 //              max(1, min_capacity, round(cf * (p + 1) * k / E)) slots at e; counts carry across calls
 //   kSequence  one pool per (request, expert) for the request's whole prompt, sized from the prompt length L
-//   it
-//              was admitted with: C = max(1, min_capacity, round(cf * L * k / E)), claimed in (position, j)
-//              order across forward passes (counts carry in the RoutingState); each decode row (position >=
-//              L) is a pool of its own, C = max(1, min_capacity, round(cf * k / E)). Without a state, a
+//              it was admitted with: C = max(1, min_capacity, round(cf * L * k / E)), claimed in (position,
+//              j) order across forward passes (counts carry in the RoutingState); each decode row (position
+//              >= L) is a pool of its own, C = max(1, min_capacity, round(cf * k / E)). Without a state, a
 //              request's rows in the batch are its whole prompt (L = T_r).
+//   kPrefix    sequence scope whose budget at the prompt row at position p is sized from the prompt up to
+//              its horizon h = min(L, p + 1 + lookahead) instead of the whole prompt: the routing of
+//              positions 0..p depends on L only when L < p + 1 + lookahead, so a cached prefix of P positions
+//              routes the same for every prompt of at least P + lookahead tokens (prefix caching;
+//              docs/routing.md).
 //   kNone      dropless
-enum class CapacityScope { kBatch, kRequest, kCausal, kSequence, kNone };
+enum class CapacityScope { kBatch, kRequest, kCausal, kSequence, kNone, kPrefix };
 enum class CapacityRounding { kCeil, kFloor };
 // Order in which pairs claim slots inside one pool (after choice-major ordering):
 //   kArrival row order; kRequest ascending (request_id, position); kScore highest top-1 selection score
@@ -41,6 +45,10 @@ struct DispatchPolicy {
   // When on, a token that lost pairs has its surviving weights scaled so they sum to the weight of all
   // its k choices (off by default: survivors keep their weights).
   bool renormalize_survivors = false;
+  // kPrefix only: how many positions past a prompt row its budget looks ahead (the `lookahead` W of
+  // docs/routing.md section 2). kDefaultLookahead is the `stable` mode's.
+  uint32_t lookahead = kDefaultLookahead;
+  static constexpr uint32_t kDefaultLookahead = 64;
 
   // The largest capacity factor: far beyond any that drops a pair (cf >= E / k is dropless under batch
   // scope), and small enough that every capacity cf * T * k / E and every sum of them over a batch's pools
@@ -52,7 +60,7 @@ struct DispatchPolicy {
   // The rule validate() applies to capacity_factor: finite, > 0 and at most kMaxCapacityFactor.
   static void check_capacity_factor(double capacity_factor);
 
-  // Named modes: "greedy" (batch, arrival, drop), "stable" (sequence, request, drop), "rank-only"
+  // Named modes: "greedy" (batch, arrival, drop), "stable" (prefix, request, drop), "rank-only"
   // (batch, request, drop). Other fields keep their defaults. Throws for an unknown name.
   static DispatchPolicy mode(std::string_view name);
   static const std::vector<std::string>& mode_names();

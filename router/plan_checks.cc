@@ -77,9 +77,17 @@ void throw_if_plan_error(const PlanError& error) {
            std::to_string(error.expected) + " was expected");
     case kPlanNotAdmitted:
       fail("request " + std::to_string(error.request_id) +
-           ": sequence scope needs the request admitted with its prompt length before its first forward pass "
+           ": sequence and prefix scopes need the request admitted with its prompt length before its first "
+           "forward pass "
            "(RoutingState::admit), but the routing state does not hold it (row " +
            std::to_string(error.row_b) + ", position " + std::to_string(error.position) + ")");
+    case kPlanRuleMismatch:
+      fail(
+          "request " + std::to_string(error.request_id) +
+          ": its routing state was planned (or restored from a prefix cache) under another rule - capacity "
+          "factor, rounding, min_capacity, scope, overflow, reroute depth or lookahead - than this planner's "
+          "(row " +
+          std::to_string(error.row_b) + ", position " + std::to_string(error.position) + ")");
     case kPlanStateRowMismatch:
       fail("request " + std::to_string(error.request_id) + ": rows " + std::to_string(error.row_a) + " and " +
            std::to_string(error.row_b) + " name different routing-state rows");

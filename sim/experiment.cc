@@ -39,7 +39,7 @@ PolicySimulator::PolicySimulator(int num_experts, int top_k, const DispatchPolic
       planner_(num_experts, top_k, policy),
       state_(num_experts, top_k),
       prompt_length_(prompt_length),
-      sequence_(policy.scope == CapacityScope::kSequence && prompt_length != nullptr),
+      sequence_(rules::pools_prompt(policy) && prompt_length != nullptr),
       stateful_(sequence_ || policy.scope == CapacityScope::kCausal),
       step_load_(num_experts) {
   r_.expert_load.assign(num_experts, 0);
@@ -135,7 +135,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
 
   std::unordered_map<uint64_t, uint32_t> prompt_length;
   for (const DispatchPolicy& p : policies) {
-    if (p.scope != CapacityScope::kSequence) continue;
+    if (!rules::pools_prompt(p)) continue;
     for (const RequestSpec& r : requests) prompt_length[r.id] = r.prompt_len;
     break;
   }

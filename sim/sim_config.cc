@@ -103,8 +103,8 @@ std::vector<Setting> make_settings() {
   add({"min-capacity", "INT", "lower bound on any capacity", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.policy.min_capacity = to_int("min-capacity", v); },
        [](const SimConfig& c) { return std::to_string(c.policy.min_capacity); }});
-  add({"scope", "batch|request|causal|none", "capacity scope", kAllCommands, false, false, true,
-       [](SimConfig& c, const std::string& v) { c.policy.scope = parse_capacity_scope(v); },
+  add({"scope", "batch|request|causal|sequence|prefix|none", "capacity scope", kAllCommands, false, false,
+       true, [](SimConfig& c, const std::string& v) { c.policy.scope = parse_capacity_scope(v); },
        [](const SimConfig& c) { return std::string(to_string(c.policy.scope)); }});
   add({"priority", "arrival|request|score|random", "who claims slots first", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.policy.priority = parse_priority(v); },
@@ -115,6 +115,14 @@ std::vector<Setting> make_settings() {
   add({"reroute-depth", "INT", "ranks beyond top-k a rerouted pair may try", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.policy.reroute_depth = to_int("reroute-depth", v); },
        [](const SimConfig& c) { return std::to_string(c.policy.reroute_depth); }});
+  add({"lookahead", "INT", "prefix scope: positions past a prompt row that its budget covers", kAllCommands,
+       false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         const int w = to_int("lookahead", v);
+         if (w < 0) throw UsageError("--lookahead must be >= 0 (got " + v + ")");
+         c.policy.lookahead = static_cast<uint32_t>(w);
+       },
+       [](const SimConfig& c) { return std::to_string(c.policy.lookahead); }});
   add({"renormalize-survivors", "BOOL", "scale surviving weights of a token that lost pairs", kAllCommands,
        false, false, true,
        [](SimConfig& c, const std::string& v) {
@@ -406,6 +414,7 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
   policy["priority"] = std::string(to_string(c.policy.priority));
   policy["overflow"] = std::string(to_string(c.policy.overflow));
   policy["reroute_depth"] = c.policy.reroute_depth;
+  policy["lookahead"] = c.policy.lookahead;
   policy["seed"] = c.policy.seed;
   policy["renormalize_survivors"] = c.policy.renormalize_survivors;
   j["policy"] = policy;

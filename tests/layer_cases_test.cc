@@ -211,7 +211,7 @@ Batch CallBatch(int call, int64_t hidden, uint64_t seed) {
 // the last call ends in decode rows (positions at and past the prompt length). Other scopes: nothing.
 void AdmitCallRequests(const MoELayerConfig& config, int calls, uint64_t seed,
                        std::initializer_list<RoutingState*> states) {
-  if (config.policy.scope != CapacityScope::kSequence) return;
+  if (!rules::pools_prompt(config.policy)) return;
   const std::vector<std::vector<uint32_t>> rows = CallRows(calls, seed);
   for (int r = 0; r < kCallRequests; ++r) {
     uint32_t total = 0;
@@ -380,7 +380,7 @@ TEST_P(LayerCaseChunking, ChunkedPromptEqualsTheWholePrompt) {
   const LayerCase& c = lc();
   auto run = runner(c.config, weights(27));
   const int64_t d = c.shape.hidden;
-  const bool sequence = c.config.policy.scope == CapacityScope::kSequence;
+  const bool sequence = rules::pools_prompt(c.config.policy);
   constexpr uint64_t kProbe = 4242;
   constexpr uint32_t kPrompt = 40, kLen = 46;  // then 6 decode rows
   std::vector<TokenMeta> whole;

@@ -93,7 +93,7 @@ TEST(Layer, FingerprintNamesEverything) {
   EXPECT_EQ(fa.weights_hash, weights->content_hash());
   EXPECT_NE(fa.config_hash, fb.config_hash);
   EXPECT_EQ(fa.kernel, "invariant (gate invariant)");
-  EXPECT_EQ(fa.dispatch, "sequence/request/drop");
+  EXPECT_EQ(fa.dispatch, "prefix/request/drop");
   EXPECT_EQ(fb.dispatch, "batch/arrival/drop");
   EXPECT_EQ(fa.num_threads, 2);
   const std::string json = fa.to_json();

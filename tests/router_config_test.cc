@@ -133,7 +133,8 @@ TEST(DispatchPolicy, NamedModes) {
   EXPECT_EQ(greedy.priority, Priority::kArrival);
   EXPECT_EQ(greedy.overflow, Overflow::kDrop);
   const DispatchPolicy stable = DispatchPolicy::mode("stable");
-  EXPECT_EQ(stable.scope, CapacityScope::kSequence);
+  EXPECT_EQ(stable.scope, CapacityScope::kPrefix);
+  EXPECT_EQ(stable.lookahead, DispatchPolicy::kDefaultLookahead);
   EXPECT_EQ(stable.priority, Priority::kRequest);
   EXPECT_EQ(stable.overflow, Overflow::kDrop);
   const DispatchPolicy rank_only = DispatchPolicy::mode("rank-only");

@@ -11,6 +11,7 @@
 #include "base/splitmix64.h"
 #include "router/dispatch_planner.h"
 #include "router/topk_router.h"
+#include "tests/support/serving_trial.h"
 
 namespace moe {
 namespace {
@@ -290,6 +291,118 @@ TEST(Invariance, SequencePlanIgnoresChunkingStrangersAndOrder) {
     ASSERT_EQ(served, reference) << "trial " << trial << ": prompt " << prompt << ", decode " << decode;
   }
   EXPECT_GT(probe_drops, 0) << "capacity must bind for the property to mean anything";
+}
+
+// One row's pairs under a serving engine (tests/support/serving_trial.h).
+struct RowOutcome {
+  Outcome pair[kTopK];
+  bool operator==(const RowOutcome&) const = default;
+};
+
+// The CPU planner's forward pass over serving rows: each row's logits from its content (the token it holds)
+// and position, planned with `state`.
+std::vector<RowOutcome> PlanServingRows(const std::vector<moe::testing::ServingRow>& rows,
+                                        const DispatchPolicy& policy, RoutingState& state) {
+  Batch b;
+  for (const auto& r : rows) b.meta.push_back(r.meta);
+  b.logits.resize(rows.size() * kExperts);
+  for (size_t t = 0; t < rows.size(); ++t)
+    TokenLogits(rows[t].content, rows[t].meta.position, &b.logits[t * kExperts]);
+  const DispatchPlan plan = PlanBatch(b, policy, &state);
+  std::vector<RowOutcome> out(rows.size());
+  for (size_t t = 0; t < rows.size(); ++t) {
+    for (int j = 0; j < kTopK; ++j) {
+      const size_t p = t * kTopK + j;
+      out[t].pair[j] = {plan.pair_expert[p], std::bit_cast<uint32_t>(plan.pair_weight[p]),
+                        plan.pair_status[p]};
+    }
+  }
+  return out;
+}
+
+struct ServingTally {
+  int trials = 0, mismatched = 0, cached = 0, preempted = 0, speculated = 0, rolled_back = 0;
+  int64_t probe_drops = 0;
+};
+
+// Draws `trials` serving trials under `policy` (overflow, capacity factor and lookahead varied) and replays
+// each; counts the trials whose probe differs from the probe alone.
+ServingTally ServeProbes(DispatchPolicy base, int trials, uint64_t seed,
+                         const moe::testing::ServingDrawOptions& opt, bool expect_equal) {
+  std::mt19937_64 rng(seed);
+  ServingTally tally;
+  const uint32_t lookaheads[] = {0, 2, 8, 64};
+  for (int trial = 0; trial < trials; ++trial) {
+    DispatchPolicy p = base;
+    p.overflow = trial % 2 ? Overflow::kReroute : Overflow::kDrop;
+    p.reroute_depth = 2;
+    p.capacity_factor = trial % 3 == 0 ? 0.75 : 1.0;
+    p.lookahead = lookaheads[(trial / 2) % 4];
+    const moe::testing::ServingTrial t = moe::testing::DrawServingTrial(rng, p, opt);
+    RoutingState alone(kExperts, kTopK);
+    alone.admit(t.probe, t.prompt_length);
+    const std::vector<RowOutcome> reference = PlanServingRows(moe::testing::ProbeAloneRows(t), p, alone);
+    for (const RowOutcome& r : reference) {
+      for (const Outcome& o : r.pair) tally.probe_drops += o.status == PairStatus::kDropped;
+    }
+    RoutingState state(kExperts, kTopK, /*record=*/true);
+    const std::vector<RowOutcome> served = moe::testing::ReplayServingTrial<RowOutcome>(
+        t, state, [&](const std::vector<moe::testing::ServingRow>& rows, RoutingState& st) {
+          return PlanServingRows(rows, p, st);
+        });
+    ++tally.trials;
+    tally.cached += t.cached > 0;
+    tally.preempted += t.preemptions > 0;
+    tally.speculated += t.rejected > 0;
+    tally.rolled_back += t.prompt_rollbacks > 0;
+    if (served != reference) {
+      ++tally.mismatched;
+      if (expect_equal) {
+        ADD_FAILURE() << "trial " << trial << ": " << t.describe();
+        return tally;
+      }
+    }
+    EXPECT_EQ(state.num_requests(), 0u);
+  }
+  return tally;
+}
+
+// Prefix scope (the stable mode) under everything a serving engine does (docs/determinism.md clause 2b): a
+// probe whose first P positions come from a prefix cache (a writer that shared them, with another prompt
+// length where prefix_cache_salt allows), prefilled in random chunks, decoding with speculative drafts partly
+// rejected, preempted and recomputed from a shorter cached prefix, its prompt partly rolled back, among
+// strangers doing the same, rows shuffled: 2400 draws, each equal to the probe alone in one call.
+TEST(Invariance, PrefixScopeServesCachedPreemptedAndSpeculatedProbesAsAlone) {
+  const ServingTally t = ServeProbes(DispatchPolicy::mode("stable"), 2400, 77, {}, true);
+  EXPECT_EQ(t.mismatched, 0);
+  EXPECT_GT(t.probe_drops, 0) << "capacity must bind for the property to mean anything";
+  EXPECT_GT(t.cached, t.trials / 2);
+  EXPECT_GT(t.preempted, t.trials / 10);
+  EXPECT_GT(t.speculated, t.trials / 10);
+  EXPECT_GT(t.rolled_back, t.trials / 20);
+}
+
+// The same engine for causal scope (no decision depends on the prompt length) and for sequence scope with
+// a cache keyed by its salt (the prompt length): both are serving-invariant too.
+TEST(Invariance, CausalAndSaltedSequenceScopesServeProbesAsAlone) {
+  DispatchPolicy causal = DispatchPolicy::mode("stable");
+  causal.scope = CapacityScope::kCausal;
+  EXPECT_EQ(ServeProbes(causal, 600, 78, {}, true).mismatched, 0);
+  DispatchPolicy sequence = DispatchPolicy::mode("stable");
+  sequence.scope = CapacityScope::kSequence;
+  EXPECT_EQ(ServeProbes(sequence, 600, 79, {}, true).mismatched, 0);
+}
+
+// Counter-check, the bug prefix scope fixes: sequence scope sizes a prompt's budget from its whole length, so
+// a prefix cached by a request of another prompt length (a cache keyed by tokens alone) is not the probe's
+// routing - the probe served with it differs from the probe alone.
+TEST(Invariance, SequenceScopeWithATokenKeyedCacheDiverges) {
+  DispatchPolicy sequence = DispatchPolicy::mode("stable");
+  sequence.scope = CapacityScope::kSequence;
+  moe::testing::ServingDrawOptions forge;
+  forge.forge = true;
+  const ServingTally t = ServeProbes(sequence, 600, 80, forge, false);
+  EXPECT_GT(t.mismatched, t.trials / 10) << t.mismatched << " of " << t.trials;
 }
 
 }  // namespace

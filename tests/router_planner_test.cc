@@ -334,6 +334,50 @@ TEST(Planner, SequenceWorkedExample) {
   }
 }
 
+// docs/routing.md's prefix-scope worked example: the prompt above under lookahead W = 2. Row p sees the
+// prompt up to its horizon h = min(L, p + 3): budget ceil(h * 2 / 4) = 2, 2, 3, 3, 4, 4, 4, 4 for L = 8.
+// p0..p7 = KK KD KK KK KK KD KD DD (5 drops, as under sequence scope, but others). The first 6 positions
+// (P = 6: L >= P + W) route the same for a prompt of 12 tokens, whose later rows see more (h 9, 10, ...):
+// a cached prefix of 6 positions serves both; position 6 differs (its horizon is cut by L = 8).
+TEST(Planner, PrefixWorkedExample) {
+  const std::vector<std::vector<int32_t>> prompt = {{0, 3}, {0, 3}, {2, 3}, {2, 3},
+                                                    {0, 3}, {2, 3}, {2, 3}, {2, 3}};
+  DispatchPolicy p = Policy(CapacityScope::kPrefix, Priority::kRequest, 1.0);
+  p.lookahead = 2;
+  const std::vector<PairStatus> want = {kKept, kKept, kKept, kDropped, kKept, kKept,    kKept,    kKept,
+                                        kKept, kKept, kKept, kDropped, kKept, kDropped, kDropped, kDropped};
+  for (const std::vector<int>& chunks : {std::vector<int>{8}, {3, 5}, {1, 1, 6}, {5, 2, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(chunks));
+    RoutingState state(4, 2);
+    state.admit(7, 8);
+    DispatchPlanner planner(4, 2, p);
+    const std::vector<DispatchPlan> plans = PlanPromptInChunks(planner, state, 7, 4, 2, prompt, chunks);
+    // Slots offered by the first pass: the budget at its last row's horizon.
+    const int64_t first_budget = chunks.front() >= 5 ? 4 : chunks.front() >= 3 ? 3 : 2;
+    EXPECT_EQ(plans.front().expert_capacity, std::vector<int64_t>(4, first_budget));
+    std::vector<PairStatus> got;
+    for (const DispatchPlan& plan : plans)
+      got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(state.find(7)->slots_held, (std::vector<int32_t>{3, 0, 4, 4}));
+    EXPECT_EQ(state.find(7)->higher_choices, (std::vector<int32_t>{3, 0, 5, 0, 3, 0, 5, 8}));
+  }
+  // A 12-token prompt beginning with the same 8 rows: the first 6 positions route alike, position 6 not.
+  std::vector<std::vector<int32_t>> longer = prompt;
+  for (int i = 0; i < 4; ++i) longer.push_back({1, 0});
+  RoutingState state(4, 2);
+  state.admit(8, 12);
+  DispatchPlanner planner(4, 2, p);
+  const std::vector<DispatchPlan> plans = PlanPromptInChunks(planner, state, 8, 4, 2, longer, {12});
+  const std::vector<PairStatus>& got = plans.front().pair_status;
+  EXPECT_TRUE(std::equal(want.begin(), want.begin() + 12, got.begin()));
+  EXPECT_EQ(got[13], kKept) << "position 6's second choice: its horizon 9 gives budget 5";
+  EXPECT_EQ(prefix_cache_salt(p, 6, 8), 0u);
+  EXPECT_EQ(prefix_cache_salt(p, 6, 12), 0u);
+  EXPECT_EQ(prefix_cache_salt(p, 7, 8), 8u);
+  EXPECT_EQ(prefix_cache_salt(p, 7, 12), 0u);
+}
+
 // The reserve in exact integers, as docs/routing.md gives it.
 TEST(Planner, SequenceReserve) {
   // Rank 1 (h = the first choices so far): round(3 * (h + 1) * n / (2 * (p + 1 + E))), halves up.
@@ -462,7 +506,7 @@ TEST(Planner, SequenceLifecycleErrorsChangeNothing) {
   RoutingState state(4, 2);
   // Not admitted.
   ExpectInvalid([&] { Plan(p, two, OneRequest(2, 5), &state); },
-                "request 5: sequence scope needs the request admitted");
+                "request 5: sequence and prefix scopes need the request admitted");
   EXPECT_EQ(state.num_requests(), 0u);
   state.admit(5, 6);
   ExpectInvalid([&] { state.admit(5, 6); }, "request 5 is already admitted");
@@ -475,7 +519,11 @@ TEST(Planner, SequenceLifecycleErrorsChangeNothing) {
   const RoutingState::Request before = *state.find(5);
   ExpectInvalid([&] { Plan(p, two, OneRequest(2, 5), &state); }, "row 0 has position 0 where 2 was expected");
   // A stranger in the same batch that was not admitted: the whole batch is refused, state untouched.
-  ExpectInvalid([&] { Plan(p, two, {{5, 2}, {6, 0}}, &state); }, "request 6: sequence scope needs");
+  ExpectInvalid(
+      [&] {
+        Plan(p, two, {{5, 2}, {6, 0}}, &state);
+      },
+      "request 6: sequence and prefix scopes need");
   EXPECT_EQ(state.find(5)->slots_held, before.slots_held);
   EXPECT_EQ(state.find(5)->next_position, before.next_position);
   // A state made for another layer shape.

@@ -56,7 +56,7 @@ json_check "run json sums" "j['kept']+j['rerouted']+j['dropped']==j['pairs'] and
 expect_ok "run continuous --json" run --json --token-budget 128 --decode-len fixed:8 --arrival-rate 0.5 --quiet
 json_check "continuous per-step stats" "j['steps']>1 and 'per_step' in j and 'drop_rate_max' in j['per_step'] and j['per_step']['peak_load_vs_nominal_max']>0 and 'per_step_mean' in j['capacity']"
 expect_ok "run preset + overrides" run --json --preset qwen2-moe --top-k 2 --mode stable --priority score
-json_check "precedence" "j['config']['router']['num_experts']==60 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='sequence' and j['config']['policy']['priority']=='score'"
+json_check "precedence" "j['config']['router']['num_experts']==60 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='prefix' and j['config']['policy']['lookahead']==64 and j['config']['policy']['priority']=='score'"
 
 # Same seed -> byte-identical JSON; another seed differs.
 "$SIM" run --json --seed 7 --token-budget 100 >"$TMP/a.json" 2>/dev/null
@@ -76,7 +76,7 @@ requests = 6
 prompt-len = "lognormal:mean=100,sigma=0.5"
 TOML
 expect_ok "scenario" run --json --scenario "$TMP/s.toml" --top-k 2
-json_check "scenario values, flag overrides" "j['config']['router']['num_experts']==16 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='sequence' and j['requests']==6"
+json_check "scenario values, flag overrides" "j['config']['router']['num_experts']==16 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='prefix' and j['requests']==6"
 expect_ok "shipped scenario" run --scenario "$(dirname "$0")/../sim/scenarios/serving.toml" --quiet
 echo "bogus-key = 1" >"$TMP/bad.toml"
 expect_error "scenario unknown key" 2 "unknown setting" run --scenario "$TMP/bad.toml"

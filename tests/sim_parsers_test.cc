@@ -259,7 +259,7 @@ TEST(SimScenario, EveryFlagHasAKeyAndFlagsOverride) {
   const SimConfig c = build_config(with_flag);
   EXPECT_EQ(c.router.num_experts, 16);
   EXPECT_EQ(c.router.top_k, 2);
-  EXPECT_EQ(c.policy.scope, CapacityScope::kSequence);  // the stable mode
+  EXPECT_EQ(c.policy.scope, CapacityScope::kPrefix);  // the stable mode
   EXPECT_EQ(c.sweep.axes.size(), 2u);
   EXPECT_TRUE(c.json);
   EXPECT_EQ(c.workload.prompt_len.to_string(), "lognormal:mean=512,sigma=0.8");
@@ -297,8 +297,8 @@ TEST(SimConfigTest, PresetAndModeComeFirstThenExplicitSettings) {
   EXPECT_EQ(c.router.num_experts, 60);  // from the preset
   EXPECT_EQ(c.router.top_k, 2);         // explicit beats preset
   EXPECT_FALSE(c.router.renormalize);
-  EXPECT_EQ(c.policy.scope, CapacityScope::kSequence);  // from the mode
-  EXPECT_EQ(c.policy.priority, Priority::kScore);       // explicit beats mode
+  EXPECT_EQ(c.policy.scope, CapacityScope::kPrefix);  // from the mode
+  EXPECT_EQ(c.policy.priority, Priority::kScore);     // explicit beats mode
   expect_throw_with<UsageError>([] { build_config({{"top-k", "9"}}); }, "top_k (9) exceeds num_experts (8)");
   expect_throw_with<UsageError>([] { build_config({{"capacity-factor", "-1"}}); }, "capacity_factor must be");
   expect_throw_with<UsageError>([] { build_config({{"mode", "fast"}}); }, "unknown dispatch mode 'fast'");

@@ -224,7 +224,7 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
     w->token_state_row = cuda::DeviceBuffer<int32_t>(T);
     w->slots_held = cuda::DeviceBuffer<int32_t>(T * E);
     w->next_position = cuda::DeviceBuffer<uint32_t>(T);
-    if (config_.policy.scope == CapacityScope::kSequence) {
+    if (rules::pools_prompt(config_.policy)) {
       w->prompt_length = cuda::DeviceBuffer<uint32_t>(T);
       w->higher_choices =
           cuda::DeviceBuffer<int32_t>(T * rules::sequence_counts_size(top_k(), num_experts()));
@@ -438,9 +438,9 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
   CUDA_CHECK(cudaMemcpyAsync(w.meta.data(), meta.data(), T * sizeof(TokenMeta), cudaMemcpyHostToDevice, s));
   DeviceRoutingTable device_state;
   const bool use_state = state != nullptr && rules::carries_routing_state(config_.policy);
-  const bool sequence = config_.policy.scope == CapacityScope::kSequence;
+  const bool sequence = rules::pools_prompt(config_.policy);
   if (use_state) {
-    table_.build(meta, *state, num_experts(), top_k());
+    table_.build(meta, *state, num_experts(), top_k(), RoutingRule::of(config_.policy));
     const size_t rows = static_cast<size_t>(table_.num_rows());
     CUDA_CHECK(cudaMemcpyAsync(w.token_state_row.data(), table_.token_row.data(), T * sizeof(int32_t),
                                cudaMemcpyHostToDevice, s));
@@ -483,7 +483,15 @@ void CudaMoELayer::forward(const float* x, int num_tokens, std::span<const Token
   throw_if_device_error();
 
   std::memcpy(y, w.host_y.data(), T * d * sizeof(float));
-  if (use_state) table_.write_back(*state);
+  if (use_state) {
+    table_.write_back(*state, RoutingRule::of(config_.policy));
+    if (state->records()) {  // the records come from the plan and the routes (one more readback)
+      const DispatchPlan& plan = last_plan();
+      route_choices_.resize(static_cast<size_t>(T) * num_ranked_);
+      w.route_experts.download(route_choices_.data(), route_choices_.size(), s);
+      state->record_rows(meta, route_choices_.data(), num_ranked_, plan.pair_expert.data());
+    }
+  }
   if (stats != nullptr) {
     const int64_t* c = w.host_counts.data();
     stats->num_tokens = num_tokens;

@@ -119,8 +119,9 @@ class CudaMoELayer final : public Layer {
   int device_ = 0;
   int64_t hidden_ = 0;
   int num_ranked_ = 0;
-  int last_tokens_ = 0;  // rows of the last forward_device()
-  DispatchPlan plan_;    // last_plan()'s copy
+  int last_tokens_ = 0;                 // rows of the last forward_device()
+  DispatchPlan plan_;                   // last_plan()'s copy
+  std::vector<int32_t> route_choices_;  // forward() with a recording state: the routes' experts, host copy
   bool plan_stale_ = true;
   bool has_shared_ = false;
   bool has_shared_gate_ = false;

@@ -127,8 +127,9 @@ std::string MoELayerConfig::describe() const {
     << " min_capacity=" << policy.min_capacity << " scope=" << to_string(policy.scope)
     << " priority=" << to_string(policy.priority) << " overflow=" << to_string(policy.overflow)
     << " reroute_depth=" << policy.reroute_depth << " seed=" << policy.seed
-    << " renormalize_survivors=" << policy.renormalize_survivors
-    << "} expert_kernel=" << to_string(expert_kernel) << " gate_kernel=" << to_string(gate_kernel)
+    << " renormalize_survivors=" << policy.renormalize_survivors;
+  if (policy.scope == CapacityScope::kPrefix) s << " lookahead=" << policy.lookahead;
+  s << "} expert_kernel=" << to_string(expert_kernel) << " gate_kernel=" << to_string(gate_kernel)
     << " activation=" << (activation == kernels::Activation::kSwiGLU ? "swiglu" : "gelu");
   if (compute != kernels::ComputePrecision::kF32) s << " compute=" << to_string(compute);
   return s.str();

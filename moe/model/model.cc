@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "moe/model/ops.h"
+#include "router/rules/capacity.h"
 
 namespace moe::model {
 namespace {
@@ -105,11 +106,11 @@ void Model::validate_rows(std::span<const BatchRow> rows) const {
     }
     auto it = next.find(row.request_id);
     if (it == next.end()) {
-      if (options_.policy.scope == CapacityScope::kSequence && !is_live(row.request_id)) {
-        throw std::invalid_argument("Model::forward: row " + std::to_string(r) + ": request " +
-                                    std::to_string(row.request_id) +
-                                    " was not admitted (sequence scope needs Model::admit with its prompt "
-                                    "length before its first forward pass)");
+      if (rules::pools_prompt(options_.policy) && !is_live(row.request_id)) {
+        throw std::invalid_argument(
+            "Model::forward: row " + std::to_string(r) + ": request " + std::to_string(row.request_id) +
+            " was not admitted (sequence and prefix scopes need Model::admit with its prompt "
+            "length before its first forward pass)");
       }
       it = next.emplace(row.request_id, cache_length(row.request_id)).first;
     }

@@ -69,7 +69,7 @@ MoELayerConfig ModelOptions::layer_config(const ModelShape& shape) const {
 }
 
 const std::vector<std::string>& ModelOptions::dispatch_mode_names() {
-  static const std::vector<std::string> names = {"greedy",  "rank-only", "stable",
+  static const std::vector<std::string> names = {"greedy",  "rank-only", "stable",  "sequence",
                                                  "request", "causal",    "dropless"};
   return names;
 }
@@ -81,6 +81,9 @@ DispatchPolicy ModelOptions::dispatch_mode(std::string_view name, double capacit
   } else if (name == "request") {
     p = DispatchPolicy::mode("stable");
     p.scope = CapacityScope::kRequest;
+  } else if (name == "sequence") {
+    p = DispatchPolicy::mode("stable");
+    p.scope = CapacityScope::kSequence;
   } else if (name == "causal") {
     p = DispatchPolicy::mode("stable");
     p.scope = CapacityScope::kCausal;

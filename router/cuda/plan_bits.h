@@ -26,7 +26,7 @@ struct PlanKeyBits {
   MOE_HD PlanKeyBits() {}
   MOE_HD PlanKeyBits(int64_t num_tokens, int num_experts, int top_k, CapacityScope scope) {
     const bool grouped = scope == CapacityScope::kRequest || scope == CapacityScope::kCausal ||
-                         scope == CapacityScope::kSequence;
+                         scope == CapacityScope::kSequence || scope == CapacityScope::kPrefix;
     group = grouped ? bits_below(num_tokens) : 0;
     expert = bits_below(num_experts);
     choice = bits_below(top_k);

@@ -119,7 +119,7 @@ struct Ctx {
   int64_t* capacity_partial;
 
   MOE_HD bool grouped() const { return rules::pools_per_request(policy); }
-  MOE_HD bool sequence() const { return scope == CapacityScope::kSequence; }
+  MOE_HD bool sequence() const { return rules::pools_prompt(policy); }
   // The state row of group g's request (-1: none).
   MOE_HD int group_row(int g) const { return state_row ? state_row[order[group_begin[g]]] : -1; }
   MOE_HD int num_groups() const { return group_of[T - 1] + 1; }
@@ -327,7 +327,8 @@ struct ExpertCapacity {
         c.capacity[e] = c.T > 0 ? c.group_cap_sum[c.T - 1] : 0;
         break;
       case CapacityScope::kCausal:
-      case CapacityScope::kSequence: {
+      case CapacityScope::kSequence:
+      case CapacityScope::kPrefix: {
         // Sum over requests of (budget of the request's last pool - slots held before this batch), at least
         // 0, plus the decode rows' slots (sequence): the partial sums of StatefulCapacityPartial, added in
         // chunk order.
@@ -376,7 +377,11 @@ struct StatefulGroupInfo {
       return;
     }
     const SequenceGroup s = sequence_group(c, g);
-    c.group_cap[g] = s.prompt_end > b ? rules::request_capacity(c.policy, s.prompt_length, c.k, c.E) : 0;
+    // The prompt pool's budget at the batch's last prompt row (sequence scope: the whole prompt's).
+    const uint32_t last_row = s.first_row + static_cast<uint32_t>(s.prompt_end - b - 1);
+    c.group_cap[g] = s.prompt_end > b ? rules::prompt_budget(c.policy, last_row,
+                                                             static_cast<uint32_t>(s.prompt_length), c.k, c.E)
+                                      : 0;
     c.group_cap_sum[g] = int64_t{bn - s.prompt_end} * rules::request_capacity(c.policy, 1, c.k, c.E);
   }
 };

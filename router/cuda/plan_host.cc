@@ -11,7 +11,7 @@
 namespace moe::cuda {
 
 void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts,
-                              int top_k) {
+                              int top_k, const RoutingRule& rule) {
   row_of_.clear();
   request_ids.clear();
   token_row.resize(meta.size());
@@ -28,6 +28,15 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
   higher_choices.assign(request_ids.size() * counts_size, 0);
   for (size_t r = 0; r < request_ids.size(); ++r) {
     if (const RoutingState::Request* known = state.find(request_ids[r])) {
+      if (!known->rule.empty() && !(known->rule == rule)) {
+        PlanError error;
+        error.code = kPlanRuleMismatch;
+        error.request_id = request_ids[r];
+        const auto first = std::find(token_row.begin(), token_row.end(), static_cast<int32_t>(r));
+        error.row_a = error.row_b = static_cast<int32_t>(first - token_row.begin());
+        error.position = meta[error.row_b].position;
+        throw_if_plan_error(error);
+      }
       std::copy(known->slots_held.begin(), known->slots_held.end(), slots_held.begin() + r * E);
       if (known->higher_choices.size() == counts_size) {  // else never decided (sized on first use)
         std::copy(known->higher_choices.begin(), known->higher_choices.end(),
@@ -39,7 +48,7 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
   }
 }
 
-void RoutingStateTable::write_back(RoutingState& state) const {
+void RoutingStateTable::write_back(RoutingState& state, const RoutingRule& rule) const {
   const size_t E = static_cast<size_t>(state.num_experts());
   for (size_t r = 0; r < request_ids.size(); ++r) {
     RoutingState::Request& request = state.get_or_create(request_ids[r]);
@@ -49,6 +58,7 @@ void RoutingStateTable::write_back(RoutingState& state) const {
                                     higher_choices.begin() + (r + 1) * counts_size);
     }
     request.next_position = next_position[r];
+    request.rule = rule;
   }
 }
 
@@ -68,7 +78,8 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
 
   const bool use_state = rules::carries_routing_state(policy_) && state != nullptr;
   RoutingStateTable table;
-  if (use_state) table.build(meta, *state, E, top_k_);
+  const RoutingRule rule = RoutingRule::of(policy_);
+  if (use_state) table.build(meta, *state, E, top_k_, rule);
 
   PlanInputs in;
   in.num_tokens = T;
@@ -119,7 +130,10 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
   out.num_rerouted = counts[1];
   out.num_dropped = counts[2];
   out.num_tokens_fully_dropped = counts[3];
-  if (use_state) table.write_back(*state);
+  if (use_state) {
+    table.write_back(*state, rule);
+    state->record_rows(meta, routes.experts.data(), routes.num_ranked, out.pair_expert.data());
+  }
 }
 
 }  // namespace moe::cuda

@@ -31,11 +31,13 @@ struct RoutingStateTable {
   size_t counts_size = 0;               // top_k * E
 
   // Rows for the requests of `meta`; a request `state` knows starts from its state, a new one from zero (and
-  // prompt length 0: not admitted).
-  void build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts, int top_k);
-  // Stores every row in `state` (creating the requests it does not know yet: causal scope). Call after a
-  // successful plan.
-  void write_back(RoutingState& state) const;
+  // prompt length 0: not admitted). Throws std::invalid_argument (kPlanRuleMismatch, the CPU planner's words)
+  // when a request of `state` was planned or restored under another rule than `rule`.
+  void build(std::span<const TokenMeta> meta, const RoutingState& state, int num_experts, int top_k,
+             const RoutingRule& rule);
+  // Stores every row in `state` (creating the requests it does not know yet: causal scope), stamped with
+  // `rule`. Call after a successful plan.
+  void write_back(RoutingState& state, const RoutingRule& rule) const;
   int num_rows() const { return static_cast<int>(request_ids.size()); }
 
  private:

@@ -8,6 +8,7 @@
 #include "router/cuda/plan_bits.h"
 #include "router/plan_checks.h"
 #include "router/rules/capacity.h"
+#include "router/rules/plan_rules.h"
 
 namespace moe::cuda {
 namespace {
@@ -61,9 +62,11 @@ void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOut
   if (rules::carries_routing_state(shape.policy) && in.token_state_row != nullptr) {
     need(in.state_slots_held, "inputs.state_slots_held (token_state_row is set)");
     need(in.state_next_position, "inputs.state_next_position (token_state_row is set)");
-    if (shape.policy.scope == CapacityScope::kSequence) {
-      need(in.state_prompt_length, "inputs.state_prompt_length (sequence scope, token_state_row is set)");
-      need(in.state_higher_choices, "inputs.state_higher_choices (sequence scope, token_state_row is set)");
+    if (rules::pools_prompt(shape.policy)) {
+      need(in.state_prompt_length,
+           "inputs.state_prompt_length (sequence/prefix scope, token_state_row is set)");
+      need(in.state_higher_choices,
+           "inputs.state_higher_choices (sequence/prefix scope, token_state_row is set)");
     }
   }
   need(out.pair_expert, "outputs.pair_expert");
@@ -84,7 +87,7 @@ PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
   const size_t E = static_cast<size_t>(shape.num_experts);
   size_t count_rows = 1;
   const CapacityScope scope = shape.policy.scope;
-  const bool stateful = scope == CapacityScope::kCausal || scope == CapacityScope::kSequence;
+  const bool stateful = rules::carries_routing_state(shape.policy);
   if (stateful || (scope == CapacityScope::kRequest && shape.policy.overflow == Overflow::kReroute)) {
     count_rows = T;
   }
@@ -107,7 +110,7 @@ PlanWorkspaceLayout::PlanWorkspaceLayout(const PlanShape& shape) {
   pair_aux = take((P + 1) * 4);
   overflow = take(P * 4);
   group_counts = take(count_rows * E * 4);
-  group_higher = take(scope == CapacityScope::kSequence ? P * E * 4 : 4);  // T * k * E
+  group_higher = take(rules::pools_prompt(shape.policy) ? P * E * 4 : 4);  // T * k * E
   capacity_partial = take(stateful ? ((T + 255) / 256) * E * 8 : 8);
   bytes = at;
 }

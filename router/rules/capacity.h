@@ -42,8 +42,30 @@ MOE_HD inline int64_t request_capacity(const DispatchPolicy& p, int64_t num_toke
   return max_of(1, batch_capacity(p, num_tokens, top_k, num_experts));
 }
 
-// Sequence scope: the budget per expert of a request's whole prompt is request_capacity(prompt_length); a
-// decode row's is request_capacity(1), at least 1.
+// Sequence and prefix scopes: a request's prompt is one pool per expert, claimed in (position, j) order
+// across forward passes; each decode row (position >= L) is a pool of its own with budget
+// request_capacity(1) >= 1.
+MOE_HD inline bool pools_prompt(const DispatchPolicy& p) {
+  return p.scope == CapacityScope::kSequence || p.scope == CapacityScope::kPrefix;
+}
+
+// The horizon of the prompt row at `position` of a prompt of `prompt_length` (L) tokens: the prompt positions
+// its budget and its reserve look at. Sequence scope: the whole prompt, L. Prefix scope: the positions up to
+// `lookahead` past the row, min(L, position + 1 + lookahead), so that the decision at a position depends on
+// L only within `lookahead` of the prompt's end. position < L.
+MOE_HD inline uint32_t prompt_horizon(const DispatchPolicy& p, uint32_t position, uint32_t prompt_length) {
+  if (p.scope != CapacityScope::kPrefix) return prompt_length;
+  const uint64_t reach = uint64_t{position} + 1 + p.lookahead;
+  return reach < prompt_length ? static_cast<uint32_t>(reach) : prompt_length;
+}
+
+// The prompt pool's budget per expert at the prompt row at `position`: request_capacity(horizon). Sequence
+// scope: request_capacity(L) at every row.
+MOE_HD inline int64_t prompt_budget(const DispatchPolicy& p, uint32_t position, uint32_t prompt_length,
+                                    int top_k, int num_experts) {
+  return request_capacity(p, prompt_horizon(p, position, prompt_length), top_k, num_experts);
+}
+
 //
 // Causal scope: a token at `position` may take a slot at an expert while its request's earlier tokens hold
 // fewer than this many there.

@@ -13,6 +13,7 @@ enum PlanErrorCode : int32_t {
   kPlanNonContiguousPosition = 2,  // causal: positions not contiguous from the request's next position
   kPlanStateRowMismatch = 3,       // causal (GPU table): tokens of one request name different state rows
   kPlanNotAdmitted = 4,            // sequence: a request the routing state has not admitted
+  kPlanRuleMismatch = 5,           // a request whose state was planned (or restored) under another rule
 };
 
 // Trivially copyable: it crosses the host/device boundary as bytes.

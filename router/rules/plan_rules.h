@@ -15,6 +15,7 @@
 
 #include "base/host_device.h"
 #include "router/dispatch_policy.h"
+#include "router/rules/capacity.h"
 #include "router/token_meta.h"
 
 namespace moe {
@@ -26,17 +27,15 @@ namespace rules {
 // Which tokens claim in (request_id, position) order: request priority, and the scopes whose decisions follow
 // a request's positions (causal, sequence) whatever the priority.
 MOE_HD inline bool orders_by_request(const DispatchPolicy& p) {
-  return p.priority == Priority::kRequest || p.scope == CapacityScope::kCausal ||
-         p.scope == CapacityScope::kSequence;
+  return p.priority == Priority::kRequest || p.scope == CapacityScope::kCausal || pools_prompt(p);
 }
 // Whether every request of a batch is its own pool (or pools): request, causal and sequence scopes.
 MOE_HD inline bool pools_per_request(const DispatchPolicy& p) {
-  return p.scope == CapacityScope::kRequest || p.scope == CapacityScope::kCausal ||
-         p.scope == CapacityScope::kSequence;
+  return p.scope == CapacityScope::kRequest || p.scope == CapacityScope::kCausal || pools_prompt(p);
 }
 // Whether decisions read and advance a RoutingState carried across forward passes.
 MOE_HD inline bool carries_routing_state(const DispatchPolicy& p) {
-  return p.scope == CapacityScope::kCausal || p.scope == CapacityScope::kSequence;
+  return p.scope == CapacityScope::kCausal || pools_prompt(p);
 }
 
 // A batch's routes as plain arrays (TokenRoutes' layout): for token t and rank r < num_ranked, expert(t, r)
@@ -131,6 +130,25 @@ MOE_HD inline int64_t sequence_counts_size(int top_k, int num_experts) {
   return int64_t{top_k} * num_experts;
 }
 
+// Sequence and prefix scopes: a prompt row's ranked choices row_choices[0 .. k) (-1: unavailable) counted
+// into the prompt's choice counts: higher[(j - 1) * E + e] += sign for every rank r < j <= k with choice e.
+// The planner counts a row (sign 1) before its later choices decide; RoutingState::restore and rollback count
+// recorded rows in (1) and out (-1), so a restored state holds the counts the planner would have.
+MOE_HD inline void count_prompt_choices(const int32_t* row_choices, int k, int num_experts, int32_t* higher,
+                                        int sign) {
+  for (int r = 0; r < k; ++r) {
+    const int32_t e = row_choices[r];
+    if (e < 0) continue;
+    for (int j = r + 1; j <= k; ++j) higher[int64_t{j - 1} * num_experts + e] += sign;
+  }
+}
+
+// Whether the row at `position` of a request with prompt length L changed its routing state's counts: every
+// row under causal scope, the prompt rows (position < L) under sequence and prefix scopes.
+MOE_HD inline bool row_changes_counts(CapacityScope scope, uint32_t position, uint32_t prompt_length) {
+  return scope == CapacityScope::kCausal || position < prompt_length;
+}
+
 // Sequence scope's reserve at expert e for a pair of rank j >= 1 (a reroute counts as rank top_k) of the
 // prompt row at `position` of a prompt of `prompt_length` tokens: the room it must leave for the choices of
 // rank < j that the rest of the prompt (n = L - 1 - position rows) is expected to bring to e, which claiming
@@ -192,27 +210,32 @@ MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t ro
       static_cast<uint64_t>(room_after), 5 * (uint64_t{position} + 1 + static_cast<uint64_t>(num_experts)));
 }
 
-// Sequence scope, the prompt rows order[begin .. end) of ONE request in ascending position (docs/routing.md
-// section 2): one pool per expert for the whole prompt, budget `capacity` = request_capacity(prompt_length),
-// claimed in (position, j) order across forward passes. order[begin] is the prompt's row number `first_row`
-// (0-based: its position under a routing state, which keeps positions contiguous; 0 without one), and the
-// rule below reads a row's number in the prompt, p = first_row + (i - begin), as its position. count[e] holds
-// the pool's slots at e and higher[(j - 1) * E + e] the prompt's choice counts (sequence_counts_size; both
-// carried in the request's RoutingState; advanced in place). At a row:
+// Sequence and prefix scopes, the prompt rows order[begin .. end) of ONE request in ascending position
+// (docs/routing.md section 2): one pool per expert for the prompt, claimed in (position, j) order across
+// forward passes. order[begin] is the prompt's row number `first_row` (0-based: its position under a routing
+// state, which keeps positions contiguous; 0 without one), and the rule below reads a row's number in the
+// prompt, p = first_row + (i - begin), as its position. At that row the pool's budget is
+// capacity = prompt_budget(policy, p, L) and its horizon h = prompt_horizon(policy, p, L) (sequence scope: L
+// and request_capacity(L) at every row, passed in as `whole_capacity`; prefix scope: the prompt up to
+// `lookahead` positions past p). count[e] holds the pool's slots at e and higher[(j - 1) * E + e] the
+// prompt's choice counts (sequence_counts_size; both carried in the request's RoutingState; advanced in
+// place). At a row:
 //   its first choice (j = 0) is kept while count[e] < capacity;
 //   a later choice of rank j, or a reroute (rank top_k), of a token that already holds a slot is kept while
-//     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, prompt_length, E, j)
-//   when sequence_reserve_holds(higher[(k - 1) * E + e], capacity - count[e] - 1, p, prompt_length, E, k),
+//     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, h, E, j)
+//   when sequence_reserve_holds(higher[(k - 1) * E + e], capacity - count[e] - 1, p, h, E, k),
 //   and while count[e] < capacity otherwise, so that lower choices cannot take the slots the rest of the
-//   prompt's higher choices need in a pool they are expected to fill (as choice-major claiming within one
+//   horizon's higher choices need in a pool they are expected to fill (as choice-major claiming within one
 //   batch guarantees, but decided causally);
 //   a later choice or reroute of a token that holds no slot yet claims like a first choice (it is the token's
 //   only chance not to lose every pair).
-// The counts include the row's own choices before its later choices decide.
+// The counts include the row's own choices before its later choices decide. Every quantity a row reads is a
+// function of the request's rows at positions <= p and of its horizon: under prefix scope the decisions of
+// positions 0..p do not depend on L when L >= p + 1 + lookahead.
 template <class Place>
 MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const DispatchPolicy& policy,
                                           int num_experts, const int32_t* order, int32_t begin, int32_t end,
-                                          uint32_t first_row, uint32_t prompt_length, int64_t capacity,
+                                          uint32_t first_row, uint32_t prompt_length, int64_t whole_capacity,
                                           int32_t* count, int32_t* higher, const int32_t* pair_expert,
                                           const PairStatus* pair_status, Place&& place) {
   const int k = routes.top_k;
@@ -220,17 +243,16 @@ MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const Dispa
   for (int32_t i = begin; i < end; ++i) {
     const int32_t t = order[i];
     const uint32_t position = first_row + static_cast<uint32_t>(i - begin);
-    for (int r = 0; r < k; ++r) {
-      const int32_t e = routes.expert(t, r);
-      if (e < 0) continue;
-      for (int j = r + 1; j <= k; ++j) ++higher[int64_t{j - 1} * num_experts + e];
-    }
+    const uint32_t horizon = prompt_horizon(policy, position, prompt_length);
+    const int64_t capacity =
+        horizon == prompt_length ? whole_capacity : request_capacity(policy, horizon, k, num_experts);
+    count_prompt_choices(routes.experts + int64_t{t} * routes.num_ranked, k, num_experts, higher, 1);
     auto later_capacity = [&](int32_t e, int rank) {
       if (!sequence_reserve_holds(higher[int64_t{k - 1} * num_experts + e], capacity - count[e] - 1, position,
-                                  prompt_length, num_experts, k))
+                                  horizon, num_experts, k))
         return capacity;
-      const int64_t reserve = sequence_reserve(higher[int64_t{rank - 1} * num_experts + e], position,
-                                               prompt_length, num_experts, rank);
+      const int64_t reserve =
+          sequence_reserve(higher[int64_t{rank - 1} * num_experts + e], position, horizon, num_experts, rank);
       return reserve >= capacity ? int64_t{0} : capacity - reserve;
     };
     bool holds = false;

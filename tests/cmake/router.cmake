@@ -14,3 +14,5 @@ moe_add_test(NAME router_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/rou
              LIBS moe_router LABELS invariance)
 moe_add_test(NAME router_topk_block_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_topk_block_test.cc
              LIBS moe_router LABELS unit)
+moe_add_test(NAME router_routing_state_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_routing_state_test.cc
+             LIBS moe_router LABELS unit)

@@ -356,7 +356,7 @@ class BadInputTest(unittest.TestCase):
         self.assertEqual(s["num_kept"] + s["num_rerouted"] + s["num_dropped"], 12)
         self.assertEqual(int(s["expert_load"].sum()), s["num_kept"] + s["num_rerouted"])
         fp = json.loads(self.layer.fingerprint())
-        self.assertEqual(fp["dispatch"], "sequence/request/drop")
+        self.assertEqual(fp["dispatch"], "prefix/request/drop")
         self.assertEqual(fp["weights_hash"], "%016x" % self.layer.weights.content_hash)
         self.assertEqual(fp["version"], moe.__version__)
 

@@ -34,6 +34,7 @@ inline bool promises_invariance(const MoELayerConfig& c) {
   switch (c.policy.scope) {
     case CapacityScope::kCausal:
     case CapacityScope::kSequence:
+    case CapacityScope::kPrefix:
     case CapacityScope::kNone:
       return true;
     case CapacityScope::kRequest:

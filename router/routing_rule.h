@@ -1,0 +1,39 @@
+// What a request's routing state was planned under, and when a cached prefix of it may serve another request:
+// the contract between the planner's stateful scopes and a serving engine's prefix cache (docs/routing.md
+// section 2, "Prefix caching").
+#pragma once
+
+#include <cstdint>
+
+#include "router/dispatch_policy.h"
+
+namespace moe {
+
+// The planning rule a request's routing state follows. Two states (or a state and a cached prefix) may be
+// combined only under the same rule: the fingerprint covers every policy field that changes which pairs keep
+// a slot (capacity factor, rounding, min_capacity, scope, overflow, reroute depth, lookahead).
+struct RoutingRule {
+  CapacityScope scope = CapacityScope::kBatch;
+  uint32_t lookahead = 0;    // prefix scope's W (0 under other scopes)
+  uint64_t fingerprint = 0;  // 0: no rule (a state nothing has planned yet)
+
+  static RoutingRule of(const DispatchPolicy& policy);
+  bool empty() const { return fingerprint == 0; }
+  friend bool operator==(const RoutingRule&, const RoutingRule&) = default;
+};
+
+// The prefix cache's key extension for a cached prefix of positions [0, prefix_end) of a request with prompt
+// length `prompt_length` planned under `rule`: two requests with the same tokens in [0, prefix_end) route
+// those positions bitwise alike iff their salts are equal. A serving engine hashes it into the key of the
+// block that ends at prefix_end (beside the tokens, as it does a LoRA id or a cache salt):
+//   prefix scope     0 when prompt_length >= prefix_end + lookahead (no decision in the prefix saw L: every
+//                    such request shares the block), else prompt_length (only requests of the same L share
+//                    it; blocks within `lookahead` of the prompt's end, and blocks with decode rows)
+//   sequence scope   prompt_length (every decision depends on L: the cache is keyed by L)
+//   causal scope     0 (no decision depends on L)
+//   batch, request, none: 0 (no routing state: nothing of the prefix is carried; these scopes make no
+//                    promise across batches anyway)
+uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end, uint32_t prompt_length);
+uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end, uint32_t prompt_length);
+
+}  // namespace moe
