@@ -137,17 +137,14 @@ void RoutingState::admit(uint64_t request_id, uint32_t prompt_length) {
   create(request_id, prompt_length);
 }
 
-void RoutingState::restore(uint64_t request_id, uint32_t prompt_length,
-                           std::span<const RoutingSegment> prefix) {
+void RoutingState::check_restore(uint64_t request_id, uint32_t prompt_length,
+                                 std::span<const RoutingSegment> prefix) const {
   const std::string who = request_name(request_id);
   if (prompt_length == 0) fail(who + ": prompt_length must be >= 1");
   if (requests_.count(request_id) != 0) {
     fail(who + " is live: a cached prefix can only be restored onto a request the state does not hold");
   }
-  if (prefix.empty()) {
-    admit(request_id, prompt_length);
-    return;
-  }
+  if (prefix.empty()) return;
   const RoutingRule& rule = prefix.front().rule;
   uint32_t expected = 0;
   for (size_t i = 0; i < prefix.size(); ++i) {
@@ -185,13 +182,23 @@ void RoutingState::restore(uint64_t request_id, uint32_t prompt_length,
     }
     expected = s.end;
   }
+}
+
+void RoutingState::restore(uint64_t request_id, uint32_t prompt_length,
+                           std::span<const RoutingSegment> prefix) {
+  check_restore(request_id, prompt_length, prefix);
+  if (prefix.empty()) {
+    admit(request_id, prompt_length);
+    return;
+  }
+  const RoutingRule& rule = prefix.front().rule;
   const int k = prefix.front().top_k;
   Request r;
   r.prompt_length = prompt_length;
   r.slots_held.assign(num_experts_, 0);
   r.higher_choices.assign(static_cast<size_t>(k) * num_experts_, 0);
   r.rule = rule;
-  r.next_position = r.cache_boundary = expected;
+  r.next_position = r.cache_boundary = prefix.back().end;
   for (const RoutingSegment& s : prefix) {
     count_records(r, rule, num_experts_, k, s.begin, s.end, s.choices.data(), s.placed.data(), 1);
     if (record_) {
@@ -202,11 +209,11 @@ void RoutingState::restore(uint64_t request_id, uint32_t prompt_length,
   requests_.emplace(request_id, std::move(r));
 }
 
-void RoutingState::rollback(uint64_t request_id, uint32_t position) {
+void RoutingState::check_rollback(uint64_t request_id, uint32_t position) const {
   const std::string who = request_name(request_id);
-  auto it = requests_.find(request_id);
-  if (it == requests_.end()) fail(who + " cannot be rolled back: the state does not hold it");
-  Request& r = it->second;
+  const Request* found = find(request_id);
+  if (found == nullptr) fail(who + " cannot be rolled back: the state does not hold it");
+  const Request& r = *found;
   if (position > r.next_position) {
     fail(who + " cannot be rolled forward to position " + std::to_string(position) +
          " (its next position is " + std::to_string(r.next_position) + ")");
@@ -215,17 +222,26 @@ void RoutingState::rollback(uint64_t request_id, uint32_t position) {
     fail(who + " cannot be rolled back to position " + std::to_string(position) + ": positions below " +
          std::to_string(r.cache_boundary) + " came from the prefix cache");
   }
-  if (position == r.next_position) return;
+  if (!record_ && rolled_back_rows_count(r, position)) {
+    fail(who + " cannot be rolled back to position " + std::to_string(position) +
+         ": positions from there changed its counts (prompt rows, or any row under causal scope) and the "
+         "state does not record (RoutingState(..., record = true))");
+  }
+}
+
+bool RoutingState::rolled_back_rows_count(const Request& r, uint32_t position) {
   bool counted = false;
   for (uint32_t p = position; p < r.next_position && !counted; ++p) {
     counted = !r.rule.empty() && rules::row_changes_counts(r.rule.scope, p, r.prompt_length);
   }
-  if (counted) {
-    if (!record_) {
-      fail(who + " cannot be rolled back to position " + std::to_string(position) +
-           ": positions from there changed its counts (prompt rows, or any row under causal scope) and the "
-           "state does not record (RoutingState(..., record = true))");
-    }
+  return counted;
+}
+
+void RoutingState::rollback(uint64_t request_id, uint32_t position) {
+  check_rollback(request_id, position);
+  Request& r = requests_.at(request_id);
+  if (position == r.next_position) return;
+  if (rolled_back_rows_count(r, position)) {
     const int k = top_k_;
     const size_t at = static_cast<size_t>(position) * k;
     count_records(r, r.rule, num_experts_, k, position, r.next_position, r.choices.data() + at,

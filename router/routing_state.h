@@ -90,12 +90,18 @@ class RoutingState {
   // for a prompt length whose prefix_cache_salt differs from this request's (its routing is not this
   // request's: the engine's cache key must carry the salt).
   void restore(uint64_t request_id, uint32_t prompt_length, std::span<const RoutingSegment> prefix);
+  // The checks of restore() alone: throws what restore() would, changes nothing (a collective restore checks
+  // every request before it restores any).
+  void check_restore(uint64_t request_id, uint32_t prompt_length,
+                     std::span<const RoutingSegment> prefix) const;
   // Rolls a request back to `position` (its positions >= position are forgotten: rejected speculative tokens,
   // or a partial recompute): next_position becomes `position` and the counts lose what those positions added.
   // Throws, changing nothing, when the state does not hold the request, `position` is past next_position
   // (forward) or below its cache boundary, or the forgotten positions changed the counts (prompt rows under
   // sequence and prefix scopes, any row under causal scope) and the state does not record.
   void rollback(uint64_t request_id, uint32_t position);
+  // The checks of rollback() alone.
+  void check_rollback(uint64_t request_id, uint32_t position) const;
   // The recorded routing of positions [begin, end) of a live request (a recording state). Throws when the
   // state does not record or hold the request, or [begin, end) is not within [0, next_position).
   RoutingSegment segment(uint64_t request_id, uint32_t begin, uint32_t end) const;
@@ -123,6 +129,8 @@ class RoutingState {
 
  private:
   Request& create(uint64_t request_id, uint32_t prompt_length);
+  // Whether positions [position, next_position) of `r` changed its counts.
+  static bool rolled_back_rows_count(const Request& r, uint32_t position);
 
   int num_experts_;
   int top_k_;

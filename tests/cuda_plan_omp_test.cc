@@ -17,6 +17,7 @@
 #include "router/dispatch_planner.h"
 #include "router/rules/sort_keys.h"
 #include "tests/cuda_plan_test_util.h"
+#include "tests/support/serving_planner.h"
 
 namespace moe::cuda {
 namespace {
@@ -216,6 +217,9 @@ TEST(CudaPlanOmp, SequenceStateAcrossCalls) {
     policy.min_capacity = rng() % 4 == 0 ? static_cast<int>(rng() % 3) : 0;
     policy.reroute_depth = 1 + static_cast<int>(rng() % 3);
     policy.renormalize_survivors = rng() % 2 == 0;
+    const uint32_t lookaheads[] = {0, 3, 16, 64};  // prefix scope (the stable mode); sequence scope below
+    policy.lookahead = lookaheads[rng() % 4];
+    if (scenario % 5 == 4) policy.scope = CapacityScope::kSequence;
     const int E = 2 + static_cast<int>(rng() % 15);
     const int k = 1 + static_cast<int>(rng() % std::min(E, 4));
     DispatchPlanner cpu(E, k, policy);
@@ -415,6 +419,22 @@ TEST(CudaPlanOmp, ShapeValidationNamesTheField) {
   }
   in.num_tokens = 5;
   EXPECT_THROW(check_plan_args(score, in, out), std::invalid_argument);  // above max_tokens
+}
+
+// The serving engine's whole lifecycle on the GPU planner's algorithm (docs/determinism.md clause 2b): 2000
+// served probes (cached prefixes from other requests, preemption and recompute, speculative drafts partly
+// rejected, prompt rollbacks, strangers, shuffled rows; prefix scope with lookahead 0-64) planned by the
+// OpenMP twin equal the CPU planner's probe alone.
+TEST(CudaPlanOmp, ServedProbesEqualTheCpuPlannersProbeAlone) {
+  const moe::testing::ServingTally t = moe::testing::ServeProbes(
+      DispatchPolicy::mode("stable"), 2000, 91, {}, true, [](const DispatchPolicy& p) {
+        return ArrayPlanner(moe::testing::kServingExperts, moe::testing::kServingTopK, p, omp_plan_runner());
+      });
+  EXPECT_EQ(t.mismatched, 0) << "trial " << t.first_mismatch << ": " << t.first_mismatch_trial;
+  EXPECT_GT(t.probe_drops, 0);
+  EXPECT_GT(t.cached, t.trials / 2);
+  EXPECT_GT(t.preempted, t.trials / 10);
+  EXPECT_GT(t.speculated, t.trials / 10);
 }
 
 }  // namespace

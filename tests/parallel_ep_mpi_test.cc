@@ -33,6 +33,7 @@
 #include "tests/support/ep_fixtures.h"
 #include "tests/support/layer_cases.h"
 #include "tests/support/mpi_gtest.h"
+#include "tests/support/serving_trial.h"
 
 namespace moe::parallel {
 namespace {
@@ -391,6 +392,136 @@ TEST(ExpertParallel, SequenceScopeProbeEqualsItsPlanAloneAndUnchunked) {
   EXPECT_EQ(mismatches, 0);
   EXPECT_GE(draws, 2000);
   EXPECT_GT(probe_drops, 0) << "capacity must bind for the property to mean anything";
+}
+
+// The serving engine's whole lifecycle on the expert-parallel layer (docs/determinism.md clause 2b): 2000
+// served probes per world size - cached prefixes restored collectively from another request's segments,
+// preemption and recompute, speculative drafts partly rejected and rolled back collectively, prompt
+// rollbacks, strangers, rows shuffled and split unevenly over the ranks, each lifecycle call passed by a
+// varying rank - equal, pair by pair and output row by output row, the probe alone on a single-process layer.
+TEST(ExpertParallel, ServedProbesEqualTheProbeAlone) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  Case c = HarnessCase("mixtral_f32_deterministic");
+  c.config.num_threads = 1;
+  c.config.max_tokens = 256;
+  auto weights = RandomWeights(c.shape, c.storage, 83);
+  const int k = c.config.router.top_k;
+  struct RowOutcome {
+    std::vector<int32_t> expert;
+    std::vector<uint32_t> weight_bits;
+    std::vector<float> y;
+    bool operator==(const RowOutcome& o) const {
+      return expert == o.expert && weight_bits == o.weight_bits && y.size() == o.y.size() &&
+             std::memcmp(y.data(), o.y.data(), y.size() * sizeof(float)) == 0;
+    }
+  };
+  auto outcomes = [&](const std::vector<moe::testing::ServingRow>& rows, const DispatchPlan& plan,
+                      const std::vector<float>& y) {
+    std::vector<RowOutcome> out(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) {
+      for (int j = 0; j < k; ++j) {
+        const size_t p = t * k + j;
+        uint32_t bits;
+        std::memcpy(&bits, &plan.pair_weight[p], 4);
+        out[t].expert.push_back(plan.pair_expert[p]);
+        out[t].weight_bits.push_back(bits);
+      }
+      out[t].y.assign(y.begin() + static_cast<int64_t>(t) * kHidden,
+                      y.begin() + static_cast<int64_t>(t + 1) * kHidden);
+    }
+    return out;
+  };
+  auto inputs = [&](const std::vector<moe::testing::ServingRow>& rows, std::vector<TokenMeta>& meta) {
+    std::vector<float> x(rows.size() * kHidden);
+    meta.clear();
+    for (size_t t = 0; t < rows.size(); ++t) {
+      moe::testing::TokenHidden(rows[t].content, rows[t].meta.position, kHidden, &x[t * kHidden]);
+      meta.push_back(rows[t].meta);
+    }
+    return x;
+  };
+  // Each lifecycle call is passed by one rank (a different one each time); every rank makes the collective.
+  struct Collective {
+    ExpertParallelLayer* ep;
+    Communicator* comm;
+    int turn = 0;
+    bool mine() { return turn++ % comm->size() == comm->rank(); }
+    void admit(RoutingState& s, uint64_t id, uint32_t L) {
+      std::vector<ExpertParallelLayer::Admission> a;
+      if (mine()) a.push_back({id, L});
+      ep->admit_requests(a, s);
+    }
+    void restore(RoutingState& s, uint64_t id, uint32_t L, const std::vector<RoutingSegment>& prefix) {
+      std::vector<ExpertParallelLayer::Restoration> r;
+      if (mine()) r.push_back({id, L, prefix});
+      ep->restore_requests(r, s);
+    }
+    void rollback(RoutingState& s, uint64_t id, uint32_t position) {
+      std::vector<ExpertParallelLayer::Rollback> r;
+      if (mine()) r.push_back({id, position});
+      ep->rollback_requests(r, s);
+    }
+    void release(RoutingState& s, uint64_t id) {
+      std::vector<uint64_t> r;
+      if (mine()) r.push_back(id);
+      ep->release_requests(r, s);
+    }
+  };
+  std::mt19937_64 rng(2027);  // the same draws on every rank
+  moe::testing::ServingDrawOptions opt;
+  opt.max_prompt = 32;
+  opt.max_decode = 6;
+  int trials = 0, cached = 0, preempted = 0, speculated = 0;
+  int64_t probe_drops = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    MoELayerConfig config = c.config;
+    config.policy.overflow = trial % 2 ? Overflow::kReroute : Overflow::kDrop;
+    config.policy.reroute_depth = 2;
+    config.policy.lookahead = trial % 4 == 0 ? 64 : static_cast<uint32_t>(trial % 4 * 3);
+    ExpertParallelLayer ep(config, weights, comm);
+    MoELayer ref(config, weights);
+    const moe::testing::ServingTrial t = moe::testing::DrawServingTrial(rng, config.policy, opt);
+    std::vector<TokenMeta> meta;
+    const std::vector<moe::testing::ServingRow> alone_rows = moe::testing::ProbeAloneRows(t);
+    const std::vector<float> alone_x = inputs(alone_rows, meta);
+    std::vector<float> alone_y(alone_x.size());
+    RoutingState alone(8, k);
+    alone.admit(t.probe, t.prompt_length);
+    ref.forward(alone_x.data(), static_cast<int>(meta.size()), meta, alone_y.data(), &alone);
+    probe_drops += ref.last_plan().num_dropped;
+    const std::vector<RowOutcome> want = outcomes(alone_rows, ref.last_plan(), alone_y);
+    RoutingState state(8, k, /*record=*/true);
+    const std::vector<RowOutcome> got = moe::testing::ReplayServingTrial<RowOutcome>(
+        t, state,
+        [&](const std::vector<moe::testing::ServingRow>& rows, RoutingState& st) {
+          const std::vector<float> x = inputs(rows, meta);
+          const int64_t T = static_cast<int64_t>(rows.size());
+          const std::vector<int64_t> offsets = moe::testing::SplitRows(T, comm.size(), rng(), rng());
+          const int64_t first = offsets[comm.rank()], n = offsets[comm.rank() + 1] - first;
+          std::vector<float> local(static_cast<size_t>(std::max<int64_t>(n, 1) * kHidden));
+          ep.forward(x.data() + first * kHidden, static_cast<int>(n),
+                     std::span<const TokenMeta>(meta.data() + first, static_cast<size_t>(n)), local.data(),
+                     &st);
+          std::vector<size_t> bytes(comm.size());
+          for (int r = 0; r < comm.size(); ++r)
+            bytes[r] = (offsets[r + 1] - offsets[r]) * kHidden * sizeof(float);
+          std::vector<float> y(static_cast<size_t>(T * kHidden));
+          comm.all_gather_v(local.data(), n * kHidden * sizeof(float), y.data(), bytes);
+          return outcomes(rows, ep.last_plan(), y);
+        },
+        Collective{&ep, &comm});
+    ++trials;
+    cached += t.cached > 0;
+    preempted += t.preemptions > 0;
+    speculated += t.rejected > 0;
+    ASSERT_TRUE(got == want) << "trial " << trial << ": " << t.describe();
+    ASSERT_EQ(state.num_requests(), 0u);
+  }
+  EXPECT_EQ(trials, 2000);
+  EXPECT_GT(probe_drops, 0) << "capacity must bind for the property to mean anything";
+  EXPECT_GT(cached, trials / 2);
+  EXPECT_GT(preempted, trials / 10);
+  EXPECT_GT(speculated, trials / 10);
 }
 
 TEST(ExpertParallel, EmptyGlobalBatch) {

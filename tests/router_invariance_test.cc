@@ -11,7 +11,7 @@
 #include "base/splitmix64.h"
 #include "router/dispatch_planner.h"
 #include "router/topk_router.h"
-#include "tests/support/serving_trial.h"
+#include "tests/support/serving_planner.h"
 
 namespace moe {
 namespace {
@@ -293,78 +293,19 @@ TEST(Invariance, SequencePlanIgnoresChunkingStrangersAndOrder) {
   EXPECT_GT(probe_drops, 0) << "capacity must bind for the property to mean anything";
 }
 
-// One row's pairs under a serving engine (tests/support/serving_trial.h).
-struct RowOutcome {
-  Outcome pair[kTopK];
-  bool operator==(const RowOutcome&) const = default;
-};
+using moe::testing::ServingTally;
 
-// The CPU planner's forward pass over serving rows: each row's logits from its content (the token it holds)
-// and position, planned with `state`.
-std::vector<RowOutcome> PlanServingRows(const std::vector<moe::testing::ServingRow>& rows,
-                                        const DispatchPolicy& policy, RoutingState& state) {
-  Batch b;
-  for (const auto& r : rows) b.meta.push_back(r.meta);
-  b.logits.resize(rows.size() * kExperts);
-  for (size_t t = 0; t < rows.size(); ++t)
-    TokenLogits(rows[t].content, rows[t].meta.position, &b.logits[t * kExperts]);
-  const DispatchPlan plan = PlanBatch(b, policy, &state);
-  std::vector<RowOutcome> out(rows.size());
-  for (size_t t = 0; t < rows.size(); ++t) {
-    for (int j = 0; j < kTopK; ++j) {
-      const size_t p = t * kTopK + j;
-      out[t].pair[j] = {plan.pair_expert[p], std::bit_cast<uint32_t>(plan.pair_weight[p]),
-                        plan.pair_status[p]};
-    }
+// The CPU planner under serving trials (tests/support/serving_planner.h).
+ServingTally ServeProbes(const DispatchPolicy& base, int trials, uint64_t seed,
+                         const moe::testing::ServingDrawOptions& opt, bool stop_at_mismatch) {
+  const ServingTally t =
+      moe::testing::ServeProbes(base, trials, seed, opt, stop_at_mismatch, [](const DispatchPolicy& p) {
+        return DispatchPlanner(moe::testing::kServingExperts, moe::testing::kServingTopK, p);
+      });
+  if (stop_at_mismatch && t.mismatched > 0) {
+    ADD_FAILURE() << "trial " << t.first_mismatch << ": " << t.first_mismatch_trial;
   }
-  return out;
-}
-
-struct ServingTally {
-  int trials = 0, mismatched = 0, cached = 0, preempted = 0, speculated = 0, rolled_back = 0;
-  int64_t probe_drops = 0;
-};
-
-// Draws `trials` serving trials under `policy` (overflow, capacity factor and lookahead varied) and replays
-// each; counts the trials whose probe differs from the probe alone.
-ServingTally ServeProbes(DispatchPolicy base, int trials, uint64_t seed,
-                         const moe::testing::ServingDrawOptions& opt, bool expect_equal) {
-  std::mt19937_64 rng(seed);
-  ServingTally tally;
-  const uint32_t lookaheads[] = {0, 2, 8, 64};
-  for (int trial = 0; trial < trials; ++trial) {
-    DispatchPolicy p = base;
-    p.overflow = trial % 2 ? Overflow::kReroute : Overflow::kDrop;
-    p.reroute_depth = 2;
-    p.capacity_factor = trial % 3 == 0 ? 0.75 : 1.0;
-    p.lookahead = lookaheads[(trial / 2) % 4];
-    const moe::testing::ServingTrial t = moe::testing::DrawServingTrial(rng, p, opt);
-    RoutingState alone(kExperts, kTopK);
-    alone.admit(t.probe, t.prompt_length);
-    const std::vector<RowOutcome> reference = PlanServingRows(moe::testing::ProbeAloneRows(t), p, alone);
-    for (const RowOutcome& r : reference) {
-      for (const Outcome& o : r.pair) tally.probe_drops += o.status == PairStatus::kDropped;
-    }
-    RoutingState state(kExperts, kTopK, /*record=*/true);
-    const std::vector<RowOutcome> served = moe::testing::ReplayServingTrial<RowOutcome>(
-        t, state, [&](const std::vector<moe::testing::ServingRow>& rows, RoutingState& st) {
-          return PlanServingRows(rows, p, st);
-        });
-    ++tally.trials;
-    tally.cached += t.cached > 0;
-    tally.preempted += t.preemptions > 0;
-    tally.speculated += t.rejected > 0;
-    tally.rolled_back += t.prompt_rollbacks > 0;
-    if (served != reference) {
-      ++tally.mismatched;
-      if (expect_equal) {
-        ADD_FAILURE() << "trial " << trial << ": " << t.describe();
-        return tally;
-      }
-    }
-    EXPECT_EQ(state.num_requests(), 0u);
-  }
-  return tally;
+  return t;
 }
 
 // Prefix scope (the stable mode) under everything a serving engine does (docs/determinism.md clause 2b): a

@@ -532,6 +532,100 @@ void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, Ro
   for (const Admission& a : requests) state.admit(a.request_id, a.prompt_length);
 }
 
+namespace {
+
+// Every rank's bytes, concatenated in rank order (a collective).
+std::vector<uint8_t> all_gather_bytes(Communicator& comm, const std::vector<uint8_t>& mine) {
+  const int P = comm.size();
+  std::vector<size_t> sizes(P);
+  comm.all_gather_sizes(mine.size(), sizes);
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  std::vector<uint8_t> all(total);
+  comm.all_gather_v(mine.data(), mine.size(), all.data(), sizes);
+  return all;
+}
+
+template <typename T>
+void put_pod(std::vector<uint8_t>& out, const T& v) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), b, b + sizeof(T));
+}
+template <typename T>
+T get_pod(const std::vector<uint8_t>& in, size_t& at) {
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof(T));
+  at += sizeof(T);
+  return v;
+}
+
+// Throws on every rank alike when an id appears twice (ids sorted first).
+void refuse_duplicates(std::vector<uint64_t> ids, const char* call, const char* what) {
+  std::sort(ids.begin(), ids.end());
+  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
+    throw std::invalid_argument(std::string("ExpertParallelLayer: ") + call + ": request " +
+                                std::to_string(*dup) + " is " + what + " twice in one call; nothing was " +
+                                what);
+  }
+}
+
+}  // namespace
+
+void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored, RoutingState& state) {
+  // Per request: id, prompt length, segment count, then each segment's byte length and bytes.
+  std::vector<uint8_t> mine;
+  for (const Restoration& r : restored) {
+    put_pod(mine, r.request_id);
+    put_pod(mine, r.prompt_length);
+    put_pod(mine, static_cast<uint64_t>(r.prefix.size()));
+    for (const RoutingSegment& s : r.prefix) {
+      const std::vector<uint8_t> bytes = s.serialize();
+      put_pod(mine, static_cast<uint64_t>(bytes.size()));
+      mine.insert(mine.end(), bytes.begin(), bytes.end());
+    }
+  }
+  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
+  std::vector<Restoration> requests;
+  std::vector<uint64_t> ids;
+  for (size_t at = 0; at < all.size();) {
+    Restoration r;
+    r.request_id = get_pod<uint64_t>(all, at);
+    r.prompt_length = get_pod<uint32_t>(all, at);
+    const uint64_t n = get_pod<uint64_t>(all, at);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t len = get_pod<uint64_t>(all, at);
+      r.prefix.push_back(RoutingSegment::parse(std::span<const uint8_t>(all.data() + at, len)));
+      at += len;
+    }
+    ids.push_back(r.request_id);
+    requests.push_back(std::move(r));
+  }
+  refuse_duplicates(ids, "restore_requests", "restored");
+  for (const Restoration& r : requests) state.check_restore(r.request_id, r.prompt_length, r.prefix);
+  for (const Restoration& r : requests) state.restore(r.request_id, r.prompt_length, r.prefix);
+}
+
+void ExpertParallelLayer::rollback_requests(std::span<const Rollback> rollbacks, RoutingState& state) {
+  std::vector<uint8_t> mine;
+  for (const Rollback& r : rollbacks) {
+    put_pod(mine, r.request_id);
+    put_pod(mine, r.position);
+  }
+  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
+  std::vector<Rollback> requests;
+  std::vector<uint64_t> ids;
+  for (size_t at = 0; at < all.size();) {
+    Rollback r;
+    r.request_id = get_pod<uint64_t>(all, at);
+    r.position = get_pod<uint32_t>(all, at);
+    ids.push_back(r.request_id);
+    requests.push_back(r);
+  }
+  refuse_duplicates(ids, "rollback_requests", "rolled back");
+  for (const Rollback& r : requests) state.check_rollback(r.request_id, r.position);
+  for (const Rollback& r : requests) state.rollback(r.request_id, r.position);
+}
+
 Fingerprint ExpertParallelLayer::fingerprint() const {
   Fingerprint f = layer_fingerprint(config_, *weights_, "cpu (" + comm_.name() + ")", config_.num_threads);
   f.world_size = comm_.size();

@@ -152,6 +152,25 @@ class ExpertParallelLayer final : public Layer {
     uint32_t prompt_length = 0;
   };
   void admit_requests(std::span<const Admission> admitted, RoutingState& state);
+  // Collective: every rank passes the requests it restores from its prefix cache (id, prompt length, the
+  // cached routing segments of positions [0, P): RoutingState::restore; any may pass none); every rank then
+  // restores the union into `state`. Throws std::invalid_argument on every rank alike, restoring nothing,
+  // for what RoutingState::restore refuses or a request restored twice in the call.
+  struct Restoration {
+    uint64_t request_id = 0;
+    uint32_t prompt_length = 0;
+    std::vector<RoutingSegment> prefix;
+  };
+  void restore_requests(std::span<const Restoration> restored, RoutingState& state);
+  // Collective: every rank passes the requests it rolls back (id, position: RoutingState::rollback, e.g. a
+  // speculative step's rejected draft tokens; any may pass none); every rank then rolls back the union.
+  // Throws std::invalid_argument on every rank alike, rolling back nothing, for what RoutingState::rollback
+  // refuses or a request named twice in the call.
+  struct Rollback {
+    uint64_t request_id = 0;
+    uint32_t position = 0;
+  };
+  void rollback_requests(std::span<const Rollback> rollbacks, RoutingState& state);
 
   const MoELayerConfig& config() const override { return config_; }
   const io::LayerWeights& weights() const override { return *weights_; }

@@ -326,12 +326,25 @@ inline ServingTrial DrawServingTrial(std::mt19937_64& rng, const DispatchPolicy&
   return t;
 }
 
+// The lifecycle calls of a replay, straight on the state (a backend with collective calls - the
+// expert-parallel layer - passes its own).
+struct DirectLifecycle {
+  void admit(RoutingState& s, uint64_t id, uint32_t prompt_length) { s.admit(id, prompt_length); }
+  void restore(RoutingState& s, uint64_t id, uint32_t prompt_length,
+               const std::vector<RoutingSegment>& prefix) {
+    s.restore(id, prompt_length, prefix);
+  }
+  void rollback(RoutingState& s, uint64_t id, uint32_t position) { s.rollback(id, position); }
+  void release(RoutingState& s, uint64_t id) { s.release(id); }
+};
+
 // Replays `trial` on `state` (a recording state of the backend's shape) with the backend's forward pass:
 //   forward(rows, state) -> one Outcome per row (its pairs, and whatever else the backend checks)
 // and returns the probe's outcome at each of its positions [0, total): the computation its KV comes from at
 // the end - its own last one, or the one of the request whose cached segments it restored.
-template <class Outcome, class Forward>
-std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState& state, Forward&& forward) {
+template <class Outcome, class Forward, class Lifecycle = DirectLifecycle>
+std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState& state, Forward&& forward,
+                                        Lifecycle life = {}) {
   using Key = std::pair<uint64_t, uint32_t>;
   std::map<Key, Outcome> computed;
   std::map<uint64_t, std::vector<Key>> source;  // request -> per position, the computation it uses
@@ -352,11 +365,11 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
   for (const ServingOp& o : trial.ops) {
     switch (o.kind) {
       case ServingOp::kAdmit:
-        state.admit(o.request, o.prompt_length);
+        life.admit(state, o.request, o.prompt_length);
         source[o.request].clear();
         break;
       case ServingOp::kRestore: {
-        state.restore(o.request, o.prompt_length, prefix_of(o));
+        life.restore(state, o.request, o.prompt_length, prefix_of(o));
         const std::vector<Key>& from = saved.at(o.slot).source;
         source[o.request].assign(from.begin(), from.begin() + o.restore_end);
         break;
@@ -365,7 +378,7 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
         const size_t before = state.num_requests();
         bool threw = false;
         try {
-          state.restore(o.request, o.prompt_length, prefix_of(o));
+          life.restore(state, o.request, o.prompt_length, prefix_of(o));
         } catch (const std::invalid_argument&) {
           threw = true;
         }
@@ -386,7 +399,7 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
         break;
       }
       case ServingOp::kRollback:
-        state.rollback(o.request, o.position);
+        life.rollback(state, o.request, o.position);
         source[o.request].resize(o.position);
         break;
       case ServingOp::kSave: {
@@ -402,7 +415,7 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
         break;
       }
       case ServingOp::kRelease:
-        state.release(o.request);
+        life.release(state, o.request);
         break;
     }
   }
