@@ -134,8 +134,9 @@ static void test_random_forward(void) {
 
 /* A request alone gives the same bits as the same request co-batched with strangers (deterministic preset).
  */
-/* compute NULL: the default config (fp32 compute); "bf16": moe_layer_config_set_compute(config, "bf16"). Returns
- * the probe's first output element (so that the caller can see that the precision changed the result). */
+/* compute NULL: the default config (fp32 compute); "bf16": moe_layer_config_set_compute(config, "bf16").
+ * Returns the probe's first output element (so that the caller can see that the precision changed the
+ * result). */
 static float test_batch_invariance(const char* compute) {
   moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
   moe_weights_t* weights = NULL;
@@ -322,6 +323,154 @@ static moe_status_t forward_rows(moe_layer_t* layer, int n, const uint64_t* ids,
   int i;
   for (i = 0; i < n; ++i) token_row(ids[i], pos[i], x + i * kHidden);
   return moe_layer_forward(layer, x, n, kHidden, ids, pos, y, state);
+}
+
+/* Sends `n` rows (ids[i], pos[i]) whose inputs are those of (content[i], pos[i]): the token a row holds,
+ * which rows of different requests share when they share a prompt prefix. */
+static moe_status_t forward_content(moe_layer_t* layer, int n, const uint64_t* ids, const uint64_t* content,
+                                    const uint32_t* pos, float* y, moe_routing_state_t* state) {
+  float x[64 * kHidden];
+  int i;
+  for (i = 0; i < n; ++i) token_row(content[i], pos[i], x + i * kHidden);
+  return moe_layer_forward(layer, x, n, kHidden, ids, pos, y, state);
+}
+
+/* Prefix caching, speculation and their errors under the deterministic preset (prefix scope, lookahead 8): a
+ * writer (request 50, prompt 36) shares the probe's first 24 tokens; its segments of [0, 16) and [16, 24) are
+ * what a prefix cache keeps. The probe (prompt 40) restored from them, its rest sent in two chunks, its
+ * decode rows speculatively (a rejected draft rolled back), gives, with the writer's rows of the prefix, the
+ * probe alone's bits. */
+static void test_prefix_cache_lifecycle(void) {
+  enum { kPrompt = 40, kLen = kPrompt + 4, kShared = 24, kProbe = 42, kWriter = 50 };
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  moe_layer_config_t* config = NULL;
+  moe_routing_state_t* alone = NULL;
+  moe_routing_state_t* cache = NULL;
+  float y_alone[kLen * kHidden], y[64 * kHidden], y_got[kLen * kHidden];
+  uint64_t ids[64], content[64];
+  uint32_t pos[64];
+  uint8_t seg_a[4096], seg_b[4096], seg_short[4096], bad[8] = {0};
+  const uint8_t* segs[2];
+  int64_t sizes[2], size = 0, size_short = 0;
+  uint64_t salt = 99;
+  int t, at;
+  moe_stats_t stats;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 23, &weights));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_capacity_factor(config, 1.0));
+  CHECK_OK(moe_layer_config_set_lookahead(config, 8));
+  CHECK(moe_layer_config_set_lookahead(config, -1) == MOE_INVALID_ARGUMENT);
+  CHECK_OK(moe_layer_create(weights, config, &layer));
+  moe_layer_config_destroy(config);
+  CHECK_OK(moe_prefix_cache_salt(layer, kShared, 36, &salt));
+  CHECK(salt == 0); /* 36 >= 24 + 8: no decision of the prefix saw the prompt length */
+  CHECK_OK(moe_prefix_cache_salt(layer, kShared, 30, &salt));
+  CHECK(salt == 30);
+
+  /* The probe alone. */
+  CHECK_OK(moe_routing_state_create(layer, &alone));
+  CHECK_OK(moe_routing_state_admit(alone, kProbe, kPrompt));
+  for (t = 0; t < kLen; ++t) {
+    ids[t] = content[t] = kProbe;
+    pos[t] = (uint32_t)t;
+  }
+  CHECK_OK(forward_content(layer, kLen, ids, content, pos, y_alone, alone));
+  CHECK_OK(moe_layer_stats(layer, &stats, NULL, 0));
+  CHECK(stats.num_dropped > 0);
+
+  /* The writer, in chunks of 20 and 16; its first 24 rows hold the probe's tokens. */
+  CHECK_OK(moe_routing_state_create_recording(layer, &cache));
+  CHECK_OK(moe_routing_state_admit(cache, kWriter, 36));
+  for (at = 0; at < 36; at += at == 0 ? 20 : 16) {
+    const int n = at == 0 ? 20 : 16;
+    for (t = 0; t < n; ++t) {
+      ids[t] = kWriter;
+      content[t] = at + t < kShared ? kProbe : kWriter;
+      pos[t] = (uint32_t)(at + t);
+    }
+    CHECK_OK(forward_content(layer, n, ids, content, pos, y, cache));
+    for (t = 0; t < n && at + t < kShared; ++t)
+      memcpy(y_got + (at + t) * kHidden, y + t * kHidden, sizeof(float) * kHidden);
+  }
+  CHECK(moe_routing_state_segment(cache, kWriter, 0, 16, NULL, 0, &size) == MOE_BUFFER_TOO_SMALL);
+  CHECK(size > 0 && size <= (int64_t)sizeof seg_a);
+  CHECK_OK(moe_routing_state_segment(cache, kWriter, 0, 16, seg_a, sizeof seg_a, &sizes[0]));
+  CHECK_OK(moe_routing_state_segment(cache, kWriter, 16, kShared, seg_b, sizeof seg_b, &sizes[1]));
+  CHECK(moe_routing_state_segment(cache, kWriter, 30, 40, seg_b, sizeof seg_b, &size) ==
+        MOE_INVALID_ARGUMENT);
+  CHECK(moe_routing_state_segment(alone, kProbe, 0, 4, seg_b, sizeof seg_b, &size) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "does not record") != NULL);
+  CHECK_OK(moe_routing_state_release(cache, kWriter));
+
+  /* A writer of prompt 28 (salt 28 at 24 + 8): its prefix is not the probe's; restoring it is refused. */
+  CHECK_OK(moe_routing_state_admit(cache, 51, 28));
+  for (t = 0; t < kShared; ++t) {
+    ids[t] = 51;
+    content[t] = kProbe;
+    pos[t] = (uint32_t)t;
+  }
+  CHECK_OK(forward_content(layer, kShared, ids, content, pos, y, cache));
+  CHECK_OK(moe_routing_state_segment(cache, 51, 0, kShared, seg_short, sizeof seg_short, &size_short));
+  CHECK_OK(moe_routing_state_release(cache, 51));
+  segs[0] = seg_short;
+  CHECK(moe_routing_state_restore(cache, kProbe, kPrompt, segs, &size_short, 1) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "planned for a prompt of 28 tokens") != NULL);
+  segs[0] = bad;
+  {
+    const int64_t bad_size = sizeof bad;
+    CHECK(moe_routing_state_restore(cache, kProbe, kPrompt, segs, &bad_size, 1) == MOE_INVALID_ARGUMENT);
+    CHECK(strstr(moe_last_error(), "too short") != NULL);
+  }
+  segs[0] = seg_b; /* not from position 0 */
+  CHECK(moe_routing_state_restore(cache, kProbe, kPrompt, segs, &sizes[1], 1) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_routing_state_restore(NULL, kProbe, kPrompt, segs, sizes, 1) == MOE_INVALID_ARGUMENT);
+  {
+    int64_t held = -1;
+    CHECK_OK(moe_routing_state_num_requests(cache, &held));
+    CHECK(held == 0);
+  }
+
+  /* The probe restored from the writer's segments: positions 24..39 in chunks of 9 and 7. */
+  segs[0] = seg_a;
+  segs[1] = seg_b;
+  CHECK_OK(moe_routing_state_restore(cache, kProbe, kPrompt, segs, sizes, 2));
+  CHECK(moe_routing_state_restore(cache, kProbe, kPrompt, segs, sizes, 2) == MOE_INVALID_ARGUMENT); /* live */
+  for (at = kShared; at < kPrompt; at += at == kShared ? 9 : 7) {
+    const int n = at == kShared ? 9 : 7;
+    for (t = 0; t < n; ++t) {
+      ids[t] = content[t] = kProbe;
+      pos[t] = (uint32_t)(at + t);
+    }
+    CHECK_OK(forward_content(layer, n, ids, content, pos, y, cache));
+    memcpy(y_got + at * kHidden, y, sizeof(float) * kHidden * n);
+  }
+  /* Speculation: the last prompt token's successor (40) and two drafts (41 right, 42 wrong) in one pass. */
+  for (t = 0; t < 3; ++t) {
+    ids[t] = kProbe;
+    content[t] = t < 2 ? kProbe : 777;
+    pos[t] = (uint32_t)(kPrompt + t);
+  }
+  CHECK_OK(forward_content(layer, 3, ids, content, pos, y, cache));
+  memcpy(y_got + kPrompt * kHidden, y, sizeof(float) * kHidden * 2);
+  CHECK(moe_routing_state_rollback(cache, kProbe, 44) == MOE_INVALID_ARGUMENT); /* forward */
+  CHECK(moe_routing_state_rollback(cache, kProbe, 20) == MOE_INVALID_ARGUMENT); /* into the cached prefix */
+  CHECK(strstr(moe_last_error(), "came from the prefix cache") != NULL);
+  CHECK_OK(moe_routing_state_rollback(cache, kProbe, 42));
+  for (t = 0; t < 2; ++t) {
+    ids[t] = content[t] = kProbe;
+    pos[t] = (uint32_t)(42 + t);
+  }
+  CHECK_OK(forward_content(layer, 2, ids, content, pos, y, cache));
+  memcpy(y_got + 42 * kHidden, y, sizeof(float) * kHidden * 2);
+  CHECK(memcmp(y_alone, y_got, sizeof y_alone) == 0);
+
+  moe_routing_state_destroy(alone);
+  moe_routing_state_destroy(cache);
+  moe_layer_destroy(layer);
+  moe_weights_destroy(weights);
 }
 
 /* The serving lifecycle under the deterministic preset (sequence scope): a probe admitted with its prompt
@@ -615,6 +764,7 @@ int main(void) {
   test_compute_precision();
   test_buffers();
   test_serving_lifecycle();
+  test_prefix_cache_lifecycle();
   test_causal_chunks();
   test_io_errors();
   test_device();

@@ -129,6 +129,12 @@ void LayerOptions::set_priority(const std::string& name) {
 void LayerOptions::set_overflow(const std::string& name) {
   overflow = parse_overflow(name);
 }
+void LayerOptions::set_lookahead(int64_t positions) {
+  require(positions >= 0 && positions <= UINT32_MAX,
+          "lookahead must be in [0, 2^32) (got " + std::to_string(positions) + ")");
+  lookahead = static_cast<uint32_t>(positions);
+}
+
 void LayerOptions::set_reroute_depth(int depth) {
   require(depth >= 1, "reroute_depth must be >= 1 (got " + std::to_string(depth) + ")");
   reroute_depth = depth;
@@ -183,6 +189,7 @@ MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weight
   if (o.priority) c.policy.priority = *o.priority;
   if (o.overflow) c.policy.overflow = *o.overflow;
   if (o.reroute_depth) c.policy.reroute_depth = *o.reroute_depth;
+  if (o.lookahead) c.policy.lookahead = *o.lookahead;
   if (o.kernel) c.expert_kernel = c.gate_kernel = *o.kernel;
   if (o.compute) c.compute = *o.compute;
   if (o.num_threads) c.num_threads = *o.num_threads;

@@ -47,6 +47,7 @@ struct LayerOptions {
   std::optional<Priority> priority;
   std::optional<Overflow> overflow;
   std::optional<int> reroute_depth;
+  std::optional<uint32_t> lookahead;
   std::optional<kernels::KernelKind> kernel;
   std::optional<kernels::ComputePrecision> compute;
   std::optional<int> num_threads;
@@ -65,6 +66,7 @@ struct LayerOptions {
   void set_priority(const std::string& name);
   void set_overflow(const std::string& name);
   void set_reroute_depth(int depth);
+  void set_lookahead(int64_t positions);  // prefix scope's W (DispatchPolicy::lookahead), >= 0
   void set_kernel(const std::string& name);
   void set_compute(const std::string& name);  // "fp32" | "bf16" (MoELayerConfig::parse_compute)
   void set_num_threads(int n);

@@ -40,7 +40,7 @@ struct moe_layer {
 };
 
 struct moe_routing_state {
-  moe_routing_state(int num_experts, int top_k) : state(num_experts, top_k) {}
+  moe_routing_state(int num_experts, int top_k, bool record = false) : state(num_experts, top_k, record) {}
   moe::RoutingState state;
 };
 
@@ -339,6 +339,9 @@ moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* c, int32_t v)
 moe_status_t moe_layer_config_set_scope(moe_layer_config_t* c, const char* v) {
   return set_name("moe_layer_config_set_scope", c, v, [](auto& o, const std::string& s) { o.set_scope(s); });
 }
+moe_status_t moe_layer_config_set_lookahead(moe_layer_config_t* c, int64_t v) {
+  return set_option("moe_layer_config_set_lookahead", c, [&](auto& o) { o.set_lookahead(v); });
+}
 moe_status_t moe_layer_config_set_priority(moe_layer_config_t* c, const char* v) {
   return set_name("moe_layer_config_set_priority", c, v,
                   [](auto& o, const std::string& s) { o.set_priority(s); });
@@ -428,6 +431,76 @@ moe_status_t moe_routing_state_create(const moe_layer_t* layer, moe_routing_stat
     *out = new moe_routing_state(layer->layer->num_experts(), layer->layer->top_k());
     return MOE_OK;
   });
+}
+
+moe_status_t moe_routing_state_create_recording(const moe_layer_t* layer, moe_routing_state_t** out) {
+  if (out == nullptr) return null_arg("moe_routing_state_create_recording", "out");
+  *out = nullptr;
+  if (layer == nullptr) return null_arg("moe_routing_state_create_recording", "layer");
+  return guarded("moe_routing_state_create_recording", [&] {
+    *out = new moe_routing_state(layer->layer->num_experts(), layer->layer->top_k(), true);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_segment(const moe_routing_state_t* state, uint64_t request_id, uint32_t begin,
+                                       uint32_t end, uint8_t* buf, int64_t buf_len, int64_t* size) {
+  static constexpr const char* kWhere = "moe_routing_state_segment";
+  if (state == nullptr) return null_arg(kWhere, "state");
+  if (size == nullptr) return null_arg(kWhere, "size");
+  return guarded(kWhere, [&] {
+    const std::vector<uint8_t> bytes = state->state.segment(request_id, begin, end).serialize();
+    *size = static_cast<int64_t>(bytes.size());
+    if (buf == nullptr || buf_len < *size) {
+      return set_error(MOE_BUFFER_TOO_SMALL, std::string(kWhere) + ": the segment takes " +
+                                                 std::to_string(*size) + " bytes, the buffer holds " +
+                                                 std::to_string(buf == nullptr ? 0 : buf_len));
+    }
+    std::memcpy(buf, bytes.data(), bytes.size());
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_restore(moe_routing_state_t* state, uint64_t request_id,
+                                       uint32_t prompt_length, const uint8_t* const* segments,
+                                       const int64_t* segment_sizes, int64_t num_segments) {
+  static constexpr const char* kWhere = "moe_routing_state_restore";
+  if (state == nullptr) return null_arg(kWhere, "state");
+  if (num_segments < 0) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_segments must be >= 0 (got " +
+                                               std::to_string(num_segments) + ")");
+  }
+  if (num_segments > 0 && (segments == nullptr || segment_sizes == nullptr)) {
+    return null_arg(kWhere, segments == nullptr ? "segments" : "segment_sizes");
+  }
+  return guarded(kWhere, [&] {
+    std::vector<moe::RoutingSegment> prefix;
+    for (int64_t i = 0; i < num_segments; ++i) {
+      if (segments[i] == nullptr || segment_sizes[i] < 0) {
+        throw std::invalid_argument("segment " + std::to_string(i) + " is null or has a negative size");
+      }
+      prefix.push_back(moe::RoutingSegment::parse(
+          std::span<const uint8_t>(segments[i], static_cast<size_t>(segment_sizes[i]))));
+    }
+    state->state.restore(request_id, prompt_length, prefix);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_rollback(moe_routing_state_t* state, uint64_t request_id, uint32_t position) {
+  if (state == nullptr) return null_arg("moe_routing_state_rollback", "state");
+  return guarded("moe_routing_state_rollback", [&] {
+    state->state.rollback(request_id, position);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_prefix_cache_salt(const moe_layer_t* layer, uint32_t prefix_end, uint32_t prompt_length,
+                                   uint64_t* salt) {
+  if (layer == nullptr) return null_arg("moe_prefix_cache_salt", "layer");
+  if (salt == nullptr) return null_arg("moe_prefix_cache_salt", "salt");
+  *salt = moe::prefix_cache_salt(layer->layer->config().policy, prefix_end, prompt_length);
+  return MOE_OK;
 }
 
 moe_status_t moe_routing_state_admit(moe_routing_state_t* state, uint64_t request_id,

@@ -186,9 +186,12 @@ moe_status_t moe_layer_config_set_groups(moe_layer_config_t* config, int32_t num
 moe_status_t moe_layer_config_set_capacity_factor(moe_layer_config_t* config, double capacity_factor);
 /* min_capacity: >= 0, the least number of slots any pool offers (default 0). */
 moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* config, int32_t min_capacity);
-/* scope: "batch" | "request" | "causal" | "sequence" | "none" (none = dropless) (docs/routing.md). The
- * "deterministic" preset is "sequence": it needs each request admitted into a moe_routing_state_t. */
+/* scope: "batch" | "request" | "causal" | "sequence" | "prefix" | "none" (none = dropless)
+ * (docs/routing.md). The "deterministic" preset is "prefix": it needs each request admitted (or restored)
+ * into a moe_routing_state_t. */
 moe_status_t moe_layer_config_set_scope(moe_layer_config_t* config, const char* scope);
+/* lookahead: prefix scope's W >= 0, the positions past a prompt row its budget covers (default 64). */
+moe_status_t moe_layer_config_set_lookahead(moe_layer_config_t* config, int64_t lookahead);
 /* priority: "arrival" | "request" | "score" | "random". */
 moe_status_t moe_layer_config_set_priority(moe_layer_config_t* config, const char* priority);
 /* overflow: "drop" | "reroute"; reroute_depth >= 1 ranks beyond top_k an overflowing pair may try
@@ -235,21 +238,58 @@ void moe_layer_destroy(moe_layer_t* layer);
 /* The layer's hidden size, experts and top-k. Errors: MOE_INVALID_ARGUMENT for a null pointer. */
 moe_status_t moe_layer_dims(const moe_layer_t* layer, int64_t* hidden, int32_t* num_experts, int32_t* top_k);
 
-/* Per-request routing state of one layer: what scopes "sequence" and "causal" carry across forward passes,
- * so that a request's routing depends only on the request itself however its prompt is chunked and whoever
- * shares its batches. The request lifecycle of a serving engine:
- *   moe_routing_state_admit(state, id, prompt_length)   before the request's first forward pass
- *   moe_layer_forward(..., state)                        prompt chunks of any size, then decode rows
- *   moe_routing_state_release(state, id)                 when the request finishes
- * Scope "sequence" (the deterministic preset) needs every request admitted; "causal" creates a request at
- * its first forward pass (admitting it is allowed). Other scopes ignore the state. One state per layer (a
- * model keeps one per MoE layer), used by one thread at a time. */
+/* Per-request routing state of one layer: what scopes "prefix", "sequence" and "causal" carry across forward
+ * passes, so that a request's routing depends only on the request itself however its prompt is chunked,
+ * cached, preempted or speculated and whoever shares its batches. The request lifecycle of a serving engine:
+ *   moe_routing_state_admit(state, id, prompt_length)   before the request's first forward pass, or
+ *   moe_routing_state_restore(state, id, prompt_length, segments...)
+ *                                                        when its first P positions come from a prefix cache
+ *   moe_layer_forward(..., state)                        prompt chunks of any size, then decode rows (several
+ *                                                        at once when speculating)
+ *   moe_routing_state_rollback(state, id, position)      rejected draft tokens (or a partial recompute)
+ *   moe_routing_state_segment(state, id, begin, end...)  the routing of positions [begin, end), to keep in
+ *                                                        the prefix cache beside their KV (a recording state)
+ *   moe_routing_state_release(state, id)                 when the request finishes (or is preempted)
+ * Scopes "prefix" (the deterministic preset) and "sequence" need every request admitted or restored; "causal"
+ * creates a request at its first forward pass. Other scopes ignore the state. A prefix cache hashes
+ * moe_prefix_cache_salt into the key of each block (docs/routing.md, "Prefix caching"). One state per layer
+ * (a model keeps one per MoE layer), used by one thread at a time. */
 typedef struct moe_routing_state moe_routing_state_t;
 
 /* A new, empty state for `layer`'s shape (num_experts, top_k): forwarding it through a layer of another
  * shape is MOE_INVALID_ARGUMENT. The caller owns it (moe_routing_state_destroy). Errors:
  * MOE_INVALID_ARGUMENT for a null pointer. */
 moe_status_t moe_routing_state_create(const moe_layer_t* layer, moe_routing_state_t** out);
+/* The same, recording: it keeps the routing of every position of its live requests, which
+ * moe_routing_state_segment reads and rollbacks into prompt rows need. */
+moe_status_t moe_routing_state_create_recording(const moe_layer_t* layer, moe_routing_state_t** out);
+/* The routing of positions [begin, end) of a live request of a recording state, as a self-describing byte
+ * string (RoutingSegment's byte form) written to buf[0 .. *size). buf may be NULL with buf_len 0 to ask the
+ * size. Errors (nothing written): MOE_INVALID_ARGUMENT for a null state or size, a state that does not
+ * record, a request it does not hold, or [begin, end) outside the request's planned positions;
+ * MOE_BUFFER_TOO_SMALL (with *size set) when buf_len < *size. */
+moe_status_t moe_routing_state_segment(const moe_routing_state_t* state, uint64_t request_id, uint32_t begin,
+                                       uint32_t end, uint8_t* buf, int64_t buf_len, int64_t* size);
+/* Admits a request whose positions [0, P) come from a prefix cache: segments[i] (segment_sizes[i] bytes, from
+ * moe_routing_state_segment) are the cached segments of those positions in order, from 0 (num_segments 0:
+ * like moe_routing_state_admit). Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state, a
+ * malformed segment, a request the state holds, prompt_length 0, segments that are not contiguous from 0, of
+ * another layer shape or rule, or planned for a prompt length whose salt differs from this one's (the
+ * message names which). */
+moe_status_t moe_routing_state_restore(moe_routing_state_t* state, uint64_t request_id,
+                                       uint32_t prompt_length, const uint8_t* const* segments,
+                                       const int64_t* segment_sizes, int64_t num_segments);
+/* Rolls a request back to `position` (its positions >= position are forgotten). Errors (the state
+ * unchanged): MOE_INVALID_ARGUMENT for a null state, a request it does not hold, a position past the
+ * request's next one or below its cache boundary, or forgotten prompt rows in a state that does not record.
+ */
+moe_status_t moe_routing_state_rollback(moe_routing_state_t* state, uint64_t request_id, uint32_t position);
+/* The prefix cache's key extension for the block of a request (prompt length `prompt_length`) that ends at
+ * position prefix_end under the layer's dispatch rule: blocks of two requests with the same tokens route
+ * alike iff their salts are equal (0: any request with these tokens; else only requests of this prompt
+ * length). Errors: MOE_INVALID_ARGUMENT for a null pointer. */
+moe_status_t moe_prefix_cache_salt(const moe_layer_t* layer, uint32_t prefix_end, uint32_t prompt_length,
+                                   uint64_t* salt);
 /* Admits a request that will send `prompt_length` prompt tokens (positions 0 .. prompt_length - 1, in
  * chunks of any size) and then decode. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state,
  * prompt_length 0, or a request the state already holds. */

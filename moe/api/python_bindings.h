@@ -33,7 +33,7 @@ std::string dtype_name(const py::array& a);
 
 // moe.RoutingState: a routing state with the lock that serialises the calls that use it.
 struct PyRoutingState {
-  PyRoutingState(int num_experts, int top_k) : state(num_experts, top_k) {}
+  PyRoutingState(int num_experts, int top_k, bool record = false) : state(num_experts, top_k, record) {}
   RoutingState state;
   std::mutex mutex;
 };

@@ -205,7 +205,8 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
                           const std::optional<std::string>& priority,
                           const std::optional<std::string>& overflow,
                           const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
-                          int num_threads, int max_tokens, const std::string& device) {
+                          int num_threads, int max_tokens, const std::string& device,
+                          std::optional<int64_t> lookahead) {
   LayerOptions o;
   o.set_preset(preset);
   o.set_router(router);
@@ -220,6 +221,7 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
   if (scope) o.set_scope(*scope);
   if (priority) o.set_priority(*priority);
   if (overflow) o.set_overflow(*overflow);
+  if (lookahead) o.set_lookahead(*lookahead);
   if (kernel) o.set_kernel(*kernel);
   if (compute) o.set_compute(*compute);
   if (num_threads < 0)
@@ -361,13 +363,69 @@ void bind_layer(py::module_& m) {
 
   py::class_<PyRoutingState>(
       m, "RoutingState",
-      "Per-request routing state of one layer, carried across forward passes (scopes 'sequence' - the "
-      "deterministic preset - and 'causal'). Lifecycle: admit(request_id, prompt_length) before a request's "
-      "first forward pass, forward passes with prompt chunks of any size then decode rows, "
-      "release(request_id) "
-      "when it finishes. Errors raise ValueError and change nothing.")
-      .def(py::init<int, int>(), py::arg("num_experts"), py::arg("top_k") = 0,
-           "A state for layers of num_experts experts and top_k choices (0: not checked).")
+      "Per-request routing state of one layer, carried across forward passes (scopes 'prefix' - the "
+      "deterministic preset - 'sequence' and 'causal'). Lifecycle: admit(request_id, prompt_length) - or "
+      "restore(request_id, prompt_length, segments) from a prefix cache - before a request's first forward "
+      "pass, forward passes with prompt chunks of any size then decode rows (several when speculating; "
+      "rollback(request_id, position) forgets rejected ones), release(request_id) when it finishes. "
+      "Errors raise ValueError and change nothing.")
+      .def(py::init<int, int, bool>(), py::arg("num_experts"), py::arg("top_k") = 0,
+           py::arg("record") = false,
+           "A state for layers of num_experts experts and top_k choices (0: not checked). record=True keeps "
+           "the routing of every position of its live requests (segment(); rollbacks into prompt rows).")
+      .def(
+          "restore",
+          [](PyRoutingState& s, uint64_t id, uint32_t prompt_length, const std::vector<py::bytes>& segments) {
+            std::vector<RoutingSegment> prefix;
+            for (const py::bytes& b : segments) {
+              const std::string_view v(b);
+              prefix.push_back(RoutingSegment::parse(
+                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size())));
+            }
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.state.restore(id, prompt_length, prefix);
+          },
+          py::arg("request_id"), py::arg("prompt_length"), py::arg("segments"),
+          "Admits a request whose positions [0, P) come from a prefix cache: segments are the bytes of the "
+          "cached segments of those positions, in order from 0 (segment() of the requests that computed "
+          "them). "
+          "ValueError, changing nothing, for a live request, malformed or non-contiguous segments, another "
+          "layer shape or rule, or segments planned for a prompt length of another prefix_cache_salt.")
+      .def(
+          "rollback",
+          [](PyRoutingState& s, uint64_t id, uint32_t position) {
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.state.rollback(id, position);
+          },
+          py::arg("request_id"), py::arg("position"),
+          "Forgets the request's positions >= position (rejected speculative tokens). ValueError, changing "
+          "nothing, for an unknown request, a position past its next one or below its cache boundary, or "
+          "prompt rows in a state that does not record.")
+      .def(
+          "segment",
+          [](PyRoutingState& s, uint64_t id, uint32_t begin, uint32_t end) {
+            std::vector<uint8_t> bytes;
+            {
+              std::lock_guard<std::mutex> lock(s.mutex);
+              bytes = s.state.segment(id, begin, end).serialize();
+            }
+            return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          },
+          py::arg("request_id"), py::arg("begin"), py::arg("end"),
+          "The routing of positions [begin, end) of a live request (a recording state) as bytes: what a "
+          "prefix "
+          "cache keeps beside their KV, for restore().")
+      .def(
+          "next_position",
+          [](PyRoutingState& s, uint64_t id) {
+            std::lock_guard<std::mutex> lock(s.mutex);
+            const RoutingState::Request* r = s.state.find(id);
+            if (r == nullptr)
+              throw std::invalid_argument("the state does not hold request " + std::to_string(id));
+            return r->next_position;
+          },
+          py::arg("request_id"), "The position the request's next row must have.")
+      .def_property_readonly("records", [](const PyRoutingState& s) { return s.state.records(); })
       .def(
           "admit",
           [](PyRoutingState& s, uint64_t id, uint32_t prompt_length) {
@@ -408,11 +466,12 @@ void bind_layer(py::module_& m) {
                        double capacity_factor, const std::optional<std::string>& scope,
                        const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
                        const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
-                       int num_threads, int max_tokens, const std::string& device) {
+                       int num_threads, int max_tokens, const std::string& device,
+                       std::optional<int64_t> lookahead) {
              auto self = std::make_unique<PyLayer>();
-             const LayerOptions o =
-                 make_options(preset, router, top_k, renormalize, num_groups, topk_groups, capacity_factor,
-                              scope, priority, overflow, kernel, compute, num_threads, max_tokens, device);
+             const LayerOptions o = make_options(preset, router, top_k, renormalize, num_groups, topk_groups,
+                                                 capacity_factor, scope, priority, overflow, kernel, compute,
+                                                 num_threads, max_tokens, device, lookahead);
              self->weights = w.weights;
              self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
              return self;
@@ -422,7 +481,7 @@ void bind_layer(py::module_& m) {
            py::arg("topk_groups") = 0, py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(),
            py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
            py::arg("compute") = py::none(), py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
-           py::arg("device") = "cpu",
+           py::arg("device") = "cpu", py::arg("lookahead") = py::none(),
            "device: \"cpu\", or \"cuda\" / \"cuda:N\" for the same layer on a CUDA device (host arrays in "
            "and out); RuntimeError naming the reason when no device is usable. compute: \"fp32\" (default) "
            "or \"bf16\" (expert GEMM inputs rounded to bf16, bf16 weights, fp32 accumulation; gates stay "
@@ -479,6 +538,15 @@ void bind_layer(py::module_& m) {
       .def_property_readonly("hidden", [](const PyLayer& self) { return self.layer->hidden(); })
       .def_property_readonly("num_experts", [](const PyLayer& self) { return self.layer->num_experts(); })
       .def_property_readonly("top_k", [](const PyLayer& self) { return self.layer->top_k(); })
+      .def(
+          "prefix_cache_salt",
+          [](const PyLayer& self, uint32_t prefix_end, uint32_t prompt_length) {
+            return prefix_cache_salt(self.layer->config().policy, prefix_end, prompt_length);
+          },
+          py::arg("prefix_end"), py::arg("prompt_length"),
+          "The prefix cache's key extension for the block ending at prefix_end of a request of prompt_length "
+          "tokens under this layer's dispatch rule: blocks with the same tokens route alike iff their salts "
+          "are equal (0: any request; else the prompt length).")
       .def_property_readonly("config", [](const PyLayer& self) { return self.layer->config().describe(); })
       .def_property_readonly("weights", [](const PyLayer& self) { return PyWeights{self.weights}; });
 }

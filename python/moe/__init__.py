@@ -66,7 +66,8 @@ class Layer:
     router           "mixtral" (default), "qwen2-moe", "deepseek-v3", "olmoe" or "switch".
     top_k, renormalize, num_groups, topk_groups   router overrides (0 / None keep the router's).
     capacity_factor  > 0 overrides the preset's 1.25.
-    scope            "batch" | "request" | "causal" | "none" (none = dropless).
+    scope            "batch" | "request" | "causal" | "sequence" | "prefix" | "none" (none = dropless).
+    lookahead        prefix scope's W (default 64): the positions past a prompt row its budget covers.
     priority         "arrival" | "request" | "score" | "random".   overflow   "drop" | "reroute".
     kernel           "invariant" | "fast".   num_threads (0 = 1).   max_tokens (workspace rows, 0 = 256).
     compute          "fp32" (default) | "bf16": the expert and shared-expert FFNs with every GEMM input rounded
@@ -163,9 +164,15 @@ class Layer:
                                                 None, state))
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
-    def routing_state(self):
-        """A new, empty RoutingState for this layer's shape (num_experts, top_k)."""
-        return RoutingState(self._impl.num_experts, self._impl.top_k)
+    def routing_state(self, record=False):
+        """A new, empty RoutingState for this layer's shape (num_experts, top_k); record=True keeps each live
+        request's routing per position (RoutingState.segment, for a prefix cache)."""
+        return RoutingState(self._impl.num_experts, self._impl.top_k, record)
+
+    def prefix_cache_salt(self, prefix_end, prompt_length):
+        """The prefix cache's key extension for the block ending at prefix_end of a request of prompt_length
+        tokens: blocks with the same tokens route alike iff their salts are equal (docs/routing.md)."""
+        return self._impl.prefix_cache_salt(prefix_end, prompt_length)
 
     def last_stats(self):
         """Routing outcome of the last forward: counts of kept/rerouted/dropped pairs, fully dropped tokens, and

@@ -23,11 +23,15 @@ Differences from the Hugging Face block, by design:
   fp32 in every case. Activations of any dtype are converted to float32 and the output back to their dtype.
 - Defaults to the "deterministic" preset with dropless dispatch (scope="none"), matching the HF blocks, which
   never drop tokens; pass scope="sequence" (or "request"/"causal") and capacity_factor to enable capacity.
-- scope="sequence" (the deterministic preset's own scope) and scope="causal": the block keeps a
-  moe.RoutingState, so a request's routing depends only on the request itself however the prompt is chunked
-  or decoded and whoever shares the batch. The serving lifecycle: ``admit_request(request_id, prompt_length)``
-  before a request's first forward (required under "sequence"), forward calls whose positions continue where
-  the request left off (pass them explicitly when decoding), ``release_request(request_id)`` when it finishes.
+- scope="prefix" (the deterministic preset's own scope), "sequence" and "causal": the block keeps a recording
+  moe.RoutingState, so a request's routing depends only on the request itself however the prompt is chunked,
+  cached, preempted or decoded (speculatively too) and whoever shares the batch. The serving lifecycle:
+  ``admit_request(request_id, prompt_length)`` before a request's first forward (required under "prefix" and
+  "sequence"), or ``restore_request(request_id, prompt_length, segments)`` when a prefix cache serves its first
+  positions (``request_segment`` gives what to keep in the cache; ``prefix_cache_salt`` what to add to its key),
+  forward calls whose positions continue where the request left off (pass them explicitly when decoding),
+  ``rollback_request(request_id, position)`` for rejected draft tokens, ``release_request(request_id)`` when it
+  finishes.
 - Request ids and positions: for [B, S, d] input the defaults are the batch index as request id and the sequence
   index as position; for [T, d] input, one request (id 0) at positions 0..T-1. Pass them explicitly in a serving
   stack where a batch mixes requests ([T] or [B, S] integer tensors/arrays; request_ids may also be [B]).
@@ -79,7 +83,7 @@ class MoEBlock(torch.nn.Module):
         self.layer = layer
         # scope="sequence"/"causal": routing state carried across calls per request (positions must continue
         # where the request left off; admit_request() first, release_request() when it finishes).
-        self.routing_state = layer.routing_state() if stateful else None
+        self.routing_state = layer.routing_state(record=True) if stateful else None
         self.architecture = architecture
         self.num_experts = layer.num_experts
         self.top_k = layer.top_k
@@ -131,7 +135,7 @@ class MoEBlock(torch.nn.Module):
         config.setdefault("max_tokens", 1024)
         layer = Layer.from_arrays(gate, gp, up, dp, router=arch, top_k=k, renormalize=renormalize, **shared,
                                   **config)
-        block = cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence"))
+        block = cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence", "prefix"))
         block.compute = config["compute"]
         return block
 
@@ -195,6 +199,31 @@ class MoEBlock(torch.nn.Module):
         (scopes "sequence" and "causal"; a no-op otherwise). ValueError if it is already admitted."""
         if self.routing_state is not None:
             self.routing_state.admit(int(request_id), int(prompt_length))
+
+    def restore_request(self, request_id, prompt_length, segments):
+        """Admits a request whose first positions come from a prefix cache: `segments` are the cached routing
+        segments of those positions (bytes from request_segment of the requests that computed them), in order
+        from position 0 (stateful scopes; a no-op otherwise). ValueError, changing nothing, where
+        RoutingState.restore refuses (e.g. segments of another prefix_cache_salt)."""
+        if self.routing_state is not None:
+            self.routing_state.restore(int(request_id), int(prompt_length), list(segments))
+
+    def request_segment(self, request_id, begin, end):
+        """The routing of positions [begin, end) of a live request, as bytes for a prefix cache (stateful
+        scopes; None otherwise)."""
+        if self.routing_state is None:
+            return None
+        return self.routing_state.segment(int(request_id), int(begin), int(end))
+
+    def rollback_request(self, request_id, position):
+        """Forgets a request's positions >= position (rejected speculative tokens; stateful scopes; a no-op
+        otherwise)."""
+        if self.routing_state is not None:
+            self.routing_state.rollback(int(request_id), int(position))
+
+    def prefix_cache_salt(self, prefix_end, prompt_length):
+        """The prefix cache key extension of the block ending at prefix_end (Layer.prefix_cache_salt)."""
+        return self.layer.prefix_cache_salt(prefix_end, prompt_length)
 
     def release_request(self, request_id):
         """Forgets a finished request's routing state (scopes "sequence" and "causal"; a no-op otherwise).

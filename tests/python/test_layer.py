@@ -130,6 +130,89 @@ class InvarianceTest(unittest.TestCase):
         self.assertEqual(outs[0].tobytes(), outs[1].tobytes())
         self.assertEqual(outs[0].tobytes(), outs[2].tobytes())
 
+    def test_prefix_cache_lifecycle(self):
+        """The deterministic preset (prefix scope) with a prefix cache and speculation, 40 draws: a writer
+        shares the probe's first P tokens (its prompt length another one of the same prefix_cache_salt); the
+        probe restored from the writer's segments, prefilled in chunks among strangers, decoding with draft
+        rows partly rejected (rolled back), gives with the writer's rows of the prefix the probe alone's bits.
+        Then restoring a prefix of another salt raises ValueError and changes nothing."""
+        layer = moe.Layer.random(D, FF, E, seed=15, capacity_factor=1.0, lookahead=8)
+
+        def rows(meta):  # meta: (request, content, position)
+            x = np.stack([np.random.default_rng(1000003 * (c + 1) + p).standard_normal(D) for _, c, p in meta])
+            return (np.ascontiguousarray(x, dtype=np.float32), np.array([i for i, _, _ in meta], np.uint64),
+                    np.array([p for _, _, p in meta], np.uint32))
+
+        rng = np.random.default_rng(8)
+        probe, writer = 42, 50
+        for trial in range(40):
+            prompt = int(rng.integers(12, 40))
+            total = prompt + int(rng.integers(1, 6))
+            P = int(rng.integers(1, prompt - 8 + 1)) if prompt > 9 else 1
+            alone_state = layer.routing_state()
+            alone_state.admit(probe, prompt)
+            alone = layer.forward(*rows([(probe, probe, p) for p in range(total)]), state=alone_state)
+            state = layer.routing_state(record=True)
+            writer_prompt = max(P + 8, int(rng.integers(P + 8, P + 30)))
+            self.assertEqual(layer.prefix_cache_salt(P, writer_prompt), 0)
+            self.assertEqual(layer.prefix_cache_salt(P, prompt), 0)
+            state.admit(writer, writer_prompt)
+            got = {}
+            at = 0
+            while at < writer_prompt:
+                n = min(writer_prompt - at, int(rng.integers(1, 14)))
+                meta = [(writer, probe if p < P else writer, p) for p in range(at, at + n)]
+                y = layer.forward(*rows(meta), state=state)
+                for r, (_, _, p) in enumerate(meta):
+                    if p < P:
+                        got[p] = y[r]
+                at += n
+            bounds = sorted(set(int(b) for b in rng.integers(1, P + 1, size=3)) | {P})
+            segments = [state.segment(writer, b0, b1) for b0, b1 in zip([0] + bounds[:-1], bounds)]
+            state.release(writer)
+            state.restore(probe, prompt, segments)
+            self.assertEqual(state.next_position(probe), P)
+            at = P
+            while at < total:
+                if at < prompt:
+                    n = min(prompt - at, int(rng.integers(1, 10)))
+                    meta = [(probe, probe, p) for p in range(at, at + n)]
+                    accepted = n
+                else:  # one true row and up to 3 drafts, some rejected
+                    drafts = min(int(rng.integers(0, 4)), total - at - 1)
+                    accepted = 1 + int(rng.integers(0, drafts + 1))
+                    meta = [(probe, probe if i < accepted else 999, at + i) for i in range(drafts + 1)]
+                sid = 300 + at
+                state.admit(sid, 5)
+                meta += [(sid, sid, p) for p in range(5)]
+                order = rng.permutation(len(meta))
+                meta = [meta[i] for i in order]
+                y = layer.forward(*rows(meta), state=state)
+                for r, (i, c, p) in enumerate(meta):
+                    if i == probe and p < at + accepted:
+                        got[p] = y[r]
+                state.release(sid)
+                if max(p for i, _, p in meta if i == probe) >= at + accepted:
+                    state.rollback(probe, at + accepted)
+                at += accepted
+            served = np.stack([got[p] for p in range(total)])
+            self.assertEqual(alone.tobytes(), served.tobytes(), "trial %d (prompt %d, P %d)" % (trial, prompt, P))
+
+        # A prefix written under another salt: refused, nothing changes.
+        state = layer.routing_state(record=True)
+        state.admit(writer, 10)  # 10 < 6 + 8: its first 6 positions saw the prompt length
+        layer.forward(*rows([(writer, probe, p) for p in range(10)]), state=state)
+        seg = state.segment(writer, 0, 6)
+        with self.assertRaisesRegex(ValueError, "planned for a prompt of 10 tokens"):
+            state.restore(probe, 30, [seg])
+        with self.assertRaisesRegex(ValueError, "too short"):
+            state.restore(probe, 30, [b"MOERSEG1"])
+        self.assertNotIn(probe, state)
+        with self.assertRaisesRegex(ValueError, "does not record"):
+            layer.routing_state().segment(1, 0, 1)
+        with self.assertRaisesRegex(ValueError, "rolled forward"):
+            state.rollback(writer, 11)
+
     def test_sequence_scope_serving_lifecycle(self):
         """The deterministic preset under a serving engine: a probe admitted with its prompt length, alone and
         unchunked (prompt and decode rows in one call) vs prefilled in chunks among admitted strangers, rows

@@ -170,6 +170,39 @@ class MoEBlockTest(unittest.TestCase):
         self.assertEqual(at, prompt + decode)
         self.assertTrue(torch.equal(alone.view(torch.int32), served.view(torch.int32)))
 
+    def test_prefix_cache_and_speculation(self):
+        """scope="prefix" (the deterministic preset's scope): a request restored from another request's cached
+        segments of a shared prefix, its rest prefilled, a decode step with a rejected draft rolled back, gives
+        the bits of the request alone."""
+        block = MixtralSparseMoeBlock(D, FF, E)
+        ours = MoEBlock.from_hf_block(block, preset="deterministic", scope="prefix", capacity_factor=1.0,
+                                      lookahead=4)
+        gen = torch.Generator().manual_seed(4)
+        prompt, total, shared = 21, 24, 10
+        x = torch.randn(total, D, generator=gen)
+        ours.admit_request(5, prompt)
+        alone, _ = ours(x, request_ids=torch.full((total,), 5), positions=torch.arange(total))
+        self.assertGreater(ours.layer.last_stats()["num_dropped"], 0, "capacity should bind")
+        ours.release_request(5)
+        self.assertEqual(ours.prefix_cache_salt(shared, 30), 0)
+        ours.admit_request(6, 30)  # the writer: the same first 10 tokens, another continuation
+        wx = torch.cat([x[:shared], torch.randn(20, D, generator=gen)])
+        wy, _ = ours(wx, request_ids=torch.full((30,), 6), positions=torch.arange(30))
+        segments = [ours.request_segment(6, 0, 4), ours.request_segment(6, 4, shared)]
+        ours.release_request(6)
+        ours.restore_request(5, prompt, segments)
+        y1, _ = ours(x[shared:prompt], request_ids=torch.full((prompt - shared,), 5),
+                     positions=torch.arange(shared, prompt))
+        draft = torch.stack([x[prompt], x[prompt + 1], torch.randn(D, generator=gen)])  # the last is rejected
+        y2, _ = ours(draft, request_ids=torch.full((3,), 5), positions=torch.arange(prompt, prompt + 3))
+        ours.rollback_request(5, prompt + 2)
+        y3, _ = ours(x[prompt + 2:], request_ids=torch.full((total - prompt - 2,), 5),
+                     positions=torch.arange(prompt + 2, total))
+        served = torch.cat([wy[:shared], y1, y2[:2], y3])
+        self.assertTrue(torch.equal(alone.view(torch.int32), served.view(torch.int32)))
+        with self.assertRaisesRegex(ValueError, "came from the prefix cache"):
+            ours.rollback_request(5, 3)
+
     def test_swap_blocks_of_a_tiny_model(self):
         model = TinyMixtral(vocab=100, d=D, ff=FF, num_experts=E, layers=2).eval()
         ids = torch.randint(0, 100, (2, 12))
