@@ -1,0 +1,304 @@
+#include "sim/serving/engine.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "base/splitmix64.h"
+
+namespace moe::sim::serving {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw std::invalid_argument("serving engine: " + msg);
+}
+
+uint64_t blocks_for(uint64_t positions, int block_size) {
+  return (positions + static_cast<uint64_t>(block_size) - 1) / static_cast<uint64_t>(block_size);
+}
+
+}  // namespace
+
+void EngineConfig::validate() const {
+  auto check = [](bool ok, const char* name, int64_t v, const char* rule) {
+    if (!ok) fail(std::string(name) + " (" + std::to_string(v) + ") " + rule);
+  };
+  check(token_budget > 0, "token_budget", token_budget, "must be positive");
+  check(chunk_size >= 0, "chunk_size", chunk_size, "must be >= 0 (0: the token budget only)");
+  check(max_running > 0, "max_running", max_running, "must be positive");
+  check(block_size >= 1, "block_size", block_size, "must be >= 1");
+  check(kv_blocks >= 0 && kv_blocks < INT32_MAX, "kv_blocks", kv_blocks, "must be in [0, 2^31) (0: unbounded)");
+  check(spec_tokens >= 0, "spec_tokens", spec_tokens, "must be >= 0");
+  if (prefix_cache && kv_blocks == 0) fail("prefix_cache needs a KV pool: set kv_blocks > 0");
+}
+
+Engine::Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineClient& client)
+    : config_(config), client_(client), requests_(std::move(requests)) {
+  config_.validate();
+  std::stable_sort(requests_.begin(), requests_.end(), [](const EngineRequest& a, const EngineRequest& b) {
+    return a.arrival_step != b.arrival_step ? a.arrival_step < b.arrival_step : a.id < b.id;
+  });
+  std::vector<uint64_t> ids;
+  ids.reserve(requests_.size());
+  for (const EngineRequest& r : requests_) {
+    if (r.prompt_length == 0) fail("request " + std::to_string(r.id) + " has an empty prompt");
+    if (r.max_new_tokens == 0) fail("request " + std::to_string(r.id) + " has max_new_tokens 0 (must be >= 1)");
+    if (config_.kv_blocks > 0) {
+      const uint64_t need = blocks_for(uint64_t{r.prompt_length} + r.max_new_tokens, config_.block_size);
+      if (need > static_cast<uint64_t>(config_.kv_blocks)) {
+        fail("request " + std::to_string(r.id) + " needs " + std::to_string(need) + " KV blocks (" +
+             std::to_string(r.prompt_length) + " prompt and " + std::to_string(r.max_new_tokens) +
+             " new tokens) but the pool has " + std::to_string(config_.kv_blocks));
+      }
+    }
+    ids.push_back(r.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
+    fail("duplicate request id " + std::to_string(*dup));
+  }
+  if (config_.kv_blocks > 0) pool_.emplace(config_.kv_blocks);
+}
+
+RequestStats Engine::request_stats(uint64_t id) const {
+  for (size_t slot : waiting_) {
+    if (live_[slot].spec->id == id) return live_[slot].stats;
+  }
+  for (size_t slot : running_) {
+    if (live_[slot].spec->id == id) return live_[slot].stats;
+  }
+  auto it = finished_stats_.find(id);
+  if (it == finished_stats_.end()) {
+    fail("no stats of request " + std::to_string(id) +
+         " (unknown, not arrived yet, or finished without keep_request_stats)");
+  }
+  return it->second;
+}
+
+uint64_t Engine::block_hash(const Live& l, uint32_t block, uint64_t previous) {
+  const uint32_t begin = block * static_cast<uint32_t>(config_.block_size);
+  const uint32_t end = begin + static_cast<uint32_t>(config_.block_size);
+  uint64_t h = mix64(previous ^ mix64(client_.salt(end, l.spec->prompt_length) + 0x5A17));
+  for (uint32_t p = begin; p < end; ++p) h = mix64(h ^ client_.token(l.spec->id, p));
+  return h;
+}
+
+void Engine::release_blocks(Live& l) {
+  if (pool_) {
+    // The tail first: its blocks are the least likely to be shared, so they are evicted first.
+    std::reverse(l.blocks.begin(), l.blocks.end());
+    pool_->release(l.blocks);
+  }
+  l.blocks.clear();
+  l.hashes.clear();
+}
+
+void Engine::preempt(size_t running_index) {
+  const size_t idx = running_[running_index];
+  Live& l = live_[idx];
+  release_blocks(l);
+  l.computed = 0;
+  ++l.stats.preemptions;
+  ++stats_.preemptions;
+  last_.preempted.push_back(l.spec->id);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  waiting_.push_front(idx);
+}
+
+bool Engine::reserve_blocks(Live& l, uint32_t end, int64_t protect_started) {
+  const int64_t need = static_cast<int64_t>(blocks_for(end, config_.block_size)) -
+                       static_cast<int64_t>(l.blocks.size());
+  while (!pool_->allocate(need, l.blocks)) {
+    // Recompute preemption of the latest-started running request, if it started after this one.
+    if (running_.empty() || live_[running_.back()].started <= protect_started) return false;
+    preempt(running_.size() - 1);
+  }
+  return true;
+}
+
+bool Engine::next(StepPlan& plan) {
+  if (pending_complete_) throw std::logic_error("serving engine: next() before the last step was completed");
+  if (all_finished()) return false;
+  if (waiting_.empty() && running_.empty() && next_arrival_ < requests_.size()) {
+    now_ = std::max(now_, requests_[next_arrival_].arrival_step);
+  }
+  while (next_arrival_ < requests_.size() && requests_[next_arrival_].arrival_step <= now_) {
+    const EngineRequest& r = requests_[next_arrival_++];
+    size_t slot;
+    if (free_slots_.empty()) {
+      slot = live_.size();
+      live_.emplace_back();
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    Live& l = live_[slot];
+    l = Live{};
+    l.spec = &r;
+    l.known = r.prompt_length;
+    l.stats.prompt_length = r.prompt_length;
+    waiting_.push_back(slot);
+  }
+  StepPlan& p = last_;
+  p.step = now_;
+  p.preempted.clear();
+  p.admitted.clear();
+  p.spans.clear();
+  p.rows.clear();
+  int budget = config_.token_budget;
+  const uint32_t bs = static_cast<uint32_t>(config_.block_size);
+  auto add_span = [&](Live& l, uint32_t n, int drafts) {
+    Span s;
+    s.id = l.spec->id;
+    s.begin = l.computed;
+    s.end = l.computed + n;
+    s.row = static_cast<int32_t>(p.rows.size());
+    s.drafts = drafts;
+    s.samples = s.end >= l.known;
+    s.slot = static_cast<int32_t>(&l - live_.data());
+    for (uint32_t q = s.begin; q < s.end; ++q) p.rows.push_back(TokenMeta{s.id, q});
+    p.spans.push_back(s);
+    budget -= static_cast<int>(n);
+    l.stats.computed_rows += n;
+  };
+  // 1. Running requests, in start order: the next prompt chunk (or recompute chunk), or a decode row with
+  //    its draft tokens.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Live& l = live_[running_[i]];
+    const uint32_t L = l.spec->prompt_length;
+    const uint32_t remaining = l.known - l.computed;
+    uint32_t n;
+    int drafts = 0;
+    if (remaining == 1 && l.known > L) {  // decoding
+      const int64_t still = int64_t{L} + l.spec->max_new_tokens - l.known;  // tokens still to generate
+      const int max = static_cast<int>(std::min<int64_t>({config_.spec_tokens, budget - 1, still - 1}));
+      if (max > 0) drafts = std::clamp(client_.propose(l.spec->id, max), 0, max);
+      n = 1 + static_cast<uint32_t>(drafts);
+    } else {
+      n = remaining;
+      if (config_.chunk_size > 0) n = std::min<uint32_t>(n, static_cast<uint32_t>(config_.chunk_size));
+      n = std::min<uint32_t>(n, static_cast<uint32_t>(budget));
+    }
+    if (pool_ && !reserve_blocks(l, l.computed + n, l.started)) {
+      preempt(i);  // not even the latest-started: it yields its own blocks
+      --i;
+      continue;
+    }
+    add_span(l, n, drafts);
+  }
+  // 2. Waiting requests (preempted ones first, then arrivals in order): the cached prefix, then a first chunk.
+  while (budget > 0 && static_cast<int>(running_.size()) < config_.max_running && !waiting_.empty()) {
+    const size_t idx = waiting_.front();
+    Live& l = live_[idx];
+    Admission a;
+    a.id = l.spec->id;
+    a.prompt_length = l.spec->prompt_length;
+    a.resumed = l.admitted_once;
+    std::vector<uint64_t>& hashes = scratch_hashes_;
+    hashes.clear();
+    if (config_.prefix_cache) {
+      // Full blocks of the known tokens but the last (one position is always computed: it gives the logits).
+      const uint32_t full = (l.known - 1) / bs;
+      uint64_t h = 0x6A09E667F3BCC908ull;
+      for (uint32_t b = 0; b < full; ++b) hashes.push_back(h = block_hash(l, b, h));
+      const int m = pool_->match(hashes, a.blocks);
+      hashes.resize(static_cast<size_t>(m));
+      a.cached = static_cast<uint32_t>(m) * bs;
+    }
+    uint32_t n = l.known - a.cached;
+    if (config_.chunk_size > 0) n = std::min<uint32_t>(n, static_cast<uint32_t>(config_.chunk_size));
+    n = std::min<uint32_t>(n, static_cast<uint32_t>(budget));
+    std::vector<int32_t> blocks = a.blocks;
+    if (pool_) {
+      const int64_t need = static_cast<int64_t>(blocks_for(a.cached + n, config_.block_size)) -
+                           static_cast<int64_t>(blocks.size());
+      if (!pool_->allocate(need, blocks)) {
+        pool_->release(a.blocks);  // no room: it waits (an admission never preempts)
+        break;
+      }
+    }
+    waiting_.pop_front();
+    l.blocks = std::move(blocks);
+    l.hashes = hashes;
+    l.computed = a.cached;
+    l.started = starts_++;
+    running_.push_back(idx);
+    if (!l.admitted_once) {
+      stats_.prompt_tokens += a.prompt_length;
+      stats_.cached_prompt_tokens += a.cached;
+      l.stats.cached_at_admission = a.cached;
+      l.admitted_once = true;
+    }
+    stats_.cached_tokens += a.cached;
+    l.stats.cached_tokens += a.cached;
+    add_span(l, n, 0);
+    p.admitted.push_back(std::move(a));
+  }
+  if (pool_) stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_->num_blocks() - pool_->available());
+  ++stats_.steps;
+  stats_.rows += static_cast<int64_t>(p.rows.size());
+  ++now_;
+  pending_complete_ = true;
+  plan = p;
+  return true;
+}
+
+void Engine::complete(std::span<const uint32_t> accepted, StepResult& out) {
+  if (!pending_complete_) throw std::logic_error("serving engine: complete() without a step to complete");
+  const StepPlan& p = last_;
+  if (accepted.size() != p.spans.size()) {
+    fail("complete: " + std::to_string(accepted.size()) + " accepted counts for " + std::to_string(p.spans.size()) +
+         " spans");
+  }
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    const Span& s = p.spans[i];
+    const uint32_t n = s.end - s.begin;
+    if (accepted[i] < 1 || accepted[i] > n || (s.drafts == 0 && accepted[i] != n)) {
+      fail("complete: span " + std::to_string(i) + " of request " + std::to_string(s.id) + " accepts " +
+           std::to_string(accepted[i]) + " of its " + std::to_string(n) + " rows (" + std::to_string(s.drafts) +
+           " drafts)");
+    }
+  }
+  out.rollbacks.clear();
+  out.registered.clear();
+  out.finished.clear();
+  const uint32_t bs = static_cast<uint32_t>(config_.block_size);
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    const Span& s = p.spans[i];
+    const size_t idx = static_cast<size_t>(s.slot);
+    Live& l = live_[idx];
+    const uint32_t end = s.begin + accepted[i];
+    if (end < s.end) out.rollbacks.push_back(TokenMeta{s.id, end});
+    if (s.drafts > 0) {
+      l.stats.drafted += s.drafts;
+      l.stats.accepted += accepted[i] - 1;
+      stats_.drafted += s.drafts;
+      stats_.accepted += accepted[i] - 1;
+    }
+    l.computed = end;
+    if (end >= l.known) l.known = end + 1;  // the accepted drafts, and the token the last row sampled
+    if (config_.prefix_cache) {
+      while ((l.hashes.size() + 1) * bs <= l.computed) {
+        const uint32_t b = static_cast<uint32_t>(l.hashes.size());
+        const uint64_t h = block_hash(l, b, b == 0 ? 0x6A09E667F3BCC908ull : l.hashes.back());
+        l.hashes.push_back(h);
+        if (pool_->register_block(l.blocks[b], h)) {
+          out.registered.push_back(Registered{l.blocks[b], s.id, b * bs, (b + 1) * bs});
+        }
+      }
+    }
+    if (l.known - l.spec->prompt_length >= l.spec->max_new_tokens) {
+      release_blocks(l);
+      l.stats.finished = true;
+      ++finished_;
+      out.finished.push_back(s.id);
+      running_.erase(std::find(running_.begin(), running_.end(), idx));
+      if (config_.keep_request_stats) finished_stats_[s.id] = l.stats;
+      free_slots_.push_back(idx);
+    }
+  }
+  if (pool_) stats_.evictions = pool_->evictions();
+  pending_complete_ = false;
+}
+
+}  // namespace moe::sim::serving

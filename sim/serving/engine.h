@@ -1,0 +1,196 @@
+// The one model of a serving engine that both the workload simulation (`moe-sim run` / `sweep`) and the
+// divergence lab drive (docs/divergence.md, "The serving engine"): continuous batching with chunked prefill
+// under a token budget, in the style of vLLM's v1 scheduler, plus what every production engine adds and what
+// changes which rows of a request reach the MoE layers, and when:
+//   - a block prefix cache (KV blocks of block_size positions, hashed by their prefix - tokens and the key
+//     extension the client's salt() gives - shared by all requests, least recently used evicted first);
+//   - recompute preemption when a step's rows need more KV blocks than the pool has: the latest-started
+//     running request is released and later re-prefilled (its prompt and generated tokens, as prefill
+//     chunks, with whatever of its blocks the cache still holds);
+//   - speculative decoding: a decoding request sends its last token and up to spec_tokens draft tokens (the
+//     client's prompt-lookup proposal) in one pass; the client reports how many rows it accepted, the engine
+//     rolls the rest back.
+// The engine decides rows and lifecycle events; it never sees activations. A step:
+//   next(plan)      preempted requests (release them), admissions (admit, or restore the cached positions
+//                   from the blocks' payloads), then the rows of the forward pass, span by span
+//   complete(...)   the client's accepted rows per span; out: rollbacks (forget the rejected positions),
+//                   newly registered blocks (keep their payload: KV, routing segments), finished requests
+// Deterministic: the same requests, config and client answers give the same steps.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "router/token_meta.h"
+#include "sim/serving/block_pool.h"
+
+namespace moe::sim::serving {
+
+struct EngineConfig {
+  int token_budget = 64;  // rows per step
+  int chunk_size = 0;     // most prompt rows a request computes in one step (0: the budget only)
+  int max_running = 256;  // most requests running at once
+  bool prefix_cache = false;
+  int block_size = 16;
+  // KV memory in blocks: running requests hold the blocks of their positions, the prefix cache keeps
+  // released ones while there is room. 0: unbounded memory, no block accounting and no preemption - allowed
+  // only without the prefix cache (which needs a pool to live in).
+  int64_t kv_blocks = 0;
+  int spec_tokens = 0;  // most draft tokens per decode step (0: no speculation)
+  // Keep every request's RequestStats after it finishes (request_stats()); off, only live requests' are
+  // kept, so that the engine's memory follows the live requests, not the workload.
+  bool keep_request_stats = false;
+
+  // Throws std::invalid_argument naming the bad field.
+  void validate() const;
+};
+
+struct EngineRequest {
+  uint64_t id = 0;
+  int64_t arrival_step = 0;
+  uint32_t prompt_length = 1;
+  uint32_t max_new_tokens = 1;  // generated tokens before the request finishes (>= 1)
+};
+
+// What the engine asks of whoever runs the model. Token values only feed the prefix cache's hashes.
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // The token at `position` of request `id`: a prompt token (position < L) or one it generated (position <
+  // its known tokens).
+  virtual uint64_t token(uint64_t id, uint32_t position) = 0;
+  // How many draft tokens (<= max) to verify after request `id`'s last token this step.
+  virtual int propose(uint64_t id, int max) = 0;
+  // The prefix cache's key extension of the block that ends at `block_end` of a request of prompt length
+  // `prompt_length` (prefix_cache_salt of the dispatch rule; 0 for a cache keyed by tokens alone).
+  virtual uint64_t salt(uint32_t block_end, uint32_t prompt_length) = 0;
+};
+
+// A request's rows in one step: positions [begin, end), consecutive rows of StepPlan::rows starting at `row`.
+// drafts > 0: rows begin + 1 .. end - 1 are draft tokens. samples: the last accepted row's logits give the
+// request's next token.
+struct Span {
+  uint64_t id = 0;
+  uint32_t begin = 0, end = 0;
+  int32_t row = 0;
+  int32_t drafts = 0;
+  bool samples = false;
+  int32_t slot = 0;  // the engine's own bookkeeping
+};
+
+// A request entering the running set: new (admit with its prompt length) or resumed after a preemption;
+// positions [0, cached) come from the blocks `blocks` of the prefix cache (restore from their payloads).
+struct Admission {
+  uint64_t id = 0;
+  uint32_t prompt_length = 0;
+  uint32_t cached = 0;
+  std::vector<int32_t> blocks;  // cached / block_size blocks
+  bool resumed = false;
+};
+
+struct StepPlan {
+  int64_t step = 0;
+  std::vector<uint64_t> preempted;  // release before the forward pass
+  std::vector<Admission> admitted;  // then admit / restore
+  std::vector<Span> spans;
+  std::vector<TokenMeta> rows;  // the forward pass, span by span
+};
+
+// A block the cache now holds: positions [begin, end) of request `id` (their payload is to be kept).
+struct Registered {
+  int32_t block = 0;
+  uint64_t id = 0;
+  uint32_t begin = 0, end = 0;
+};
+
+struct StepResult {
+  std::vector<TokenMeta> rollbacks;  // (request, position): forget its positions >= position
+  std::vector<Registered> registered;
+  std::vector<uint64_t> finished;  // release
+};
+
+// Per request, over its life.
+struct RequestStats {
+  uint32_t prompt_length = 0;
+  uint32_t cached_at_admission = 0;  // positions its first admission found in the cache
+  int64_t cached_tokens = 0;         // positions served from the cache, every admission
+  int64_t computed_rows = 0;         // rows computed (accepted or not)
+  int32_t preemptions = 0;
+  int64_t drafted = 0;   // draft rows sent
+  int64_t accepted = 0;  // draft rows accepted
+  bool finished = false;
+};
+
+struct EngineStats {
+  int64_t steps = 0, rows = 0;
+  int64_t prompt_tokens = 0;  // prompt positions of admitted requests (first admissions)
+  int64_t cached_prompt_tokens = 0;  // ... of those, served from the cache at first admission
+  int64_t cached_tokens = 0;  // positions served from the cache, every admission (resumptions too)
+  int64_t preemptions = 0, drafted = 0, accepted = 0, evictions = 0;
+  int64_t peak_blocks_used = 0;
+};
+
+class Engine {
+ public:
+  // Requests with duplicate ids, prompt_length 0 or max_new_tokens 0 throw std::invalid_argument; so does
+  // a request whose prompt and tokens could never fit the pool.
+  Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineClient& client);
+
+  // The next step (idle steps, with nothing to run, are skipped: plan.step jumps); false when every request
+  // has finished. The previous step must have been completed.
+  bool next(StepPlan& plan);
+  // The client's accepted rows of each span of the last plan (accepted[i] in [1, end - begin]: a prompt
+  // chunk all of them; a speculative span 1 + its accepted drafts).
+  void complete(std::span<const uint32_t> accepted, StepResult& out);
+
+  const EngineConfig& config() const { return config_; }
+  const EngineStats& stats() const { return stats_; }
+  // A live request's stats, or a finished one's with keep_request_stats. Throws std::invalid_argument when
+  // the engine has none.
+  RequestStats request_stats(uint64_t id) const;
+  bool all_finished() const { return finished_ == requests_.size(); }
+  int64_t now() const { return now_; }
+
+ private:
+  struct Live {
+    const EngineRequest* spec = nullptr;
+    uint32_t known = 0;     // tokens known: the prompt and what it generated
+    uint32_t computed = 0;  // positions whose KV is computed
+    std::vector<int32_t> blocks;
+    std::vector<uint64_t> hashes;  // chain hashes of its first registered_blocks blocks
+    int64_t started = 0;           // start order
+    RequestStats stats;
+    bool admitted_once = false;
+  };
+
+  // The chain hash of block i of `l` (positions [i * bs, (i + 1) * bs)), given the previous block's.
+  uint64_t block_hash(const Live& l, uint32_t block, uint64_t previous);
+  bool reserve_blocks(Live& l, uint32_t end, int64_t protect_started);
+  void preempt(size_t running_index);
+  void release_blocks(Live& l);
+
+  EngineConfig config_;
+  EngineClient& client_;
+  std::vector<EngineRequest> requests_;  // sorted by (arrival_step, id)
+  std::vector<Live> live_;               // slots of the arrived, unfinished requests (waiting_ and running_)
+  std::vector<size_t> free_slots_;
+  std::unordered_map<uint64_t, RequestStats> finished_stats_;  // keep_request_stats
+  size_t next_arrival_ = 0;
+  std::deque<size_t> waiting_;
+  std::vector<size_t> running_;  // in start order
+  std::optional<BlockPool> pool_;  // kv_blocks > 0
+  int64_t now_ = 0;
+  int64_t starts_ = 0;
+  size_t finished_ = 0;
+  bool pending_complete_ = false;
+  StepPlan last_;
+  EngineStats stats_;
+  std::vector<uint64_t> scratch_hashes_;
+};
+
+}  // namespace moe::sim::serving
