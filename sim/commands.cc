@@ -40,7 +40,7 @@ int cmd_run(const Overrides& overrides, std::ostream& out) {
     out << j.dump(2) << "\n";
   } else {
     out << provenance_line(config, kRun) << "\n";
-    print_run_table(out, stats, w.num_requests);
+    print_run_table(out, stats, w.num_requests, config.workload.serving_features());
   }
   return 0;
 }
@@ -48,7 +48,7 @@ int cmd_run(const Overrides& overrides, std::ostream& out) {
 int cmd_sweep(const Overrides& overrides, std::ostream& out) {
   const SimConfig config = build_config(overrides);
   const std::vector<SweepPoint> points = run_sweep(overrides, !config.quiet);
-  const Table table = sweep_table(points);
+  const Table table = sweep_table(points, config.workload.serving_features());
   if (!config.sweep.csv_path.empty()) {
     std::ofstream csv(config.sweep.csv_path);
     if (!csv) throw DataError("cannot write '" + config.sweep.csv_path + "'");

@@ -31,31 +31,50 @@ int ranks_needed(const RouterConfig& router, const DispatchPolicy& policy) {
   return rules::num_ranked_needed(policy, router.num_experts, router.top_k);
 }
 
-PolicySimulator::PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy,
-                                 const std::unordered_map<uint64_t, uint32_t>* prompt_length)
+PolicySimulator::PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy, bool stateful,
+                                 int64_t kv_blocks, bool record)
     : num_experts_(num_experts),
       top_k_(top_k),
       policy_(policy),
       planner_(num_experts, top_k, policy),
-      state_(num_experts, top_k),
-      prompt_length_(prompt_length),
-      sequence_(rules::pools_prompt(policy) && prompt_length != nullptr),
-      stateful_(sequence_ || policy.scope == CapacityScope::kCausal),
+      state_(num_experts, top_k, record && stateful && rules::carries_routing_state(policy)),
+      prompt_pools_(rules::pools_prompt(policy)),
+      stateful_(stateful && rules::carries_routing_state(policy)),
       step_load_(num_experts) {
   r_.expert_load.assign(num_experts, 0);
   r_.expert_capacity.assign(num_experts, policy.scope == CapacityScope::kNone ? -1 : 0);
   r_.step_capacity_min = 1e300;
   r_.step_capacity_max = -1e300;
+  if (stateful_ && state_.records()) cached_.resize(static_cast<size_t>(kv_blocks));
 }
 
 void PolicySimulator::add(const Step& step, const TokenRoutes& routes) {
-  if (step.rows.empty()) return;
-  const int E = num_experts_;
-  if (sequence_) {
-    for (const TokenMeta& m : step.rows) {
-      if (m.position == 0) state_.admit(m.request_id, prompt_length_->at(m.request_id));
+  if (stateful_) {
+    for (uint64_t id : step.preempted) state_.release_if_held(id);
+    for (const serving::Admission& a : step.admitted) {
+      if (a.cached > 0) {
+        prefix_.clear();
+        for (int32_t b : a.blocks) prefix_.push_back(cached_.at(static_cast<size_t>(b)));
+        state_.restore(a.id, a.prompt_length, prefix_);
+      } else if (prompt_pools_) {
+        state_.admit(a.id, a.prompt_length);
+      }
     }
   }
+  if (!step.rows.empty()) plan_step(step, routes);
+  if (stateful_) {
+    for (const TokenMeta& r : step.rollbacks) {
+      if (state_.find(r.request_id) != nullptr) state_.rollback(r.request_id, r.position);
+    }
+    for (const serving::Registered& b : step.registered) {
+      if (!cached_.empty()) cached_.at(static_cast<size_t>(b.block)) = state_.segment(b.id, b.begin, b.end);
+    }
+    for (uint64_t id : step.finished) state_.release_if_held(id);
+  }
+}
+
+void PolicySimulator::plan_step(const Step& step, const TokenRoutes& routes) {
+  const int E = num_experts_;
   planner_.plan(routes, step.rows, stateful_ ? &state_ : nullptr, plan_);
   const DispatchPlan& plan = plan_;
   RunStats& r = r_;
@@ -91,9 +110,6 @@ void PolicySimulator::add(const Step& step, const TokenRoutes& routes) {
       static_cast<double>(*std::max_element(plan.expert_load.begin(), plan.expert_load.end())) / nominal;
   peak_sum_ += peak;
   r.step_peak_load_max = std::max(r.step_peak_load_max, peak);
-  if (stateful_) {
-    for (uint64_t id : step.finished) state_.release(id);
-  }
 }
 
 RunStats PolicySimulator::result(const RoutingStats& routing) const {
@@ -112,36 +128,29 @@ RunStats PolicySimulator::result(const RoutingStats& routing) const {
   return r;
 }
 
-WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
-                              const StreamOptions& options) {
-  const int E = config.router.num_experts, k = config.router.top_k;
-  int num_ranked = k;
-  for (const DispatchPolicy& p : policies) num_ranked = std::max(num_ranked, ranks_needed(config.router, p));
-  num_ranked = std::min(num_ranked, E);
-  // The workload's size is checked before anything of its size is allocated: synthetic workloads from the
-  // expected lengths before the requests are drawn, every workload exactly before it is scheduled.
-  const char* advice = "use fewer --requests or shorter --prompt-len / --decode-len";
-  const double window = static_cast<double>(std::max<int64_t>(1, options.window_tokens));
-  if (config.workload.trace_file.empty()) {
-    WorkloadFootprint f = expected_footprint(config.workload);
-    f.window_tokens = window;
-    check_workload_size(f, E, k, num_ranked, advice);
-  }
-  const std::vector<RequestSpec> requests = make_requests(config.workload, config.seed);
-  WorkloadFootprint f = footprint(requests, config.workload.token_budget);
-  f.window_tokens = window;
-  check_workload_size(f, E, k, num_ranked,
-                      config.workload.trace_file.empty() ? advice : "use a shorter trace");
+namespace {
 
-  std::unordered_map<uint64_t, uint32_t> prompt_length;
-  for (const DispatchPolicy& p : policies) {
-    if (!rules::pools_prompt(p)) continue;
-    for (const RequestSpec& r : requests) prompt_length[r.id] = r.prompt_len;
-    break;
-  }
+// The prefix cache's key rule for a policy: its own where its routing state's decisions depend on the
+// prompt length (sequence and prefix scopes), else none (tokens alone).
+RoutingRule cache_key_rule(const DispatchPolicy& policy) {
+  if (!rules::pools_prompt(policy)) return RoutingRule{};
+  RoutingRule r;
+  r.scope = policy.scope;
+  r.lookahead = policy.scope == CapacityScope::kPrefix ? policy.lookahead : 0;
+  r.fingerprint = 1;
+  return r;
+}
+
+// One streamed pass of the workload's steps (scheduled with `cache_rule`'s salt) under `policies`.
+WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpec>& requests,
+                           const WorkloadFootprint& f, const std::vector<DispatchPolicy>& policies,
+                           const RoutingRule& cache_rule, int num_ranked, const StreamOptions& options) {
+  const int E = config.router.num_experts, k = config.router.top_k;
+  const bool record = config.workload.prefix_cache || config.workload.spec_tokens > 0;
   std::vector<PolicySimulator> sims;
   sims.reserve(policies.size());
-  for (const DispatchPolicy& p : policies) sims.emplace_back(E, k, p, &prompt_length);
+  for (const DispatchPolicy& p : policies)
+    sims.emplace_back(E, k, p, true, config.workload.kv_blocks, record);
 
   const ScoreModel scores(config.scores, E, config.seed);
   const TopKRouter router(config.router, num_ranked);
@@ -172,7 +181,7 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
     std::vector<Item> items;
     size_t n = 0;
   };
-  StepScheduler scheduler(requests, config.workload.token_budget);
+  StepScheduler scheduler(requests, config.workload, config.seed, cache_rule);
   // Schedules the next window into w (at least one step unless the workload is done); false once the
   // scheduler has no more steps.
   const auto schedule = [&](Window& w) {
@@ -196,7 +205,9 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   };
   // Scores, routes and counts the statistics of one work item of w.
   const auto route_item = [&](Window& w, const Item& item, int worker) {
-    const std::span<const TokenMeta> rows(w.steps[item.step].rows.data() + item.first, item.count);
+    const Step& step = w.steps[item.step];
+    const std::vector<TokenMeta>& keys = step.keys.empty() ? step.rows : step.keys;
+    const std::span<const TokenMeta> rows(keys.data() + item.first, item.count);
     std::vector<float>& buffer = logits[worker];
     buffer.resize(static_cast<size_t>(item.count) * E);
     scores.logits(rows, buffer.data(), caches[worker]);
@@ -259,7 +270,65 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   }
   for (const RoutingStatsCounts& c : counts) counter.merge(c);
   out.routing = counter.result();
-  for (const PolicySimulator& sim : sims) out.stats.push_back(sim.result(out.routing));
+  const serving::EngineStats engine = scheduler.engine_stats();
+  for (const PolicySimulator& sim : sims) {
+    out.stats.push_back(sim.result(out.routing));
+    out.stats.back().engine = engine;
+    out.stats.back().cache_rule = cache_rule;
+  }
+  return out;
+}
+
+}  // namespace
+
+WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
+                              const StreamOptions& options) {
+  const int E = config.router.num_experts, k = config.router.top_k;
+  int num_ranked = k;
+  for (const DispatchPolicy& p : policies) num_ranked = std::max(num_ranked, ranks_needed(config.router, p));
+  num_ranked = std::min(num_ranked, E);
+  // The workload's size is checked before anything of its size is allocated: synthetic workloads from the
+  // expected lengths before the requests are drawn, every workload exactly before it is scheduled.
+  const char* advice = "use fewer --requests or shorter --prompt-len / --decode-len";
+  const double window = static_cast<double>(std::max<int64_t>(1, options.window_tokens));
+  if (config.workload.trace_file.empty()) {
+    WorkloadFootprint f = expected_footprint(config.workload);
+    f.window_tokens = window;
+    check_workload_size(f, E, k, num_ranked, advice);
+  }
+  const std::vector<RequestSpec> requests = make_requests(config.workload, config.seed);
+  WorkloadFootprint f = footprint(requests, config.workload.token_budget);
+  f.window_tokens = window;
+  check_workload_size(f, E, k, num_ranked,
+                      config.workload.trace_file.empty() ? advice : "use a shorter trace");
+
+  // Policies that key the prefix cache alike share one streamed pass (without the cache: all of them).
+  std::vector<RoutingRule> keys;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const RoutingRule rule = config.workload.prefix_cache ? cache_key_rule(policies[i]) : RoutingRule{};
+    size_t g = 0;
+    while (g < keys.size() && !(keys[g] == rule)) ++g;
+    if (g == keys.size()) {
+      keys.push_back(rule);
+      groups.emplace_back();
+    }
+    groups[g].push_back(i);
+  }
+  WorkloadRun out;
+  out.stats.resize(policies.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<DispatchPolicy> subset;
+    for (size_t i : groups[g]) subset.push_back(policies[i]);
+    WorkloadRun run = simulate_group(config, requests, f, subset, keys[g], num_ranked, options);
+    for (size_t j = 0; j < groups[g].size(); ++j) out.stats[groups[g][j]] = std::move(run.stats[j]);
+    if (g == 0) {
+      out.num_requests = run.num_requests;
+      out.num_tokens = run.num_tokens;
+      out.num_steps = run.num_steps;
+      out.routing = run.routing;
+    }
+  }
   return out;
 }
 

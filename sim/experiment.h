@@ -9,6 +9,7 @@
 #include "router/dispatch_planner.h"
 #include "router/dispatch_policy.h"
 #include "router/router_config.h"
+#include "router/routing_rule.h"
 #include "router/routing_state.h"
 #include "router/token_routes.h"
 #include "sim/progress.h"
@@ -45,19 +46,28 @@ struct RunStats {
   // (docs/routing.md section 2, "What each scope bounds").
   double step_peak_load_mean = 0.0, step_peak_load_max = 0.0;
   int64_t peak_live_requests = 0;  // most requests held in the routing state at once
-  RoutingStats routing;            // the workload's choices before capacity: the same for every policy
+  // The workload's choices before capacity: the same for every policy whose steps are the same (every
+  // policy but with the prefix cache, whose keying can change which rows are computed: then per group).
+  RoutingStats routing;
+  // The serving engine's counts for the steps this policy was planned over (continuous batching): what its
+  // prefix cache served (keyed for this policy: prefix_cache_salt of its rule), preemptions, drafts.
+  serving::EngineStats engine;
+  RoutingRule cache_rule;  // the rule whose salt keyed the prefix cache (empty: tokens alone)
 };
 
-// One policy planned step by step, its statistics folded as it goes (causal scope: one RoutingState across
-// steps; finished requests are released after their last step). Sequence scope admits each request with its
-// prompt length when its first row (position 0) is planned, from `prompt_length` (request id -> prompt
-// length, outliving the simulator); without it (replay: one batch of logits) sequence scope plans without a
-// state: each request's rows are its whole prompt. Deterministic: the same steps give the same stats.
+// One policy planned step by step, its statistics folded as it goes. With `stateful` (a workload's steps)
+// the scopes that carry a routing state (causal, sequence, prefix) keep one across steps and apply each
+// step's lifecycle events (Step): release the preempted, admit the admitted - restoring the positions a
+// prefix cache served from the routing segments it kept for those blocks under this policy -, plan the rows,
+// roll back, keep the segments of newly registered blocks (`kv_blocks` of them at most), release the
+// finished. Without (replay: one batch of logits) sequence and prefix scopes plan without a state: each
+// request's rows are its whole prompt. Deterministic: the same steps give the same stats.
 class PolicySimulator {
  public:
-  PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy,
-                  const std::unordered_map<uint64_t, uint32_t>* prompt_length);
-  // Plans `step` (rows) with `routes` (its rows' routes), then folds the plan into the statistics.
+  PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy, bool stateful,
+                  int64_t kv_blocks = 0, bool record = false);
+  // Applies `step`'s lifecycle events around planning its rows with `routes` (its rows' routes), and folds
+  // the plan into the statistics.
   void add(const Step& step, const TokenRoutes& routes);
   // The plan of the last step add() planned.
   const DispatchPlan& last_plan() const { return plan_; }
@@ -65,12 +75,15 @@ class PolicySimulator {
   RunStats result(const RoutingStats& routing) const;
 
  private:
+  void plan_step(const Step& step, const TokenRoutes& routes);
+
   int num_experts_, top_k_;
   DispatchPolicy policy_;
   DispatchPlanner planner_;
   RoutingState state_;
-  const std::unordered_map<uint64_t, uint32_t>* prompt_length_;
-  bool sequence_, stateful_;
+  bool prompt_pools_, stateful_;
+  std::vector<RoutingSegment> cached_;  // per KV block: the routing segment the cache keeps beside it
+  std::vector<RoutingSegment> prefix_;
   DispatchPlan plan_;
   RunStats r_;
   std::vector<int64_t> step_load_;
@@ -89,19 +102,21 @@ struct WorkloadRun {
   int64_t num_requests = 0;
   int64_t num_tokens = 0;
   int64_t num_steps = 0;
-  RoutingStats routing;         // the workload's choices before capacity: the same for every policy
+  RoutingStats routing;  // the workload's choices before capacity (the first group's, RunStats::routing)
   std::vector<RunStats> stats;  // per policy, in the order given (each with `routing`)
 };
 
 // Streams config.workload through config.router under every policy at once: steps are scheduled
-// incrementally (StepScheduler); a window of whole steps (options.window_tokens tokens, at least one step) is
-// routed (synthetic logits from the score model, parallel over 256-row items on config.threads workers, which
-// also count the routing statistics), the statistics linked and every policy planned over it in step order
-// (one PolicySimulator each; each policy's planning one work item beside the next window's routing), and the
-// window dropped. Memory: the request specs, the live requests and one window (three with two or more
-// threads), checked first (check_workload_size). Every token's logits are a function of (seed, request,
-// position), so neither the window nor the thread count changes any result. Throws UsageError / DataError
-// (trace file, size).
+// incrementally (StepScheduler; with the prefix cache on, once per group of policies that key it alike:
+// prefix_cache_salt of their rule - prefix scope per lookahead, sequence scope by the prompt length, every
+// other scope by tokens alone - each group its own streamed pass, the routing statistics from the first); a
+// window of whole steps (options.window_tokens tokens, at least one step) is routed (synthetic logits from
+// the score model, parallel over 256-row items on config.threads workers, which also count the routing
+// statistics), the statistics linked and every policy planned over it in step order (one PolicySimulator
+// each; each policy's planning one work item beside the next window's routing), and the window dropped.
+// Memory: the request specs, the live requests and one window (three with two or more threads), checked first
+// (check_workload_size). Every token's logits are a function of (seed, request, position), so neither the
+// window nor the thread count changes any result. Throws UsageError / DataError (trace file, size).
 WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
                               const StreamOptions& options = {});
 

@@ -62,7 +62,7 @@ ReplayResult run_replay(const SimConfig& input) {
     counter.add(step.rows, routes);
     // One plan: the stats and the CSV both come from it. Sequence scope without request specs: each
     // request's rows are its whole prompt (no state).
-    PolicySimulator sim(config.router.num_experts, config.router.top_k, config.policy, nullptr);
+    PolicySimulator sim(config.router.num_experts, config.router.top_k, config.policy, false);
     sim.add(step, routes);
     plan = sim.last_plan();
     result.stats = sim.result(counter.result());

@@ -91,6 +91,40 @@ nlohmann::ordered_json run_stats_json(const RunStats& s, bool multi_step) {
     j["per_step"] = per_step;
   }
   j["routing"] = routing_stats_json(s.routing);
+  if (s.engine.steps > 0) j["serving"] = serving_stats_json(s);
+  return j;
+}
+
+double cache_hit_rate(const serving::EngineStats& e) {
+  return e.prompt_tokens > 0
+             ? static_cast<double>(e.cached_prompt_tokens) / static_cast<double>(e.prompt_tokens)
+             : 0.0;
+}
+
+std::string cache_key_name(const RoutingRule& rule) {
+  switch (rule.scope) {
+    case CapacityScope::kPrefix:
+      return "tokens+salt(prefix, lookahead " + std::to_string(rule.lookahead) + ")";
+    case CapacityScope::kSequence:
+      return "tokens+salt(sequence: prompt length)";
+    default:
+      return "tokens";
+  }
+}
+
+nlohmann::ordered_json serving_stats_json(const RunStats& s) {
+  const serving::EngineStats& e = s.engine;
+  nlohmann::ordered_json j;
+  j["cache_key"] = cache_key_name(s.cache_rule);
+  j["prompt_tokens"] = e.prompt_tokens;
+  j["cached_prompt_tokens"] = e.cached_prompt_tokens;
+  j["cache_hit_rate"] = cache_hit_rate(e);
+  j["cached_tokens"] = e.cached_tokens;
+  j["evictions"] = e.evictions;
+  j["peak_blocks_used"] = e.peak_blocks_used;
+  j["preemptions"] = e.preemptions;
+  j["draft_tokens"] = e.drafted;
+  j["accepted_draft_tokens"] = e.accepted;
   return j;
 }
 
@@ -126,7 +160,7 @@ nlohmann::ordered_json probe_json(const ProbeResult& r) {
   return j;
 }
 
-void print_run_table(std::ostream& out, const RunStats& s, int64_t num_requests) {
+void print_run_table(std::ostream& out, const RunStats& s, int64_t num_requests, bool serving) {
   Table t({"metric", "value"});
   if (num_requests >= 0) t.add_row({"requests", std::to_string(num_requests)});
   t.add_row({"steps", std::to_string(s.steps)});
@@ -162,13 +196,23 @@ void print_run_table(std::ostream& out, const RunStats& s, int64_t num_requests)
   t.add_row({"routing: load imbalance (share max * E)", fixed(r.load_imbalance)});
   t.add_row({"routing: consecutive same first choice", fixed(r.same_first)});
   t.add_row({"routing: consecutive same first or second", fixed(r.same_first_or_second)});
+  if (serving) {
+    const serving::EngineStats& e = s.engine;
+    t.add_row({"serving: cache key", cache_key_name(s.cache_rule)});
+    t.add_row({"serving: prompt tokens from the cache", std::to_string(e.cached_prompt_tokens) + " of " +
+                                                            std::to_string(e.prompt_tokens) + " (" +
+                                                            fixed(cache_hit_rate(e)) + ")"});
+    t.add_row({"serving: preemptions", std::to_string(e.preemptions)});
+    t.add_row(
+        {"serving: draft tokens accepted", std::to_string(e.accepted) + " of " + std::to_string(e.drafted)});
+  }
   t.print(out);
   out << "expert_load:";
   for (int64_t l : s.expert_load) out << " " << l;
   out << "\n";
 }
 
-Table sweep_table(const std::vector<SweepPoint>& points) {
+Table sweep_table(const std::vector<SweepPoint>& points, bool serving) {
   std::vector<std::string> header;
   if (!points.empty()) {
     for (const auto& [name, value] : points.front().axis_values) header.push_back(name);
@@ -177,6 +221,9 @@ Table sweep_table(const std::vector<SweepPoint>& points) {
        {"mode", "cf", "drop_rate", "dropped", "rerouted", "fully_dropped", "load_imbalance", "capacity/step",
         "step_drop_max", "peak_load_max", "share_min", "share_max", "same_first", "same_top2"}) {
     header.push_back(h);
+  }
+  if (serving) {
+    for (const char* h : {"cache_hit", "preempted", "drafts_accepted"}) header.push_back(h);
   }
   Table t(header);
   for (const auto& p : points) {
@@ -197,6 +244,11 @@ Table sweep_table(const std::vector<SweepPoint>& points) {
     row.push_back(fixed(p.stats.routing.share_max));
     row.push_back(fixed(p.stats.routing.same_first));
     row.push_back(fixed(p.stats.routing.same_first_or_second));
+    if (serving) {
+      row.push_back(fixed(cache_hit_rate(p.stats.engine)));
+      row.push_back(std::to_string(p.stats.engine.preemptions));
+      row.push_back(std::to_string(p.stats.engine.accepted) + "/" + std::to_string(p.stats.engine.drafted));
+    }
     t.add_row(std::move(row));
   }
   return t;

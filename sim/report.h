@@ -38,10 +38,16 @@ nlohmann::ordered_json run_stats_json(const RunStats& stats, bool multi_step);
 // The router's choices before capacity: expert shares, imbalance, consecutive-token repetition.
 nlohmann::ordered_json routing_stats_json(const RoutingStats& r);
 nlohmann::ordered_json probe_json(const ProbeResult& r);
+// The serving engine's counts of a run (RunStats::engine): the prefix cache's key and hit rate (prompt
+// positions served from it at the requests' first admission), preemptions, draft tokens.
+nlohmann::ordered_json serving_stats_json(const RunStats& stats);
+double cache_hit_rate(const serving::EngineStats& e);
+std::string cache_key_name(const RoutingRule& rule);
 
 // Tables of the experiments.
-void print_run_table(std::ostream& out, const RunStats& stats, int64_t num_requests);
-Table sweep_table(const std::vector<SweepPoint>& points);
+// serving: add the serving engine's rows / columns (prefix cache, preemption or speculation on).
+void print_run_table(std::ostream& out, const RunStats& stats, int64_t num_requests, bool serving = false);
+Table sweep_table(const std::vector<SweepPoint>& points, bool serving = false);
 Table probe_table(const std::vector<ProbeResult>& results);
 
 }  // namespace moe::sim

@@ -155,6 +155,48 @@ std::vector<Setting> make_settings() {
          c.workload.arrival_rate = parse_double(v, "--arrival-rate");
        },
        [](const SimConfig& c) { return format_double(c.workload.arrival_rate); }});
+  add({"system-prompts", "INT", "shared system prompts that requests may begin with (0 = none)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.system_prompts = to_int("system-prompts", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.system_prompts); }});
+  add({"system-prompt-len", "DIST", "lengths of the system prompts (drawn once each), same syntax",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.system_prompt_len = LengthDist::parse(v); },
+       [](const SimConfig& c) { return c.workload.system_prompt_len.to_string(); }});
+  add({"system-prompt-share", "FLOAT",
+       "share of requests that begin with a system prompt (one of them, uniformly)", kRun | kSweep, false,
+       false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.workload.system_prompt_share = parse_double(v, "--system-prompt-share");
+       },
+       [](const SimConfig& c) { return format_double(c.workload.system_prompt_share); }});
+  add({"chunk-size", "INT", "most prompt tokens a request prefills per step (0 = the token budget)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.chunk_size = to_int("chunk-size", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.chunk_size); }});
+  add({"max-running", "INT", "most requests running at once (0 = no limit)", kRun | kSweep, false, false,
+       true, [](SimConfig& c, const std::string& v) { c.workload.max_running = to_int("max-running", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.max_running); }});
+  add({"prefix-cache", "BOOL", "a block prefix cache shared by all requests (needs --kv-blocks)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.prefix_cache = parse_bool(v, "--prefix-cache"); },
+       [](const SimConfig& c) { return bool_text(c.workload.prefix_cache); }});
+  add({"block-size", "INT", "positions per KV block (the prefix cache's unit)", kRun | kSweep, false, false,
+       true, [](SimConfig& c, const std::string& v) { c.workload.block_size = to_int("block-size", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.block_size); }});
+  add({"kv-blocks", "INT",
+       "KV memory in blocks: preemption beyond it; the prefix cache lives in it (0 = unbounded)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.kv_blocks = to_int("kv-blocks", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.kv_blocks); }});
+  add({"spec-tokens", "INT", "speculative decoding: draft tokens verified per decode step (0 = off)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.spec_tokens = to_int("spec-tokens", v); },
+       [](const SimConfig& c) { return std::to_string(c.workload.spec_tokens); }});
+  add({"spec-accept", "FLOAT", "probability that a draft token is accepted (the leading accepted ones count)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.spec_accept = parse_double(v, "--spec-accept"); },
+       [](const SimConfig& c) { return format_double(c.workload.spec_accept); }});
   add({"trace", "FILE", "CSV or JSONL trace: arrival_step|arrival_time, prompt_len, decode_len",
        kRun | kSweep, false, false, true,
        [](SimConfig& c, const std::string& v) { c.workload.trace_file = v; },
@@ -436,6 +478,22 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
     if (command != kProbe) {
       workload["batching"] = c.workload.token_budget > 0 ? "continuous" : "static";
       workload["token_budget"] = c.workload.token_budget;
+      if (c.workload.system_prompts > 0) {
+        workload["system_prompts"] = c.workload.system_prompts;
+        workload["system_prompt_len"] = c.workload.system_prompt_len.to_string();
+        workload["system_prompt_share"] = c.workload.system_prompt_share;
+      }
+      if (c.workload.token_budget > 0) {
+        nlohmann::ordered_json engine;
+        engine["chunk_size"] = c.workload.chunk_size;
+        engine["max_running"] = c.workload.max_running;
+        engine["prefix_cache"] = c.workload.prefix_cache;
+        engine["block_size"] = c.workload.block_size;
+        engine["kv_blocks"] = c.workload.kv_blocks;
+        engine["spec_tokens"] = c.workload.spec_tokens;
+        engine["spec_accept"] = c.workload.spec_accept;
+        workload["engine"] = engine;
+      }
     }
     j["workload"] = workload;
     nlohmann::ordered_json scores;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/splitmix64.h"
 #include "router/token_routes.h"
 #include "sim/errors.h"
 #include "sim/rng.h"
@@ -17,6 +18,8 @@ namespace {
 
 constexpr uint64_t kLengthTag = 0x4c454e47;   // "LENG"
 constexpr uint64_t kArrivalTag = 0x41525256;  // "ARRV"
+constexpr uint64_t kSystemTag = 0x53595354;   // "SYST"
+constexpr uint64_t kDraftTag = 0x44524654;    // "DRFT"
 constexpr int64_t kMaxRequestTokens = int64_t{1} << 30;
 
 }  // namespace
@@ -30,6 +33,25 @@ void WorkloadConfig::validate() const {
   if (!(arrival_rate >= 0.0) || !std::isfinite(arrival_rate)) {
     throw UsageError("arrival-rate must be finite and >= 0 (got " + std::to_string(arrival_rate) + ")");
   }
+  auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError(what);
+  };
+  check(system_prompts >= 0, "system-prompts must be >= 0 (got " + std::to_string(system_prompts) + ")");
+  check(system_prompt_share >= 0.0 && system_prompt_share <= 1.0,
+        "system-prompt-share must be in [0, 1] (got " + std::to_string(system_prompt_share) + ")");
+  check(chunk_size >= 0, "chunk-size must be >= 0 (got " + std::to_string(chunk_size) + ")");
+  check(max_running >= 0, "max-running must be >= 0 (got " + std::to_string(max_running) + ")");
+  check(block_size >= 1, "block-size must be >= 1 (got " + std::to_string(block_size) + ")");
+  check(kv_blocks >= 0 && kv_blocks < INT32_MAX,
+        "kv-blocks must be in [0, 2^31) (got " + std::to_string(kv_blocks) + ")");
+  check(spec_tokens >= 0, "spec-tokens must be >= 0 (got " + std::to_string(spec_tokens) + ")");
+  check(spec_accept >= 0.0 && spec_accept <= 1.0,
+        "spec-accept must be in [0, 1] (got " + std::to_string(spec_accept) + ")");
+  const bool engine_features = chunk_size > 0 || max_running > 0 || serving_features();
+  check(!engine_features || token_budget > 0,
+        "chunk-size, max-running, prefix-cache, kv-blocks and spec-tokens need continuous batching "
+        "(token-budget > 0)");
+  check(!prefix_cache || kv_blocks > 0, "prefix-cache needs a KV pool to live in: set kv-blocks > 0");
 }
 
 double WorkloadFootprint::bytes(int num_experts, int top_k, int num_ranked) const {
@@ -115,6 +137,12 @@ void check_workload_size(const WorkloadFootprint& f, int num_experts, int top_k,
 std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed) {
   config.validate();
   if (!config.trace_file.empty()) return read_trace(config.trace_file);
+  std::vector<uint32_t> system_len(config.system_prompts);
+  for (int s = 0; s < config.system_prompts; ++s) {
+    Rng lengths(stream_key(seed, static_cast<uint64_t>(s), kSystemTag));
+    system_len[s] =
+        static_cast<uint32_t>(std::clamp<int64_t>(config.system_prompt_len.sample(lengths), 1, 1 << 20));
+  }
   std::vector<RequestSpec> out(config.num_requests);
   Rng arrivals(stream_key(seed, kArrivalTag));
   double clock = 0.0;
@@ -126,6 +154,15 @@ std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t se
     const int64_t decode = std::clamp<int64_t>(config.decode_len.sample(lengths), 0, kMaxRequestTokens);
     r.prompt_len = static_cast<uint32_t>(prompt);
     r.decode_len = static_cast<uint32_t>(decode);
+    if (config.system_prompts > 0) {
+      Rng system(stream_key(seed, r.id, kSystemTag));
+      if (system.uniform() < config.system_prompt_share) {
+        r.system_prompt = static_cast<int32_t>(system.uniform_int(0, config.system_prompts - 1));
+        r.system_len = system_len[r.system_prompt];
+        r.prompt_len =
+            static_cast<uint32_t>(std::min<int64_t>(int64_t{r.prompt_len} + r.system_len, kMaxRequestTokens));
+      }
+    }
     if (config.arrival_rate > 0.0) {
       clock += arrivals.exponential() / config.arrival_rate;
       r.arrival_step = static_cast<int64_t>(std::floor(clock));
@@ -134,76 +171,129 @@ std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t se
   return out;
 }
 
-StepScheduler::StepScheduler(const std::vector<RequestSpec>& requests, int token_budget)
-    : requests_(requests), token_budget_(token_budget) {
-  if (token_budget_ <= 0) return;
-  pending_.reserve(requests.size());
-  for (const RequestSpec& r : requests) pending_.push_back(&r);
-  std::stable_sort(pending_.begin(), pending_.end(), [](const RequestSpec* a, const RequestSpec* b) {
-    if (a->arrival_step != b->arrival_step) return a->arrival_step < b->arrival_step;
-    return a->id < b->id;
-  });
+// The engine's client for a synthetic workload: tokens from each request's content (its system prompt's,
+// else its own), drafts always proposed, each accepted with probability spec_accept.
+class StepScheduler::Client : public serving::EngineClient {
+ public:
+  Client(const std::vector<RequestSpec>& requests, const RoutingRule& rule)
+      : requests_(requests), rule_(rule) {}
+  const RequestSpec& spec(const serving::EngineRequest& r) const { return requests_[r.client_index]; }
+  uint64_t token(const serving::EngineRequest& r, uint32_t position) override {
+    const RequestSpec& s = spec(r);
+    if (position < s.system_len)
+      return mix64(kSystemPromptContent | static_cast<uint64_t>(s.system_prompt)) + position;
+    return mix64(s.id) + position;
+  }
+  int propose(const serving::EngineRequest&, uint32_t, int max) override { return max; }
+  uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
+    return prefix_cache_salt(rule_, block_end, prompt_length);
+  }
+
+ private:
+  const std::vector<RequestSpec>& requests_;
+  RoutingRule rule_;
+};
+
+StepScheduler::StepScheduler(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
+                             uint64_t seed, const RoutingRule& cache_rule)
+    : requests_(requests), config_(config), seed_(seed) {
+  if (config_.token_budget <= 0) return;
+  client_ = std::make_unique<Client>(requests, cache_rule);
+  serving::EngineConfig e;
+  e.token_budget = config_.token_budget;
+  e.chunk_size = config_.chunk_size;
+  e.max_running = config_.max_running > 0 ? config_.max_running : INT32_MAX;
+  e.prefix_cache = config_.prefix_cache;
+  e.block_size = config_.block_size;
+  e.kv_blocks = config_.kv_blocks;
+  e.spec_tokens = config_.spec_tokens;
+  std::vector<serving::EngineRequest> list;
+  list.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const RequestSpec& r = requests[i];
+    list.push_back(serving::EngineRequest{r.id, r.arrival_step, r.prompt_len, r.decode_len + 1, i});
+  }
+  try {
+    engine_ = std::make_unique<serving::Engine>(e, std::move(list), *client_);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+}
+
+StepScheduler::~StepScheduler() = default;
+
+serving::EngineStats StepScheduler::engine_stats() const {
+  return engine_ ? engine_->stats() : serving::EngineStats{};
 }
 
 bool StepScheduler::next(Step& step) {
   if (requests_.empty()) return false;
-  if (token_budget_ <= 0) {
+  if (config_.token_budget <= 0) {
     if (static_done_) return false;
     static_done_ = true;
     step = Step{};
     for (const RequestSpec& r : requests_) {
+      step.admitted.push_back(serving::Admission{r.id, r.prompt_len, 0, {}, false});
       for (uint32_t p = 0; p < r.prompt_len; ++p) step.rows.push_back(TokenMeta{r.id, p});
       step.num_prefill_tokens += static_cast<int>(r.prompt_len);
       step.finished.push_back(r.id);
     }
     return true;
   }
-  if (next_pending_ == pending_.size() && active_.empty()) return false;
-  if (active_.empty() && pending_[next_pending_]->arrival_step > now_)
-    now_ = pending_[next_pending_]->arrival_step;
-  while (next_pending_ < pending_.size() && pending_[next_pending_]->arrival_step <= now_) {
-    active_.push_back(Active{pending_[next_pending_++], 0});
-  }
-  step.index = now_;
-  step.rows.clear();
-  step.finished.clear();
+  if (!engine_->next(plan_)) return false;
+  step.index = plan_.step;
+  step.rows.swap(plan_.rows);
+  step.keys.clear();
+  step.preempted.swap(plan_.preempted);
+  step.admitted.swap(plan_.admitted);
   step.num_prefill_tokens = 0;
   step.num_decode_tokens = 0;
-  int budget = token_budget_;
-  // Decode: one token per request whose prompt was finished in an earlier step.
-  for (Active& a : active_) {
-    if (budget == 0) break;
-    const uint32_t total = a.spec->prompt_len + a.spec->decode_len;
-    if (a.next_position >= a.spec->prompt_len && a.next_position < total) {
-      step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
-      ++step.num_decode_tokens;
-      --budget;
+  // Drafts: the leading ones that pass a Bernoulli(spec_accept) draw from (seed, request, position) are
+  // accepted. Router keys: a system prompt's rows and rejected drafts are keyed by their content.
+  accepted_.clear();
+  bool keyed = false;
+  for (const serving::Span& s : plan_.spans) {
+    const RequestSpec& r = requests_[s.client_index];
+    uint32_t accepted = s.end - s.begin;
+    if (s.drafts > 0) {
+      accepted = 1;
+      while (accepted < s.end - s.begin) {
+        Rng draw(stream_key(seed_, s.id, s.begin + accepted, kDraftTag));
+        if (!(draw.uniform() < config_.spec_accept)) break;
+        ++accepted;
+      }
+    }
+    accepted_.push_back(accepted);
+    const uint32_t prompt_rows = std::min(s.end, std::max(s.begin, r.prompt_len)) - s.begin;
+    step.num_prefill_tokens += static_cast<int>(prompt_rows);
+    step.num_decode_tokens += static_cast<int>(s.end - s.begin - prompt_rows);
+    keyed |= s.begin < r.system_len || accepted < s.end - s.begin;
+  }
+  if (keyed) {
+    step.keys.assign(step.rows.begin(), step.rows.end());
+    for (size_t i = 0; i < plan_.spans.size(); ++i) {
+      const serving::Span& s = plan_.spans[i];
+      const RequestSpec& r = requests_[s.client_index];
+      for (uint32_t q = s.begin; q < std::min(s.end, r.system_len); ++q) {
+        step.keys[s.row + (q - s.begin)] =
+            TokenMeta{kSystemPromptContent | static_cast<uint64_t>(r.system_prompt), q};
+      }
+      for (uint32_t q = s.begin + accepted_[i]; q < s.end; ++q) {
+        step.keys[s.row + (q - s.begin)] = TokenMeta{kDraftContent | s.id, q};
+      }
     }
   }
-  // Prefill: prompt chunks in admission order.
-  for (Active& a : active_) {
-    if (budget == 0) break;
-    if (a.next_position >= a.spec->prompt_len) continue;
-    const uint32_t chunk =
-        std::min<uint32_t>(static_cast<uint32_t>(budget), a.spec->prompt_len - a.next_position);
-    for (uint32_t i = 0; i < chunk; ++i) step.rows.push_back(TokenMeta{a.spec->id, a.next_position++});
-    step.num_prefill_tokens += static_cast<int>(chunk);
-    budget -= static_cast<int>(chunk);
-  }
-  std::erase_if(active_, [&](const Active& a) {
-    if (a.next_position == a.spec->prompt_len + a.spec->decode_len) {
-      step.finished.push_back(a.spec->id);
-      return true;
-    }
-    return false;
-  });
-  ++now_;
+  engine_->complete(accepted_, result_);
+  step.rollbacks.swap(result_.rollbacks);
+  step.registered.swap(result_.registered);
+  step.finished.swap(result_.finished);
   return true;
 }
 
-std::vector<Step> schedule(const std::vector<RequestSpec>& requests, int token_budget) {
+std::vector<Step> schedule(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
+                           uint64_t seed) {
   std::vector<Step> steps;
-  StepScheduler scheduler(requests, token_budget);
+  StepScheduler scheduler(requests, config, seed);
   Step step;
   while (scheduler.next(step)) steps.push_back(step);
   return steps;

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "router/routing_rule.h"
 #include "router/token_meta.h"
 #include "sim/length_dist.h"
 #include "sim/request_spec.h"
+#include "sim/serving/engine.h"
 
 namespace moe::sim {
 
@@ -27,9 +30,27 @@ struct WorkloadConfig {
   double arrival_rate = 0.0;
   // CSV or JSONL trace of requests (replaces num_requests, the length distributions and arrival_rate).
   std::string trace_file;
+  // Shared system prompts (synthetic workloads): `system_prompts` prompts whose lengths are drawn once from
+  // system_prompt_len; each request begins with one of them (uniformly) with probability
+  // system_prompt_share, before its own prompt_len tokens.
+  int system_prompts = 0;
+  LengthDist system_prompt_len = LengthDist::parse("uniform:24,96");
+  double system_prompt_share = 0.5;
+  // The serving engine of continuous batching (sim/serving/engine.h): chunk_size, max_running (0: no
+  // limit), the prefix cache, KV blocks (0: unbounded), speculative decoding with spec_tokens draft tokens
+  // per step, each accepted with probability spec_accept (the leading accepted ones count).
+  int chunk_size = 0;
+  int max_running = 0;
+  bool prefix_cache = false;
+  int block_size = 16;
+  int64_t kv_blocks = 0;
+  int spec_tokens = 0;
+  double spec_accept = 0.7;
 
   // Throws UsageError naming the bad field.
   void validate() const;
+  // Whether the prefix cache, a KV-block budget or speculation is on (reports add the engine's counts).
+  bool serving_features() const { return prefix_cache || kv_blocks > 0 || spec_tokens > 0; }
 };
 
 // The requests of a workload: from the trace file if one is set, else num_requests requests with ids
@@ -69,44 +90,65 @@ WorkloadFootprint footprint(const std::vector<RequestSpec>& requests, int token_
 void check_workload_size(const WorkloadFootprint& f, int num_experts, int top_k, int num_ranked,
                          const std::string& advice, double memory_limit_bytes = 0);
 
-// One forward pass: its token rows in arrival (row) order, and the requests that finished with it.
+// One forward pass and the lifecycle events around it, in the order they apply: release the preempted
+// requests; admit the admitted ones (restoring their cached positions from the blocks' payloads); the rows;
+// roll back the rolled-back requests; keep the payload of the registered blocks; release the finished ones.
 struct Step {
   int64_t index = 0;  // the scheduler step number (idle steps, with nothing to run, are skipped)
   std::vector<TokenMeta> rows;
+  // Per row, what its router input is keyed by (the token it holds): (system prompt content, position) for
+  // a shared system prompt's rows, (draft content, position) for a rejected draft token, else the row
+  // itself. Empty: every row keys itself.
+  std::vector<TokenMeta> keys;
+  std::vector<uint64_t> preempted;
+  std::vector<serving::Admission> admitted;
+  std::vector<TokenMeta> rollbacks;
+  std::vector<serving::Registered> registered;
   std::vector<uint64_t> finished;
-  int num_prefill_tokens = 0;
-  int num_decode_tokens = 0;
+  int num_prefill_tokens = 0;  // rows at prompt positions
+  int num_decode_tokens = 0;   // rows past the prompt (decode, drafts, generated tokens recomputed)
 };
 
-// The scheduler, one step at a time (the steps schedule() returns, in order), holding the request specs'
-// order and the live requests only. Static batch (token_budget == 0): one step with every request's whole
-// prompt, requests in the given order. Continuous batching (token_budget > 0): at each step, requests that
-// have arrived are admitted in (arrival_step, id) order; first every request whose prompt is done contributes
-// its next decode token (admission order, while the budget lasts), then waiting or partially prefilled
-// requests contribute prompt chunks in admission order until the budget is used. A request's first decode
-// token comes in a step after its last prompt chunk. Every request's positions appear exactly once, in
-// increasing order. `requests` must outlive the scheduler.
+// Router-input keys: a shared system prompt's rows, and rejected draft tokens, are keyed apart from request
+// ids (which are below 2^62).
+inline constexpr uint64_t kSystemPromptContent = uint64_t{1} << 63;
+inline constexpr uint64_t kDraftContent = uint64_t{1} << 62;
+
+// The workload's steps, one at a time (the steps schedule() returns, in order), holding the live requests
+// only. Static batch (token_budget == 0): one step with every request's whole prompt, requests in the given
+// order, all admitted before it and finished with it. Continuous batching (token_budget > 0): the serving
+// engine (sim/serving/engine.h) with the workload's settings: requests arrive at arrival_step, running ones
+// send their next prompt chunk or decode row (with draft tokens when speculating: spec_tokens drafts, each
+// accepted with probability spec_accept from the stream (seed, request, position)), then waiting ones start;
+// a request's rows are its prompt_len + decode_len positions (decode_len generated tokens, the last one
+// needing no row). The prefix cache keys blocks by their tokens (a system prompt's, or the request's own)
+// and prefix_cache_salt(cache_rule): a rule with salt 0 everywhere (the default) is a cache keyed by tokens
+// alone. `requests` must outlive the scheduler.
 class StepScheduler {
  public:
-  StepScheduler(const std::vector<RequestSpec>& requests, int token_budget);
+  StepScheduler(const std::vector<RequestSpec>& requests, const WorkloadConfig& config, uint64_t seed,
+                const RoutingRule& cache_rule = {});
+  ~StepScheduler();
   // Fills `step` (reusing its vectors' capacity) with the next step; false (step untouched) after the last.
   bool next(Step& step);
+  // The engine's statistics (continuous batching; zero for a static batch).
+  serving::EngineStats engine_stats() const;
 
  private:
-  struct Active {
-    const RequestSpec* spec;
-    uint32_t next_position;
-  };
+  class Client;
   const std::vector<RequestSpec>& requests_;
-  int token_budget_;
-  std::vector<const RequestSpec*> pending_;  // continuous batching: (arrival_step, id) order
-  size_t next_pending_ = 0;
-  std::vector<Active> active_;
-  int64_t now_ = 0;
+  WorkloadConfig config_;
+  uint64_t seed_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<serving::Engine> engine_;
+  serving::StepPlan plan_;
+  serving::StepResult result_;
+  std::vector<uint32_t> accepted_;
   bool static_done_ = false;
 };
 
 // Every step of the workload at once (StepScheduler run to the end).
-std::vector<Step> schedule(const std::vector<RequestSpec>& requests, int token_budget);
+std::vector<Step> schedule(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
+                           uint64_t seed = 0);
 
 }  // namespace moe::sim

@@ -100,42 +100,64 @@ TEST(SimExperiment, PeakLoadAgainstTheNominalCapacity) {
 }
 
 // Streaming changes nothing: every policy's JSON is the same with a window of one token (one step at a time)
-// as with the whole workload in one window, on 1 and 3 threads, planned alone or in lockstep with others.
+// as with the whole workload in one window, on 1 and 3 threads, planned alone or in lockstep with others -
+// plain continuous batching, and with the serving engine's shared system prompts, prefix cache (policies
+// keyed apart), preemption and speculation.
 TEST(SimExperiment, WindowSizeChangesNoResult) {
-  const Overrides base = {
+  const Overrides plain = {
       {"requests", "40"},     {"prompt-len", "uniform:1,90"}, {"decode-len", "uniform:0,30"},
       {"token-budget", "64"}, {"arrival-rate", "2"},          {"experts", "16"},
       {"top-k", "2"},         {"skew", "dirichlet:0.5"}};
-  std::vector<DispatchPolicy> policies;
-  std::vector<std::string> names;
-  for (const char* mode : {"greedy", "stable", "rank-only"}) {
-    for (const char* scope : {"batch", "causal", "sequence", "request", "none"}) {
-      Overrides o = base;
-      o["mode"] = mode;
-      o["scope"] = scope;
-      if (std::string(scope) == "batch") o["overflow"] = "reroute";
-      policies.push_back(build_config(o).policy);
-      names.push_back(std::string(mode) + " " + scope);
-    }
+  Overrides serving = plain;
+  for (const auto& [k, v] : Overrides{{"system-prompts", "3"},
+                                      {"system-prompt-len", "uniform:10,40"},
+                                      {"prefix-cache", "true"},
+                                      {"kv-blocks", "40"},
+                                      {"block-size", "8"},
+                                      {"spec-tokens", "2"},
+                                      {"chunk-size", "24"}}) {
+    serving[k] = v;
   }
-  const SimConfig c = build_config(base);
-  const auto json = [](const RunStats& s) { return run_stats_json(s, true).dump(); };
-  const WorkloadRun whole = simulate_workload(c, policies, StreamOptions{.window_tokens = int64_t{1} << 40});
-  ASSERT_EQ(whole.stats.size(), policies.size());
-  EXPECT_GT(whole.num_steps, 10);
-  for (int threads : {1, 3}) {
-    SimConfig t = c;
-    t.threads = threads;
-    const WorkloadRun one = simulate_workload(t, policies, StreamOptions{.window_tokens = 1});
-    EXPECT_EQ(one.num_steps, whole.num_steps);
-    EXPECT_EQ(one.num_tokens, whole.num_tokens);
-    for (size_t i = 0; i < policies.size(); ++i) {
-      EXPECT_EQ(json(one.stats[i]), json(whole.stats[i])) << names[i] << ", " << threads << " threads";
+  for (const Overrides& base : {plain, serving}) {
+    std::vector<DispatchPolicy> policies;
+    std::vector<std::string> names;
+    for (const char* mode : {"greedy", "stable", "rank-only"}) {
+      for (const char* scope : {"batch", "causal", "sequence", "prefix", "request", "none"}) {
+        Overrides o = base;
+        o["mode"] = mode;
+        o["scope"] = scope;
+        if (std::string(scope) == "batch") o["overflow"] = "reroute";
+        if (std::string(mode) == "rank-only") o["lookahead"] = "8";
+        policies.push_back(build_config(o).policy);
+        names.push_back(std::string(mode) + " " + scope);
+      }
     }
-  }
-  for (size_t i = 0; i < policies.size(); i += 4) {
-    const WorkloadRun alone = simulate_workload(c, {policies[i]}, StreamOptions{.window_tokens = 100});
-    EXPECT_EQ(json(alone.stats.front()), json(whole.stats[i])) << names[i] << " alone";
+    const SimConfig c = build_config(base);
+    SCOPED_TRACE(c.workload.prefix_cache ? "serving engine" : "plain");
+    const auto json = [](const RunStats& s) { return run_stats_json(s, true).dump(); };
+    const WorkloadRun whole =
+        simulate_workload(c, policies, StreamOptions{.window_tokens = int64_t{1} << 40});
+    ASSERT_EQ(whole.stats.size(), policies.size());
+    EXPECT_GT(whole.num_steps, 10);
+    if (c.workload.prefix_cache) {
+      EXPECT_GT(whole.stats[0].engine.cached_prompt_tokens, 0);
+      EXPECT_GT(whole.stats[0].engine.preemptions, 0);
+      EXPECT_GT(whole.stats[0].engine.accepted, 0);
+    }
+    for (int threads : {1, 3}) {
+      SimConfig t = c;
+      t.threads = threads;
+      const WorkloadRun one = simulate_workload(t, policies, StreamOptions{.window_tokens = 1});
+      EXPECT_EQ(one.num_steps, whole.num_steps);
+      EXPECT_EQ(one.num_tokens, whole.num_tokens);
+      for (size_t i = 0; i < policies.size(); ++i) {
+        EXPECT_EQ(json(one.stats[i]), json(whole.stats[i])) << names[i] << ", " << threads << " threads";
+      }
+    }
+    for (size_t i = 0; i < policies.size(); i += 4) {
+      const WorkloadRun alone = simulate_workload(c, {policies[i]}, StreamOptions{.window_tokens = 100});
+      EXPECT_EQ(json(alone.stats.front()), json(whole.stats[i])) << names[i] << " alone";
+    }
   }
 }
 

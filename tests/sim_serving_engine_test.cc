@@ -1,5 +1,5 @@
-// The serving engine (sim/serving/engine.h): continuous batching with chunked prefill, the block prefix cache,
-// recompute preemption and speculative decoding, on hand-checked cases and on random workloads whose
+// The serving engine (sim/serving/engine.h): continuous batching with chunked prefill, the block prefix
+// cache, recompute preemption and speculative decoding, on hand-checked cases and on random workloads whose
 // invariants every step must keep.
 #include <gtest/gtest.h>
 
@@ -22,13 +22,14 @@ namespace {
 struct TestClient : EngineClient {
   std::map<uint64_t, uint32_t> shared;
   int drafts = 0;
-  uint64_t salt_above = 0;  // salt(end, L) = L when end + salt_above > L (prefix scope's rule, W = salt_above)
-  uint64_t token(uint64_t id, uint32_t position) override {
-    auto it = shared.find(id);
+  uint64_t salt_above =
+      0;  // salt(end, L) = L when end + salt_above > L (prefix scope's rule, W = salt_above)
+  uint64_t token(const EngineRequest& r, uint32_t position) override {
+    auto it = shared.find(r.id);
     if (it != shared.end() && position < it->second) return 1000 + position;
-    return mix64(id * 7919 + position);
+    return mix64(r.id * 7919 + position);
   }
-  int propose(uint64_t, int max) override { return std::min(drafts, max); }
+  int propose(const EngineRequest&, uint32_t, int max) override { return std::min(drafts, max); }
   uint64_t salt(uint32_t end, uint32_t prompt_length) override {
     return salt_above > 0 && uint64_t{end} + salt_above > prompt_length ? prompt_length : 0;
   }
@@ -251,7 +252,8 @@ TEST(ServingEngine, RandomWorkloadsKeepTheInvariants) {
     for (int i = 0; i < 1 + static_cast<int>(rng() % 20); ++i) {
       EngineRequest r{static_cast<uint64_t>(i + 1), static_cast<int64_t>(rng() % 30),
                       1 + static_cast<uint32_t>(rng() % 60), 1 + static_cast<uint32_t>(rng() % 20)};
-      longest = std::max<uint64_t>(longest, (r.prompt_length + r.max_new_tokens + c.block_size - 1) / c.block_size);
+      longest =
+          std::max<uint64_t>(longest, (r.prompt_length + r.max_new_tokens + c.block_size - 1) / c.block_size);
       if (rng() % 2) client.shared[r.id] = static_cast<uint32_t>(rng() % 50);
       reqs.push_back(r);
     }
@@ -287,7 +289,9 @@ TEST(ServingEngine, RandomWorkloadsKeepTheInvariants) {
     }
     // Deterministic: the same inputs, the same steps.
     std::mt19937_64 again_rng(trial);
-    auto again_accept = [&](const Span& s) { return 1 + static_cast<uint32_t>(again_rng() % (s.end - s.begin)); };
+    auto again_accept = [&](const Span& s) {
+      return 1 + static_cast<uint32_t>(again_rng() % (s.end - s.begin));
+    };
     Engine again(c, reqs, client);
     EngineRun run2 = RunAll(again, again_accept);
     ASSERT_EQ(run2.plans.size(), run.plans.size());

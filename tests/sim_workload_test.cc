@@ -156,7 +156,7 @@ TEST(SimWorkload, ContinuousBatchingRespectsBudgetAndOrder) {
       c.arrival_rate = rate;
       c.token_budget = budget;
       const auto requests = make_requests(c, 3);
-      const auto steps = schedule(requests, budget);
+      const auto steps = schedule(requests, c);
       SCOPED_TRACE("budget " + std::to_string(budget) + " rate " + std::to_string(rate));
       check_schedule(requests, steps, budget);
     }
@@ -167,13 +167,96 @@ TEST(SimWorkload, StaticBatchHoldsEveryPromptOnce) {
   WorkloadConfig c;
   c.num_requests = 5;
   const auto requests = make_requests(c, 1);
-  const auto steps = schedule(requests, 0);
+  const auto steps = schedule(requests, c);
   ASSERT_EQ(steps.size(), 1u);
   size_t total = 0;
   for (const auto& r : requests) total += r.prompt_len;
   EXPECT_EQ(steps[0].rows.size(), total);
   EXPECT_EQ(steps[0].finished.size(), 5u);
   EXPECT_EQ(steps[0].num_decode_tokens, 0);
+}
+
+// Shared system prompts: a share of the requests begins with one of the workload's system prompts (each of
+// one length, drawn once); their rows of it are keyed by the system prompt's content, so every request with
+// it routes those rows alike; the prefix cache then serves them.
+TEST(SimWorkload, SystemPromptsAreSharedAndCached) {
+  WorkloadConfig c;
+  c.num_requests = 400;
+  c.prompt_len = LengthDist::parse("uniform:8,40");
+  c.decode_len = LengthDist::parse("uniform:1,8");
+  c.system_prompts = 4;
+  c.system_prompt_share = 0.5;
+  c.token_budget = 128;
+  c.arrival_rate = 0.5;
+  const auto requests = make_requests(c, 5);
+  std::map<int32_t, uint32_t> length;
+  int with = 0;
+  for (const RequestSpec& r : requests) {
+    if (r.system_prompt < 0) {
+      EXPECT_EQ(r.system_len, 0u);
+      continue;
+    }
+    ++with;
+    EXPECT_LT(r.system_prompt, 4);
+    EXPECT_GE(r.system_len, 24u);
+    EXPECT_LE(r.system_len, 96u);
+    EXPECT_GE(r.prompt_len, r.system_len + 8);
+    auto [it, inserted] = length.emplace(r.system_prompt, r.system_len);
+    EXPECT_EQ(it->second, r.system_len) << "one length per system prompt";
+  }
+  EXPECT_GT(with, 150);
+  EXPECT_LT(with, 250);
+  EXPECT_EQ(length.size(), 4u);
+  c.prefix_cache = true;
+  c.kv_blocks = 256;
+  const auto steps = schedule(requests, c, 5);
+  int64_t cached = 0, keyed_rows = 0;
+  std::map<uint64_t, const RequestSpec*> by_id;
+  for (const RequestSpec& r : requests) by_id[r.id] = &r;
+  for (const Step& s : steps) {
+    for (const serving::Admission& a : s.admitted) {
+      cached += a.cached;
+      EXPECT_LE(a.cached, by_id.at(a.id)->system_len + 15) << "only system prompts are shared";
+    }
+    if (s.keys.empty()) continue;
+    ASSERT_EQ(s.keys.size(), s.rows.size());
+    for (size_t i = 0; i < s.rows.size(); ++i) {
+      const RequestSpec& r = *by_id.at(s.rows[i].request_id);
+      if (s.rows[i].position < r.system_len) {
+        EXPECT_EQ(s.keys[i].request_id, kSystemPromptContent | static_cast<uint64_t>(r.system_prompt));
+        ++keyed_rows;
+      } else {
+        EXPECT_EQ(s.keys[i], s.rows[i]);
+      }
+    }
+  }
+  EXPECT_GT(cached, 0);
+  EXPECT_GT(keyed_rows, 0);
+}
+
+// Speculative decoding in the workload: drafts accepted from the seed's stream (the same steps for the same
+// seed), rejected ones keyed as drafts and rolled back.
+TEST(SimWorkload, SpeculationIsSeededAndRollsBackRejectedDrafts) {
+  WorkloadConfig c;
+  c.num_requests = 30;
+  c.prompt_len = LengthDist::parse("uniform:4,20");
+  c.decode_len = LengthDist::parse("uniform:4,30");
+  c.token_budget = 64;
+  c.spec_tokens = 3;
+  c.spec_accept = 0.6;
+  const auto requests = make_requests(c, 2);
+  const auto a = schedule(requests, c, 2), b = schedule(requests, c, 2);
+  ASSERT_EQ(a.size(), b.size());
+  int64_t rollbacks = 0, drafts = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].rows, b[i].rows);
+    rollbacks += static_cast<int64_t>(a[i].rollbacks.size());
+    for (size_t r = 0; r < a[i].keys.size(); ++r) drafts += (a[i].keys[r].request_id & kDraftContent) != 0;
+  }
+  EXPECT_GT(rollbacks, 0);
+  EXPECT_GT(drafts, 0);
+  c.spec_accept = 1.0;  // every draft accepted: no rollback
+  for (const Step& s : schedule(requests, c, 2)) EXPECT_TRUE(s.rollbacks.empty());
 }
 
 TEST(SimWorkload, SizeIsCheckedBeforeAnythingIsAllocated) {

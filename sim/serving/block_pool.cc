@@ -7,8 +7,8 @@ namespace moe::sim::serving {
 
 BlockPool::BlockPool(int64_t num_blocks) {
   if (num_blocks < 1 || num_blocks > INT32_MAX) {
-    throw std::invalid_argument("block pool: num_blocks must be in [1, 2^31) (got " + std::to_string(num_blocks) +
-                                ")");
+    throw std::invalid_argument("block pool: num_blocks must be in [1, 2^31) (got " +
+                                std::to_string(num_blocks) + ")");
   }
   refs_.assign(num_blocks, 0);
   hash_.assign(num_blocks, 0);

@@ -27,7 +27,8 @@ void EngineConfig::validate() const {
   check(chunk_size >= 0, "chunk_size", chunk_size, "must be >= 0 (0: the token budget only)");
   check(max_running > 0, "max_running", max_running, "must be positive");
   check(block_size >= 1, "block_size", block_size, "must be >= 1");
-  check(kv_blocks >= 0 && kv_blocks < INT32_MAX, "kv_blocks", kv_blocks, "must be in [0, 2^31) (0: unbounded)");
+  check(kv_blocks >= 0 && kv_blocks < INT32_MAX, "kv_blocks", kv_blocks,
+        "must be in [0, 2^31) (0: unbounded)");
   check(spec_tokens >= 0, "spec_tokens", spec_tokens, "must be >= 0");
   if (prefix_cache && kv_blocks == 0) fail("prefix_cache needs a KV pool: set kv_blocks > 0");
 }
@@ -42,7 +43,8 @@ Engine::Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineC
   ids.reserve(requests_.size());
   for (const EngineRequest& r : requests_) {
     if (r.prompt_length == 0) fail("request " + std::to_string(r.id) + " has an empty prompt");
-    if (r.max_new_tokens == 0) fail("request " + std::to_string(r.id) + " has max_new_tokens 0 (must be >= 1)");
+    if (r.max_new_tokens == 0)
+      fail("request " + std::to_string(r.id) + " has max_new_tokens 0 (must be >= 1)");
     if (config_.kv_blocks > 0) {
       const uint64_t need = blocks_for(uint64_t{r.prompt_length} + r.max_new_tokens, config_.block_size);
       if (need > static_cast<uint64_t>(config_.kv_blocks)) {
@@ -79,7 +81,7 @@ uint64_t Engine::block_hash(const Live& l, uint32_t block, uint64_t previous) {
   const uint32_t begin = block * static_cast<uint32_t>(config_.block_size);
   const uint32_t end = begin + static_cast<uint32_t>(config_.block_size);
   uint64_t h = mix64(previous ^ mix64(client_.salt(end, l.spec->prompt_length) + 0x5A17));
-  for (uint32_t p = begin; p < end; ++p) h = mix64(h ^ client_.token(l.spec->id, p));
+  for (uint32_t p = begin; p < end; ++p) h = mix64(h ^ client_.token(*l.spec, p));
   return h;
 }
 
@@ -106,8 +108,8 @@ void Engine::preempt(size_t running_index) {
 }
 
 bool Engine::reserve_blocks(Live& l, uint32_t end, int64_t protect_started) {
-  const int64_t need = static_cast<int64_t>(blocks_for(end, config_.block_size)) -
-                       static_cast<int64_t>(l.blocks.size());
+  const int64_t need =
+      static_cast<int64_t>(blocks_for(end, config_.block_size)) - static_cast<int64_t>(l.blocks.size());
   while (!pool_->allocate(need, l.blocks)) {
     // Recompute preemption of the latest-started running request, if it started after this one.
     if (running_.empty() || live_[running_.back()].started <= protect_started) return false;
@@ -156,6 +158,7 @@ bool Engine::next(StepPlan& plan) {
     s.drafts = drafts;
     s.samples = s.end >= l.known;
     s.slot = static_cast<int32_t>(&l - live_.data());
+    s.client_index = l.spec->client_index;
     for (uint32_t q = s.begin; q < s.end; ++q) p.rows.push_back(TokenMeta{s.id, q});
     p.spans.push_back(s);
     budget -= static_cast<int>(n);
@@ -169,10 +172,10 @@ bool Engine::next(StepPlan& plan) {
     const uint32_t remaining = l.known - l.computed;
     uint32_t n;
     int drafts = 0;
-    if (remaining == 1 && l.known > L) {  // decoding
+    if (remaining == 1 && l.known > L) {                                    // decoding
       const int64_t still = int64_t{L} + l.spec->max_new_tokens - l.known;  // tokens still to generate
       const int max = static_cast<int>(std::min<int64_t>({config_.spec_tokens, budget - 1, still - 1}));
-      if (max > 0) drafts = std::clamp(client_.propose(l.spec->id, max), 0, max);
+      if (max > 0) drafts = std::clamp(client_.propose(*l.spec, l.known, max), 0, max);
       n = 1 + static_cast<uint32_t>(drafts);
     } else {
       n = remaining;
@@ -186,7 +189,8 @@ bool Engine::next(StepPlan& plan) {
     }
     add_span(l, n, drafts);
   }
-  // 2. Waiting requests (preempted ones first, then arrivals in order): the cached prefix, then a first chunk.
+  // 2. Waiting requests (preempted ones first, then arrivals in order): the cached prefix, then a first
+  // chunk.
   while (budget > 0 && static_cast<int>(running_.size()) < config_.max_running && !waiting_.empty()) {
     const size_t idx = waiting_.front();
     Live& l = live_[idx];
@@ -234,7 +238,8 @@ bool Engine::next(StepPlan& plan) {
     add_span(l, n, 0);
     p.admitted.push_back(std::move(a));
   }
-  if (pool_) stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_->num_blocks() - pool_->available());
+  if (pool_)
+    stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_->num_blocks() - pool_->available());
   ++stats_.steps;
   stats_.rows += static_cast<int64_t>(p.rows.size());
   ++now_;
@@ -247,16 +252,16 @@ void Engine::complete(std::span<const uint32_t> accepted, StepResult& out) {
   if (!pending_complete_) throw std::logic_error("serving engine: complete() without a step to complete");
   const StepPlan& p = last_;
   if (accepted.size() != p.spans.size()) {
-    fail("complete: " + std::to_string(accepted.size()) + " accepted counts for " + std::to_string(p.spans.size()) +
-         " spans");
+    fail("complete: " + std::to_string(accepted.size()) + " accepted counts for " +
+         std::to_string(p.spans.size()) + " spans");
   }
   for (size_t i = 0; i < p.spans.size(); ++i) {
     const Span& s = p.spans[i];
     const uint32_t n = s.end - s.begin;
     if (accepted[i] < 1 || accepted[i] > n || (s.drafts == 0 && accepted[i] != n)) {
       fail("complete: span " + std::to_string(i) + " of request " + std::to_string(s.id) + " accepts " +
-           std::to_string(accepted[i]) + " of its " + std::to_string(n) + " rows (" + std::to_string(s.drafts) +
-           " drafts)");
+           std::to_string(accepted[i]) + " of its " + std::to_string(n) + " rows (" +
+           std::to_string(s.drafts) + " drafts)");
     }
   }
   out.rollbacks.clear();

@@ -55,17 +55,19 @@ struct EngineRequest {
   int64_t arrival_step = 0;
   uint32_t prompt_length = 1;
   uint32_t max_new_tokens = 1;  // generated tokens before the request finishes (>= 1)
+  uint64_t client_index = 0;    // the client's own handle of the request (the engine only passes it back)
 };
 
 // What the engine asks of whoever runs the model. Token values only feed the prefix cache's hashes.
 class EngineClient {
  public:
   virtual ~EngineClient() = default;
-  // The token at `position` of request `id`: a prompt token (position < L) or one it generated (position <
+  // The token at `position` of the request: a prompt token (position < L) or one it generated (position <
   // its known tokens).
-  virtual uint64_t token(uint64_t id, uint32_t position) = 0;
-  // How many draft tokens (<= max) to verify after request `id`'s last token this step.
-  virtual int propose(uint64_t id, int max) = 0;
+  virtual uint64_t token(const EngineRequest& request, uint32_t position) = 0;
+  // How many draft tokens (<= max) to verify after the request's last token this step, the first of them at
+  // position `first_draft`.
+  virtual int propose(const EngineRequest& request, uint32_t first_draft, int max) = 0;
   // The prefix cache's key extension of the block that ends at `block_end` of a request of prompt length
   // `prompt_length` (prefix_cache_salt of the dispatch rule; 0 for a cache keyed by tokens alone).
   virtual uint64_t salt(uint32_t block_end, uint32_t prompt_length) = 0;
@@ -80,7 +82,8 @@ struct Span {
   int32_t row = 0;
   int32_t drafts = 0;
   bool samples = false;
-  int32_t slot = 0;  // the engine's own bookkeeping
+  int32_t slot = 0;           // the engine's own bookkeeping
+  uint64_t client_index = 0;  // EngineRequest::client_index
 };
 
 // A request entering the running set: new (admit with its prompt length) or resumed after a preemption;
@@ -128,9 +131,9 @@ struct RequestStats {
 
 struct EngineStats {
   int64_t steps = 0, rows = 0;
-  int64_t prompt_tokens = 0;  // prompt positions of admitted requests (first admissions)
+  int64_t prompt_tokens = 0;         // prompt positions of admitted requests (first admissions)
   int64_t cached_prompt_tokens = 0;  // ... of those, served from the cache at first admission
-  int64_t cached_tokens = 0;  // positions served from the cache, every admission (resumptions too)
+  int64_t cached_tokens = 0;         // positions served from the cache, every admission (resumptions too)
   int64_t preemptions = 0, drafted = 0, accepted = 0, evictions = 0;
   int64_t peak_blocks_used = 0;
 };
@@ -182,7 +185,7 @@ class Engine {
   std::unordered_map<uint64_t, RequestStats> finished_stats_;  // keep_request_stats
   size_t next_arrival_ = 0;
   std::deque<size_t> waiting_;
-  std::vector<size_t> running_;  // in start order
+  std::vector<size_t> running_;    // in start order
   std::optional<BlockPool> pool_;  // kv_blocks > 0
   int64_t now_ = 0;
   int64_t starts_ = 0;
