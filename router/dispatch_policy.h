@@ -48,7 +48,7 @@ struct DispatchPolicy {
   // kPrefix only: how many positions past a prompt row its budget looks ahead (the `lookahead` W of
   // docs/routing.md section 2). kDefaultLookahead is the `stable` mode's.
   uint32_t lookahead = kDefaultLookahead;
-  static constexpr uint32_t kDefaultLookahead = 64;
+  static constexpr uint32_t kDefaultLookahead = 16;
 
   // The largest capacity factor: far beyond any that drops a pair (cf >= E / k is dropless under batch
   // scope), and small enough that every capacity cf * T * k / E and every sum of them over a batch's pools

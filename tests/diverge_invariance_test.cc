@@ -1,7 +1,9 @@
-// sim/diverge: the deterministic preset (stable dispatch: sequence scope, invariant kernels) gives the probe
+// sim/diverge: the deterministic preset (stable dispatch: prefix scope, invariant kernels) gives the probe
 // exactly one completion - the one it gets alone, with bit-identical logits - over 30+ trials with varied
-// traffic (Poisson and fixed-interval arrivals), prefill chunk sizes and token budgets; so do causal scope
-// and dropless dispatch. Request scope, whose budgets follow the forward pass, is the counter-check.
+// traffic (Poisson and fixed-interval arrivals, shared system prompts, twins), prefill chunk sizes, token
+// budgets, prefix caching, preemption and speculative decoding; so do causal scope and dropless dispatch.
+// Request scope, whose budgets follow the forward pass, and sequence scope under a cache keyed by tokens
+// alone are the counter-checks.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -28,6 +30,9 @@ DivergeOptions options() {
   o.traffic.decode_max = 24;
   o.traffic.probe_arrival_step = 5;
   o.traffic.horizon_steps = 100;
+  o.traffic.system_min = 10;
+  o.traffic.system_max = 40;
+  o.tight_kv_blocks = 16;
   o.sweep_capacity_factors.clear();
   o.seed = 77;
   o.threads = 2;
@@ -48,9 +53,15 @@ TEST(DivergeInvariance, StableAndCausalGiveOneCompletionWithTheSameBits) {
         EXPECT_EQ(r.distinct, 1) << what;
         EXPECT_EQ(r.diverged, 0) << what;
         EXPECT_EQ(r.bitwise_same, o.trials) << what;
-        // The traffic really varied the probe's batches, its chunks and budgets, and the probe lost pairs.
+        // The traffic really varied the probe's batches, its chunks and budgets, its cached prefix, its
+        // preemptions and drafts, and the probe lost pairs.
         EXPECT_GT(r.rows, 32 * 44) << what;
         EXPECT_EQ(std::set<int>(r.token_budgets.begin(), r.token_budgets.end()).size(), 3u) << what;
+        EXPECT_GT(r.trials_with_cache_hits(), 4) << what;
+        EXPECT_GT(r.trials_preempted(), 0) << what;
+        int accepted = 0;
+        for (int a : r.probe_accepted) accepted += a;
+        EXPECT_GT(accepted, 0) << what;
         if (cf == 0.5) {
           EXPECT_GT(r.probe_pairs_dropped, 0) << what;
         }
@@ -65,6 +76,17 @@ TEST(DivergeInvariance, RequestScopeDependsOnTheServerConfiguration) {
   DivergeOptions o = options();
   o.grid = {{"request", kernels::KernelKind::kInvariant, 0.5, true}};
   const DivergeReport rep = run_diverge(o);
+  EXPECT_LT(rep.grid[0].bitwise_same, o.trials);
+}
+
+// The bug prefix scope fixes: sequence scope sizes a prompt's budget from its whole length, so a cached
+// prefix written by a request of another prompt length (a cache keyed by tokens alone, which shared system
+// prompts and twins fill) is not the probe's routing.
+TEST(DivergeInvariance, SequenceScopeUnderATokenKeyedCacheDiverges) {
+  DivergeOptions o = options();
+  o.grid = {{"sequence", kernels::KernelKind::kInvariant, 0.5, true, true}};
+  const DivergeReport rep = run_diverge(o);
+  EXPECT_GT(rep.grid[0].trials_with_cache_hits(), 4);
   EXPECT_LT(rep.grid[0].bitwise_same, o.trials);
 }
 

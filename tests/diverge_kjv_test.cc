@@ -31,7 +31,11 @@ DivergeOptions kjv_options() {
 TEST(DivergeKjv, GreedyDivergesStableDoesNot) {
   const DivergeReport report = run_diverge(kjv_options());
   ASSERT_TRUE(report.tokenizer);
-  EXPECT_EQ(report.tokenizer->decode(report.probe_prompt), default_prompts().front());
+  // The probe's prompt: the first shared system prompt, then its text.
+  ASSERT_FALSE(report.probe_system.empty());
+  EXPECT_EQ(report.tokenizer->decode(std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size())),
+            default_prompts().front());
+  EXPECT_TRUE(std::equal(report.probe_system.begin(), report.probe_system.end(), report.probe_prompt.begin()));
   const ConfigResult& greedy = report.grid[0];
   const ConfigResult& stable = report.grid[1];
   std::printf("greedy: %d distinct of 12, stable/varied: %d distinct, %d bit-identical\n", greedy.distinct,
@@ -51,6 +55,7 @@ TEST(DivergeKjv, GreedyDivergesStableDoesNot) {
   }
   const auto j = nlohmann::json::parse(to_json(report));
   EXPECT_EQ(j["prompt"], default_prompts().front());
+  EXPECT_EQ(j["system_prompt"], model::printable(report.tokenizer->decode(report.probe_system)));
   const auto& completions = j["grid"][0]["completions"];
   ASSERT_EQ(completions.size(), static_cast<size_t>(greedy.distinct));
   for (size_t i = 0; i < completions.size(); ++i) {

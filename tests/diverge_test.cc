@@ -1,4 +1,4 @@
-// sim/diverge: the scheduler's batch formation, traffic, summaries, reports, and the headline claim that
+// sim/diverge: the server's batch formation and drafting, traffic, summaries, reports, and the headline claim that
 // greedy dispatch at capacity factor <= 1 gives a probe more than one completion.
 #include "sim/diverge/diverge.h"
 
@@ -11,96 +11,69 @@
 #include "moe/model/model.h"
 #include "sim/diverge/serving.h"
 #include "sim/diverge/traffic.h"
+#include "sim/serving/engine.h"
 
 namespace moe::sim::diverge {
 namespace {
 
-using Rows = std::vector<model::BatchRow>;
-
-// Logits that make every sampled token equal to `token`.
-std::vector<float> one_hot_logits(size_t rows, int vocab, int token) {
-  std::vector<float> l(rows * vocab, 0.0f);
-  for (size_t r = 0; r < rows; ++r) l[r * vocab + token] = 1.0f;
-  return l;
-}
-
-// The last row of each request in the batch (what Model::forward reports).
-std::vector<int32_t> last_rows(const Rows& rows) {
-  std::vector<int32_t> out;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    bool last = true;
-    for (size_t s = r + 1; s < rows.size(); ++s) last = last && rows[s].request_id != rows[r].request_id;
-    if (last) out.push_back(static_cast<int32_t>(r));
+// The engine's client as the lab's server makes it, without a model: tokens are the requests' prompts.
+struct PromptClient : serving::EngineClient {
+  const std::vector<Request>& requests;
+  explicit PromptClient(const std::vector<Request>& r) : requests(r) {}
+  uint64_t token(const serving::EngineRequest& r, uint32_t position) override {
+    const auto& p = requests[r.client_index].prompt;
+    return position < p.size() ? static_cast<uint64_t>(p[position]) : 1000000 + position;
   }
-  return out;
-}
+  int propose(const serving::EngineRequest&, uint32_t, int) override { return 0; }
+  uint64_t salt(uint32_t, uint32_t) override { return 0; }
+};
 
-TEST(Scheduler, DecodesFirstThenChunksInArrivalOrder) {
+// Batch formation of the lab's server (the serving engine, vLLM v1 style): running requests in start order
+// continue (a prompt chunk, or a decode row), then waiting ones start, while the budget lasts.
+TEST(Server, RunningFirstThenWaitingInArrivalOrder) {
   SchedulerConfig c;
   c.token_budget = 4;
   c.chunk_size = 4;
-  std::vector<Request> reqs = {
+  const std::vector<Request> reqs = {
       {2, 0, {20, 21, 22}, 2},
       {1, 0, {10, 11, 12, 13, 14}, 2},
       {3, 1, {30}, 1},
   };
-  Scheduler s(c, reqs);
-  std::vector<uint64_t> finished;
-  auto step = [&](int token) {
-    Rows rows = s.next_batch();
-    auto lr = last_rows(rows);
-    auto logits = one_hot_logits(lr.size(), 50, token);
-    s.complete(lr, logits, 50, finished);
-    return rows;
+  PromptClient client(reqs);
+  serving::Engine e(c.engine(), engine_requests(reqs), client);
+  serving::StepPlan p;
+  serving::StepResult r;
+  auto step = [&] {
+    EXPECT_TRUE(e.next(p));
+    std::vector<uint32_t> accepted;
+    for (const auto& s : p.spans) accepted.push_back(s.end - s.begin);
+    e.complete(accepted, r);
+    return p.rows;
   };
   // Step 0: request 1 (same arrival step, lower id) takes a full chunk of 4; no budget left for 2.
-  Rows r = step(40);
-  ASSERT_EQ(r.size(), 4u);
-  for (uint32_t p = 0; p < 4; ++p) EXPECT_EQ(r[p].request_id, 1u);
+  auto rows = step();
+  ASSERT_EQ(rows.size(), 4u);
+  for (uint32_t q = 0; q < 4; ++q) EXPECT_EQ(rows[q], (TokenMeta{1, q}));
   // Step 1: running 1 finishes its prompt (1 row), then waiting 2 (3 rows); 3 waits.
-  r = step(41);
-  ASSERT_EQ(r.size(), 4u);
-  EXPECT_EQ(r[0].request_id, 1u);
-  EXPECT_EQ(r[0].position, 4u);
-  EXPECT_EQ(r[1].request_id, 2u);
-  EXPECT_EQ(r[3].position, 2u);
-  EXPECT_EQ(s.generated(1), (std::vector<int32_t>{41}));
-  EXPECT_EQ(s.generated(2), (std::vector<int32_t>{41}));
-  // Step 2: decode rows of 1 and 2 (in start order, feeding their last tokens), then 3's prompt.
-  r = step(42);
-  ASSERT_EQ(r.size(), 3u);
-  EXPECT_EQ(r[0].request_id, 1u);
-  EXPECT_EQ(r[0].position, 5u);
-  EXPECT_EQ(r[0].token, 41);
-  EXPECT_EQ(r[1].request_id, 2u);
-  EXPECT_EQ(r[1].position, 3u);
-  EXPECT_EQ(r[2].request_id, 3u);
-  EXPECT_EQ(finished, (std::vector<uint64_t>{1, 2, 3}));
-  EXPECT_TRUE(s.all_finished());
-  EXPECT_TRUE(s.next_batch().empty());
+  rows = step();
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0], (TokenMeta{1, 4}));
+  EXPECT_EQ(rows[1], (TokenMeta{2, 0}));
+  EXPECT_EQ(rows[3], (TokenMeta{2, 2}));
+  // Step 2: decode rows of 1 and 2 (in start order), then 3's prompt.
+  rows = step();
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0], (TokenMeta{1, 5}));
+  EXPECT_EQ(rows[1], (TokenMeta{2, 3}));
+  EXPECT_EQ(rows[2], (TokenMeta{3, 0}));
+  EXPECT_EQ(r.finished, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_TRUE(e.all_finished());
 }
 
-TEST(Scheduler, BudgetSplitsChunks) {
-  SchedulerConfig c;
-  c.token_budget = 6;
-  c.chunk_size = 4;
-  Scheduler s(c, {{1, 0, std::vector<int32_t>(10, 1), 1}, {2, 0, std::vector<int32_t>(10, 2), 1}});
-  Rows r = s.next_batch();
-  ASSERT_EQ(r.size(), 6u);  // 4 of request 1, then only 2 of request 2
-  EXPECT_EQ(r[4].request_id, 2u);
-  EXPECT_EQ(r[5].position, 1u);
-  std::vector<uint64_t> finished;
-  s.complete(last_rows(r), one_hot_logits(2, 3, 0), 3, finished);
-  r = s.next_batch();
-  ASSERT_EQ(r.size(), 6u);  // 4 more of request 1, 2 more of request 2
-  EXPECT_EQ(r[0].position, 4u);
-  EXPECT_EQ(r[4].position, 2u);
-}
-
-// Under this first-come-first-served policy with ids given in arrival order, every batch is already in
-// ascending (request_id, position) order: arrival priority equals request priority, which is why rank-only
-// and greedy give identical results in the lab (docs/divergence.md, finding 4).
-TEST(Scheduler, RowsFollowRequestOrderUnderFcfs) {
+// Under this first-come-first-served policy with ids given in arrival order (and nothing preempted), every
+// batch is already in ascending (request_id, position) order: arrival priority equals request priority,
+// which is why rank-only and greedy give identical results in the lab (docs/divergence.md, finding 4).
+TEST(Server, RowsFollowRequestOrderUnderFcfs) {
   TrafficConfig t;
   t.horizon_steps = 60;
   Request probe;
@@ -110,32 +83,49 @@ TEST(Scheduler, RowsFollowRequestOrderUnderFcfs) {
   SchedulerConfig c;
   c.token_budget = 48;
   c.chunk_size = 8;
-  Scheduler s(c, make_traffic(t, 64, 5, probe, &probe_id));
-  std::vector<uint64_t> finished;
+  const std::vector<Request> reqs = make_traffic(t, 64, 5, probe, &probe_id);
+  PromptClient client(reqs);
+  serving::Engine e(c.engine(), engine_requests(reqs), client);
+  serving::StepPlan p;
+  serving::StepResult r;
   int checked = 0;
-  while (!s.all_finished() && s.step() < 2000) {
-    const Rows& rows = s.next_batch();
-    for (size_t r = 1; r < rows.size(); ++r) {
-      const bool ordered =
-          rows[r - 1].request_id < rows[r].request_id ||
-          (rows[r - 1].request_id == rows[r].request_id && rows[r - 1].position < rows[r].position);
-      ASSERT_TRUE(ordered) << "step " << s.step() << " row " << r;
+  while (e.next(p)) {
+    for (size_t i = 1; i < p.rows.size(); ++i) {
+      const bool ordered = p.rows[i - 1].request_id < p.rows[i].request_id ||
+                           (p.rows[i - 1].request_id == p.rows[i].request_id &&
+                            p.rows[i - 1].position < p.rows[i].position);
+      ASSERT_TRUE(ordered) << "step " << p.step << " row " << i;
       ++checked;
     }
-    auto lr = last_rows(rows);
-    s.complete(lr, one_hot_logits(lr.size(), 64, 1), 64, finished);
+    std::vector<uint32_t> accepted;
+    for (const auto& s : p.spans) accepted.push_back(s.end - s.begin);
+    e.complete(accepted, r);
   }
-  EXPECT_TRUE(s.all_finished());
+  EXPECT_TRUE(e.all_finished());
   EXPECT_GT(checked, 1000);
 }
 
-TEST(Scheduler, RejectsBadRequests) {
+TEST(Server, RejectsBadRequestsAndConfigs) {
   SchedulerConfig c;
-  EXPECT_THROW(Scheduler(c, {{1, 0, {}, 1}}), std::invalid_argument);
-  EXPECT_THROW(Scheduler(c, {{1, 0, {1}, 0}}), std::invalid_argument);
-  EXPECT_THROW(Scheduler(c, {{1, 0, {1}, 1}, {1, 2, {1}, 1}}), std::invalid_argument);
+  EXPECT_THROW(engine_requests({{1, 0, {}, 1}}), std::invalid_argument);
+  EXPECT_THROW(engine_requests({{1, 0, {1}, 0}}), std::invalid_argument);
   c.token_budget = 0;
   EXPECT_THROW(c.validate(), std::invalid_argument);
+  c = SchedulerConfig{};
+  c.prefix_cache = true;  // without a KV pool
+  EXPECT_THROW(c.validate(), std::invalid_argument);
+}
+
+// Prompt-lookup drafting: the tokens after the latest earlier occurrence of the last 3, 2 or 1 tokens.
+TEST(Server, ProposesPromptLookupDrafts) {
+  const std::vector<int32_t> t = {5, 6, 7, 8, 9, 5, 6, 7};
+  EXPECT_EQ(propose_drafts(t, 3), (std::vector<int32_t>{8, 9, 5}));  // "5 6 7" recurs at 0
+  EXPECT_EQ(propose_drafts(t, 1), (std::vector<int32_t>{8}));
+  const std::vector<int32_t> u = {1, 2, 3, 2};
+  EXPECT_EQ(propose_drafts(u, 4), (std::vector<int32_t>{3, 2}));  // only "2" recurs
+  const std::vector<int32_t> v = {1, 2, 3, 4};
+  EXPECT_TRUE(propose_drafts(v, 4).empty());
+  EXPECT_TRUE(propose_drafts(v, 0).empty());
 }
 
 TEST(Traffic, SeededWithIdsInArrivalOrder) {

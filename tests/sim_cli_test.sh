@@ -56,7 +56,7 @@ json_check "run json sums" "j['kept']+j['rerouted']+j['dropped']==j['pairs'] and
 expect_ok "run continuous --json" run --json --token-budget 128 --decode-len fixed:8 --arrival-rate 0.5 --quiet
 json_check "continuous per-step stats" "j['steps']>1 and 'per_step' in j and 'drop_rate_max' in j['per_step'] and j['per_step']['peak_load_vs_nominal_max']>0 and 'per_step_mean' in j['capacity']"
 expect_ok "run preset + overrides" run --json --preset qwen2-moe --top-k 2 --mode stable --priority score
-json_check "precedence" "j['config']['router']['num_experts']==60 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='prefix' and j['config']['policy']['lookahead']==64 and j['config']['policy']['priority']=='score'"
+json_check "precedence" "j['config']['router']['num_experts']==60 and j['config']['router']['top_k']==2 and j['config']['policy']['scope']=='prefix' and j['config']['policy']['lookahead']==16 and j['config']['policy']['priority']=='score'"
 
 # Same seed -> byte-identical JSON; another seed differs.
 "$SIM" run --json --seed 7 --token-budget 100 >"$TMP/a.json" 2>/dev/null

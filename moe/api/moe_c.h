@@ -190,7 +190,7 @@ moe_status_t moe_layer_config_set_min_capacity(moe_layer_config_t* config, int32
  * (docs/routing.md). The "deterministic" preset is "prefix": it needs each request admitted (or restored)
  * into a moe_routing_state_t. */
 moe_status_t moe_layer_config_set_scope(moe_layer_config_t* config, const char* scope);
-/* lookahead: prefix scope's W >= 0, the positions past a prompt row its budget covers (default 64). */
+/* lookahead: prefix scope's W >= 0, the positions past a prompt row its budget covers (default 16). */
 moe_status_t moe_layer_config_set_lookahead(moe_layer_config_t* config, int64_t lookahead);
 /* priority: "arrival" | "request" | "score" | "random". */
 moe_status_t moe_layer_config_set_priority(moe_layer_config_t* config, const char* priority);

@@ -35,7 +35,7 @@ Model::Model(std::shared_ptr<const ModelWeights> weights, ModelOptions options)
   const MoELayerConfig layer_config = options_.layer_config(s);
   for (int l = 0; l < s.num_layers; ++l) {
     layers_.push_back(std::make_unique<MoELayer>(layer_config, weights_->layers[l].moe));
-    routing_.emplace_back(s.num_experts, s.top_k);
+    routing_.emplace_back(s.num_experts, s.top_k, options_.record_routing);
   }
 }
 
@@ -52,6 +52,113 @@ void Model::admit(uint64_t request_id, uint32_t prompt_length) {
   }
   for (auto& state : routing_) state.admit(request_id, prompt_length);
   caches_.try_emplace(request_id);
+}
+
+Model::CachedBlock Model::cached_block(uint64_t request_id, uint32_t begin, uint32_t end) const {
+  const std::string who = "Model::cached_block: request " + std::to_string(request_id);
+  auto it = caches_.find(request_id);
+  if (it == caches_.end()) throw std::invalid_argument(who + " is not live");
+  const RequestCache& c = it->second;
+  if (begin > end || end > c.length) {
+    throw std::invalid_argument(who + ": [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                ") is not within its cache [0, " + std::to_string(c.length) + ")");
+  }
+  const int64_t d = weights_->shape.hidden;
+  CachedBlock b;
+  b.begin = begin;
+  b.end = end;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    b.keys.emplace_back(c.keys[l].begin() + begin * d, c.keys[l].begin() + end * d);
+    b.values.emplace_back(c.values[l].begin() + begin * d, c.values[l].begin() + end * d);
+    if (rules::carries_routing_state(options_.policy)) b.routing.push_back(routing_[l].segment(request_id, begin, end));
+  }
+  return b;
+}
+
+void Model::admit_cached(uint64_t request_id, uint32_t prompt_length, std::span<const CachedBlock* const> blocks,
+                         bool ignore_salt) {
+  const std::string who = "Model::admit_cached: request " + std::to_string(request_id);
+  if (blocks.empty()) {
+    admit(request_id, prompt_length);
+    return;
+  }
+  if (is_live(request_id)) throw std::invalid_argument(who + " is already live (release it first)");
+  const ModelShape& s = weights_->shape;
+  const size_t d = static_cast<size_t>(s.hidden);
+  uint32_t expected = 0;
+  for (const CachedBlock* b : blocks) {
+    if (b == nullptr || b->begin != expected || b->end < b->begin) {
+      throw std::invalid_argument(who + ": the cached blocks do not tile [0, P) (expected one beginning at " +
+                                  std::to_string(expected) + ")");
+    }
+    const size_t rows = b->end - b->begin;
+    if (b->keys.size() != layers_.size() || b->values.size() != layers_.size()) {
+      throw std::invalid_argument(who + ": a cached block holds " + std::to_string(b->keys.size()) +
+                                  " layers, the model " + std::to_string(layers_.size()));
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (b->keys[l].size() != rows * d || b->values[l].size() != rows * d) {
+        throw std::invalid_argument(who + ": a cached block's keys or values have the wrong size");
+      }
+    }
+    expected = b->end;
+  }
+  // Every layer's routing is checked before any changes.
+  const bool stateful = rules::carries_routing_state(options_.policy);
+  std::vector<std::vector<RoutingSegment>> prefix(layers_.size());
+  for (size_t l = 0; l < layers_.size() && stateful; ++l) {
+    for (const CachedBlock* b : blocks) {
+      if (b->routing.size() != layers_.size()) {
+        throw std::invalid_argument(who + ": a cached block holds no routing segments (the writer did not "
+                                    "record routing)");
+      }
+      prefix[l].push_back(b->routing[l]);
+      if (ignore_salt) prefix[l].back().prompt_length = prompt_length;
+    }
+    routing_[l].check_restore(request_id, prompt_length, prefix[l]);
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (stateful) {
+      routing_[l].restore(request_id, prompt_length, prefix[l]);
+    } else {
+      routing_[l].admit(request_id, prompt_length);
+    }
+  }
+  RequestCache& c = caches_[request_id];
+  c.keys.resize(s.num_layers);
+  c.values.resize(s.num_layers);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (const CachedBlock* b : blocks) {
+      c.keys[l].insert(c.keys[l].end(), b->keys[l].begin(), b->keys[l].end());
+      c.values[l].insert(c.values[l].end(), b->values[l].begin(), b->values[l].end());
+    }
+  }
+  c.length = expected;
+}
+
+void Model::rollback(uint64_t request_id, uint32_t position) {
+  const std::string who = "Model::rollback: request " + std::to_string(request_id);
+  auto it = caches_.find(request_id);
+  if (it == caches_.end()) throw std::invalid_argument(who + " is not live");
+  RequestCache& c = it->second;
+  if (position > c.length) {
+    throw std::invalid_argument(who + " cannot be rolled forward to position " + std::to_string(position) +
+                                " (its cache holds " + std::to_string(c.length) + ")");
+  }
+  // Only the scopes that carry a routing state advance it (the others admit requests into it and leave them).
+  const bool stateful = rules::carries_routing_state(options_.policy);
+  for (const RoutingState& state : routing_) {
+    if (stateful && state.find(request_id) != nullptr) state.check_rollback(request_id, position);
+  }
+  for (RoutingState& state : routing_) {
+    if (stateful && state.find(request_id) != nullptr) state.rollback(request_id, position);
+  }
+  const size_t d = static_cast<size_t>(weights_->shape.hidden);
+  for (size_t l = 0; l < c.keys.size(); ++l) {
+    c.keys[l].resize(std::min(c.keys[l].size(), position * d));
+    c.values[l].resize(std::min(c.values[l].size(), position * d));
+  }
+  c.length = position;
 }
 
 void Model::release(uint64_t request_id) {

@@ -83,6 +83,31 @@ class Model {
   bool is_live(uint64_t request_id) const { return caches_.count(request_id) != 0; }
   size_t num_requests() const { return caches_.size(); }
 
+  // A block of a prefix cache: positions [begin, end) of a request as the model computed them - per layer
+  // their keys and values ([end - begin, hidden] each) and, under the scopes that carry a routing state, the
+  // routing segment of each MoE layer (ModelOptions::record_routing).
+  struct CachedBlock {
+    uint32_t begin = 0, end = 0;
+    std::vector<std::vector<float>> keys, values;  // per layer
+    std::vector<RoutingSegment> routing;           // per layer (empty: no routing state)
+  };
+  // Copies positions [begin, end) of a live request. Throws std::invalid_argument when the request is not
+  // live, [begin, end) is not within its cache, or (stateful scope) the model does not record routing.
+  CachedBlock cached_block(uint64_t request_id, uint32_t begin, uint32_t end) const;
+  // Admits a request whose positions [0, P) come from a prefix cache: `blocks` in order from position 0
+  // (contiguous). Their keys and values become its cache; each layer's routing state restores its segment
+  // (RoutingState::restore checks that they are this request's routing: prefix_cache_salt).
+  // ignore_salt: take the segments as this request's whatever prompt length they were planned for - what an
+  // engine that keys its prefix cache by tokens alone does (the divergence lab's counter-check of sequence
+  // scope). Throws std::invalid_argument, changing nothing, for a live request or blocks that do not tile
+  // [0, P) or that RoutingState::restore refuses.
+  void admit_cached(uint64_t request_id, uint32_t prompt_length, std::span<const CachedBlock* const> blocks,
+                    bool ignore_salt = false);
+  // Forgets a live request's positions >= position: its KV cache is truncated and its routing states roll
+  // back (rejected speculative tokens). Throws std::invalid_argument, changing nothing, where
+  // RoutingState::rollback would, or when position is past the request's cache.
+  void rollback(uint64_t request_id, uint32_t position);
+
   // Greedy decoding of one request alone: admit it, prefill `prompt` in chunks of `chunk` rows (0 = one
   // pass), then generate `num_new_tokens` tokens, feeding each back. The request is released afterwards.
   // Throws std::invalid_argument if the request is live.

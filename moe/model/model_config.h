@@ -53,15 +53,19 @@ struct ModelOptions {
   kernels::ComputePrecision compute = kernels::ComputePrecision::kF32;
   DispatchPolicy policy = DispatchPolicy::mode("stable");
   int max_tokens = 256;
+  // Keep each live request's routing per position in the MoE layers' routing states (Model::cached_block;
+  // rollbacks of prompt rows, or of any row under causal scope).
+  bool record_routing = false;
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
   // The config of every MoE layer of a model of `shape` (single-threaded layers).
   MoELayerConfig layer_config(const ModelShape& shape) const;
   // The dispatch modes of the divergence lab: "greedy", "rank-only", "stable" (router/ named modes; stable is
-  // sequence scope), "request" (request scope + request priority + drop: pools of one forward pass, which
-  // chunking changes), "causal" (causal scope + request priority + drop), "dropless" (no capacity), each at
-  // capacity factor cf.
+  // prefix scope), "sequence" (sequence scope + request priority + drop: the whole prompt's budget, which
+  // makes a prefix's routing depend on the prompt length), "request" (request scope + request priority +
+  // drop: pools of one forward pass, which chunking changes), "causal" (causal scope + request priority +
+  // drop), "dropless" (no capacity), each at capacity factor cf.
   // Throws std::invalid_argument for an unknown name, listing the known ones.
   static DispatchPolicy dispatch_mode(std::string_view name, double capacity_factor);
   static const std::vector<std::string>& dispatch_mode_names();

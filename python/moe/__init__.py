@@ -67,7 +67,7 @@ class Layer:
     top_k, renormalize, num_groups, topk_groups   router overrides (0 / None keep the router's).
     capacity_factor  > 0 overrides the preset's 1.25.
     scope            "batch" | "request" | "causal" | "sequence" | "prefix" | "none" (none = dropless).
-    lookahead        prefix scope's W (default 64): the positions past a prompt row its budget covers.
+    lookahead        prefix scope's W (default 16): the positions past a prompt row its budget covers.
     priority         "arrival" | "request" | "score" | "random".   overflow   "drop" | "reroute".
     kernel           "invariant" | "fast".   num_threads (0 = 1).   max_tokens (workspace rows, 0 = 256).
     compute          "fp32" (default) | "bf16": the expert and shared-expert FFNs with every GEMM input rounded

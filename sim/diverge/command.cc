@@ -88,16 +88,22 @@ void run(Flags& f) {
   if (!f.modes.empty()) {
     o.grid.clear();
     for (const auto& m : f.modes) {
-      // "<mode>-varied": chunk sizes and token budgets varied over the trials.
-      constexpr std::string_view kVaried = "-varied";
-      const bool vary = m.size() > kVaried.size() && m.ends_with(kVaried);
-      const std::string mode = vary ? m.substr(0, m.size() - kVaried.size()) : m;
+      // "<mode>[-varied][-tokens-key]": the server varied over the trials; the prefix cache keyed by tokens
+      // alone.
+      std::string mode = m;
+      auto strip = [&](std::string_view suffix) {
+        const bool has = mode.size() > suffix.size() && mode.ends_with(suffix);
+        if (has) mode.resize(mode.size() - suffix.size());
+        return has;
+      };
+      const bool token_keyed = strip("-tokens-key");
+      const bool vary = strip("-varied");
       for (const auto& k : f.kernels) {
         if (k != "fast" && k != "invariant") {
           throw std::invalid_argument("diverge: --kernels takes fast and/or invariant (got '" + k + "')");
         }
         o.grid.push_back({mode, k == "fast" ? kernels::KernelKind::kFast : kernels::KernelKind::kInvariant,
-                          o.capacity_factor, vary});
+                          o.capacity_factor, vary, token_keyed});
       }
     }
   }
@@ -156,10 +162,25 @@ void add_diverge_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-sweep", flags->no_sweep, "skip the capacity-factor sweep");
+  cmd->add_option("--vary-spec", o.vary_spec, "draft tokens cycled over the trials of */varied configs (0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--vary-cache", o.vary_cache,
+                  "vary the prefix cache over the trials of */varied configs (off, on, on after twins)")
+      ->capture_default_str();
+  cmd->add_option("--vary-preemption", o.vary_preemption,
+                  "tight KV pools (preemption) in two of every five trials of */varied configs")
+      ->capture_default_str();
+  cmd->add_option("--tight-kv-blocks", o.tight_kv_blocks, "KV blocks (16 positions) of a tight trial")
+      ->capture_default_str();
+  cmd->add_option("--system-prompts", o.traffic.system_prompts,
+                  "shared system prompts (the probe begins with the first; strangers with one, half the time)")
+      ->capture_default_str();
   cmd->add_option("--modes", flags->modes,
-                  "grid modes (greedy, rank-only, request, stable, causal, dropless; MODE-varied varies "
-                  "chunk sizes and "
-                  "token budgets over the trials); default: the full grid")
+                  "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
+                  "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
+                  "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone); default: the full "
+                  "grid")
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')

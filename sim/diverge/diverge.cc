@@ -62,10 +62,33 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
+ConfigSpec sweep_spec(const std::string& name, double capacity_factor) {
+  constexpr std::string_view kTokensKey = "-tokens-key";
+  const bool token_keyed = name.size() > kTokensKey.size() && name.ends_with(kTokensKey);
+  const std::string mode = token_keyed ? name.substr(0, name.size() - kTokensKey.size()) : name;
+  return ConfigSpec{mode, kernels::KernelKind::kInvariant, capacity_factor, true, token_keyed};
+}
+
 std::string ConfigSpec::label() const {
   std::string s = mode + "/" + std::string(kernels::to_string(kernel));
   if (varied) s += "/varied";
+  if (token_keyed) s += "/tokens-key";
   return s;
+}
+
+double ConfigResult::cache_hit_share() const {
+  int64_t cached = 0;
+  for (int c : probe_cached) cached += c;
+  const int64_t total = static_cast<int64_t>(probe_cached.size()) * probe_prompt_length;
+  return total > 0 ? static_cast<double>(cached) / static_cast<double>(total) : 0.0;
+}
+
+int ConfigResult::trials_preempted() const {
+  return static_cast<int>(std::count_if(probe_preemptions.begin(), probe_preemptions.end(), [](int p) { return p > 0; }));
+}
+
+int ConfigResult::trials_with_cache_hits() const {
+  return static_cast<int>(std::count_if(probe_cached.begin(), probe_cached.end(), [](int c) { return c > 0; }));
 }
 
 void DivergeOptions::validate() const {
@@ -81,9 +104,13 @@ void DivergeOptions::validate() const {
   for (int c : vary_chunks) check(c >= 1, "chunk size (" + std::to_string(c) + ") must be >= 1");
   check(!vary_budgets.empty(), "the list of varied token budgets is empty");
   for (int b : vary_budgets) check(b >= 1, "token budget (" + std::to_string(b) + ") must be >= 1");
+  check(!vary_spec.empty(), "the list of varied draft-token counts is empty");
+  for (int d : vary_spec) check(d >= 0, "draft tokens (" + std::to_string(d) + ") must be >= 0");
+  check(tight_kv_blocks >= 1, "tight_kv_blocks (" + std::to_string(tight_kv_blocks) + ") must be >= 1");
+  check(cache_kv_blocks >= 1, "cache_kv_blocks (" + std::to_string(cache_kv_blocks) + ") must be >= 1");
   for (double cf : sweep_capacity_factors)
     check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
-  for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(m, 1.0);
+  for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(sweep_spec(m, 1.0).mode, 1.0);
   for (const auto& g : grid) model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
   scheduler.validate();
   traffic.validate();
@@ -98,11 +125,14 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
       g.push_back({mode, k, capacity_factor, vary});
   };
   both("greedy", false);
+  g.push_back({"greedy", KernelKind::kInvariant, capacity_factor, true});
   both("rank-only", false);
   both("request", false);
   g.push_back({"request", KernelKind::kInvariant, capacity_factor, true});
   both("stable", false);
   g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true});
+  // The bug prefix scope fixes: sequence scope under a cache keyed by tokens alone.
+  g.push_back({"sequence", KernelKind::kInvariant, capacity_factor, true, true});
   g.push_back({"causal", KernelKind::kInvariant, capacity_factor, true});
   both("dropless", false);
   return g;
@@ -231,23 +261,29 @@ void summarize(ConfigResult& r, int gen_length) {
 
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
-                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout) {
+                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout,
+                        const std::vector<std::vector<int32_t>>& system_prompts, int probe_system_length) {
   const double start = now_seconds();
   model::ModelOptions mo;
   mo.kernel = spec.kernel;
   mo.compute = options.compute;
   mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
-  mo.max_tokens = options.max_token_budget();
+  mo.max_tokens = options.max_token_budget() * (1 + *std::max_element(options.vary_spec.begin(), options.vary_spec.end()));
+  mo.record_routing = spec.varied;
   const int n = options.trials;
   ConfigResult r;
   r.spec = spec;
+  r.probe_prompt_length = static_cast<int>(probe_prompt.size());
   r.completions.resize(n);
-  r.chunk_sizes.resize(n);
-  r.token_budgets.resize(n);
+  for (auto* v : {&r.chunk_sizes, &r.token_budgets, &r.spec_tokens, &r.cache_modes, &r.kv_blocks, &r.probe_cached,
+                  &r.probe_preemptions, &r.probe_drafted, &r.probe_accepted}) {
+    v->assign(n, 0);
+  }
   std::vector<ServeOutcome> outcomes(n + 1);
   Request probe;
   probe.prompt = probe_prompt;
   probe.max_new_tokens = options.gen_length;
+  const int text_length = static_cast<int>(probe_prompt.size()) - probe_system_length;
   // Item 0: the probe alone (arrives at step 0, chunk_size); items 1..n: the trials.
   parallel(n + 1, options.threads, [&](int item) {
     model::Model m(weights, mo);
@@ -259,15 +295,28 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
       return;
     }
     const int trial = item - 1;
+    TrafficConfig traffic = options.traffic;
+    sc.key_by_tokens = spec.token_keyed;
     if (spec.varied) {
-      const size_t nc = options.vary_chunks.size();
-      sc.chunk_size = options.vary_chunks[static_cast<size_t>(trial) % nc];
-      sc.token_budget = options.vary_budgets[(static_cast<size_t>(trial) / nc) % options.vary_budgets.size()];
+      const size_t nc = options.vary_chunks.size(), ns = options.vary_spec.size();
+      const size_t t = static_cast<size_t>(trial);
+      sc.chunk_size = options.vary_chunks[t % nc];
+      sc.token_budget = options.vary_budgets[(t / nc) % options.vary_budgets.size()];
+      sc.spec_tokens = options.vary_spec[t % ns];
+      const int cache_mode = options.vary_cache ? static_cast<int>((t / ns) % 4) : 0;
+      sc.prefix_cache = cache_mode > 0;
+      sc.kv_blocks = sc.prefix_cache ? options.cache_kv_blocks : 0;
+      if (options.vary_preemption && (t % 5 == 1 || t % 5 == 3)) sc.kv_blocks = options.tight_kv_blocks;
+      if (cache_mode == 2) traffic.twin_tokens = probe_system_length + text_length / 2;
+      if (cache_mode == 3) traffic.twin_tokens = static_cast<int>(probe_prompt.size());
+      r.cache_modes[trial] = cache_mode;
     }
     r.chunk_sizes[trial] = sc.chunk_size;
     r.token_budgets[trial] = sc.token_budget;
+    r.spec_tokens[trial] = sc.spec_tokens;
+    r.kv_blocks[trial] = static_cast<int>(sc.kv_blocks);
     uint64_t probe_id = 0;
-    auto requests = make_traffic(options.traffic, PromptSource{weights->shape.vocab_size, heldout},
+    auto requests = make_traffic(traffic, PromptSource{weights->shape.vocab_size, heldout, system_prompts},
                                  trial_seed(options.seed, trial), probe, &probe_id);
     outcomes[item] = serve(m, std::move(requests), sc, probe_id);
   });
@@ -281,6 +330,10 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
     r.probe_pairs += o.probe_pairs;
     r.probe_pairs_dropped += o.probe_pairs_dropped;
     r.rows += o.rows;
+    r.probe_cached[i] = static_cast<int>(o.probe.cached_at_admission);
+    r.probe_preemptions[i] = o.probe.preemptions;
+    r.probe_drafted[i] = static_cast<int>(o.probe.drafted);
+    r.probe_accepted[i] = static_cast<int>(o.probe.accepted);
   }
   summarize(r, options.gen_length);
   r.seconds = now_seconds() - start;
@@ -300,6 +353,12 @@ DivergeReport run_diverge(const DivergeOptions& options) {
                             ? random_prompt(options.probe_length, weights->shape.vocab_size, options.seed)
                             : lab.tokenizer->encode(options.prompt);
   if (report.probe_prompt.empty()) throw std::invalid_argument("diverge: the prompt encodes to no tokens");
+  report.system_prompts = make_system_prompts(
+      options.traffic, PromptSource{weights->shape.vocab_size, lab.heldout, {}}, options.seed);
+  if (options.traffic.probe_system && !report.system_prompts.empty()) {
+    report.probe_system = report.system_prompts.front();
+    report.probe_prompt.insert(report.probe_prompt.begin(), report.probe_system.begin(), report.probe_system.end());
+  }
   const int longest = static_cast<int>(report.probe_prompt.size()) + options.gen_length;
   if (longest > weights->shape.max_positions) {
     throw std::invalid_argument("diverge: prompt (" + std::to_string(report.probe_prompt.size()) +
@@ -307,9 +366,10 @@ DivergeReport run_diverge(const DivergeOptions& options) {
                                 ") exceed the model's max_positions (" +
                                 std::to_string(weights->shape.max_positions) + ")");
   }
-  if (options.traffic.prompt_max + options.traffic.decode_max > weights->shape.max_positions) {
+  const int system_max = options.traffic.system_prompts > 0 ? options.traffic.system_max : 0;
+  if (system_max + options.traffic.prompt_max + options.traffic.decode_max > weights->shape.max_positions) {
     throw std::invalid_argument(
-        "diverge: stranger prompt_max + decode_max exceed the model's max_positions (" +
+        "diverge: stranger system_max + prompt_max + decode_max exceed the model's max_positions (" +
         std::to_string(weights->shape.max_positions) + ")");
   }
   const auto grid = options.grid.empty() ? options.default_grid() : options.grid;
@@ -320,13 +380,15 @@ DivergeReport run_diverge(const DivergeOptions& options) {
                      " (" + fmt("%.1f", r.seconds) + " s)");
   };
   for (const auto& spec : grid) {
-    report.grid.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout));
+    report.grid.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout, report.system_prompts,
+                                     static_cast<int>(report.probe_system.size())));
     progress(report.grid.back(), "grid");
   }
   for (const auto& mode : options.sweep_modes) {
     for (double cf : options.sweep_capacity_factors) {
-      ConfigSpec spec{mode, kernels::KernelKind::kInvariant, cf, true};
-      report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout));
+      const ConfigSpec spec = sweep_spec(mode, cf);
+      report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout, report.system_prompts,
+                                     static_cast<int>(report.probe_system.size())));
       progress(report.sweep.back(), "sweep");
     }
   }
@@ -338,32 +400,44 @@ std::string format_table(const DivergeReport& report) {
   const auto& o = report.options;
   std::string out;
   out += "model: " + report.model + "\n";
+  const std::span<const int32_t> text = std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size());
   if (report.tokenizer) {
-    out += "prompt: \"" + tokens_text(report.tokenizer.get(), report.probe_prompt) + "\"\n";
+    if (!report.probe_system.empty()) {
+      out += "system prompt: \"" + tokens_text(report.tokenizer.get(), report.probe_system) + "\"\n";
+    }
+    out += "prompt: \"" + tokens_text(report.tokenizer.get(), text) + "\"\n";
   }
-  out += "probe: " + std::to_string(report.probe_prompt.size()) + " prompt tokens, " +
+  out += "probe: " + std::to_string(report.probe_prompt.size()) + " prompt tokens (" +
+         std::to_string(report.probe_system.size()) + " of a system prompt " +
+         std::to_string(o.traffic.system_prompts > 0 ? 1 : 0) + " of " + std::to_string(o.traffic.system_prompts) +
+         " that strangers share), " +
          std::to_string(o.gen_length) + " generated; " + std::to_string(o.trials) + " trials; budget " +
          std::to_string(o.scheduler.token_budget) + " tokens/step, chunk " +
          std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
          std::string(kernels::to_string(o.compute)) + "\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%-24s %5s %8s %8s %9s %9s %9s %10s %10s %8s\n", "config", "cf",
+  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s\n", "config", "cf",
                 "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
-                "rows");
+                "rows", "cache hit", "preempted", "drafts");
   out += line;
   auto row = [&](const ConfigResult& r) {
+    int64_t drafted = 0, accepted = 0;
+    for (int d : r.probe_drafted) drafted += d;
+    for (int a : r.probe_accepted) accepted += a;
     std::snprintf(
-        line, sizeof(line), "%-24s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld\n",
+        line, sizeof(line), "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s\n",
         r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged, r.bitwise_same,
         r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
         r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
-        100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows));
+        100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
+        100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
+        (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str());
     out += line;
   };
   for (const auto& r : report.grid) row(r);
   if (!report.grid.empty()) {
     out += "\ndistinct completions by generation length (prefixes of the same runs)\n";
-    std::snprintf(line, sizeof(line), "%-24s", "config");
+    std::snprintf(line, sizeof(line), "%-38s", "config");
     out += line;
     for (int L : report.grid.front().gen_points) {
       std::snprintf(line, sizeof(line), " %5s", ("L=" + std::to_string(L)).c_str());
@@ -371,7 +445,7 @@ std::string format_table(const DivergeReport& report) {
     }
     out += "\n";
     for (const auto& r : report.grid) {
-      std::snprintf(line, sizeof(line), "%-24s", r.spec.label().c_str());
+      std::snprintf(line, sizeof(line), "%-38s", r.spec.label().c_str());
       out += line;
       for (int d : r.distinct_at) {
         std::snprintf(line, sizeof(line), " %5d", d);
@@ -463,8 +537,17 @@ nlohmann::json result_json(const ConfigResult& r, const model::Tokenizer* tokeni
   j["probe_dropped_pair_share"] = r.dropped_pair_share();
   j["probe_steps"] = r.probe_steps;
   j["rows"] = r.rows;
+  j["token_keyed_cache"] = r.spec.token_keyed;
   j["chunk_sizes"] = r.chunk_sizes;
   j["token_budgets"] = r.token_budgets;
+  j["spec_tokens"] = r.spec_tokens;
+  j["cache_modes"] = r.cache_modes;
+  j["kv_blocks"] = r.kv_blocks;
+  j["probe_cached"] = r.probe_cached;
+  j["probe_cache_hit_share"] = r.cache_hit_share();
+  j["probe_preemptions"] = r.probe_preemptions;
+  j["probe_drafted"] = r.probe_drafted;
+  j["probe_accepted"] = r.probe_accepted;
   j["gen_points"] = r.gen_points;
   j["distinct_at"] = r.distinct_at;
   j["diverged_at"] = r.diverged_at;
@@ -493,11 +576,18 @@ std::string to_json(const DivergeReport& report) {
   j["chunk_size"] = o.scheduler.chunk_size;
   j["vary_chunks"] = o.vary_chunks;
   j["vary_budgets"] = o.vary_budgets;
+  j["vary_spec"] = o.vary_spec;
+  j["vary_cache"] = o.vary_cache;
+  j["vary_preemption"] = o.vary_preemption;
+  j["tight_kv_blocks"] = o.tight_kv_blocks;
+  j["cache_kv_blocks"] = o.cache_kv_blocks;
   j["capacity_factor"] = o.capacity_factor;
   j["seed"] = o.seed;
   j["compute"] = std::string(kernels::to_string(o.compute));
   j["weights"] = report.model;
-  j["prompt"] = tokens_text(report.tokenizer.get(), report.probe_prompt);
+  j["prompt"] = tokens_text(report.tokenizer.get(),
+                            std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size()));
+  j["system_prompt"] = tokens_text(report.tokenizer.get(), report.probe_system);
   j["stranger_text"] = o.corpus_dir.empty() ? "random tokens" : o.corpus_dir + "/heldout.txt";
   j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},
                   {"fixed_interval", o.traffic.fixed_interval},
@@ -505,7 +595,13 @@ std::string to_json(const DivergeReport& report) {
                   {"prompt_max", o.traffic.prompt_max},
                   {"decode_min", o.traffic.decode_min},
                   {"decode_max", o.traffic.decode_max},
-                  {"probe_arrival_step", o.traffic.probe_arrival_step}};
+                  {"probe_arrival_step", o.traffic.probe_arrival_step},
+                  {"system_prompts", o.traffic.system_prompts},
+                  {"system_min", o.traffic.system_min},
+                  {"system_max", o.traffic.system_max},
+                  {"system_share", o.traffic.system_share},
+                  {"probe_system", o.traffic.probe_system}};
+  j["probe_system_length"] = report.probe_system.size();
   j["probe_prompt"] = report.probe_prompt;
   j["grid"] = nlohmann::json::array();
   for (const auto& r : report.grid) j["grid"].push_back(result_json(r, report.tokenizer.get()));

@@ -24,19 +24,32 @@ namespace moe::sim::diverge {
 // One configuration of the grid.
 //   mode     a ModelOptions::dispatch_mode name: greedy, rank-only, request, stable, causal, dropless
 //   kernel   kFast (Eigen) or kInvariant for every linear of the model
-//   varied   the server's configuration changes over the trials, as between two deployments or under budget
-//            pressure: trial i prefills with chunk size vary_chunks[i % C] and a token budget of
-//            vary_budgets[(i / C) % B] (C, B: the lists' sizes) instead of the scheduler's chunk_size and
-//            token_budget. The probe-alone reference always uses the scheduler's.
+//   varied   the server changes over the trials, as between two deployments, under budget and memory
+//            pressure and with what other requests left in its cache: trial i prefills with chunk size
+//            vary_chunks[i % C] and a token budget of vary_budgets[(i / C) % B] (C, B: the lists' sizes)
+//            instead of the scheduler's chunk_size and token_budget, speculates with vary_spec[i % S] draft
+//            tokens, and (vary_cache) has its prefix cache off, on, on after a twin that continued the probe's
+//            system prompt and half its text, or on after a twin that sent the probe's whole prompt
+//            ((i / S) % 4), and (vary_preemption) a KV pool of tight_kv_blocks when i % 5 is 1 or 3 (the
+//            engine preempts). The probe-alone reference always uses the scheduler's fixed chunk and budget,
+//            no cache, no speculation.
+//   token_keyed  the prefix cache keys blocks by their tokens alone (an engine unaware of the routing:
+//            a request restored from a block takes the routing it holds as its own); else by tokens and
+//            prefix_cache_salt of the mode's rule (RoutingState refuses a prefix of another salt)
 struct ConfigSpec {
   std::string mode = "greedy";
   kernels::KernelKind kernel = kernels::KernelKind::kFast;
   double capacity_factor = 1.0;
   bool varied = false;
+  bool token_keyed = false;
 
-  // "greedy/fast", "stable/invariant/varied" ...
+  // "greedy/fast", "stable/invariant/varied", "sequence/invariant/varied/tokens-key" ...
   std::string label() const;
 };
+
+// A sweep configuration from its name (sweep_modes): invariant kernels, varied, "-tokens-key" a cache keyed
+// by tokens alone.
+ConfigSpec sweep_spec(const std::string& name, double capacity_factor);
 
 struct DivergeOptions {
   int trials = 30;                                // N: probe runs per configuration
@@ -45,6 +58,11 @@ struct DivergeOptions {
   SchedulerConfig scheduler;                      // token budget, chunk size
   std::vector<int> vary_chunks = {8, 16, 32};     // chunk sizes of */varied configurations
   std::vector<int> vary_budgets = {32, 64, 128};  // token budgets of */varied configurations
+  std::vector<int> vary_spec = {0, 2, 3, 4};      // draft tokens of */varied configurations (0: none)
+  bool vary_cache = true;                         // prefix cache and twins in */varied configurations
+  bool vary_preemption = true;                    // tight KV pools in */varied configurations
+  int tight_kv_blocks = 24;                       // blocks of 16 positions in a tight trial
+  int cache_kv_blocks = 2048;                     // blocks when the cache is on and the pool not tight
   double capacity_factor = 1.0;
   // The expert FFNs' compute precision in every configuration (fp32 or bf16; model::ModelOptions::compute).
   kernels::ComputePrecision compute = kernels::ComputePrecision::kF32;
@@ -68,7 +86,9 @@ struct DivergeOptions {
   // Capacity-factor sweep (invariant kernels, varied serving, one row per mode and factor); empty disables
   // it.
   std::vector<double> sweep_capacity_factors = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
-  std::vector<std::string> sweep_modes = {"greedy", "rank-only", "request", "stable", "causal"};
+  // Modes of the sweep (invariant kernels, varied server); "<mode>-tokens-key" keys the cache by tokens alone.
+  std::vector<std::string> sweep_modes = {"greedy", "rank-only", "request", "stable", "sequence-tokens-key",
+                                          "causal"};
   std::function<void(const std::string&)> progress;  // one line per finished configuration (may be empty)
 
   // Throws std::invalid_argument naming the bad field.
@@ -94,6 +114,13 @@ struct ConfigResult {
   std::vector<int> first_divergence;              // per trial: first index differing from alone, -1 if none
   std::vector<int> chunk_sizes;                   // per trial
   std::vector<int> token_budgets;                 // per trial
+  std::vector<int> spec_tokens;                   // per trial: draft tokens (0: none)
+  std::vector<int> cache_modes;                   // per trial: 0 off, 1 on, 2 on + half twin, 3 on + twin
+  std::vector<int> kv_blocks;                     // per trial: the KV pool (0: unbounded)
+  std::vector<int> probe_cached;                  // per trial: probe positions from the cache (1st admission)
+  std::vector<int> probe_preemptions;             // per trial
+  std::vector<int> probe_drafted;                 // per trial: draft rows the probe sent
+  std::vector<int> probe_accepted;                // per trial: ... accepted
   int distinct = 0;                               // distinct completions among the trials
   std::vector<Completion> distinct_completions;   // by count (descending), then first trial that gave it
   int diverged = 0;                               // trials whose completion differs from alone
@@ -116,6 +143,11 @@ struct ConfigResult {
   double dropped_pair_share() const {
     return probe_pairs ? static_cast<double>(probe_pairs_dropped) / probe_pairs : 0.0;
   }
+  int probe_prompt_length = 0;
+  // The probe's prompt positions served from the cache, over the trials (cache hit share).
+  double cache_hit_share() const;
+  int trials_preempted() const;
+  int trials_with_cache_hits() const;
 };
 
 // The model a run uses: its weights, and its tokenizer and held-out tokens when options.model_dir is set.
@@ -134,7 +166,9 @@ struct DivergeReport {
   DivergeOptions options;
   std::string model;                                  // LabModel::description
   std::shared_ptr<const model::Tokenizer> tokenizer;  // for texts (null: token ids)
-  std::vector<int32_t> probe_prompt;
+  std::vector<int32_t> probe_prompt;                  // its whole prompt: the system prompt, then its text
+  std::vector<int32_t> probe_system;                  // the system prompt it begins with (may be empty)
+  std::vector<std::vector<int32_t>> system_prompts;   // the traffic's
   std::vector<ConfigResult> grid;
   std::vector<ConfigResult> sweep;  // capacity-factor sweep
   double seconds = 0;
@@ -154,7 +188,8 @@ std::string tokens_text(const model::Tokenizer* tokenizer, std::span<const int32
 // Stranger prompts are windows of `heldout` when it is not empty.
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
-                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout = {});
+                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout = {},
+                        const std::vector<std::vector<int32_t>>& system_prompts = {}, int probe_system_length = 0);
 
 // The whole experiment: the grid, then the sweep.
 DivergeReport run_diverge(const DivergeOptions& options);

@@ -41,6 +41,41 @@ void TrafficConfig::validate() const {
   check(probe_arrival_step >= 0,
         "probe_arrival_step (" + std::to_string(probe_arrival_step) + ") must be >= 0");
   check(horizon_steps >= 0, "horizon_steps (" + std::to_string(horizon_steps) + ") must be >= 0");
+  check(system_prompts >= 0, "system_prompts (" + std::to_string(system_prompts) + ") must be >= 0");
+  check(system_prompts == 0 || (system_min >= 1 && system_min <= system_max),
+        "system prompt lengths [" + std::to_string(system_min) + ", " + std::to_string(system_max) +
+            "] must satisfy 1 <= min <= max");
+  check(system_share >= 0.0 && system_share <= 1.0,
+        "system_share (" + std::to_string(system_share) + ") must be in [0, 1]");
+  check(twin_tokens >= 0, "twin_tokens (" + std::to_string(twin_tokens) + ") must be >= 0");
+  check(twin_lead >= 0 && twin_lead <= probe_arrival_step,
+        "twin_lead (" + std::to_string(twin_lead) + ") must be in [0, probe_arrival_step]");
+}
+
+namespace {
+
+// A prompt of `len` tokens from `source` (a window of its text, or random tokens) drawn from `rng`.
+std::vector<int32_t> draw_prompt(SplitMix64& rng, const PromptSource& source, int len) {
+  if (source.text.empty()) return random_prompt(len, source.vocab_size, rng.next());
+  const size_t start = static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(source.text.size()) - len));
+  return std::vector<int32_t>(source.text.begin() + start, source.text.begin() + start + len);
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> make_system_prompts(const TrafficConfig& config, const PromptSource& source,
+                                                      uint64_t seed) {
+  config.validate();
+  if (!source.text.empty() && config.system_prompts > 0 &&
+      source.text.size() < static_cast<size_t>(config.system_max)) {
+    throw std::invalid_argument("TrafficConfig: the prompt text is shorter than system_max");
+  }
+  SplitMix64 rng(mix64(seed ^ 0x73797374656dull));
+  std::vector<std::vector<int32_t>> out;
+  for (int s = 0; s < config.system_prompts; ++s) {
+    out.push_back(draw_prompt(rng, source, static_cast<int>(rng.uniform_int(config.system_min, config.system_max))));
+  }
+  return out;
 }
 
 std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed) {
@@ -52,7 +87,7 @@ std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed) {
 
 std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
                                   uint64_t* probe_id) {
-  return make_traffic(config, PromptSource{vocab_size, {}}, seed, std::move(probe), probe_id);
+  return make_traffic(config, PromptSource{vocab_size, {}, {}}, seed, std::move(probe), probe_id);
 }
 
 std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSource& source, uint64_t seed,
@@ -77,15 +112,27 @@ std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSourc
       r.id = next_id++;
       r.arrival_step = step;
       const int len = static_cast<int>(rng.uniform_int(config.prompt_min, config.prompt_max));
-      if (source.text.empty()) {
-        r.prompt = random_prompt(len, source.vocab_size, rng.next());
-      } else {
-        const size_t start =
-            static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(source.text.size()) - len));
-        r.prompt.assign(source.text.begin() + start, source.text.begin() + start + len);
-      }
+      r.prompt = draw_prompt(rng, source, len);
       r.max_new_tokens = static_cast<int>(rng.uniform_int(config.decode_min, config.decode_max));
+      if (!source.system.empty() && rng.uniform() < config.system_share) {
+        const auto& sys = source.system[static_cast<size_t>(
+            rng.uniform_int(0, static_cast<int64_t>(source.system.size()) - 1))];
+        r.prompt.insert(r.prompt.begin(), sys.begin(), sys.end());
+      }
       out.push_back(std::move(r));
+    }
+    if (config.twin_tokens > 0 && step == config.probe_arrival_step - config.twin_lead) {
+      Request twin;
+      twin.id = next_id++;
+      twin.arrival_step = step;
+      const size_t shared = std::min(probe.prompt.size(), static_cast<size_t>(config.twin_tokens));
+      twin.prompt.assign(probe.prompt.begin(), probe.prompt.begin() + static_cast<std::ptrdiff_t>(shared));
+      if (shared < probe.prompt.size()) {  // a continuation of its own; else the same query again
+        const std::vector<int32_t> own = draw_prompt(rng, source, config.prompt_max);
+        twin.prompt.insert(twin.prompt.end(), own.begin(), own.end());
+      }
+      twin.max_new_tokens = config.decode_min;
+      out.push_back(std::move(twin));
     }
     if (step == config.probe_arrival_step) {
       probe.id = next_id++;

@@ -13,6 +13,12 @@ namespace moe::sim::diverge {
 // fixed_interval > 0, exactly one every fixed_interval steps (starting at step 0). Each has a prompt of
 // uniform length in [prompt_min, prompt_max] with uniform random tokens and generates a uniform
 // [decode_min, decode_max] tokens. The probe arrives at probe_arrival_step.
+// Shared system prompts: `system_prompts` prompts of uniform length in [system_min, system_max], drawn from
+// the run's seed alone (the same in every trial); each stranger begins with one of them (uniformly) with
+// probability system_share, and the probe with the first one when probe_system. A twin (twin_tokens > 0)
+// arrives twin_lead steps before the probe with the probe's first twin_tokens tokens and then prompt_max
+// tokens of its own (none when it takes the whole probe prompt: the same query again): what a continued or
+// repeated query leaves in a prefix cache.
 struct TrafficConfig {
   double arrival_rate = 0.5;
   int fixed_interval = 0;
@@ -22,6 +28,13 @@ struct TrafficConfig {
   int decode_max = 48;
   int probe_arrival_step = 8;
   int horizon_steps = 400;
+  int system_prompts = 4;
+  int system_min = 24;
+  int system_max = 96;
+  double system_share = 0.5;
+  bool probe_system = true;
+  int twin_tokens = 0;
+  int twin_lead = 4;
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
@@ -29,13 +42,20 @@ struct TrafficConfig {
 
 // Where stranger prompts come from: uniform random tokens in [0, vocab_size) (text empty), or windows of a
 // token stream (held-out text): a prompt of length n starts at a uniform offset in [0, text.size() - n].
+// system: the shared system prompts (make_system_prompts; empty: none).
 struct PromptSource {
   int vocab_size = 0;
   std::span<const int32_t> text;
+  std::vector<std::vector<int32_t>> system;
 };
 
+// The config's system prompts from `seed` (windows of source.text, or random tokens).
+std::vector<std::vector<int32_t>> make_system_prompts(const TrafficConfig& config, const PromptSource& source,
+                                                      uint64_t seed);
+
 // The requests of one trial: the strangers drawn from splitmix64 streams keyed by `seed`, plus `probe`
-// (whose id and arrival_step are overwritten). Ids are assigned in arrival order starting at 1 (the probe
+// (whose id and arrival_step are overwritten; its prompt is taken as it is: run_config puts the system
+// prompt in front), and the twin when config.twin_tokens > 0. Ids are assigned in arrival order starting at 1 (the probe
 // comes after the strangers that arrive in the same step), so under request priority the strangers that
 // arrived earlier outrank the probe. Returns the requests; *probe_id receives the probe's id.
 // Prompts come from `source` (a text shorter than prompt_max throws std::invalid_argument).
