@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/support/allocation_counter.h"
+#include "tests/support/expect_invalid.h"
 #include "tests/support/layer_fixtures.h"
 
 namespace moe {
@@ -17,15 +18,7 @@ namespace {
 using testing::MakeBatch;
 using testing::RandomWeights;
 
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using moe::testing::ExpectInvalid;
 
 TEST(Layer, RejectsConfigsThatDoNotFitTheWeights) {
   auto weights = RandomWeights(testing::SmallShape(32, 48, 8));

@@ -1,6 +1,8 @@
 // What only expert parallelism has, under mpirun with 1, 2 and 4 ranks (tests/cmake/parallel.cmake): explicit
 // placements, sub-communicators of 1, 2 and 4 ranks in one job, collective admission and release of requests,
-// sequence scope's serving-determinism property (2000 probe draws per world size),
+// sequence scope's serving-determinism property (2000 probe draws per world size), the serving lifecycle
+// under prefix scope (2000 served probes per world size: cached prefixes restored with the collective
+// restore_requests, preemption, speculative drafts rolled back with rollback_requests),
 // empty global batches, no allocation after warm-up, errors found on one rank reported on every rank,
 // start-up mismatches, diverged causal states, mixed thread counts. The layer's accuracy and bit equality to
 // the single-process layer on the shared table of cases is the backend harness (tests/layer_cases_test.cc,

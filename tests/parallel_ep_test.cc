@@ -15,6 +15,7 @@
 #include "moe/parallel/expert_parallel_layer.h"
 #include "moe/parallel/single_process_communicator.h"
 #include "tests/support/ep_fixtures.h"
+#include "tests/support/expect_invalid.h"
 
 namespace moe::parallel {
 namespace {
@@ -23,15 +24,7 @@ using moe::testing::RandomWeights;
 
 constexpr int64_t kHidden = 32;
 
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using moe::testing::ExpectInvalid;
 
 TEST(ExpertPlacement, ContiguousBlocks) {
   const ExpertPlacement p = ExpertPlacement::contiguous(8, 3);

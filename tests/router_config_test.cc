@@ -8,22 +8,14 @@
 
 #include "router/dispatch_policy.h"
 #include "router/rules/capacity.h"
+#include "tests/support/expect_invalid.h"
 
 namespace moe {
 namespace {
 
 using rules::rounded_capacity;
 
-// Asserts that `fn` throws std::invalid_argument whose message contains `needle`.
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using moe::testing::ExpectInvalid;
 
 TEST(Capacity, SeedWorkedExample) {
   // 8 experts, top-1, cf 1.25, floor: 800 tokens -> 125 slots, 2000 tokens -> 312.

@@ -10,6 +10,7 @@
 #include "router/dispatch_planner.h"
 #include "router/rules/plan_rules.h"
 #include "tests/support/allocation_counter.h"
+#include "tests/support/expect_invalid.h"
 
 namespace moe {
 namespace {
@@ -71,15 +72,7 @@ DispatchPlan Plan(const DispatchPolicy& policy, const TokenRoutes& routes, const
   return plan;
 }
 
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using moe::testing::ExpectInvalid;
 
 constexpr auto kKept = PairStatus::kKept;
 constexpr auto kRerouted = PairStatus::kRerouted;

@@ -10,6 +10,7 @@
 
 #include "router/dispatch_planner.h"
 #include "router/routing_state.h"
+#include "tests/support/expect_invalid.h"
 
 namespace moe {
 namespace {
@@ -17,15 +18,7 @@ namespace {
 constexpr int kExperts = 6;
 constexpr int kTopK = 2;
 
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using moe::testing::ExpectInvalid;
 
 // Routes of a request's positions [from, from + n): choices from (content, position) only.
 TokenRoutes Routes(uint64_t content, uint32_t from, int n) {

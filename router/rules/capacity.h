@@ -17,7 +17,10 @@ namespace moe::rules {
 MOE_HD inline int64_t rounded_capacity(double capacity_factor, int64_t num_tokens, int top_k, int num_experts,
                                        CapacityRounding rounding) {
   const double exact = capacity_factor * static_cast<double>(num_tokens) * top_k / num_experts;
-  const double nearest = ::round(exact);
+  // ::round (halves away from zero) as rint (an instruction where the target has one; ::round is a libm
+  // call on the planner's per-row path) plus the halves' case.
+  double nearest = ::rint(exact);
+  if (::fabs(exact - nearest) == 0.5) nearest = exact + (exact > 0 ? 0.5 : -0.5);
   const double magnitude = ::fabs(exact) > 1.0 ? ::fabs(exact) : 1.0;
   if (::fabs(exact - nearest) <= 1e-9 * magnitude) return static_cast<int64_t>(nearest);
   return static_cast<int64_t>(rounding == CapacityRounding::kCeil ? ::ceil(exact) : ::floor(exact));

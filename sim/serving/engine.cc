@@ -244,13 +244,18 @@ bool Engine::next(StepPlan& plan) {
   stats_.rows += static_cast<int64_t>(p.rows.size());
   ++now_;
   pending_complete_ = true;
-  plan = p;
+  // The caller gets the step; the engine keeps its spans for complete() and reuses the caller's old buffers.
+  plan.step = p.step;
+  plan.preempted.swap(p.preempted);
+  plan.admitted.swap(p.admitted);
+  plan.rows.swap(p.rows);
+  plan.spans.assign(p.spans.begin(), p.spans.end());
   return true;
 }
 
 void Engine::complete(std::span<const uint32_t> accepted, StepResult& out) {
   if (!pending_complete_) throw std::logic_error("serving engine: complete() without a step to complete");
-  const StepPlan& p = last_;
+  const StepPlan& p = last_;  // its spans (the rest went to the caller)
   if (accepted.size() != p.spans.size()) {
     fail("complete: " + std::to_string(accepted.size()) + " accepted counts for " +
          std::to_string(p.spans.size()) + " spans");

@@ -191,7 +191,7 @@ class Engine {
   int64_t starts_ = 0;
   size_t finished_ = 0;
   bool pending_complete_ = false;
-  StepPlan last_;
+  StepPlan last_;  // the step being built; after next() only its spans are kept (complete() reads them)
   EngineStats stats_;
   std::vector<uint64_t> scratch_hashes_;
 };

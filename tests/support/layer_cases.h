@@ -120,6 +120,13 @@ inline MoELayerConfig threads(MoELayerConfig c, int n) {
   return c;
 }
 
+// Prefix scope with a lookahead short enough that the harness's prompts see their horizons move.
+inline MoELayerConfig lookahead(MoELayerConfig c, uint32_t w) {
+  c.policy.scope = CapacityScope::kPrefix;
+  c.policy.lookahead = w;
+  return c;
+}
+
 inline MoELayerConfig bf16_compute(MoELayerConfig c) {
   c.compute = kernels::ComputePrecision::kBF16;
   return c;
@@ -153,12 +160,15 @@ inline std::vector<LayerCase> layer_cases() {
              rnd = Priority::kRandom;
   const auto reroute = Overflow::kReroute, drop = Overflow::kDrop;
   return {
-      // Mixtral-like: every preset and scope. The deterministic preset is sequence scope.
+      // Mixtral-like: every preset and scope. The deterministic preset is prefix scope (W = 16).
       {"mixtral_f32_deterministic", mix, DType::kF32, mixtral("deterministic")},
       {"mixtral_f32_sequence_3calls", mix, DType::kF32, threads(mixtral("deterministic"), 2), 3},
       {"mixtral_bf16_sequence_reroute", mix, DType::kBF16, with(mixtral("deterministic"), S, req, reroute, 2),
        3},
       {"mixtral_f32_sequence_score_priority", mix, DType::kF32, with(mixtral("deterministic"), S, score), 2},
+      {"mixtral_f32_prefix_lookahead2_3calls", mix, DType::kF32, lookahead(mixtral("deterministic"), 2), 3},
+      {"mixtral_bf16_prefix_lookahead0_reroute", mix, DType::kBF16,
+       lookahead(with(mixtral("deterministic"), S, req, reroute), 0), 2},
       {"mixtral_f32_request", mix, DType::kF32, with(mixtral("deterministic"), R, req)},
       {"mixtral_f32_deterministic_2threads", mix, DType::kF32, threads(mixtral("deterministic"), 2)},
       {"mixtral_f32_greedy", mix, DType::kF32, threads(mixtral("greedy"), 2)},
@@ -188,6 +198,8 @@ inline std::vector<LayerCase> layer_cases() {
       {"deepseek_f32_greedy", deepseek_shape(), DType::kF32, threads(deepseek("greedy"), 2)},
       {"deepseek_f32_causal", deepseek_shape(), DType::kF32, with(deepseek("deterministic"), C, req, drop),
        2},
+      {"deepseek_f32_prefix_lookahead4_reroute", deepseek_shape(), DType::kF32,
+       threads(lookahead(with(deepseek("deterministic"), S, req, reroute, 2), 4), 2), 2},
       {"deepseek_f32_sequence_reroute", deepseek_shape(), DType::kF32,
        threads(with(deepseek("deterministic"), S, req, reroute), 2), 2},
       // bf16 compute (MoELayerConfig::compute): the invariant bf16 kernel under the deterministic preset,
