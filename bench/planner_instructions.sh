@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Instructions per DispatchPlanner::plan() call for greedy, stable and causal dispatch, and the ratios
-# stable/greedy and causal/greedy, over the router_planner_bench grid at T >= 4096 (E in {8, 64, 256},
-# k in {1, 2, 8}). Instruction counts do not depend on what else runs on the machine, unlike wall time
+# Instructions per DispatchPlanner::plan() call for greedy, stable (prefix scope), sequence (the stable mode
+# under sequence scope, the preset before prefix scope) and causal dispatch, and the ratios stable/greedy and
+# causal/greedy, over the router_planner_bench grid at T >= 4096 (E in {8, 64, 256}, k in {1, 2, 8}).
+# Instruction counts do not depend on what else runs on the machine, unlike wall time
 # (docs/results.md section 1: a 15-50 us plan varies up to 2x between runs on a shared VM).
 #
 # Usage: bench/planner_instructions.sh [BUILD_DIR]      (default: build-callgrind)
@@ -30,7 +31,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" -j"${JOBS:-1}" --target router_planner_bench >/dev/null
 
-filter="^BM_Plan/(greedy|stable|causal)/T:(${tokens// /|})/"
+filter="^BM_Plan/(greedy|stable|causal|sequence)/T:(${tokens// /|})/"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/router_planner_bench" --benchmark_list_tests --benchmark_filter="$filter" >"$work/cases"
@@ -63,11 +64,12 @@ awk '
     if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
   }
   END {
-    printf "%-21s %11s %11s %11s %13s %13s   %11s %11s %11s\n", "shape", "greedy Ir", "stable Ir", "causal Ir",
-      "stable/greedy", "causal/greedy", "greedy -ms", "stable -ms", "causal -ms"
+    printf "%-21s %11s %11s %11s %11s %13s %13s   %11s %11s %11s\n", "shape", "greedy Ir", "stable Ir",
+      "sequence Ir", "causal Ir", "stable/greedy", "causal/greedy", "greedy -ms", "stable -ms", "causal -ms"
     for (i = 1; i <= nk; ++i) {
       k = keys[i]; g = ir["greedy", k]
-      printf "%-21s %11d %11d %11d %13.3f %13.3f   %11d %11d %11d\n", k, g, ir["stable", k], ir["causal", k],
+      printf "%-21s %11d %11d %11d %11d %13.3f %13.3f   %11d %11d %11d\n", k, g, ir["stable", k], ir["sequence", k],
+        ir["causal", k],
         ir["stable", k] / g, ir["causal", k] / g, g - ms["greedy", k], ir["stable", k] - ms["stable", k],
         ir["causal", k] - ms["causal", k]
     }

@@ -44,8 +44,24 @@ DispatchPlanner::DispatchPlanner(int num_experts, int top_k, DispatchPolicy poli
     : num_experts_(num_experts), top_k_(top_k), policy_(policy) {
   check_planner_config(num_experts, top_k, policy_);
   rule_ = RoutingRule::of(policy_);
+  if (policy_.scope == CapacityScope::kPrefix || policy_.scope == CapacityScope::kCausal) {
+    capacity_table_.resize(kCapacityTableSize);
+    for (int64_t n = 0; n < kCapacityTableSize; ++n) {
+      capacity_table_[n] = rules::request_capacity(policy_, n, top_k_, num_experts_);
+    }
+  }
   pool_count_.assign(num_experts_, 0);
   scratch_held_.assign(num_experts_, 0);
+}
+
+rules::PromptCapacity DispatchPlanner::prompt_capacity(uint32_t prompt_length, int64_t whole) const {
+  return rules::PromptCapacity{&policy_,
+                               top_k_,
+                               num_experts_,
+                               prompt_length,
+                               whole,
+                               capacity_table_.data(),
+                               static_cast<int64_t>(capacity_table_.size())};
 }
 
 int DispatchPlanner::num_ranked_needed() const {
@@ -255,9 +271,8 @@ void DispatchPlanner::reset_pool(int32_t begin, int32_t end, const DispatchPlan&
 void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
                                         int32_t begin, int32_t end, RoutingState::Request& request,
                                         DispatchPlan& out) {
-  auto budget = [&](uint32_t position) {
-    return rules::causal_budget(policy_, position, top_k_, num_experts_);
-  };
+  const rules::PromptCapacity capacity_of = prompt_capacity(0, 0);
+  auto budget = [&](uint32_t position) { return capacity_of(int64_t{position} + 1); };  // causal_budget
   const int64_t last_budget = budget(meta[order_[end - 1]].position);
   for (int e = 0; e < num_experts_; ++e) {
     pool_count_[e] = request.slots_held[e];
@@ -306,8 +321,9 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
     }
     int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
     rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
-                                  first_row, prompt_length, capacity, pool_count_.data(), higher,
-                                  out.pair_expert.data(), out.pair_status.data(), place);
+                                  first_row, prompt_length, prompt_capacity(prompt_length, capacity),
+                                  pool_count_.data(), higher, out.pair_expert.data(), out.pair_status.data(),
+                                  place);
     // Slots offered: what the prompt pool had left for this batch's prompt rows.
     for (int e = 0; e < num_experts_; ++e) {
       const int64_t held = request ? request->slots_held[e] : 0;

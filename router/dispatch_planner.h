@@ -8,6 +8,7 @@
 #include "router/dispatch_plan.h"
 #include "router/dispatch_policy.h"
 #include "router/routing_state.h"
+#include "router/rules/capacity.h"
 #include "router/rules/plan_error.h"
 #include "router/token_meta.h"
 #include "router/token_routes.h"
@@ -95,6 +96,12 @@ class DispatchPlanner {
   // [top_k * num_experts] sequence: the choice counts of a request planned without a state
   std::vector<int32_t> scratch_counts_;
   bool rows_distinct_ = false;  // order_tokens() found the rows in strict (request, position) order
+  // Prefix and causal scopes: request_capacity(policy_, n) for n < kCapacityTableSize (their per-row budgets;
+  // longer prompts' rows beyond it compute the formula), filled by the constructor.
+  static constexpr int64_t kCapacityTableSize = 4097;
+  std::vector<int64_t> capacity_table_;
+  // The budgets of a prompt of prompt_length rows (whole: request_capacity at it) from the table.
+  rules::PromptCapacity prompt_capacity(uint32_t prompt_length, int64_t whole) const;
 };
 
 }  // namespace moe

@@ -535,9 +535,11 @@ struct DecideSequence {
     }
     const SequenceGroup s = sequence_group(c, g);
     const int64_t capacity = rules::request_capacity(c.policy, s.prompt_length, c.k, c.E);
-    rules::decide_sequence_prompt(c.routes(), c.policy, c.E, c.order, gb, s.prompt_end, s.first_row,
-                                  static_cast<uint32_t>(s.prompt_length), capacity, count, higher,
-                                  c.pair_expert, c.pair_status, PoolPlacer{&c, held});
+    rules::decide_sequence_prompt(
+        c.routes(), c.policy, c.E, c.order, gb, s.prompt_end, s.first_row,
+        static_cast<uint32_t>(s.prompt_length),
+        rules::PromptCapacity{&c.policy, c.k, c.E, static_cast<uint32_t>(s.prompt_length), capacity}, count,
+        higher, c.pair_expert, c.pair_status, PoolPlacer{&c, held});
     // The prompt's counts go to the state; count becomes the placements of this batch (decode rows follow).
     for (int e = 0; e < c.E; ++e) {
       if (held) {

@@ -62,12 +62,38 @@ MOE_HD inline uint32_t prompt_horizon(const DispatchPolicy& p, uint32_t position
   return reach < prompt_length ? static_cast<uint32_t>(reach) : prompt_length;
 }
 
+// The prompt rows whose horizon is short of the prompt: positions < this one have prompt_horizon
+// position + 1 + lookahead < L (prefix scope); every other row's is L.
+MOE_HD inline uint32_t growing_horizon_end(const DispatchPolicy& p, uint32_t prompt_length) {
+  if (p.scope != CapacityScope::kPrefix) return 0;
+  const uint64_t reach = uint64_t{p.lookahead} + 1;
+  return prompt_length > reach ? static_cast<uint32_t>(prompt_length - reach) : 0;
+}
+
 // The prompt pool's budget per expert at the prompt row at `position`: request_capacity(horizon). Sequence
 // scope: request_capacity(L) at every row.
 MOE_HD inline int64_t prompt_budget(const DispatchPolicy& p, uint32_t position, uint32_t prompt_length,
                                     int top_k, int num_experts) {
   return request_capacity(p, prompt_horizon(p, position, prompt_length), top_k, num_experts);
 }
+
+// A prompt pool's budget by horizon, as a planner reads it per row: request_capacity(policy, h, k, E), from
+// `table` where the caller keeps its values (table[h] for h < table_size: a host planner's cache, filled
+// once, so that the per-row budgets of prefix and causal scopes cost a load, not the formula) or computed;
+// `whole` is its value at the prompt length (the sequence-scope budget of every row).
+struct PromptCapacity {
+  const DispatchPolicy* policy = nullptr;
+  int top_k = 0, num_experts = 0;
+  uint32_t prompt_length = 0;
+  int64_t whole = 0;
+  const int64_t* table = nullptr;
+  int64_t table_size = 0;
+
+  MOE_HD int64_t operator()(int64_t horizon) const { return horizon == prompt_length ? whole : at(horizon); }
+  MOE_HD int64_t at(int64_t horizon) const {
+    return horizon < table_size ? table[horizon] : request_capacity(*policy, horizon, top_k, num_experts);
+  }
+};
 
 //
 // Causal scope: a token at `position` may take a slot at an expert while its request's earlier tokens hold

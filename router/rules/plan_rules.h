@@ -216,10 +216,10 @@ MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t ro
 // state, which keeps positions contiguous; 0 without one), and the rule below reads a row's number in the
 // prompt, p = first_row + (i - begin), as its position. At that row the pool's budget is
 // capacity = prompt_budget(policy, p, L) and its horizon h = prompt_horizon(policy, p, L) (sequence scope: L
-// and request_capacity(L) at every row, passed in as `whole_capacity`; prefix scope: the prompt up to
-// `lookahead` positions past p). count[e] holds the pool's slots at e and higher[(j - 1) * E + e] the
-// prompt's choice counts (sequence_counts_size; both carried in the request's RoutingState; advanced in
-// place). At a row:
+// and request_capacity(L) at every row; prefix scope: the prompt up to `lookahead` positions past p), the
+// budget read from `capacity` (PromptCapacity of this prompt). count[e] holds the pool's slots at e and
+// higher[(j - 1) * E + e] the prompt's choice counts (sequence_counts_size; both carried in the request's
+// RoutingState; advanced in place). At a row:
 //   its first choice (j = 0) is kept while count[e] < capacity;
 //   a later choice of rank j, or a reroute (rank top_k), of a token that already holds a slot is kept while
 //     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, h, E, j)
@@ -232,20 +232,30 @@ MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t ro
 // The counts include the row's own choices before its later choices decide. Every quantity a row reads is a
 // function of the request's rows at positions <= p and of its horizon: under prefix scope the decisions of
 // positions 0..p do not depend on L when L >= p + 1 + lookahead.
-template <class Place>
-MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const DispatchPolicy& policy,
-                                          int num_experts, const int32_t* order, int32_t begin, int32_t end,
-                                          uint32_t first_row, uint32_t prompt_length, int64_t whole_capacity,
-                                          int32_t* count, int32_t* higher, const int32_t* pair_expert,
-                                          const PairStatus* pair_status, Place&& place) {
+// The rows order[begin .. end) of decide_sequence_prompt below, the first at `first_position`: kGrows, rows
+// whose horizon is position + 1 + lookahead < L (prefix scope); else rows whose horizon is L (sequence scope,
+// and a prefix-scope prompt's last lookahead + 1 rows). Two instantiations keep the second's budget a
+// constant.
+template <bool kGrows, class Place>
+MOE_HD inline void decide_sequence_prompt_rows(const RouteArrays& routes, const DispatchPolicy& policy,
+                                               int num_experts, const int32_t* order, int32_t begin,
+                                               int32_t end, uint32_t first_position, uint32_t prompt_length,
+                                               const PromptCapacity& capacity_of, int32_t* count,
+                                               int32_t* higher, const int32_t* pair_expert,
+                                               const PairStatus* pair_status, Place& place) {
   const int k = routes.top_k;
   const bool reroute = policy.overflow == Overflow::kReroute;
+  // In locals: the planner's stores through `place` must not make the loop reload them.
+  const uint32_t lookahead = policy.lookahead;
+  const int64_t* const table = capacity_of.table;
+  const int64_t table_size = capacity_of.table_size, whole = capacity_of.whole;
   for (int32_t i = begin; i < end; ++i) {
     const int32_t t = order[i];
-    const uint32_t position = first_row + static_cast<uint32_t>(i - begin);
-    const uint32_t horizon = prompt_horizon(policy, position, prompt_length);
-    const int64_t capacity =
-        horizon == prompt_length ? whole_capacity : request_capacity(policy, horizon, k, num_experts);
+    const uint32_t position = first_position + static_cast<uint32_t>(i - begin);
+    const uint32_t horizon = kGrows ? position + 1 + lookahead : prompt_length;
+    const int64_t capacity = !kGrows                ? whole
+                             : horizon < table_size ? table[horizon]
+                                                    : capacity_of.at(horizon);
     count_prompt_choices(routes.experts + int64_t{t} * routes.num_ranked, k, num_experts, higher, 1);
     auto later_capacity = [&](int32_t e, int rank) {
       if (!sequence_reserve_holds(higher[int64_t{k - 1} * num_experts + e], capacity - count[e] - 1, position,
@@ -276,6 +286,29 @@ MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const Dispa
         holds = true;
     }
   }
+}
+
+template <class Place>
+MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const DispatchPolicy& policy,
+                                          int num_experts, const int32_t* order, int32_t begin, int32_t end,
+                                          uint32_t first_row, uint32_t prompt_length,
+                                          PromptCapacity capacity_of, int32_t* count, int32_t* higher,
+                                          const int32_t* pair_expert, const PairStatus* pair_status,
+                                          Place&& place) {
+  // Rows at positions < grows_until have the horizon position + 1 + lookahead (prompt_horizon, hoisted).
+  const uint32_t grows_until = growing_horizon_end(policy, prompt_length);
+  const int32_t split =
+      first_row >= grows_until
+          ? begin
+          : static_cast<int32_t>(begin + (int64_t{grows_until} - first_row < int64_t{end} - begin
+                                              ? int64_t{grows_until} - first_row
+                                              : int64_t{end} - begin));
+  decide_sequence_prompt_rows<true>(routes, policy, num_experts, order, begin, split, first_row,
+                                    prompt_length, capacity_of, count, higher, pair_expert, pair_status,
+                                    place);
+  decide_sequence_prompt_rows<false>(routes, policy, num_experts, order, split, end,
+                                     first_row + static_cast<uint32_t>(split - begin), prompt_length,
+                                     capacity_of, count, higher, pair_expert, pair_status, place);
 }
 
 // Sequence scope, the decode rows order[begin .. end) of one request (positions >= its prompt length): each
