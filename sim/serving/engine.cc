@@ -159,7 +159,10 @@ bool Engine::next(StepPlan& plan) {
     s.samples = s.end >= l.known;
     s.slot = static_cast<int32_t>(&l - live_.data());
     s.client_index = l.spec->client_index;
-    for (uint32_t q = s.begin; q < s.end; ++q) p.rows.push_back(TokenMeta{s.id, q});
+    const size_t at = p.rows.size();
+    p.rows.resize(at + n);
+    TokenMeta* rows = p.rows.data() + at;
+    for (uint32_t q = 0; q < n; ++q) rows[q] = TokenMeta{s.id, s.begin + q};
     p.spans.push_back(s);
     budget -= static_cast<int>(n);
     l.stats.computed_rows += n;
@@ -302,11 +305,12 @@ void Engine::complete(std::span<const uint32_t> accepted, StepResult& out) {
       l.stats.finished = true;
       ++finished_;
       out.finished.push_back(s.id);
-      running_.erase(std::find(running_.begin(), running_.end(), idx));
       if (config_.keep_request_stats) finished_stats_[s.id] = l.stats;
       free_slots_.push_back(idx);
     }
   }
+  // One pass for the step's finished requests (their slots are reused only by the next step's arrivals).
+  if (!out.finished.empty()) std::erase_if(running_, [&](size_t idx) { return live_[idx].stats.finished; });
   if (pool_) stats_.evictions = pool_->evictions();
   pending_complete_ = false;
 }
