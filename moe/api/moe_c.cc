@@ -55,7 +55,8 @@ moe_status_t set_error(moe_status_t status, const std::string& message) {
 
 // Runs `fn` (returning moe_status_t), mapping every exception to a status and the thread's message by its
 // type: io::IoError and filesystem/system errors are MOE_IO_ERROR, std::invalid_argument and
-// std::out_of_range MOE_INVALID_ARGUMENT, std::bad_alloc MOE_OUT_OF_MEMORY, anything else MOE_RUNTIME_ERROR.
+// std::out_of_range MOE_INVALID_ARGUMENT, std::bad_alloc and io::OutOfMemory MOE_OUT_OF_MEMORY, anything else
+// MOE_RUNTIME_ERROR.
 template <class Fn>
 moe_status_t guarded(const char* where, Fn&& fn) noexcept {
   try {
@@ -66,6 +67,8 @@ moe_status_t guarded(const char* where, Fn&& fn) noexcept {
     return set_error(MOE_INVALID_ARGUMENT, std::string(where) + ": " + e.what());
   } catch (const std::bad_alloc&) {
     return set_error(MOE_OUT_OF_MEMORY, std::string(where) + ": out of memory");
+  } catch (const moe::io::OutOfMemory& e) {
+    return set_error(MOE_OUT_OF_MEMORY, std::string(where) + ": " + e.what());
   } catch (const std::filesystem::filesystem_error& e) {
     return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
   } catch (const std::system_error& e) {
@@ -395,8 +398,8 @@ moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
   if (dir == nullptr) return null_arg(kWhere, "dir");
   return guarded(kWhere, [&] {
     const moe::io::Pretrained p = moe::io::open_pretrained(dir);
-    auto weights = std::make_shared<const moe::io::LayerWeights>(
-        moe::io::load_pretrained_layer(p, layer_index, moe::kernels::DType::kF32));
+    auto weights =
+        std::make_shared<const moe::io::LayerWeights>(moe::io::load_pretrained_layer(p, layer_index));
     const moe::api::LayerOptions o =
         moe::api::pretrained_options(config ? config->options : moe::api::LayerOptions{}, p.config);
     auto handle = std::make_unique<moe_layer>();
