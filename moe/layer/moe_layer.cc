@@ -118,13 +118,17 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   // Gather the rows of every kept pair, in slot order (bf16 compute: rounded once per token, then gathered;
   // with the weight on the input, each pair's row is scaled by its weight and then rounded).
   const int64_t num_slots = plan_.expert_offsets[num_experts()];
+  if (ffns_->takes_rounded() && (has_shared_ || !config_.weight_on_input)) {
+    // x rounded once per token: the shared expert's input, and the routed experts' unless the weight is on
+    // the input.
+    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, aligned64(x_rounded_), pool_);
+  }
   if (config_.weight_on_input) {
     gather_scaled(x, num_slots);
   } else if (ffns_->takes_rounded()) {
     const int64_t row = ffns_->rounded_row_elems();
     uint16_t* xr = aligned64(x_rounded_);
     uint16_t* gathered = aligned64(gathered_rounded_);
-    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, xr, pool_);
     pool_.parallel_for(num_slots, [&](int64_t slot, int) {
       const int64_t token = plan_.slot_pairs[slot] / top_k();
       std::memcpy(gathered + slot * row, xr + token * row, static_cast<size_t>(row) * sizeof(uint16_t));
