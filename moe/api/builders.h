@@ -56,6 +56,7 @@ struct LayerOptions {
   std::optional<kernels::ComputePrecision> compute;
   std::optional<int> num_threads;
   std::optional<int> max_tokens;
+  std::optional<kernels::DType> storage;  // of the weights a pretrained layer loads (nullopt: the file's)
   std::string device = "cpu";
 
   void set_preset(const std::string& name);

@@ -361,6 +361,10 @@ moe_status_t moe_layer_config_set_compute(moe_layer_config_t* c, const char* v) 
   return set_name("moe_layer_config_set_compute", c, v,
                   [](auto& o, const std::string& s) { o.set_compute(s); });
 }
+moe_status_t moe_layer_config_set_storage(moe_layer_config_t* c, moe_dtype_t v) {
+  return set_option("moe_layer_config_set_storage", c,
+                    [&](auto& o) { o.storage = to_dtype(enum_bits(v), "storage"); });
+}
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* c, int32_t v) {
   return set_option("moe_layer_config_set_num_threads", c, [&](auto& o) { o.set_num_threads(v); });
 }
@@ -398,10 +402,10 @@ moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
   if (dir == nullptr) return null_arg(kWhere, "dir");
   return guarded(kWhere, [&] {
     const moe::io::Pretrained p = moe::io::open_pretrained(dir);
-    auto weights =
-        std::make_shared<const moe::io::LayerWeights>(moe::io::load_pretrained_layer(p, layer_index));
     const moe::api::LayerOptions o =
         moe::api::pretrained_options(config ? config->options : moe::api::LayerOptions{}, p.config);
+    auto weights = std::make_shared<const moe::io::LayerWeights>(
+        moe::io::load_pretrained_layer(p, layer_index, o.storage));
     auto handle = std::make_unique<moe_layer>();
     handle->layer = moe::api::make_layer(o.device, moe::api::make_config(o, *weights), weights);
     handle->meta.reserve(handle->layer->config().max_tokens);

@@ -208,6 +208,10 @@ moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* config, const char*
  * invariance in bf16 (docs/determinism.md). The CUDA layer refuses bf16 (moe_layer_create:
  * MOE_INVALID_ARGUMENT). */
 moe_status_t moe_layer_config_set_compute(moe_layer_config_t* config, const char* compute);
+/* storage: MOE_DTYPE_F32 or MOE_DTYPE_BF16, the dtype moe_layer_create_pretrained stores the expert matrices
+ * in (default: the file's; FP8 and MXFP4 files are dequantized exactly to it, bf16 by default). Ignored by
+ * moe_layer_create, whose weights are already stored. */
+moe_status_t moe_layer_config_set_storage(moe_layer_config_t* config, moe_dtype_t storage);
 /* num_threads: >= 1, the threads used inside a forward pass (default 1: the calling thread). */
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* config, int32_t num_threads);
 /* max_tokens: >= 1. The workspace is sized for batches of this many rows at creation (default 256); a larger
