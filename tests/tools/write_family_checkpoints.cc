@@ -1,13 +1,12 @@
 // Writes every family case's checkpoint (tests/support/family_checkpoints.h) under OUT/<name>/, with the
 // inputs and float64 references the C and Python tests compare against:
-//   OUT/families.txt     one line per case: name model_type quantization layer tokens hidden
-//   OUT/<name>/x.bin     float32 [tokens, hidden] rows (6 requests, tests/support/layer_fixtures.h
-//   TokenHidden) OUT/<name>/y_exact.bin    float64 [tokens, hidden]: the family's MoE block
-//   (family_reference.h), dropless,
-//                             on the exact weights (what fp32 storage holds within 2^-24)
-//   OUT/<name>/y_stored.bin   the same on the weights the default storage holds: a quantized file's
-//                             dequantized values rounded to bf16 (its default storage), else y_exact
-//   OUT/<name>/ties.bin  uint8 [tokens]: 1 where the reference's top-k choice is within 1e-6 of a tie
+//   OUT/families.txt        one line per case: name model_type quantization layer tokens hidden
+//   OUT/<name>/x.bin        float32 [tokens, hidden] rows (6 requests, tests/support/layer_fixtures.h)
+//   OUT/<name>/y_exact.bin  float64 [tokens, hidden]: the family's MoE block (family_reference.h), dropless,
+//                           on the exact weights (what fp32 storage holds within 2^-24)
+//   OUT/<name>/y_stored.bin the same on the weights the default storage holds: a quantized file's
+//                           dequantized values rounded to bf16 (its default storage), else y_exact
+//   OUT/<name>/ties.bin     uint8 [tokens]: 1 where the reference's top-k choice is within 1e-6 of a tie
 // Usage: write_family_checkpoints OUT
 #include <cmath>
 #include <cstdio>
