@@ -2,7 +2,8 @@
 // invariant kernels) at a Mixtral-like shape (d=1024, ff=2816, E=8, k=2) and a DeepSeek-like one (d=1024,
 // ff=512, E=64, k=6, 2 shared experts), T in {1, 16, 256, 2048}, 1 and 2 threads; fp32 weights and compute,
 // and (names *_bf16_*) bf16 weights with bf16 compute (MoELayerConfig::compute: the invariant vdpbf16ps
-// kernel under deterministic, oneDNN's bf16 matmul under greedy).
+// kernel under deterministic, oneDNN's bf16 matmul under greedy); and Qwen3-30B-A3B's layer at full size
+// (d=2048, ff=768, E=128, k=8) in bf16 only.
 //
 // Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
 // weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second.
@@ -30,8 +31,9 @@ using bench::MixtralLike;
 
 std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape, kernels::DType storage) {
   // Cached: random init of ~300 MB is slower than the benchmarks themselves.
-  static std::shared_ptr<const io::LayerWeights> slots[2][2];
-  auto& slot = slots[shape.layer.num_experts == 8 ? 0 : 1][storage == kernels::DType::kBF16 ? 1 : 0];
+  static std::shared_ptr<const io::LayerWeights> slots[3][2];
+  const int which = shape.layer.num_experts == 8 ? 0 : (shape.layer.num_experts == 64 ? 1 : 2);
+  auto& slot = slots[which][storage == kernels::DType::kBF16 ? 1 : 0];
   if (!slot) slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, storage, 7));
   return slot;
 }
@@ -120,6 +122,11 @@ BENCHMARK_CAPTURE(BM_Layer, deepseek_like_bf16_greedy, DeepSeekLike(), std::stri
     ->Apply(Args);
 BENCHMARK_CAPTURE(BM_Layer, deepseek_like_bf16_deterministic, DeepSeekLike(), std::string("deterministic"),
                   kBF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_bf16_greedy, bench::Qwen3_30bA3b(), std::string("greedy"), kBF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_bf16_deterministic, bench::Qwen3_30bA3b(),
+                  std::string("deterministic"), kBF16)
     ->Apply(Args);
 
 }  // namespace

@@ -74,6 +74,8 @@ class SparseMoeBlock(nn.Module):
 SHAPES = {
     "mixtral_like": dict(d=1024, ff=2816, experts=8, top_k=2, shared_ff=0),
     "deepseek_like": dict(d=1024, ff=512, experts=64, top_k=6, shared_ff=1024),
+    # Qwen3-30B-A3B's MoE layer at full size, bf16 only (as layer_bench runs it).
+    "qwen3_30b_a3b": dict(d=2048, ff=768, experts=128, top_k=8, shared_ff=0, dtypes=("bf16",)),
 }
 
 
@@ -99,6 +101,7 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="core budget (set OPENBLAS_NUM_THREADS to match)")
     p.add_argument("--min-seconds", type=float, default=1.0)
     p.add_argument("--dtypes", default="f32,bf16", help="f32 and/or bf16 blocks")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="shapes to run (default: all)")
     args = p.parse_args()
     dtypes = args.dtypes.split(",")
     if any(d not in ("f32", "bf16") for d in dtypes):
@@ -110,8 +113,12 @@ def main():
     torch.manual_seed(0)
     with torch.inference_mode():
         for name, s in SHAPES.items():
+            if name not in args.shapes.split(","):
+                continue
             block32 = SparseMoeBlock(s["d"], s["ff"], s["experts"], s["top_k"], s["shared_ff"]).eval()
             for dtype in dtypes:
+                if dtype not in s.get("dtypes", ("f32", "bf16")):
+                    continue
                 torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
                 block = copy.deepcopy(block32).to(torch_dtype) if dtype == "bf16" else block32
                 for T in [int(v) for v in args.tokens.split(",")]:

@@ -32,4 +32,14 @@ inline LayerBenchShape DeepSeekLike() {
   return {"deepseek_like", s, 6};
 }
 
+// Qwen3-30B-A3B's MoE layer at full size: d 2048, ff 768 (moe_intermediate_size), E 128, k 8, no shared
+// expert (1.2 GB of bf16 expert weights).
+inline LayerBenchShape Qwen3_30bA3b() {
+  io::LayerShape s;
+  s.hidden = 2048;
+  s.expert_ff = 768;
+  s.num_experts = 128;
+  return {"qwen3_30b_a3b", s, 8};
+}
+
 }  // namespace moe::bench

@@ -40,13 +40,29 @@ struct MatrixView {
   int64_t row_stride = 0;  // elements between consecutive rows (>= cols)
 };
 
-// An expert's feed-forward network (Hugging Face names: w1 = gate_proj, w3 = up_proj, w2 = down_proj):
-//   kSwiGLU  y = w2 @ (silu(w1 x) * (w3 x))     Mixtral / Qwen2-MoE / DeepSeek experts
-//   kGELU    y = w2 @ gelu(w1 x)                w1 is the up projection, w3 is unused; gelu is the tanh form
-enum class Activation : uint8_t { kSwiGLU, kGELU };
+// An expert's feed-forward network (Hugging Face names: w1 = gate_proj, w3 = up_proj, w2 = down_proj), with
+// optional biases b1, b3 (after w1, w3) and b2 (after w2):
+//   kSwiGLU         y = w2 @ (silu(w1 x) * (w3 x))     Mixtral, Qwen, OLMoE, DeepSeek, GLM, Llama 4 experts
+//   kGELU           y = w2 @ gelu(w1 x)                w1 is the up projection, w3 is unused; the tanh form
+//   kClampedSwiGLU  y = w2 @ ((clamp(u, -L, L) + 1) * g * sigmoid(alpha g)) + b2, g = min(w1 x + b1, L),
+//                   u = w3 x + b3: gpt-oss (alpha 1.702, L = swiglu_limit; kernels/activation_rules.h)
+enum class Activation : uint8_t { kSwiGLU, kGELU, kClampedSwiGLU };
 
 inline constexpr std::string_view to_string(Activation a) {
-  return a == Activation::kSwiGLU ? "swiglu" : "gelu";
+  switch (a) {
+    case Activation::kSwiGLU:
+      return "swiglu";
+    case Activation::kGELU:
+      return "gelu";
+    case Activation::kClampedSwiGLU:
+      return "clamped_swiglu";
+  }
+  return "?";
+}
+
+// Whether an activation has a gate and an up projection (w1 and w3).
+inline constexpr bool is_gated(Activation a) {
+  return a != Activation::kGELU;
 }
 
 // The two kinds every backend offers for its GEMMs.

@@ -41,6 +41,9 @@ void RouterConfig::validate() const {
          std::to_string(num_experts / num_groups) + " experts cannot hold top_k (" + std::to_string(top_k) +
          ") choices");
   }
+  if (scoring == Scoring::kSoftmaxTopK && !renormalize) {
+    fail("scoring softmax_topk normalises over the top_k chosen experts itself: renormalize must be true");
+  }
   if (!selection_bias.empty()) {
     if (static_cast<int>(selection_bias.size()) != num_experts) {
       fail("selection_bias has " + std::to_string(selection_bias.size()) + " values but num_experts is " +
@@ -76,6 +79,53 @@ RouterConfig RouterConfig::preset(std::string_view name) {
     c.scaling_factor = 2.5f;
     c.num_groups = 8;
     c.topk_groups = 4;
+  } else if (name == "qwen3-moe") {
+    // Qwen3-30B-A3B / Qwen3-235B-A22B: softmax over all experts, top-8 of 128, norm_topk_prob = true.
+    c.num_experts = 128;
+    c.top_k = 8;
+    c.scoring = Scoring::kSoftmax;
+    c.renormalize = true;
+  } else if (name == "olmoe") {
+    // OLMoE-1B-7B: softmax over 64 experts, top-8, norm_topk_prob = false.
+    c.num_experts = 64;
+    c.top_k = 8;
+    c.scoring = Scoring::kSoftmax;
+    c.renormalize = false;
+  } else if (name == "deepseek-v2") {
+    // DeepSeek-V2: softmax scores, topk_method group_limited_greedy (a group's value is its best score),
+    // 8 groups with 3 kept, top-6 of 160, not renormalised, times routed_scaling_factor 16.
+    c.num_experts = 160;
+    c.top_k = 6;
+    c.scoring = Scoring::kSoftmax;
+    c.renormalize = false;
+    c.scaling_factor = 16.0f;
+    c.num_groups = 8;
+    c.topk_groups = 3;
+    c.group_score = GroupScore::kMax;
+  } else if (name == "glm4-moe") {
+    // GLM-4.5: DeepSeek-V3's router (sigmoid + e_score_correction_bias, renormalised, times 2.5) over 160
+    // experts, top-8, one group.
+    c.num_experts = 160;
+    c.top_k = 8;
+    c.scoring = Scoring::kSigmoid;
+    c.renormalize = true;
+    c.scaling_factor = 2.5f;
+  } else if (name == "gpt-oss") {
+    // gpt-oss-120b: top-4 of 128 by logit (the router has a bias, added by the layer), then a softmax over
+    // the four chosen logits.
+    c.num_experts = 128;
+    c.top_k = 4;
+    c.scoring = Scoring::kSoftmaxTopK;
+    c.renormalize = true;
+    c.rank_by_logit = true;
+  } else if (name == "llama4") {
+    // Llama 4 Scout: top-1 of 16 by logit, its sigmoid as the weight (which the layer applies to the
+    // expert's input).
+    c.num_experts = 16;
+    c.top_k = 1;
+    c.scoring = Scoring::kSigmoid;
+    c.renormalize = false;
+    c.rank_by_logit = true;
   } else if (name == "switch") {
     // Switch Transformer: top-1 of softmax, the gate probability as weight.
     c.num_experts = 8;
@@ -91,18 +141,34 @@ RouterConfig RouterConfig::preset(std::string_view name) {
 }
 
 const std::vector<std::string>& RouterConfig::preset_names() {
-  static const std::vector<std::string> names = {"mixtral", "qwen2-moe", "deepseek-v3", "switch"};
+  static const std::vector<std::string> names = {"mixtral",     "qwen2-moe",   "qwen3-moe", "olmoe",
+                                                 "deepseek-v2", "deepseek-v3", "glm4-moe",  "gpt-oss",
+                                                 "llama4",      "switch"};
   return names;
 }
 
 std::string_view to_string(Scoring s) {
-  return s == Scoring::kSoftmax ? "softmax" : "sigmoid";
+  switch (s) {
+    case Scoring::kSoftmax:
+      return "softmax";
+    case Scoring::kSigmoid:
+      return "sigmoid";
+    case Scoring::kSoftmaxTopK:
+      return "softmax_topk";
+  }
+  return "?";
 }
 
 Scoring parse_scoring(std::string_view s) {
   if (s == "softmax") return Scoring::kSoftmax;
   if (s == "sigmoid") return Scoring::kSigmoid;
-  throw std::invalid_argument("unknown scoring '" + std::string(s) + "' (known: softmax, sigmoid)");
+  if (s == "softmax_topk") return Scoring::kSoftmaxTopK;
+  throw std::invalid_argument("unknown scoring '" + std::string(s) +
+                              "' (known: softmax, sigmoid, softmax_topk)");
+}
+
+std::string_view to_string(GroupScore g) {
+  return g == GroupScore::kTopTwoSum ? "top2_sum" : "max";
 }
 
 }  // namespace moe

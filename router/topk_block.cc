@@ -208,10 +208,11 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
       }
     }
   }
+  const float* base = p_.rank_by_logit ? x : score;  // x is select: each element is read before written
   for (int e = 0; e < E; ++e) {
     const float bias = p_.selection_bias ? p_.selection_bias[e] : 0.0f;
     for (int l = 0; l < L; ++l) {
-      const float v = p_.selection_bias ? score[e * L + l] + bias : score[e * L + l];
+      const float v = p_.selection_bias ? base[e * L + l] + bias : base[e * L + l];
       select[e * L + l] = is_finite(x[e * L + l]) ? v : -INFINITY;
     }
   }
@@ -232,7 +233,7 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
         second = lo > second ? lo : second;
         best = above ? v : best;
       }
-      value[g] = inf_lanes(second) ? best : best + second;
+      value[g] = p_.group_max ? best : (inf_lanes(second) ? best : best + second);
     }
     for (int g = 0; g < G; ++g) {
       IntVec rank = IntVec{};
@@ -274,24 +275,11 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
   // Weights: route_row's expressions, lane-parallel (each lane its own row's operations in route_row's
   // order). Empty ranks are the last ones, so summing j < top_k with 0 for an empty rank adds exactly what
   // summing j < min(top_k, ranked) does (den >= +0, den + 0 == den).
-  const IntVec lane = lane_ids();
-  FloatVec denominator = FloatVec{} + 1.0f;
-  if (p_.renormalize) {
-    denominator = FloatVec{};
-    for (int j = 0; j < p_.top_k; ++j) {
-      IntVec e;
-      __builtin_memcpy(&e, idx + j * L, sizeof e);
-      denominator += e >= 0 ? gather_lanes(score, e, lane) : FloatVec{};
-    }
-  }
   float w_out[kMaxBlockRanks * L];
-  for (int r = 0; r < R; ++r) {
-    IntVec e;
-    __builtin_memcpy(&e, idx + r * L, sizeof e);
-    const FloatVec s = gather_lanes(score, e, lane);
-    const FloatVec w = denominator > 0.0f ? s / denominator * p_.scaling_factor : FloatVec{};
-    const FloatVec out = e < 0 ? FloatVec{} : w;
-    __builtin_memcpy(w_out + r * L, &out, sizeof out);
+  if (p_.softmax_topk) {
+    softmax_topk_weights(logits, w_out);
+  } else {
+    score_weights(w_out);
   }
   {
     IntVec e0;
@@ -308,6 +296,65 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
     }
   }
   return true;
+}
+
+void BlockRouter::score_weights(float* w_out) const {
+  const int R = p_.num_ranked;
+  const int32_t* idx = rank_e_;
+  const float* score = score_;
+  const IntVec lane = lane_ids();
+  FloatVec denominator = FloatVec{} + 1.0f;
+  if (p_.renormalize) {
+    denominator = FloatVec{};
+    for (int j = 0; j < p_.top_k; ++j) {
+      IntVec e;
+      __builtin_memcpy(&e, idx + j * L, sizeof e);
+      denominator += e >= 0 ? gather_lanes(score, e, lane) : FloatVec{};
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    IntVec e;
+    __builtin_memcpy(&e, idx + r * L, sizeof e);
+    const FloatVec s = gather_lanes(score, e, lane);
+    const FloatVec w = denominator > 0.0f ? s / denominator * p_.scaling_factor : FloatVec{};
+    const FloatVec out = e < 0 ? FloatVec{} : w;
+    __builtin_memcpy(w_out + r * L, &out, sizeof out);
+  }
+}
+
+void BlockRouter::softmax_topk_weights(const float* logits, float* w_out) const {
+  // route_row's softmax_topk expressions lane by lane; a lane's logits are its row of the input, [l][e].
+  const int E = p_.num_experts, R = p_.num_ranked;
+  const int32_t* idx = rank_e_;
+  const IntVec row_start = lane_ids() * E;
+  auto logit_of = [&](IntVec e) {  // the lane's logit of its expert e (e >= 0)
+    return gather_lanes(logits, IntVec{}, row_start + (e < 0 ? IntVec{} : e));
+  };
+  FloatVec max = FloatVec{} - INFINITY;
+  for (int j = 0; j < p_.top_k && j < R; ++j) {
+    IntVec e;
+    __builtin_memcpy(&e, idx + j * L, sizeof e);
+    const FloatVec v = logit_of(e);
+    max = (e >= 0) & (v > max) ? v : max;
+  }
+  FloatVec denominator = FloatVec{};
+  for (int j = 0; j < p_.top_k && j < R; ++j) {
+    IntVec e;
+    __builtin_memcpy(&e, idx + j * L, sizeof e);
+    const FloatVec v = logit_of(e);
+    FloatVec t;
+    for (int l = 0; l < L; ++l) t[l] = exp_f(v[l] - max[l]);
+    denominator += e >= 0 ? t : FloatVec{};
+  }
+  for (int r = 0; r < R; ++r) {
+    IntVec e;
+    __builtin_memcpy(&e, idx + r * L, sizeof e);
+    const FloatVec v = logit_of(e);
+    FloatVec w;
+    for (int l = 0; l < L; ++l) w[l] = exp_f(v[l] - max[l]) / denominator[l] * p_.scaling_factor;
+    const FloatVec out = e < 0 ? FloatVec{} : w;
+    __builtin_memcpy(w_out + r * L, &out, sizeof out);
+  }
 }
 
 }  // namespace moe::rules

@@ -10,7 +10,8 @@
 //                     per lane, compare-and-shift without a branch (a later expert never ranks before an
 //                     equal earlier one, which is rank_before's tie rule)
 //   weights           the renormalising sum over ranks j < min(top_k, ranked) in j order, then route_row's
-//                     weight expression
+//                     weight expression (softmax_topk: the maximum and the sum of exponentials over the
+//                     chosen logits, gathered from the input rows, then route_row's expression)
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,10 @@ class BlockRouter {
   // num_ranked entries.
   template <int kList>
   void rank_candidates(int E, const float* select);
+  // The weights of the ranks in rank_e_ ([num_ranked][kLanes] into w_out): route_row's score expressions,
+  // or its softmax_topk expressions on the logits (row-major input rows).
+  void score_weights(float* w_out) const;
+  void softmax_topk_weights(const float* logits, float* w_out) const;
 
   TopKParams p_;
   // [num_experts][kLanes]: the logits, then (in place) the select values, -inf where unavailable or in a

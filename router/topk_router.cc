@@ -28,6 +28,9 @@ rules::TopKParams make_topk_params(const RouterConfig& config, int num_ranked) {
   p.top_k = config.top_k;
   p.num_ranked = std::min(num_ranked, config.num_experts);
   p.sigmoid = config.scoring == Scoring::kSigmoid;
+  p.softmax_topk = config.scoring == Scoring::kSoftmaxTopK;
+  p.rank_by_logit = config.rank_by_logit;
+  p.group_max = config.group_score == GroupScore::kMax;
   p.renormalize = config.renormalize;
   p.scaling_factor = config.scaling_factor;
   p.num_groups = config.num_groups;

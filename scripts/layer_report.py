@@ -149,7 +149,8 @@ def main():
                         f"{fmt(ratio(pc, det['ms']))} | " + use)
         if pm:
             points.append((f"{shape.split('_')[0]}{' bf16' if is_bf16 else ''} T{T} t{threads}", pm / det["ms"]))
-    text = "\n".join(f32) + "\n\n" + "\n".join(bf16) + "\n"
+    # A table without rows (a run of bf16 shapes only, e.g. bench/layer_peer.sh build qwen3_30b_a3b) is left out.
+    text = "\n\n".join("\n".join(t) for t in (f32, bf16) if len(t) > 4) + "\n"
     print(text)
     if args.markdown:
         open(args.markdown, "w").write(text)

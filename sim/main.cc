@@ -12,6 +12,7 @@
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/fit.h"
+#include "sim/inspect/inspect.h"
 #include "sim/scenario.h"
 #include "sim/sim_config.h"
 
@@ -124,6 +125,8 @@ int real_main(int argc, char** argv) {
   // The divergence lab (sim/diverge): its callback runs the experiment while parsing.
   moe::sim::add_diverge_command(app);
 #endif
+  // inspect DIR (sim/inspect): a checkpoint directory's report, printed while parsing.
+  const std::shared_ptr<int> inspect_status = moe::sim::add_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -141,6 +144,7 @@ int real_main(int argc, char** argv) {
   }
   if (fit_app->parsed()) return moe::sim::run_fit(fit, std::cout);
   if (app.got_subcommand("diverge")) return 0;
+  if (app.got_subcommand("inspect")) return *inspect_status;
   return 2;
 }
 

@@ -2,6 +2,7 @@
 // sharded checkpoints, validation errors, content hash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -30,16 +31,30 @@ LayerShape shape_for(Architecture arch) {
   switch (arch) {
     case Architecture::kMixtral:
     case Architecture::kOlmoe:
+    case Architecture::kQwen3Moe:
       break;
     case Architecture::kQwen2Moe:
       s.num_shared_experts = 1;
       s.shared_ff = 20;
       s.shared_expert_gate = true;
       break;
+    case Architecture::kDeepseekV2:
+      s.num_shared_experts = 2;
+      s.shared_ff = 24;
+      break;
     case Architecture::kDeepseekV3:
+    case Architecture::kGlm4Moe:
       s.num_shared_experts = 2;
       s.shared_ff = 24;  // moe_intermediate_size * n_shared_experts
       s.score_bias = true;
+      break;
+    case Architecture::kGptOss:
+      s.router_bias = true;
+      s.expert_bias = true;
+      break;
+    case Architecture::kLlama4:
+      s.num_shared_experts = 1;
+      s.shared_ff = 12;
       break;
   }
   return s;
@@ -103,15 +118,21 @@ void rewrite(
   write_safetensors(dst, tensors);
 }
 
+constexpr Architecture kAllArchitectures[] = {
+    Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kDeepseekV3,
+    Architecture::kOlmoe,   Architecture::kQwen3Moe, Architecture::kDeepseekV2,
+    Architecture::kGlm4Moe, Architecture::kGptOss,   Architecture::kLlama4};
+
 TEST(Architecture, ParseAndPrint) {
-  for (auto a :
-       {Architecture::kMixtral, Architecture::kQwen2Moe, Architecture::kDeepseekV3, Architecture::kOlmoe}) {
-    EXPECT_EQ(parse_architecture(to_string(a)), a);
-  }
+  for (auto a : kAllArchitectures) EXPECT_EQ(parse_architecture(to_string(a)), a);
   EXPECT_EQ(parse_architecture("Qwen2_MoE"), Architecture::kQwen2Moe);
+  EXPECT_EQ(parse_architecture("GPT_OSS"), Architecture::kGptOss);
   const std::string msg = thrown_message<std::invalid_argument>([] { parse_architecture("llama"); });
   EXPECT_NE(msg.find("unknown architecture 'llama'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("mixtral, qwen2-moe, deepseek-v3, olmoe"), std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find("mixtral, qwen2-moe, deepseek-v3, olmoe, qwen3-moe, deepseek-v2, glm4-moe, gpt-oss, llama4"),
+      std::string::npos)
+      << msg;
 }
 
 TEST(LayerShape, Validation) {
@@ -223,6 +244,8 @@ TEST_P(LayerRoundTrip, SaveThenLoadGivesTheSameWeights) {
   const auto ckpt = Checkpoint::open(dir / "layer.safetensors");
   const LayerWeights loaded = load_layer(ckpt, arch, 3, s);  // storage: the file's
   EXPECT_EQ(loaded.storage(), storage);
+  // (gpt-oss and Llama 4 fuse and transpose their experts in the file, which are laid out anew; their fp32
+  // router gate is still a view.)
   EXPECT_TRUE(loaded.zero_copy());
   EXPECT_EQ(loaded.content_hash(), w.content_hash());
   for_each_matrix_pair(w, loaded, [](const MatrixView& a, const MatrixView& b) {
@@ -234,6 +257,15 @@ TEST_P(LayerRoundTrip, SaveThenLoadGivesTheSameWeights) {
   });
   ASSERT_EQ(loaded.score_bias().size(), w.score_bias().size());
   for (size_t e = 0; e < w.score_bias().size(); ++e) EXPECT_EQ(loaded.score_bias()[e], w.score_bias()[e]);
+  ASSERT_EQ(loaded.router_bias().size(), w.router_bias().size());
+  for (size_t e = 0; e < w.router_bias().size(); ++e) EXPECT_EQ(loaded.router_bias()[e], w.router_bias()[e]);
+  for (size_t e = 0; e < w.experts().size(); ++e) {
+    const ExpertTensors &a = w.experts()[e], &b = loaded.experts()[e];
+    EXPECT_TRUE(std::equal(a.gate_bias.begin(), a.gate_bias.end(), b.gate_bias.begin(), b.gate_bias.end()));
+    EXPECT_TRUE(std::equal(a.up_bias.begin(), a.up_bias.end(), b.up_bias.begin(), b.up_bias.end()));
+    EXPECT_TRUE(std::equal(a.down_bias.begin(), a.down_bias.end(), b.down_bias.begin(), b.down_bias.end()));
+    EXPECT_EQ(a.gate_bias.size(), s.expert_bias ? static_cast<size_t>(s.expert_ff) : 0);
+  }
 
   // Explicitly asking for the file's dtype changes nothing.
   EXPECT_EQ(load_layer(ckpt, arch, 3, s, storage).content_hash(), w.content_hash());
@@ -252,7 +284,14 @@ INSTANTIATE_TEST_SUITE_P(All, LayerRoundTrip,
                                            RoundTripCase{Architecture::kDeepseekV3, DType::kF32},
                                            RoundTripCase{Architecture::kDeepseekV3, DType::kBF16},
                                            RoundTripCase{Architecture::kOlmoe, DType::kF32},
-                                           RoundTripCase{Architecture::kOlmoe, DType::kBF16}),
+                                           RoundTripCase{Architecture::kOlmoe, DType::kBF16},
+                                           RoundTripCase{Architecture::kQwen3Moe, DType::kBF16},
+                                           RoundTripCase{Architecture::kDeepseekV2, DType::kF32},
+                                           RoundTripCase{Architecture::kGlm4Moe, DType::kBF16},
+                                           RoundTripCase{Architecture::kGptOss, DType::kF32},
+                                           RoundTripCase{Architecture::kGptOss, DType::kBF16},
+                                           RoundTripCase{Architecture::kLlama4, DType::kF32},
+                                           RoundTripCase{Architecture::kLlama4, DType::kBF16}),
                          [](const ::testing::TestParamInfo<RoundTripCase>& info) {
                            std::string name(to_string(info.param.arch));
                            for (char& c : name) c = c == '-' ? '_' : c;
@@ -274,15 +313,39 @@ TEST(LayerNames, HuggingFaceNamesPerArchitecture) {
         "model.layers.2.mlp.shared_experts.gate_proj.weight"}},
       {Architecture::kOlmoe,
        {"model.layers.2.mlp.gate.weight", "model.layers.2.mlp.experts.3.down_proj.weight"}},
+      {Architecture::kQwen3Moe,
+       {"model.layers.2.mlp.gate.weight", "model.layers.2.mlp.experts.3.down_proj.weight"}},
+      {Architecture::kDeepseekV2,
+       {"model.layers.2.mlp.gate.weight", "model.layers.2.mlp.shared_experts.gate_proj.weight"}},
+      {Architecture::kGlm4Moe,
+       {"model.layers.2.mlp.gate.e_score_correction_bias",
+        "model.layers.2.mlp.shared_experts.up_proj.weight"}},
+      {Architecture::kGptOss,
+       {"model.layers.2.mlp.router.weight", "model.layers.2.mlp.router.bias",
+        "model.layers.2.mlp.experts.gate_up_proj", "model.layers.2.mlp.experts.gate_up_proj_bias",
+        "model.layers.2.mlp.experts.down_proj", "model.layers.2.mlp.experts.down_proj_bias"}},
+      {Architecture::kLlama4,
+       {"language_model.model.layers.2.feed_forward.router.weight",
+        "language_model.model.layers.2.feed_forward.experts.gate_up_proj",
+        "language_model.model.layers.2.feed_forward.experts.down_proj",
+        "language_model.model.layers.2.feed_forward.shared_expert.gate_proj.weight"}},
   };
   for (const auto& [arch, names] : cases) {
     const LayerShape s = shape_for(arch);
     save_layer(random_layer(s, DType::kF32, 5), arch, 2, dir / "n.safetensors");
     SafetensorsFile f(dir / "n.safetensors");
     for (const auto& name : names) EXPECT_TRUE(f.contains(name)) << to_string(arch) << ": " << name;
-    const size_t expected_count = 1 + (s.score_bias ? 1 : 0) + 3 * static_cast<size_t>(s.num_experts) +
-                                  (s.num_shared_experts > 0 ? 3 : 0) + (s.shared_expert_gate ? 1 : 0);
+    const bool fused = arch == Architecture::kGptOss || arch == Architecture::kLlama4;
+    const size_t expected_count =
+        1 + (s.score_bias ? 1 : 0) + (s.router_bias ? 1 : 0) +
+        (fused ? 2 + (s.expert_bias ? 2 : 0) : 3 * static_cast<size_t>(s.num_experts)) +
+        (s.num_shared_experts > 0 ? 3 : 0) + (s.shared_expert_gate ? 1 : 0);
     EXPECT_EQ(f.names().size(), expected_count) << to_string(arch);
+    if (arch == Architecture::kGptOss) {
+      EXPECT_EQ(f.get("model.layers.2.mlp.experts.gate_up_proj").shape, (std::vector<int64_t>{4, 16, 24}));
+      EXPECT_EQ(f.get("model.layers.2.mlp.experts.down_proj").shape, (std::vector<int64_t>{4, 12, 16}));
+      EXPECT_EQ(f.get("model.layers.2.mlp.experts.gate_up_proj_bias").shape, (std::vector<int64_t>{4, 24}));
+    }
     if (arch == Architecture::kDeepseekV3) {
       EXPECT_EQ(f.get("model.layers.2.mlp.shared_experts.up_proj.weight").shape,
                 (std::vector<int64_t>{24, 16}));
@@ -538,15 +601,18 @@ TEST_F(LayerErrors, IntegerDtypeForAWeight) {
       << msg;
 }
 
-TEST_F(LayerErrors, F8WeightIsUnsupported) {
+TEST_F(LayerErrors, F8WeightNeedsItsBlockScales) {
+  // An FP8 matrix is read with its weight_scale_inv block scales (moe/io/quantized.h); without them the
+  // message names the missing tensor.
   const std::string msg = load_error([](auto& tensors, auto& storage) {
     TensorToWrite& t = named(tensors, "model.layers.3.mlp.shared_expert.up_proj.weight");
     storage.emplace_back(t.bytes.size() / 4);
     t.dtype = "F8_E4M3";
     t.bytes = storage.back();
   });
-  EXPECT_NE(msg.find("unsupported dtype F8_E4M3"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("shared_expert.up_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.layers.3.mlp.shared_expert.up_proj.weight_scale_inv missing from checkpoint"),
+            std::string::npos)
+      << msg;
 }
 
 TEST_F(LayerErrors, WrongArchitectureNames) {

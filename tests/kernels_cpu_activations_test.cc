@@ -106,6 +106,42 @@ TEST(Activations, SwigluIsSiluTimesUp) {
   EXPECT_EQ(0, std::memcmp(g2.data(), out.data(), out.size() * sizeof(float)));
 }
 
+// gpt-oss's clamped SwiGLU: the vector path equals the scalar rule (kernels/activation_rules.h) bit for bit,
+// and both are within a few ulp of float64 where they do not clamp, exactly the clamped value where they do.
+TEST(Activations, ClampedSwigluMatchesItsRuleAndFloat64) {
+  const std::vector<float> x = sweep();
+  std::vector<float> up(x.size());
+  for (size_t i = 0; i < x.size(); ++i) up[i] = x[(i * 7919) % x.size()] * 0.25f;
+  for (float limit : {7.0f, 0.5f}) {
+    std::vector<float> out(x.size());
+    clamped_swiglu(x.data(), up.data(), out.data(), static_cast<int64_t>(x.size()), 1.702f, limit);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float scalar = clamped_swiglu_portable(x[i], up[i], 1.702f, limit);
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(scalar))
+          << "gate " << x[i] << " up " << up[i] << " limit " << limit;
+      if (std::isfinite(x[i]) && std::isfinite(up[i])) {
+        // exp(-alpha g) amplifies the rounding of its fp32 argument: |alpha g| 2^-24 more relative error,
+        // and below 1e-30 (alpha g < -64) the fp32 result may flush like silu's.
+        const double g = std::min<double>(x[i], limit);
+        expect_close(out[i], clamped_swiglu_f64(x[i], up[i], 1.702f, limit),
+                     2e-6 + 0x1p-24 * std::fabs(1.702 * g), 1e-30, x[i], "clamped_swiglu");
+      }
+    }
+  }
+  // The clamps: the gate only from above, the up projection on both sides.
+  EXPECT_FLOAT_EQ(clamped_swiglu_portable(100.0f, 100.0f, 1.702f, 7.0f),
+                  static_cast<float>(8.0 * clamped_swiglu_f64(7.0, 0.0, 1.702, 7.0)));
+  EXPECT_FLOAT_EQ(clamped_swiglu_portable(1.0f, -100.0f, 1.702f, 7.0f),
+                  static_cast<float>(-6.0 / (1.0 + std::exp(-1.702))));
+  EXPECT_LT(clamped_swiglu_portable(-20.0f, 0.0f, 1.702f, 7.0f), 0.0f);  // not clamped below: -20 sig(-34)
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {nan, 1.0f, 1.0f, nan};
+  float o[2];
+  clamped_swiglu(specials, specials + 2, o, 2, 1.702f, 7.0f);
+  EXPECT_TRUE(std::isnan(o[0]));
+  EXPECT_TRUE(std::isnan(o[1]));
+}
+
 TEST(Activations, BadInput) {
   float v = 1.0f;
   EXPECT_THROW(silu(nullptr, &v, 1), std::invalid_argument);

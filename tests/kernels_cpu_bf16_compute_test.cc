@@ -213,9 +213,18 @@ TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
   for (const Case& c : {Case{1, 1, 3}, Case{17, 33, 20}, Case{256, 704, 9}, Case{1024, 2816, 2}}) {
     const TestWeights w1(c.ff, c.d, 0, 11), w3(c.ff, c.d, 1, 12), w2(c.d, c.ff, 3, 13);
     const auto x = random_floats(static_cast<size_t>(c.rows * c.d), 14, -2.0f, 2.0f);
-    for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
+    const auto b1 = random_floats(static_cast<size_t>(c.ff), 15, -0.5f, 0.5f);
+    const auto b3 = random_floats(static_cast<size_t>(c.ff), 16, -0.5f, 0.5f);
+    const auto b2 = random_floats(static_cast<size_t>(c.d), 17, -0.05f, 0.05f);
+    for (Activation act : {Activation::kSwiGLU, Activation::kGELU, Activation::kClampedSwiGLU}) {
       for (DType dt : {DType::kBF16, DType::kF32}) {
-        const FfnWeights fw{w1.view(dt), w3.view(dt), w2.view(dt)};
+        FfnWeights fw{w1.view(dt), w3.view(dt), w2.view(dt)};
+        if (act == Activation::kClampedSwiGLU) {  // gpt-oss: biases everywhere, a limit that clamps often
+          fw.b1 = b1.data();
+          fw.b3 = b3.data();
+          fw.b2 = b2.data();
+          fw.swiglu_limit = 0.75f;
+        }
         const PackedFfnBf16 w(act, fw);
         std::vector<double> ref(static_cast<size_t>(c.rows * c.d)), scale(ref.size());
         ffn_bf16_reference_f64(act, x.data(), c.rows, fw, ref.data(), scale.data());

@@ -26,9 +26,25 @@ constexpr double kTol = 1e-5;
 
 struct Expert {
   TestWeights w1, w3, w2;
+  std::vector<float> b1, b3, b2;  // gpt-oss-style biases
   Expert(int64_t d, int64_t ff, uint32_t seed)
-      : w1(ff, d, d % 2 ? 3 : 0, seed), w3(ff, d, 1, seed + 1), w2(d, ff, ff % 2 ? 2 : 0, seed + 2) {}
-  FfnWeights view(DType t) const { return FfnWeights{w1.view(t), w3.view(t), w2.view(t)}; }
+      : w1(ff, d, d % 2 ? 3 : 0, seed),
+        w3(ff, d, 1, seed + 1),
+        w2(d, ff, ff % 2 ? 2 : 0, seed + 2),
+        b1(random_floats(static_cast<size_t>(ff), seed + 3, -0.5f, 0.5f)),
+        b3(random_floats(static_cast<size_t>(ff), seed + 4, -0.5f, 0.5f)),
+        b2(random_floats(static_cast<size_t>(d), seed + 5, -0.5f, 0.5f)) {}
+  // With biases (b3 only for gated activations) and, for the clamped SwiGLU, a limit that clamps often.
+  FfnWeights view(DType t, Activation act = Activation::kSwiGLU, bool biased = false) const {
+    FfnWeights w{w1.view(t), w3.view(t), w2.view(t)};
+    if (biased) {
+      w.b1 = b1.data();
+      w.b3 = is_gated(act) ? b3.data() : nullptr;
+      w.b2 = b2.data();
+    }
+    w.swiglu_limit = 0.75f;
+    return w;
+  }
 };
 
 double max_row_rel_error(const std::vector<float>& y, int64_t rows, int64_t d, int64_t y_stride,
@@ -68,26 +84,28 @@ TEST(ExpertFfn, MatchesFloat64Reference) {
       std::vector<float> xbuf(static_cast<size_t>(rows * x_stride + 1));
       for (int64_t r = 0; r < rows; ++r) std::copy_n(&xc[r * c.d], c.d, &xbuf[1 + r * x_stride]);
       std::vector<float> scratch(ffn_scratch_floats(rows, c.ff));
-      for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
-        std::vector<double> ref_f32(static_cast<size_t>(rows * c.d)), ref_bf16(ref_f32.size());
-        ffn_reference_f64(act, xc.data(), rows, ex.view(DType::kF32), ref_f32.data());
-        ffn_reference_f64(act, xc.data(), rows, ex.view(DType::kBF16), ref_bf16.data());
-        for (DType dt : {DType::kF32, DType::kBF16}) {
-          for (KernelKind kind : {KernelKind::kFast, KernelKind::kInvariant}) {
-            for (ThreadPool* pool : pools) {
-              std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows * y_stride, 1)));
-              ffn_forward(kind, act, xbuf.data() + 1, rows, x_stride, ex.view(dt), y.data(), y_stride,
-                          scratch.data(), *pool);
-              const double err =
-                  max_row_rel_error(y, rows, c.d, y_stride, dt == DType::kF32 ? ref_f32 : ref_bf16);
-              EXPECT_LE(err, kTol) << to_string(dt) << " " << to_string(kind)
-                                   << (act == Activation::kGELU ? " gelu" : " swiglu") << " d=" << c.d
-                                   << " ff=" << c.ff << " rows=" << rows
-                                   << " threads=" << pool->num_threads();
-              worst = std::max(worst, err);
-              if (dt == DType::kBF16) {
-                worst_unrounded =
-                    std::max(worst_unrounded, max_row_rel_error(y, rows, c.d, y_stride, ref_f32));
+      for (Activation act : {Activation::kSwiGLU, Activation::kGELU, Activation::kClampedSwiGLU}) {
+        for (bool biased : {false, true}) {
+          if (c.d >= 1024 && (biased != (act == Activation::kClampedSwiGLU))) continue;  // the long case once
+          std::vector<double> ref_f32(static_cast<size_t>(rows * c.d)), ref_bf16(ref_f32.size());
+          ffn_reference_f64(act, xc.data(), rows, ex.view(DType::kF32, act, biased), ref_f32.data());
+          ffn_reference_f64(act, xc.data(), rows, ex.view(DType::kBF16, act, biased), ref_bf16.data());
+          for (DType dt : {DType::kF32, DType::kBF16}) {
+            for (KernelKind kind : {KernelKind::kFast, KernelKind::kInvariant}) {
+              for (ThreadPool* pool : pools) {
+                std::vector<float> y(static_cast<size_t>(std::max<int64_t>(rows * y_stride, 1)));
+                ffn_forward(kind, act, xbuf.data() + 1, rows, x_stride, ex.view(dt, act, biased), y.data(),
+                            y_stride, scratch.data(), *pool);
+                const double err =
+                    max_row_rel_error(y, rows, c.d, y_stride, dt == DType::kF32 ? ref_f32 : ref_bf16);
+                EXPECT_LE(err, kTol) << to_string(dt) << " " << to_string(kind) << " " << to_string(act)
+                                     << (biased ? " biased" : "") << " d=" << c.d << " ff=" << c.ff
+                                     << " rows=" << rows << " threads=" << pool->num_threads();
+                worst = std::max(worst, err);
+                if (dt == DType::kBF16) {
+                  worst_unrounded =
+                      std::max(worst_unrounded, max_row_rel_error(y, rows, c.d, y_stride, ref_f32));
+                }
               }
             }
           }

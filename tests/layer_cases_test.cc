@@ -168,7 +168,13 @@ class LayerCaseTest : public ::testing::TestWithParam<Param> {
     }
   }
   const LayerCase& lc() const { return GetParam().c; }
+  // Random weights of the case's shape, or its family checkpoint's layer (the same for every seed).
   std::shared_ptr<const io::LayerWeights> weights(uint64_t seed = 3) const {
+    if (!lc().family.empty()) {
+      const WrittenFamily& f = written_family(lc().family);
+      return std::make_shared<const io::LayerWeights>(
+          io::load_pretrained_layer(f.checkpoint.dir, f.checkpoint.layer, lc().storage));
+    }
     return RandomWeights(lc().shape, lc().storage, seed);
   }
   std::unique_ptr<LayerRunner> runner(const MoELayerConfig& config,
@@ -281,8 +287,8 @@ TEST_P(LayerCaseAccuracy, MatchesFloat64ReferenceAndTheCpuPlan) {
       EXPECT_EQ(plan.expert_offsets, want.expert_offsets) << "call " << call;
       EXPECT_EQ(plan.expert_load, want.expert_load) << "call " << call;
     }
-    const double err = MaxRowRelativeError(
-        y, Reference(*w, c.config.activation, plan, b.x, T, c.config.compute), T, c.shape.hidden);
+    const double err =
+        MaxRowRelativeError(y, Reference(*w, run->layer().config(), plan, b.x, T), T, c.shape.hidden);
     EXPECT_LE(err, c.tolerance) << "call " << call;
     worst = std::max(worst, err);
     kept += plan.num_kept;

@@ -68,7 +68,7 @@ TEST(Pretrained, ReadsTheMixtralConfig) {
   EXPECT_EQ(c.layer.expert_ff, 88);
   EXPECT_EQ(c.layer.num_experts, 8);
   EXPECT_EQ(c.num_layers, 4);
-  EXPECT_EQ(c.top_k, 2);
+  EXPECT_EQ(c.router.top_k, 2);
   EXPECT_EQ(c.vocab_size, 1024);
   EXPECT_EQ(c.num_heads, 4);
   EXPECT_EQ(c.num_kv_heads, 4);
@@ -100,7 +100,7 @@ TEST(Pretrained, MismatchedConfigsNameTheMismatch) {
       {"num_hidden_layers", 3, "num_hidden_layers = 3 but"},
       {"num_hidden_layers", 5, "lacks model.layers.4.block_sparse_moe.gate.weight"},
       {"num_experts_per_tok", 9, "num_experts_per_tok (9) exceeds num_local_experts (8)"},
-      {"model_type", "qwen2_moe", "model_type 'qwen2_moe' is not supported"},
+      {"model_type", "jamba", "model_type 'jamba' is not supported (supported: mixtral, qwen2_moe"},
       {"hidden_size", "256", "'hidden_size' must be an integer"},
       {"intermediate_size", 0, "'intermediate_size' = 0 is out of range"},
   };
@@ -137,10 +137,8 @@ TEST(Pretrained, MismatchedConfigsNameTheMismatch) {
 
 TEST(Pretrained, ModelRejectsWhatItCannotRun) {
   // The MoE layers load (they do not depend on these keys), the model refuses by name.
-  const std::vector<std::pair<const char*, nlohmann::json>> cases = {{"num_key_value_heads", 2},
-                                                                     {"tie_word_embeddings", true},
-                                                                     {"hidden_act", "gelu"},
-                                                                     {"sliding_window", 128}};
+  const std::vector<std::pair<const char*, nlohmann::json>> cases = {
+      {"num_key_value_heads", 2}, {"tie_word_embeddings", true}, {"sliding_window", 128}};
   for (const auto& [key, value] : cases) {
     nlohmann::json config = committed_config();
     config[key] = value;
@@ -148,6 +146,16 @@ TEST(Pretrained, ModelRejectsWhatItCannotRun) {
     EXPECT_NO_THROW(io::load_pretrained_layer(dir.path(), 0)) << key;
     const std::string e = error_of<std::invalid_argument>([&] { model::load_pretrained(dir.path()); });
     EXPECT_NE(e.find(key), std::string::npos) << key << ": " << e;
+  }
+  // hidden_act is the experts' activation (act(w1 x) * w3 x): a Mixtral with another one would compute a
+  // different function, so the layer refuses it by name too.
+  nlohmann::json config = committed_config();
+  config["hidden_act"] = "gelu";
+  ScratchDir dir(config);
+  for (const std::string& e :
+       {error_of<std::invalid_argument>([&] { io::load_pretrained_layer(dir.path(), 0); }),
+        error_of<std::invalid_argument>([&] { model::load_pretrained(dir.path()); })}) {
+    EXPECT_NE(e.find("'hidden_act' = 'gelu' is not supported"), std::string::npos) << e;
   }
 }
 

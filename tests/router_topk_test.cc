@@ -149,6 +149,66 @@ TEST(TopKRouter, GroupLimitKeepsTheBestGroupsBySumOfTwo) {
   EXPECT_EQ(Route(c, logits).expert(0, 0), 0);
 }
 
+TEST(TopKRouter, GroupMaxKeepsTheGroupsWithTheBestExpert) {
+  // DeepSeek-V2's group_limited_greedy: a group's value is its best score, so group 0 (0.9) now stays.
+  RouterConfig c;
+  c.num_experts = 8;
+  c.top_k = 2;
+  c.scoring = Scoring::kSigmoid;
+  c.renormalize = false;
+  c.num_groups = 4;
+  c.topk_groups = 2;
+  c.group_score = GroupScore::kMax;
+  auto logit = [](double p) { return static_cast<float>(std::log(p / (1 - p))); };
+  const std::vector<float> logits = {logit(0.9),  logit(0.01), logit(0.6), logit(0.59),
+                                     logit(0.55), logit(0.55), logit(0.1), logit(0.1)};
+  const TokenRoutes r = Route(c, logits, 8);
+  EXPECT_EQ(r.expert(0, 0), 0);
+  EXPECT_EQ(r.expert(0, 1), 2);
+  EXPECT_EQ(r.expert(0, 2), 3);
+  EXPECT_EQ(r.expert(0, 3), 1);
+  for (int rank = 4; rank < 8; ++rank) EXPECT_EQ(r.expert(0, rank), -1) << rank;  // groups 2 and 3 dropped
+  EXPECT_NEAR(r.weight(0, 0), 0.9, 1e-6);                                         // not renormalised
+}
+
+TEST(TopKRouter, SoftmaxTopKWeighsTheChosenLogitsAlone) {
+  // gpt-oss: top-2 by logit, then a softmax over the two chosen logits (the others do not dilute it).
+  RouterConfig c = Softmax(4, 2, true);
+  c.scoring = Scoring::kSoftmaxTopK;
+  c.rank_by_logit = true;
+  const TokenRoutes r = Route(c, {1, 2, 3, 0}, 3);
+  EXPECT_EQ(r.expert(0, 0), 2);
+  EXPECT_EQ(r.expert(0, 1), 1);
+  const double e1 = std::exp(-1.0);
+  EXPECT_NEAR(r.weight(0, 0), 1.0 / (1.0 + e1), 1e-7);
+  EXPECT_NEAR(r.weight(0, 1), e1 / (1.0 + e1), 1e-7);
+  // The reroute candidate shares the chosen pair's normaliser: exp(1 - 3) / (1 + e^-1).
+  EXPECT_EQ(r.expert(0, 2), 0);
+  EXPECT_NEAR(r.weight(0, 2), std::exp(-2.0) / (1.0 + e1), 1e-7);
+  EXPECT_FLOAT_EQ(r.top1_score[0], 3.0f);  // the select value is the logit
+  c.renormalize = false;
+  EXPECT_THROW(c.validate(), std::invalid_argument);
+}
+
+TEST(TopKRouter, RankByLogitSeparatesWhatSaturatedScoresTie) {
+  // Llama 4: sigmoid(20) and sigmoid(25) are both 1.0f, so ranking by score ties them to the lower expert;
+  // ranking by logit (torch.topk of the logits) picks expert 1, with weight sigmoid(25) = 1.
+  RouterConfig c;
+  c.num_experts = 3;
+  c.top_k = 1;
+  c.scoring = Scoring::kSigmoid;
+  c.renormalize = false;
+  ASSERT_EQ(1.0f / (1.0f + std::exp(-20.0f)), 1.0f);
+  EXPECT_EQ(Route(c, {20.0f, 25.0f, -1.0f}).expert(0, 0), 0);
+  c.rank_by_logit = true;
+  const TokenRoutes r = Route(c, {20.0f, 25.0f, -1.0f}, 3);
+  EXPECT_EQ(r.expert(0, 0), 1);
+  EXPECT_EQ(r.expert(0, 1), 0);
+  EXPECT_EQ(r.expert(0, 2), 2);
+  EXPECT_FLOAT_EQ(r.weight(0, 0), 1.0f);
+  EXPECT_NEAR(r.weight(0, 2), 1.0 / (1.0 + std::exp(1.0)), 1e-7);
+}
+
 TEST(TopKRouter, RanksBeyondTopKAreRerouteCandidatesWithTheSameNormalisation) {
   const TokenRoutes r = Route(Softmax(4, 2, true), {1, 2, 3, 0}, 3);
   ASSERT_EQ(r.num_ranked, 3);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/activation_rules.h"
 #include "kernels/cpu/simd.h"
 
 namespace moe::kernels {
@@ -70,6 +71,10 @@ inline float gelu_scalar(float x) {
   return x / (1.0f + exp_scalar(kGeluMinus2SqrtTwoOverPi * inner));
 }
 
+inline float clamped_swiglu_scalar(float gate, float up, float alpha, float limit) {
+  return rules::clamped_swiglu(gate, up, alpha, limit, exp_scalar);
+}
+
 #if defined(__AVX512F__)
 inline __m512 exp_vec(__m512 x_in) {
   const __mmask16 is_nan = _mm512_cmp_ps_mask(x_in, x_in, _CMP_UNORD_Q);
@@ -106,6 +111,20 @@ inline __m512 silu_vec(__m512 x) {
       _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
   const __m512 e = exp_vec(minus_x);
   return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+// rules::clamped_swiglu lane by lane: min/max take the second operand when either is NaN, so a NaN gate or up
+// passes through as in the rule's comparisons.
+inline __m512 clamped_swiglu_vec(__m512 gate, __m512 up, __m512 alpha, __m512 limit) {
+  const __m512 g = _mm512_min_ps(limit, gate);
+  const __m512 minus_limit =
+      _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(limit), _mm512_set1_epi32(INT32_MIN)));
+  const __m512 u = _mm512_min_ps(limit, _mm512_max_ps(minus_limit, up));
+  const __m512 ag = _mm512_mul_ps(alpha, g);
+  const __m512 minus_ag =
+      _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ag), _mm512_set1_epi32(INT32_MIN)));
+  const __m512 glu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_vec(minus_ag)));
+  return _mm512_mul_ps(_mm512_add_ps(u, _mm512_set1_ps(1.0f)), glu);
 }
 
 inline __m512 gelu_vec(__m512 x) {
@@ -149,6 +168,15 @@ float silu_portable(float x) {
 }
 float gelu_portable(float x) {
   return gelu_scalar(x);
+}
+float clamped_swiglu_portable(float gate, float up, float alpha, float limit) {
+  return clamped_swiglu_scalar(gate, up, alpha, limit);
+}
+
+double clamped_swiglu_f64(double gate, double up, double alpha, double limit) {
+  const double g = gate > limit ? limit : gate;
+  const double u = up < -limit ? -limit : (up > limit ? limit : up);
+  return (u + 1.0) * g / (1.0 + std::exp(-alpha * g));
 }
 
 double silu_f64(double x) {
@@ -200,6 +228,27 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 #else
   for (int64_t i = 0; i < n; ++i) out[i] = silu_scalar(gate[i]) * up[i];
+#endif
+}
+
+void clamped_swiglu(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  check(gate, n, "clamped_swiglu", "gate");
+  check(up, n, "clamped_swiglu", "up");
+  check(out, n, "clamped_swiglu", "out");
+#if defined(__AVX512F__)
+  const __m512 va = _mm512_set1_ps(alpha), vl = _mm512_set1_ps(limit);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i, clamped_swiglu_vec(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i), va, vl));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    _mm512_mask_storeu_ps(out + i, m, clamped_swiglu_vec(g, u, va, vl));
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) out[i] = clamped_swiglu_scalar(gate[i], up[i], alpha, limit);
 #endif
 }
 

@@ -5,6 +5,8 @@
 //              the tanh approximation; computed as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))),
 //              which is the same function since 0.5 (1 + tanh(u)) = sigmoid(2u))
 //   swiglu(gate, up) = silu(gate) * up
+//   clamped_swiglu(gate, up) = (clamp(up, -limit, limit) + 1) * g / (1 + exp(-alpha g)), g = min(gate, limit)
+//              (gpt-oss; the element rule of kernels/activation_rules.h, which the GPU shares)
 //
 // Determinism: every output element is one fixed sequence of IEEE fp32 operations on its own inputs
 // (exp is the project's own polynomial, not libm), so its bits do not depend on n, on its index, on
@@ -25,15 +27,18 @@ namespace moe::kernels {
 void silu(const float* in, float* out, int64_t n);
 void gelu(const float* in, float* out, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void clamped_swiglu(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
 
 // Float64 references (the oracles for tests).
 double silu_f64(double x);
 double gelu_f64(double x);  // tanh approximation, as gelu()
+double clamped_swiglu_f64(double gate, double up, double alpha, double limit);
 
 // The portable scalar paths (what the functions above run on builds without AVX-512), exposed so that
 // tests can check they give the same bits as the vector path.
 float silu_portable(float x);
 float gelu_portable(float x);
-float exp_portable(float x);  // the project's fp32 exp used by both activations
+float clamped_swiglu_portable(float gate, float up, float alpha, float limit);
+float exp_portable(float x);  // the project's fp32 exp used by every activation
 
 }  // namespace moe::kernels

@@ -1,6 +1,7 @@
 #include "kernels/cpu/expert_ffn.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,10 +23,49 @@ double weight_at(const MatrixView& m, int64_t r, int64_t c) {
 
 }  // namespace
 
+double activation_f64(Activation act, const FfnWeights& w, double gate, double up) {
+  switch (act) {
+    case Activation::kSwiGLU:
+      return silu_f64(gate) * up;
+    case Activation::kGELU:
+      return gelu_f64(gate);
+    case Activation::kClampedSwiGLU:
+      return clamped_swiglu_f64(gate, up, w.swiglu_alpha, w.swiglu_limit);
+  }
+  return 0.0;
+}
+
+void activate_row(Activation act, const FfnWeights& w, float* h1, const float* h3, float* out, int64_t ff) {
+  switch (act) {
+    case Activation::kSwiGLU:
+      swiglu(h1, h3, out, ff);
+      break;
+    case Activation::kGELU:
+      gelu(h1, out, ff);
+      break;
+    case Activation::kClampedSwiGLU:
+      clamped_swiglu(h1, h3, out, ff, w.swiglu_alpha, w.swiglu_limit);
+      break;
+  }
+}
+
+void add_bias(float* y, const float* b, int64_t n) {
+  if (b == nullptr) return;
+  for (int64_t c = 0; c < n; ++c) y[c] += b[c];
+}
+
 void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff) {
   validate_weights(w.w1, "ffn: w1");
   validate_weights(w.w2, "ffn: w2");
-  if (act == Activation::kSwiGLU) {
+  if (act == Activation::kClampedSwiGLU &&
+      (!(w.swiglu_limit > 0.0f) || !std::isfinite(w.swiglu_limit) || !std::isfinite(w.swiglu_alpha))) {
+    throw std::invalid_argument(
+        "ffn: clamped SwiGLU needs a finite limit > 0 and a finite alpha (got limit " +
+        std::to_string(w.swiglu_limit) + ", alpha " + std::to_string(w.swiglu_alpha) + ")");
+  }
+  if (!is_gated(act) && w.b3 != nullptr)
+    throw std::invalid_argument("ffn: b3 given for an ungated activation");
+  if (is_gated(act)) {
     validate_weights(w.w3, "ffn: w3");
     if (w.w3.rows != w.w1.rows || w.w3.cols != w.w1.cols) {
       throw std::invalid_argument("ffn: w3 shape " + shape(w.w3) + " differs from w1 shape " + shape(w.w1) +
@@ -75,20 +115,30 @@ void ffn_forward(KernelKind kind, Activation act, const float* x, int64_t rows, 
   float* h1 = scratch;
   float* h3 = scratch + rows * ff;
   linear(kind, x, rows, x_stride, w.w1, h1, ff, pool);
-  if (act == Activation::kSwiGLU) linear(kind, x, rows, x_stride, w.w3, h3, ff, pool);
-  // Elementwise activation: each thread takes a contiguous block of rows.
+  if (is_gated(act)) linear(kind, x, rows, x_stride, w.w3, h3, ff, pool);
+  // Elementwise biases and activation: each thread takes a contiguous block of rows.
   const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
   pool.parallel_for(num_tasks, [&](int64_t task, int) {
     int64_t r0 = 0, r1 = 0;
     ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
-    const int64_t n = (r1 - r0) * ff;
-    if (act == Activation::kSwiGLU) {
-      swiglu(h1 + r0 * ff, h3 + r0 * ff, h1 + r0 * ff, n);
-    } else {
-      gelu(h1 + r0 * ff, h1 + r0 * ff, n);
+    if (w.b1 == nullptr && w.b3 == nullptr && act == Activation::kSwiGLU) {  // the common case, one call
+      swiglu(h1 + r0 * ff, h3 + r0 * ff, h1 + r0 * ff, (r1 - r0) * ff);
+      return;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      add_bias(h1 + r * ff, w.b1, ff);
+      if (is_gated(act)) add_bias(h3 + r * ff, w.b3, ff);
+      activate_row(act, w, h1 + r * ff, h3 + r * ff, h1 + r * ff, ff);
     }
   });
   linear(kind, h1, rows, ff, w.w2, y, y_stride, pool);
+  if (w.b2 != nullptr) {
+    pool.parallel_for(num_tasks, [&](int64_t task, int) {
+      int64_t r0 = 0, r1 = 0;
+      ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
+      for (int64_t r = r0; r < r1; ++r) add_bias(y + r * y_stride, w.b2, d);
+    });
+  }
 }
 
 void ffn_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y) {
@@ -103,17 +153,15 @@ void ffn_reference_f64(Activation act, const float* x, int64_t rows, const FfnWe
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     for (int64_t j = 0; j < ff; ++j) {
-      double gate = 0.0, up = 0.0;
+      double gate = w.b1 ? w.b1[j] : 0.0, up = w.b3 ? w.b3[j] : 0.0;
       for (int64_t i = 0; i < d; ++i) gate += static_cast<double>(xr[i]) * weight_at(w.w1, j, i);
-      if (act == Activation::kSwiGLU) {
+      if (is_gated(act)) {
         for (int64_t i = 0; i < d; ++i) up += static_cast<double>(xr[i]) * weight_at(w.w3, j, i);
-        h[static_cast<size_t>(j)] = silu_f64(gate) * up;
-      } else {
-        h[static_cast<size_t>(j)] = gelu_f64(gate);
       }
+      h[static_cast<size_t>(j)] = activation_f64(act, w, gate, up);
     }
     for (int64_t o = 0; o < d; ++o) {
-      double sum = 0.0;
+      double sum = w.b2 ? w.b2[o] : 0.0;
       for (int64_t j = 0; j < ff; ++j) sum += h[static_cast<size_t>(j)] * weight_at(w.w2, o, j);
       y[r * d + o] = sum;
     }

@@ -1,11 +1,14 @@
 // One expert's feed-forward network on a batch of rows, for the activations of kernels/tensor.h:
 //
-//   kSwiGLU  y = w2 @ (silu(w1 x) * (w3 x))     Mixtral / Qwen2-MoE / DeepSeek experts
-//   kGELU    y = w2 @ gelu(w1 x)                w1 is the up projection; w3 is ignored (may be empty);
-//                                               gelu is the tanh approximation (activations.h)
+//   kSwiGLU         y = w2 @ (silu(w1 x + b1) * (w3 x + b3)) + b2      Mixtral, Qwen, DeepSeek, Llama 4
+//   kGELU           y = w2 @ gelu(w1 x + b1) + b2                      w1 is the up projection; w3 is
+//                                                                      ignored (may be empty)
+//   kClampedSwiGLU  y = w2 @ clamped_swiglu(w1 x + b1, w3 x + b3) + b2 gpt-oss (activations.h)
 //
 // Weights use the Hugging Face layout: w1 = gate_proj [ff, d], w3 = up_proj [ff, d], w2 = down_proj
-// [d, ff]; each fp32 or bf16 (independently). Intermediate activations are fp32.
+// [d, ff]; each fp32 or bf16 (independently). The biases are optional fp32 vectors (null: none): each is
+// added in fp32 to the fp32 GEMM output of its row, before the activation (b1, b3) or as the last step (b2).
+// Intermediate activations are fp32.
 #pragma once
 
 #include <cstddef>
@@ -18,10 +21,21 @@
 namespace moe::kernels {
 
 struct FfnWeights {
-  MatrixView w1;  // gate_proj [ff, d] (the up projection for kGELU)
-  MatrixView w3;  // up_proj [ff, d] (kSwiGLU only)
-  MatrixView w2;  // down_proj [d, ff]
+  MatrixView w1;                // gate_proj [ff, d] (the up projection for kGELU)
+  MatrixView w3;                // up_proj [ff, d] (gated activations only)
+  MatrixView w2;                // down_proj [d, ff]
+  const float* b1 = nullptr;    // [ff] or null
+  const float* b3 = nullptr;    // [ff] or null (gated activations only)
+  const float* b2 = nullptr;    // [d] or null
+  float swiglu_alpha = 1.702f;  // kClampedSwiGLU's constants (ignored by the other activations)
+  float swiglu_limit = 7.0f;
 };
+
+// The activation of one row's gate (h1, already with b1) and up (h3, with b3) projections into out[ff]
+// (out may alias h1): the one place every CPU FFN (fp32 and bf16 compute) applies an activation.
+void activate_row(Activation act, const FfnWeights& w, float* h1, const float* h3, float* out, int64_t ff);
+// y[c] += b[c] for c < n, when b is not null.
+void add_bias(float* y, const float* b, int64_t n);
 
 // Checks that the weights fit together for `act` and returns d (hidden size) and ff (intermediate
 // size). Throws std::invalid_argument naming the mismatching shapes, a null pointer or a bad dtype.
@@ -41,6 +55,9 @@ size_t ffn_scratch_floats(int64_t rows, int64_t ff);
 // negative rows, or strides smaller than d.
 void ffn_forward(KernelKind kind, Activation act, const float* x, int64_t rows, int64_t x_stride,
                  const FfnWeights& w, float* y, int64_t y_stride, float* scratch, ThreadPool& pool);
+
+// The activation of one element in double (the oracles' form): gate and up with their biases.
+double activation_f64(Activation act, const FfnWeights& w, double gate, double up);
 
 // The oracle: everything in double (the fp32 activations are not rounded between the layers).
 // x is contiguous [rows, d]; y is contiguous [rows, d]. Same validation as ffn_forward.

@@ -35,11 +35,11 @@ ScratchLayout layout(int64_t rows, int64_t d, int64_t ff) {
 }  // namespace
 
 PackedFfnBf16::PackedFfnBf16(Activation activation, const FfnWeights& w, const Bf16LinearMaker& make)
-    : act(activation) {
+    : act(activation), params(w) {
   int64_t d = 0, ff = 0;
   validate_ffn_weights(activation, w, &d, &ff);
   w1 = make(w.w1);
-  if (activation == Activation::kSwiGLU) w3 = make(w.w3);
+  if (is_gated(activation)) w3 = make(w.w3);
   w2 = make(w.w2);
 }
 
@@ -85,8 +85,8 @@ void forward_from_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16&
   float* h3 = base + s.h3;
   auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
   w.w1->forward_rounded(xb, rows, h1, ff, pool);
-  if (w.act == Activation::kSwiGLU) w.w3->forward_rounded(xb, rows, h3, ff, pool);
-  // Elementwise activation and rounding of h: each thread takes a contiguous block of rows.
+  if (is_gated(w.act)) w.w3->forward_rounded(xb, rows, h3, ff, pool);
+  // Elementwise biases, activation and rounding of h: each thread takes a contiguous block of rows.
   const int64_t hb_len = 2 * bf16_pairs(ff);
   const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
   pool.parallel_for(num_tasks, [&](int64_t task, int) {
@@ -94,16 +94,21 @@ void forward_from_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16&
     ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
     for (int64_t r = r0; r < r1; ++r) {
       float* hr = h1 + r * ff;
-      if (w.act == Activation::kSwiGLU) {
-        swiglu(hr, h3 + r * ff, hr, ff);
-      } else {
-        gelu(hr, hr, ff);
-      }
+      add_bias(hr, w.params.b1, ff);
+      if (is_gated(w.act)) add_bias(h3 + r * ff, w.params.b3, ff);
+      activate_row(w.act, w.params, hr, h3 + r * ff, hr, ff);
       round_to_bf16_span(hr, ff, hb + r * hb_len);
       if (hb_len > ff) hb[r * hb_len + ff] = 0;
     }
   });
   w.w2->forward_rounded(hb, rows, y, y_stride, pool);
+  if (w.params.b2 != nullptr) {
+    pool.parallel_for(num_tasks, [&](int64_t task, int) {
+      int64_t r0 = 0, r1 = 0;
+      ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
+      for (int64_t r = r0; r < r1; ++r) add_bias(y + r * y_stride, w.params.b2, w.d());
+    });
+  }
 }
 
 }  // namespace
@@ -152,24 +157,22 @@ void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const 
     return v;
   };
   const std::vector<double> w1 = widen(w.w1), w2 = widen(w.w2);
-  const std::vector<double> w3 = act == Activation::kSwiGLU ? widen(w.w3) : std::vector<double>();
+  const std::vector<double> w3 = is_gated(act) ? widen(w.w3) : std::vector<double>();
   std::vector<double> xr(static_cast<size_t>(d)), h(static_cast<size_t>(ff));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < d; ++i) xr[static_cast<size_t>(i)] = round_to_bf16(x[r * d + i]);
     for (int64_t j = 0; j < ff; ++j) {
-      double gate = 0.0, up = 0.0;
+      double gate = w.b1 ? w.b1[j] : 0.0, up = w.b3 ? w.b3[j] : 0.0;
       for (int64_t i = 0; i < d; ++i) gate += xr[static_cast<size_t>(i)] * w1[static_cast<size_t>(j * d + i)];
-      if (act == Activation::kSwiGLU) {
+      if (is_gated(act)) {
         for (int64_t i = 0; i < d; ++i) up += xr[static_cast<size_t>(i)] * w3[static_cast<size_t>(j * d + i)];
-        h[static_cast<size_t>(j)] = silu_f64(gate) * up;
-      } else {
-        h[static_cast<size_t>(j)] = gelu_f64(gate);
       }
+      h[static_cast<size_t>(j)] = activation_f64(act, w, gate, up);
       if (round_hidden)
         h[static_cast<size_t>(j)] = round_to_bf16(static_cast<float>(h[static_cast<size_t>(j)]));
     }
     for (int64_t o = 0; o < d; ++o) {
-      double sum = 0.0, abs_sum = 0.0;
+      double sum = w.b2 ? w.b2[o] : 0.0, abs_sum = 0.0;
       for (int64_t j = 0; j < ff; ++j) {
         const double t = h[static_cast<size_t>(j)] * w2[static_cast<size_t>(o * ff + j)];
         sum += t;

@@ -1,9 +1,10 @@
 // One expert's FFN in bf16 compute (see expert_ffn.h for the activations and the weight layout):
 //
 //   xb = bf16(x)                                   (round to nearest even, f32_to_bf16)
-//   g = xb @ w1^T, u = xb @ w3^T                   bf16 x bf16 products, fp32 accumulation (linear_bf16.h)
-//   h = silu(g) * u  (kSwiGLU) or gelu(g) (kGELU)  in fp32 (activations.h)
-//   y = bf16(h) @ w2^T                             the hidden activation is rounded to bf16 first
+//   g = xb @ w1^T + b1, u = xb @ w3^T + b3         bf16 x bf16 products, fp32 accumulation (linear_bf16.h),
+//                                                  the fp32 biases (if any) added in fp32
+//   h = act(g, u)                                  in fp32 (expert_ffn.h's activate_row)
+//   y = bf16(h) @ w2^T + b2                        the hidden activation is rounded to bf16 first
 //
 // Invariance (with the invariant kind): the same contract as the fp32 invariant FFN - each row of y depends
 // only on that row of x and the weights, bitwise, for any rows, strides, alignment or thread count (every
@@ -31,6 +32,8 @@ namespace moe::kernels {
 struct PackedFfnBf16 {
   Activation act = Activation::kSwiGLU;
   std::unique_ptr<Bf16LinearOp> w1, w3, w2;  // w3 is null for kGELU
+  FfnWeights params;  // the biases (pointers into the caller's weights, which must outlive this) and the
+                      // activation's constants; its matrices are not used after construction
 
   PackedFfnBf16() = default;
   // Validates like validate_ffn_weights and prepares each matrix with `make`. Throws

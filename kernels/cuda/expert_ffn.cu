@@ -6,6 +6,7 @@
 
 #include "base/cuda/check.h"
 #include "base/splitmix64.h"
+#include "kernels/activation_rules.h"
 #include "kernels/cuda/expert_ffn.h"
 
 namespace moe::cuda {
@@ -29,18 +30,58 @@ __device__ __forceinline__ float gelu(float x) {
   return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * (x * x * x))));
 }
 
-// What the grouped GEMM's epilogue does with its accumulators.
-enum Epilogue : int { kPlain = 0, kSwiGLUEpi = 1, kGeluEpi = 2 };
+struct CudaExp {
+  __host__ __device__ float operator()(float v) const { return expf(v); }
+};
+
+__device__ __forceinline__ float clamped_swiglu(float gate, float up, float alpha, float limit) {
+  return kernels::rules::clamped_swiglu(gate, up, alpha, limit, CudaExp{});
+}
+
+// What the grouped GEMM's epilogue does with its accumulators (after adding the biases, if any).
+enum Epilogue : int { kPlain = 0, kSwiGLUEpi = 1, kGeluEpi = 2, kClampedEpi = 3 };
+
+// The epilogue's parameters: per-expert biases of the two accumulators ([E][N] each, null: none) and the
+// clamped SwiGLU's constants.
+struct EpilogueArgs {
+  const float* bias0 = nullptr;
+  const float* bias1 = nullptr;
+  float alpha = 1.702f, limit = 7.0f;
+};
 
 __global__ void gather_kernel(const float* __restrict__ x, int hidden, const int32_t* __restrict__ slot_pairs,
                               const int32_t* __restrict__ offsets, int num_experts, int top_k,
-                              float* __restrict__ x_rows) {
+                              const float* __restrict__ pair_weight, float* __restrict__ x_rows) {
   const int r = blockIdx.x;
   if (r >= offsets[num_experts]) return;
   const int64_t t = slot_pairs[r] / top_k;
   const float* src = x + t * hidden;
   float* dst = x_rows + static_cast<int64_t>(r) * hidden;
-  for (int d = threadIdx.x; d < hidden; d += blockDim.x) dst[d] = src[d];
+  if (pair_weight != nullptr) {
+    const float w = pair_weight[slot_pairs[r]];
+    for (int d = threadIdx.x; d < hidden; d += blockDim.x) dst[d] = w * src[d];
+  } else {
+    for (int d = threadIdx.x; d < hidden; d += blockDim.x) dst[d] = src[d];
+  }
+}
+
+__global__ void row_bias_kernel(float* __restrict__ logits, int num_tokens, int num_experts,
+                                const float* __restrict__ bias) {
+  const size_t count = static_cast<size_t>(num_tokens) * num_experts;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    logits[i] += bias[i % num_experts];
+  }
+}
+
+__global__ void bias_rows_kernel(float* __restrict__ rows, int first_row, int num_rows, int cols,
+                                 const float* __restrict__ bias) {
+  const size_t count = static_cast<size_t>(num_rows) * cols;
+  float* base = rows + static_cast<size_t>(first_row) * cols;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    base[i] += bias[i % cols];
+  }
 }
 
 __global__ void combine_kernel(const float* __restrict__ y_rows, int hidden,
@@ -57,7 +98,7 @@ __global__ void combine_kernel(const float* __restrict__ y_rows, int hidden,
       const int e = pair_expert[p];
       if (e < 0) continue;
       const int64_t row = offsets[e] + pair_slot[p];
-      acc = fmaf(pair_weight[p], y_rows[row * hidden + d], acc);
+      acc = fmaf(pair_weight ? pair_weight[p] : 1.0f, y_rows[row * hidden + d], acc);
     }
     if (shared) acc = fmaf(scale, shared[t * hidden + d], acc);
     y[t * hidden + d] = acc;
@@ -80,15 +121,17 @@ __global__ void tile_table_kernel(const int32_t* __restrict__ offsets, int num_e
   tiles[num_experts] = total;
 }
 
-// C[r, n] = sum_k A[r, k] * B_e[n, k] over the rows r of each expert e, with B_e = B + e * N * K.
-// kSwiGLUEpi: C[r, n] = silu(A B0_e^T) * (A B1_e^T), both accumulated side by side.
-// kGeluEpi: C[r, n] = gelu(A B0_e^T).
+// C[r, n] = sum_k A[r, k] * B_e[n, k] (+ bias0_e[n]) over the rows r of each expert e, with
+// B_e = B + e * N * K.
+// kSwiGLUEpi: C[r, n] = silu(A B0_e^T + bias0) * (A B1_e^T + bias1), both accumulated side by side.
+// kClampedEpi: the same accumulators through the clamped SwiGLU.
+// kGeluEpi: C[r, n] = gelu(A B0_e^T + bias0).
 template <typename W, int kEpilogue>
 __global__ void __launch_bounds__(kThreads)
     grouped_gemm_kernel(const float* __restrict__ A, const W* __restrict__ B0, const W* __restrict__ B1,
                         int N, int K, const int32_t* __restrict__ offsets, const int32_t* __restrict__ tiles,
-                        int num_experts, float* __restrict__ C) {
-  constexpr bool kSwiGLU = kEpilogue == kSwiGLUEpi;
+                        int num_experts, EpilogueArgs epi, float* __restrict__ C) {
+  constexpr bool kSwiGLU = kEpilogue == kSwiGLUEpi || kEpilogue == kClampedEpi;
   const int tile = blockIdx.x;
   if (tile >= tiles[num_experts]) return;
   int lo = 0, hi = num_experts - 1;  // the expert whose tiles hold `tile`
@@ -164,9 +207,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) {
       const int n = n0 + tx + 16 * j;
       if (n >= N) continue;
-      float v = acc0[i][j];
-      if constexpr (kEpilogue == kSwiGLUEpi) v = silu_mul(acc0[i][j], acc1[i][j]);
-      if constexpr (kEpilogue == kGeluEpi) v = gelu(acc0[i][j]);
+      float a0 = acc0[i][j], a1 = acc1[i][j];
+      if (epi.bias0) a0 += epi.bias0[static_cast<int64_t>(e) * N + n];
+      if (epi.bias1) a1 += epi.bias1[static_cast<int64_t>(e) * N + n];
+      float v = a0;
+      if constexpr (kEpilogue == kSwiGLUEpi) v = silu_mul(a0, a1);
+      if constexpr (kEpilogue == kClampedEpi) v = clamped_swiglu(a0, a1, epi.alpha, epi.limit);
+      if constexpr (kEpilogue == kGeluEpi) v = gelu(a0);
       C[static_cast<int64_t>(row) * N + n] = v;
     }
   }
@@ -174,15 +221,17 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename W, int kEpilogue>
 void launch_grouped(const void* w0, const void* w1, int num_experts, int n, int k, const float* x_rows,
-                    const int32_t* offsets, int max_rows, float* out, int32_t* tiles, cudaStream_t stream) {
+                    const int32_t* offsets, int max_rows, float* out, int32_t* tiles, cudaStream_t stream,
+                    EpilogueArgs epi = {}) {
   tile_table_kernel<<<1, 1, 0, stream>>>(offsets, num_experts, tiles);
   CUDA_CHECK(cudaGetLastError());
   // Upper bound on the tiles: sum_e ceil(rows_e / BM) <= max_rows / BM + E.
   const int max_tiles = (max_rows + kBM - 1) / kBM + num_experts;
   if (max_tiles <= 0 || n <= 0) return;
   const dim3 grid(max_tiles, (n + kBN - 1) / kBN);
-  grouped_gemm_kernel<W, kEpilogue><<<grid, kThreads, 0, stream>>>(
-      x_rows, static_cast<const W*>(w0), static_cast<const W*>(w1), n, k, offsets, tiles, num_experts, out);
+  grouped_gemm_kernel<W, kEpilogue><<<grid, kThreads, 0, stream>>>(x_rows, static_cast<const W*>(w0),
+                                                                   static_cast<const W*>(w1), n, k, offsets,
+                                                                   tiles, num_experts, epi, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -204,6 +253,19 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int ffn,
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float h = silu_mul(gate[i], up[i]);
+    if (out_f32) out_f32[i] = h;
+    if (out_bf16) out_bf16[i] = __float2bfloat16(h);
+  }
+}
+
+// NOTES: out_f32 may alias gate or up, as in swiglu_kernel.
+__global__ void clamped_swiglu_kernel(const float* gate, const float* up, int ffn,
+                                      const int32_t* __restrict__ offsets, int num_experts, float alpha,
+                                      float limit, float* out_f32, __nv_bfloat16* __restrict__ out_bf16) {
+  const size_t count = static_cast<size_t>(offsets[num_experts]) * ffn;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float h = clamped_swiglu(gate[i], up[i], alpha, limit);
     if (out_f32) out_f32[i] = h;
     if (out_bf16) out_bf16[i] = __float2bfloat16(h);
   }
@@ -246,10 +308,26 @@ size_t align_up(size_t n) {
 }  // namespace
 
 void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const int32_t* expert_offsets,
-                 int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream) {
+                 int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream,
+                 const float* pair_weight) {
   if (max_rows <= 0) return;
   gather_kernel<<<max_rows, 256, 0, stream>>>(x, hidden, slot_pairs, expert_offsets, num_experts, top_k,
-                                              x_rows);
+                                              pair_weight, x_rows);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_row_bias(float* logits, int num_tokens, int num_experts, const float* bias, cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(num_tokens) * num_experts;
+  if (count == 0 || bias == nullptr) return;
+  row_bias_kernel<<<grid_for(count), 256, 0, stream>>>(logits, num_tokens, num_experts, bias);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_bias_rows(float* rows, int first_row, int num_rows, int cols, const float* bias,
+                   cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(num_rows) * cols;
+  if (count == 0 || bias == nullptr) return;
+  bias_rows_kernel<<<grid_for(count), 256, 0, stream>>>(rows, first_row, num_rows, cols, bias);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -306,26 +384,32 @@ void expert_ffn_invariant(const ExpertWeightsView& w, const float* x_rows, const
   float* h = static_cast<float*>(workspace);
   int32_t* tiles = reinterpret_cast<int32_t*>(
       static_cast<char*>(workspace) + align_up(static_cast<size_t>(max_rows) * w.ffn * sizeof(float)));
-  const bool gelu_act = w.activation == kernels::Activation::kGELU;
+  const EpilogueArgs up{w.b1, w.b3, w.swiglu_alpha, w.swiglu_limit};
+  const EpilogueArgs down{w.b2, nullptr};
+  auto first = [&](auto tag) {
+    using W = decltype(tag);
+    switch (w.activation) {
+      case kernels::Activation::kGELU:
+        launch_grouped<W, kGeluEpi>(w.w1, nullptr, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
+                                    max_rows, h, tiles, stream, up);
+        break;
+      case kernels::Activation::kSwiGLU:
+        launch_grouped<W, kSwiGLUEpi>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
+                                      max_rows, h, tiles, stream, up);
+        break;
+      case kernels::Activation::kClampedSwiGLU:
+        launch_grouped<W, kClampedEpi>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
+                                       max_rows, h, tiles, stream, up);
+        break;
+    }
+    launch_grouped<W, kPlain>(w.w2, nullptr, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows,
+                              y_rows, tiles, stream, down);
+  };
   if (w.type == kernels::DType::kF32) {
-    if (gelu_act) {
-      launch_grouped<float, kGeluEpi>(w.w1, nullptr, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
-                                      max_rows, h, tiles, stream);
-    } else {
-      launch_grouped<float, kSwiGLUEpi>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows, expert_offsets,
-                                        max_rows, h, tiles, stream);
-    }
+    first(float{});
   } else {
-    if (gelu_act) {
-      launch_grouped<__nv_bfloat16, kGeluEpi>(w.w1, nullptr, w.num_experts, w.ffn, w.hidden, x_rows,
-                                              expert_offsets, max_rows, h, tiles, stream);
-    } else {
-      launch_grouped<__nv_bfloat16, kSwiGLUEpi>(w.w1, w.w3, w.num_experts, w.ffn, w.hidden, x_rows,
-                                                expert_offsets, max_rows, h, tiles, stream);
-    }
+    first(__nv_bfloat16{});
   }
-  grouped_linear_invariant(w.type, w.w2, w.num_experts, w.hidden, w.ffn, h, expert_offsets, max_rows, y_rows,
-                           tiles, stream);
 }
 
 void fill_uniform(kernels::DType type, void* data, size_t count, uint64_t seed, float scale,
@@ -347,6 +431,17 @@ void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* exp
   if (count == 0) return;
   swiglu_kernel<<<grid_for(count), 256, 0, stream>>>(gate, up, ffn, expert_offsets, num_experts, out_f32,
                                                      static_cast<__nv_bfloat16*>(out_bf16));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void clamped_swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets,
+                         int num_experts, int max_rows, float alpha, float limit, float* out_f32,
+                         void* out_bf16, cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(max_rows) * ffn;
+  if (count == 0) return;
+  clamped_swiglu_kernel<<<grid_for(count), 256, 0, stream>>>(gate, up, ffn, expert_offsets, num_experts,
+                                                             alpha, limit, out_f32,
+                                                             static_cast<__nv_bfloat16*>(out_bf16));
   CUDA_CHECK(cudaGetLastError());
 }
 

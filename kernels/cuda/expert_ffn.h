@@ -23,6 +23,10 @@ namespace moe::cuda {
 // E experts, HuggingFace [out, in] layout, contiguous per expert:
 //   w1 (gate; GELU: up) [E][ffn][hidden], w3 (up; GELU: unused) [E][ffn][hidden], w2 (down) [E][hidden][ffn]
 // Elements are float (kF32) or bfloat16 (kBF16) bits (kF16 is not accepted); accumulation is always fp32.
+// Optional fp32 biases (gpt-oss; null: none), contiguous per expert: b1 (after w1) and b3 (after w3)
+// [E][ffn], b2 (after w2) [E][hidden], each added to its GEMM's fp32 accumulator before the activation
+// (b1, b3) or as the output (b2). kClampedSwiGLU applies kernels/activation_rules.h's element rule with
+// swiglu_alpha and swiglu_limit (the CPU's definition, with CUDA's expf).
 struct ExpertWeightsView {
   kernels::DType type = kernels::DType::kF32;
   int num_experts = 0;
@@ -32,15 +36,27 @@ struct ExpertWeightsView {
   const void* w3 = nullptr;
   const void* w2 = nullptr;
   kernels::Activation activation = kernels::Activation::kSwiGLU;
+  const float* b1 = nullptr;
+  const float* b3 = nullptr;
+  const float* b2 = nullptr;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
 };
 
-// x_rows[r] = x[slot_pairs[r] / top_k] for r < expert_offsets[E] (slot_pairs and offsets from the plan).
+// x_rows[r] = x[slot_pairs[r] / top_k] for r < expert_offsets[E] (slot_pairs and offsets from the plan);
+// with pair_weight (Llama 4: the routing weight on the expert's input) x_rows[r] = pair_weight[p] * x[t],
+// p = slot_pairs[r], in fp32 (the CPU's scale_row).
 void gather_rows(const float* x, int hidden, const int32_t* slot_pairs, const int32_t* expert_offsets,
-                 int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream);
+                 int num_experts, int top_k, int max_rows, float* x_rows, cudaStream_t stream,
+                 const float* pair_weight = nullptr);
+
+// logits[t][e] += bias[e] for num_tokens rows of num_experts (gpt-oss's router bias), fp32.
+void add_row_bias(float* logits, int num_tokens, int num_experts, const float* bias, cudaStream_t stream);
 
 // y[t] = sum over j = 0..top_k-1 in that order of pair_weight[p] * y_rows[expert_offsets[e] + pair_slot[p]],
 // p = t * top_k + j, e = pair_expert[p]; dropped pairs (expert -1) add nothing. fmaf per term, no atomics:
-// each y[t] depends only on its own pairs.
+// each y[t] depends only on its own pairs. pair_weight null: weight 1 (the weights were applied to the
+// expert inputs, gather_rows).
 void combine_rows(const float* y_rows, int hidden, const int32_t* pair_expert, const int32_t* pair_slot,
                   const float* pair_weight, const int32_t* expert_offsets, int num_tokens, int top_k,
                   float* y, cudaStream_t stream);
@@ -90,6 +106,13 @@ void cast_to_bf16(const float* in, size_t count, void* out_bf16, cudaStream_t st
 // out_f32 may be gate or up (in place, element by element); out_bf16 must not overlap the inputs.
 void swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets, int num_experts,
                  int max_rows, float* out_f32, void* out_bf16, cudaStream_t stream);
+// h[i] = clamped SwiGLU (kernels/activation_rules.h) of gate[i] and up[i], as swiglu_rows.
+void clamped_swiglu_rows(const float* gate, const float* up, int ffn, const int32_t* expert_offsets,
+                         int num_experts, int max_rows, float alpha, float limit, float* out_f32,
+                         void* out_bf16, cudaStream_t stream);
+// rows[r][c] += bias[c] for r in [first_row, first_row + num_rows), c < cols (one expert's slice).
+void add_bias_rows(float* rows, int first_row, int num_rows, int cols, const float* bias,
+                   cudaStream_t stream);
 // h[i] = gelu(up[i]) for i < expert_offsets[E] * ffn, as swiglu_rows (out_f32 may be up).
 void gelu_rows(const float* up, int ffn, const int32_t* expert_offsets, int num_experts, int max_rows,
                float* out_f32, void* out_bf16, cudaStream_t stream);

@@ -80,18 +80,30 @@ void CublasExpertFfn::enqueue(const float* x_rows, const int32_t* expert_offsets
     const int rows = host_offsets[e + 1] - host_offsets[e];
     if (rows == 0) continue;
     const size_t r0 = host_offsets[e];
+    const int first = static_cast<int>(r0);
     if (gelu_act) {
       gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);  // GELU: w1 is the up proj
+      if (weights_.b1) add_bias_rows(up_, first, rows, f, weights_.b1 + static_cast<size_t>(e) * f, stream);
     } else {
       gemm(w1 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, gate_ + r0 * f);
       gemm(w3 + e * expert_bytes, f, d, x + r0 * d * wsize, rows, up_ + r0 * f);
+      if (weights_.b1) add_bias_rows(gate_, first, rows, f, weights_.b1 + static_cast<size_t>(e) * f, stream);
+      if (weights_.b3) add_bias_rows(up_, first, rows, f, weights_.b3 + static_cast<size_t>(e) * f, stream);
     }
   }
-  if (gelu_act) {
-    gelu_rows(up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr, stream);
-  } else {
-    swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, bf16 ? nullptr : up_, bf16 ? h_bf16_ : nullptr,
-                stream);
+  float* h_f32 = bf16 ? nullptr : up_;
+  void* h_b16 = bf16 ? h_bf16_ : nullptr;
+  switch (weights_.activation) {
+    case kernels::Activation::kGELU:
+      gelu_rows(up_, f, expert_offsets, E, max_rows_, h_f32, h_b16, stream);
+      break;
+    case kernels::Activation::kSwiGLU:
+      swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, h_f32, h_b16, stream);
+      break;
+    case kernels::Activation::kClampedSwiGLU:
+      clamped_swiglu_rows(gate_, up_, f, expert_offsets, E, max_rows_, weights_.swiglu_alpha,
+                          weights_.swiglu_limit, h_f32, h_b16, stream);
+      break;
   }
   const char* h = bf16 ? static_cast<const char*>(h_bf16_) : reinterpret_cast<const char*>(up_);
   for (int e = 0; e < E; ++e) {
@@ -99,6 +111,9 @@ void CublasExpertFfn::enqueue(const float* x_rows, const int32_t* expert_offsets
     if (rows == 0) continue;
     const size_t r0 = host_offsets[e];
     gemm(w2 + e * expert_bytes, d, f, h + r0 * f * wsize, rows, y_rows + r0 * d);
+    if (weights_.b2) {
+      add_bias_rows(y_rows, static_cast<int>(r0), rows, d, weights_.b2 + static_cast<size_t>(e) * d, stream);
+    }
   }
 }
 

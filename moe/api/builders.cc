@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <stdexcept>
 
@@ -72,6 +73,31 @@ io::LayerWeights weights_from_buffers(const io::LayerShape& shape, const WeightB
                           view(b.shared_down_proj, d, sff, b.dtype)};
   }
   if (shape.shared_expert_gate) views.shared_gate = view(b.shared_expert_gate, 1, d, kernels::DType::kF32);
+  if (shape.router_bias != (b.router_bias != nullptr)) {
+    fail(shape.router_bias ? "weight buffers: router_bias is required (shape.router_bias is set)"
+                           : "weight buffers: router_bias given but shape.router_bias is not set");
+  }
+  if (shape.router_bias) views.router_bias = std::span<const float>(b.router_bias, E);
+  const bool any_expert_bias = !b.gate_bias.empty() || !b.up_bias.empty() || !b.down_bias.empty();
+  if (shape.expert_bias != any_expert_bias) {
+    fail(shape.expert_bias
+             ? "weight buffers: gate_bias, up_bias and down_bias are required (shape.expert_bias "
+               "is set)"
+             : "weight buffers: expert biases given but shape.expert_bias is not set");
+  }
+  if (shape.expert_bias) {
+    if (b.gate_bias.size() != E || b.up_bias.size() != E || b.down_bias.size() != E) {
+      fail("weight buffers: expected " + std::to_string(E) + " expert bias pointers for each projection");
+    }
+    for (size_t e = 0; e < E; ++e) {
+      if (!b.gate_bias[e] || !b.up_bias[e] || !b.down_bias[e]) {
+        fail("weight buffers: expert " + std::to_string(e) + " has a null bias pointer");
+      }
+      views.experts[e].gate_bias = std::span<const float>(b.gate_bias[e], static_cast<size_t>(ff));
+      views.experts[e].up_bias = std::span<const float>(b.up_bias[e], static_cast<size_t>(ff));
+      views.experts[e].down_bias = std::span<const float>(b.down_bias[e], static_cast<size_t>(d));
+    }
+  }
   return io::weights_from_views(shape, views, b.dtype, io::Ownership::kCopy);
 }
 
@@ -166,14 +192,24 @@ void LayerOptions::set_device(const std::string& name) {
 
 LayerOptions pretrained_options(LayerOptions o, const io::PretrainedConfig& config) {
   o.router = std::string(io::to_string(config.architecture));
-  if (!o.top_k) o.top_k = config.top_k;
-  if (!o.renormalize) o.renormalize = config.renormalize;
+  o.pretrained = std::make_shared<const io::PretrainedConfig>(config);
   return o;
 }
 
 MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weights) {
-  MoELayerConfig c = MoELayerConfig::preset(o.preset, io::Architecture::kMixtral);
-  c.router = MoELayerConfig::router_named(o.router);
+  MoELayerConfig c;
+  if (o.pretrained) {
+    c = MoELayerConfig::pretrained(o.preset, *o.pretrained);
+  } else {
+    // An architecture's name brings its expert semantics (gpt-oss, Llama 4); a router preset's only a router.
+    std::optional<io::Architecture> arch;
+    try {
+      arch = io::parse_architecture(o.router);
+    } catch (const std::invalid_argument&) {
+    }
+    c = MoELayerConfig::preset(o.preset, arch.value_or(io::Architecture::kMixtral));
+    c.router = MoELayerConfig::router_named(o.router);
+  }
   c.router.num_experts = weights.shape().num_experts;
   if (o.top_k) {
     c.router.top_k = *o.top_k;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct WeightBuffers {
   const void* shared_up_proj = nullptr;
   const void* shared_down_proj = nullptr;
   const float* shared_expert_gate = nullptr;
+  const float* router_bias = nullptr;                       // [E] iff shape.router_bias
+  std::vector<const float*> gate_bias, up_bias, down_bias;  // E each iff shape.expert_bias
 };
 
 // Copies `buffers` into new LayerWeights of `shape` (storage = buffers.dtype) with io::weights_from_views:
@@ -38,6 +41,8 @@ io::LayerWeights weights_from_buffers(const io::LayerShape& shape, const WeightB
 struct LayerOptions {
   std::string preset = "deterministic";  // MoELayerConfig::preset_names()
   std::string router = "mixtral";        // an architecture name or a router preset name
+  // A checkpoint's config.json (pretrained_options): its router and expert semantics replace `router`'s.
+  std::shared_ptr<const io::PretrainedConfig> pretrained;
   std::optional<int> top_k;
   std::optional<bool> renormalize;
   std::optional<int> num_groups, topk_groups;
@@ -52,6 +57,7 @@ struct LayerOptions {
   std::optional<kernels::ComputePrecision> compute;
   std::optional<int> num_threads;
   std::optional<int> max_tokens;
+  std::optional<kernels::DType> storage;  // of the weights a pretrained layer loads (nullopt: the file's)
   std::string device = "cpu";
 
   void set_preset(const std::string& name);
@@ -74,8 +80,8 @@ struct LayerOptions {
   void set_device(const std::string& name);
 };
 
-// `options` for a layer of a Hugging Face checkpoint: the router of config.json's architecture, and its
-// num_experts_per_tok as top_k and renormalisation unless `options` sets them.
+// `options` for a layer of a Hugging Face checkpoint: the router and expert semantics config.json describes
+// (MoELayerConfig::pretrained), with top_k and renormalisation overridden only where `options` sets them.
 LayerOptions pretrained_options(LayerOptions options, const io::PretrainedConfig& config);
 
 // The config of `options` for `weights` (num_experts from the weights). Validated; throws

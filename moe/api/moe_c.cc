@@ -55,7 +55,8 @@ moe_status_t set_error(moe_status_t status, const std::string& message) {
 
 // Runs `fn` (returning moe_status_t), mapping every exception to a status and the thread's message by its
 // type: io::IoError and filesystem/system errors are MOE_IO_ERROR, std::invalid_argument and
-// std::out_of_range MOE_INVALID_ARGUMENT, std::bad_alloc MOE_OUT_OF_MEMORY, anything else MOE_RUNTIME_ERROR.
+// std::out_of_range MOE_INVALID_ARGUMENT, std::bad_alloc and io::OutOfMemory MOE_OUT_OF_MEMORY, anything else
+// MOE_RUNTIME_ERROR.
 template <class Fn>
 moe_status_t guarded(const char* where, Fn&& fn) noexcept {
   try {
@@ -66,6 +67,8 @@ moe_status_t guarded(const char* where, Fn&& fn) noexcept {
     return set_error(MOE_INVALID_ARGUMENT, std::string(where) + ": " + e.what());
   } catch (const std::bad_alloc&) {
     return set_error(MOE_OUT_OF_MEMORY, std::string(where) + ": out of memory");
+  } catch (const moe::io::OutOfMemory& e) {
+    return set_error(MOE_OUT_OF_MEMORY, std::string(where) + ": " + e.what());
   } catch (const std::filesystem::filesystem_error& e) {
     return set_error(MOE_IO_ERROR, std::string(where) + ": " + e.what());
   } catch (const std::system_error& e) {
@@ -361,6 +364,10 @@ moe_status_t moe_layer_config_set_compute(moe_layer_config_t* c, const char* v) 
   return set_name("moe_layer_config_set_compute", c, v,
                   [](auto& o, const std::string& s) { o.set_compute(s); });
 }
+moe_status_t moe_layer_config_set_storage(moe_layer_config_t* c, moe_dtype_t v) {
+  return set_option("moe_layer_config_set_storage", c,
+                    [&](auto& o) { o.storage = to_dtype(enum_bits(v), "storage"); });
+}
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* c, int32_t v) {
   return set_option("moe_layer_config_set_num_threads", c, [&](auto& o) { o.set_num_threads(v); });
 }
@@ -398,10 +405,10 @@ moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
   if (dir == nullptr) return null_arg(kWhere, "dir");
   return guarded(kWhere, [&] {
     const moe::io::Pretrained p = moe::io::open_pretrained(dir);
-    auto weights = std::make_shared<const moe::io::LayerWeights>(
-        moe::io::load_pretrained_layer(p, layer_index, moe::kernels::DType::kF32));
     const moe::api::LayerOptions o =
         moe::api::pretrained_options(config ? config->options : moe::api::LayerOptions{}, p.config);
+    auto weights = std::make_shared<const moe::io::LayerWeights>(
+        moe::io::load_pretrained_layer(p, layer_index, o.storage));
     auto handle = std::make_unique<moe_layer>();
     handle->layer = moe::api::make_layer(o.device, moe::api::make_config(o, *weights), weights);
     handle->meta.reserve(handle->layer->config().max_tokens);

@@ -91,13 +91,17 @@ typedef struct {
 moe_status_t moe_weights_load(const char* path, const char* architecture, int32_t layer_index,
                               const moe_layer_shape_t* shape, int32_t storage, moe_weights_t** out);
 
-/* Loads layer `layer_index` of a Hugging Face checkpoint directory (config.json + model.safetensors or a
- * sharded index): no shape arguments, they come from config.json (model_type "mixtral": hidden_size,
- * intermediate_size, num_local_experts, num_hidden_layers) and are checked against the tensors. `dir` may
- * also be the path of config.json. storage as for moe_weights_load.
- * Errors: MOE_INVALID_ARGUMENT (null pointer, malformed or unsupported config.json, a config that does not
- * match the tensors - the message names the key, its value and the tensor - or layer_index outside
- * [0, num_hidden_layers)); MOE_IO_ERROR (config.json or the weights cannot be read). */
+/* Loads MoE layer `layer_index` of a Hugging Face checkpoint directory (config.json + model.safetensors or a
+ * sharded index): no shape arguments, they come from config.json (model_type mixtral, qwen2_moe, qwen3_moe,
+ * olmoe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, llama4 or llama4_text; moe/io/pretrained.h lists every
+ * key) and are checked against the tensors. `dir` may also be the path of config.json. storage as for
+ * moe_weights_load (-1: the file's dtype; FP8 and MXFP4 checkpoints are dequantized exactly to it, bf16 by
+ * default).
+ * Errors: MOE_INVALID_ARGUMENT (null pointer, malformed or unsupported config.json - an unsupported key value
+ * is named with the key - a config that does not match the tensors - the message names the key, its value
+ * and the tensor - layer_index outside [0, num_hidden_layers) or a dense layer: the message lists the MoE
+ * layers); MOE_IO_ERROR (config.json or the weights cannot be read); MOE_OUT_OF_MEMORY (the converted
+ * weights would not fit the memory available: the message gives both sizes). */
 moe_status_t moe_weights_load_pretrained(const char* dir, int32_t layer_index, int32_t storage,
                                          moe_weights_t** out);
 
@@ -207,6 +211,10 @@ moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* config, const char*
  * invariance in bf16 (docs/determinism.md). The CUDA layer refuses bf16 (moe_layer_create:
  * MOE_INVALID_ARGUMENT). */
 moe_status_t moe_layer_config_set_compute(moe_layer_config_t* config, const char* compute);
+/* storage: MOE_DTYPE_F32 or MOE_DTYPE_BF16, the dtype moe_layer_create_pretrained stores the expert matrices
+ * in (default: the file's; FP8 and MXFP4 files are dequantized exactly to it, bf16 by default). Ignored by
+ * moe_layer_create, whose weights are already stored. */
+moe_status_t moe_layer_config_set_storage(moe_layer_config_t* config, moe_dtype_t storage);
 /* num_threads: >= 1, the threads used inside a forward pass (default 1: the calling thread). */
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* config, int32_t num_threads);
 /* max_tokens: >= 1. The workspace is sized for batches of this many rows at creation (default 256); a larger
@@ -225,10 +233,11 @@ moe_status_t moe_layer_config_set_device(moe_layer_config_t* config, const char*
 moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
                               moe_layer_t** out);
 
-/* Layer `layer_index` of a Hugging Face checkpoint directory (moe_weights_load_pretrained, fp32 storage) with
- * the router config.json describes: its architecture's router, top_k = num_experts_per_tok (unless `config`
- * sets top_k or renormalize, which then apply); dispatch, kernels and device from `config` (NULL: the
- * defaults). Errors: those of moe_weights_load_pretrained and moe_layer_create. */
+/* MoE layer `layer_index` of a Hugging Face checkpoint directory (moe_weights_load_pretrained, the file's
+ * storage dtype) with the router and expert semantics config.json describes (every routing key of its family,
+ * gpt-oss's clamped SwiGLU and biases, Llama 4's weight on the expert input), top_k and renormalisation
+ * overridden only if `config` sets them; dispatch, kernels and device from `config` (NULL: the defaults).
+ * Errors: those of moe_weights_load_pretrained and moe_layer_create. */
 moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
                                          const moe_layer_config_t* config, moe_layer_t** out);
 

@@ -105,7 +105,9 @@ PyWeights weights_from_arrays(const py::handle& router_gate, const py::list& gat
                               const py::list& up_proj, const py::list& down_proj,
                               const py::object& shared_gate_proj, const py::object& shared_up_proj,
                               const py::object& shared_down_proj, const py::object& shared_expert_gate,
-                              const py::object& score_bias) {
+                              const py::object& score_bias, const py::object& router_bias,
+                              const py::object& gate_bias, const py::object& up_bias,
+                              const py::object& down_bias) {
   // Dimensions from the arrays themselves.
   py::array rg = py::array(py::module_::import("numpy").attr("asarray")(router_gate));
   if (rg.ndim() != 2) throw py::value_error("router_gate must be 2-D [num_experts, hidden]");
@@ -131,8 +133,13 @@ PyWeights weights_from_arrays(const py::handle& router_gate, const py::list& gat
     if (sg.ndim() != 2) throw py::value_error("shared_gate_proj must be 2-D [shared_ff, hidden]");
     sff = sg.shape(0);
   }
-  const io::LayerShape shape = make_shape(hidden, ff, num_experts, has_shared ? 1 : 0, sff,
-                                          !shared_expert_gate.is_none(), !score_bias.is_none());
+  io::LayerShape shape = make_shape(hidden, ff, num_experts, has_shared ? 1 : 0, sff,
+                                    !shared_expert_gate.is_none(), !score_bias.is_none());
+  shape.router_bias = !router_bias.is_none();
+  shape.expert_bias = !gate_bias.is_none() || !up_bias.is_none() || !down_bias.is_none();
+  if (shape.expert_bias && (gate_bias.is_none() || up_bias.is_none() || down_bias.is_none())) {
+    throw py::value_error("gate_bias, up_bias and down_bias must be given together");
+  }
 
   std::vector<HeldMatrix> held;  // keeps converted arrays alive until the copy is made
   auto f32 = [&](const py::handle& obj, const std::string& what, int64_t rows, int64_t cols) -> const float* {
@@ -154,11 +161,28 @@ PyWeights weights_from_arrays(const py::handle& router_gate, const py::list& gat
     held.push_back(m);
     return held.back().array.data();
   };
-  held.reserve(3 * num_experts + 8);
+  held.reserve(6 * num_experts + 8);
 
   WeightBuffers b;
   b.router_gate = f32(router_gate, "router_gate", num_experts, hidden);
   if (!score_bias.is_none()) b.score_bias = f32(score_bias, "score_bias", 1, num_experts);
+  if (!router_bias.is_none()) b.router_bias = f32(router_bias, "router_bias", 1, num_experts);
+  if (shape.expert_bias) {
+    const py::list gb = gate_bias, ub = up_bias, db = down_bias;
+    if (static_cast<int>(py::len(gb)) != num_experts || static_cast<int>(py::len(ub)) != num_experts ||
+        static_cast<int>(py::len(db)) != num_experts) {
+      throw py::value_error("gate_bias, up_bias and down_bias must each list " + std::to_string(num_experts) +
+                            " experts");
+    }
+    for (int e = 0; e < num_experts; ++e) {
+      std::string i = std::to_string(e);
+      i = "[" + i;
+      i += "]";
+      b.gate_bias.push_back(f32(gb[e], "gate_bias" + i, 1, ff));
+      b.up_bias.push_back(f32(ub[e], "up_bias" + i, 1, ff));
+      b.down_bias.push_back(f32(db[e], "down_bias" + i, 1, hidden));
+    }
+  }
   for (int e = 0; e < num_experts; ++e) {
     std::string i = std::to_string(e);  // (not "[" + ...: a GCC 12 -Wrestrict false positive)
     i = "[" + i;
@@ -206,10 +230,13 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
                           const std::optional<std::string>& overflow,
                           const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
                           int num_threads, int max_tokens, const std::string& device,
-                          std::optional<int64_t> lookahead) {
+                          std::optional<int64_t> lookahead, const std::optional<std::string>& pretrained) {
   LayerOptions o;
   o.set_preset(preset);
   o.set_router(router);
+  if (pretrained) {
+    o = pretrained_options(o, io::read_pretrained_config(*pretrained));
+  }
   if (top_k < 0)
     throw std::invalid_argument("top_k must be >= 0 (0 keeps the router's; got " + std::to_string(top_k) +
                                 ")");
@@ -281,8 +308,26 @@ void bind_layer(py::module_& m) {
         d["expert_ff"] = c.layer.expert_ff;
         d["num_experts"] = c.layer.num_experts;
         d["num_layers"] = c.num_layers;
-        d["top_k"] = c.top_k;
-        d["renormalize"] = c.renormalize;
+        d["top_k"] = c.router.top_k;
+        d["renormalize"] = c.router.renormalize;
+        d["scoring"] = std::string(to_string(c.router.scoring));
+        d["routed_scaling_factor"] = c.router.scaling_factor;
+        d["num_groups"] = c.router.num_groups;
+        d["topk_groups"] = c.router.topk_groups;
+        d["group_score"] = std::string(to_string(c.router.group_score));
+        d["rank_by_logit"] = c.router.rank_by_logit;
+        d["activation"] = std::string(kernels::to_string(c.activation));
+        d["swiglu_limit"] = c.swiglu_limit;
+        d["swiglu_alpha"] = c.swiglu_alpha;
+        d["weight_on_input"] = c.weight_on_input;
+        d["quantization"] = std::string(io::to_string(c.quantization));
+        d["moe_layers"] = c.moe_layers;
+        d["num_shared_experts"] = c.layer.num_shared_experts;
+        d["shared_ff"] = c.layer.shared_ff;
+        d["shared_expert_gate"] = c.layer.shared_expert_gate;
+        d["score_bias"] = c.layer.score_bias;
+        d["router_bias"] = c.layer.router_bias;
+        d["expert_bias"] = c.layer.expert_bias;
         d["vocab_size"] = c.vocab_size;
         d["num_heads"] = c.num_heads;
         d["num_kv_heads"] = c.num_kv_heads;
@@ -352,9 +397,12 @@ void bind_layer(py::module_& m) {
           py::arg("up_proj"), py::arg("down_proj"), py::arg("shared_gate_proj") = py::none(),
           py::arg("shared_up_proj") = py::none(), py::arg("shared_down_proj") = py::none(),
           py::arg("shared_expert_gate") = py::none(), py::arg("score_bias") = py::none(),
+          py::arg("router_bias") = py::none(), py::arg("gate_bias") = py::none(),
+          py::arg("up_bias") = py::none(), py::arg("down_bias") = py::none(),
           "Weights copied from arrays in nn.Linear layout: router_gate [E, d] float; per expert gate_proj "
           "(w1) and up_proj (w3) [ff, d], down_proj (w2) [d, ff], float (stored f32) or uint16/int16 bf16 "
-          "bits (stored bf16); optional shared expert, shared_expert_gate [1, d], score_bias [E].")
+          "bits (stored bf16); optional shared expert, shared_expert_gate [1, d], score_bias [E], "
+          "router_bias [E] (gpt-oss), per-expert gate_bias / up_bias [ff] and down_bias [d] lists.")
       .def_property_readonly("shape", [](const PyWeights& w) { return shape_dict(w.weights->shape()); })
       .def_property_readonly(
           "storage", [](const PyWeights& w) { return std::string(kernels::to_string(w.weights->storage())); })
@@ -467,11 +515,11 @@ void bind_layer(py::module_& m) {
                        const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
                        const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
                        int num_threads, int max_tokens, const std::string& device,
-                       std::optional<int64_t> lookahead) {
+                       std::optional<int64_t> lookahead, const std::optional<std::string>& pretrained) {
              auto self = std::make_unique<PyLayer>();
              const LayerOptions o = make_options(preset, router, top_k, renormalize, num_groups, topk_groups,
                                                  capacity_factor, scope, priority, overflow, kernel, compute,
-                                                 num_threads, max_tokens, device, lookahead);
+                                                 num_threads, max_tokens, device, lookahead, pretrained);
              self->weights = w.weights;
              self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
              return self;
@@ -481,7 +529,9 @@ void bind_layer(py::module_& m) {
            py::arg("topk_groups") = 0, py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(),
            py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
            py::arg("compute") = py::none(), py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
-           py::arg("device") = "cpu", py::arg("lookahead") = py::none(),
+           py::arg("device") = "cpu", py::arg("lookahead") = py::none(), py::arg("pretrained") = py::none(),
+           "pretrained: a checkpoint directory (or its config.json) whose router and expert semantics the "
+           "layer takes (every routing key of its family; top_k= and renormalize= still override). "
            "device: \"cpu\", or \"cuda\" / \"cuda:N\" for the same layer on a CUDA device (host arrays in "
            "and out); RuntimeError naming the reason when no device is usable. compute: \"fp32\" (default) "
            "or \"bf16\" (expert GEMM inputs rounded to bf16, bf16 weights, fp32 accumulation; gates stay "

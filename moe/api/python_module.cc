@@ -4,10 +4,19 @@
 #include <pybind11/pybind11.h>
 
 #include "moe/api/python_bindings.h"
+#include "moe/io/io_error.h"
 
 PYBIND11_MODULE(_moe, m) {
   m.doc() = "MoE router simulator and deterministic MoE runtime (C++ core of the moe package)";
   m.attr("__version__") = MOE_VERSION;
+  // Weights that would not fit the memory available (moe/io/memory.h): MemoryError with the sizes.
+  pybind11::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const moe::io::OutOfMemory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
   moe::api::bind_layer(m);
   moe::api::bind_planner(m);
 }

@@ -57,6 +57,22 @@ void upload_floats(const kernels::MatrixView& m, cuda::DeviceBuffer<float>& out,
   upload_matrix(m, reinterpret_cast<std::byte*>(out.data()), 0, stream);
 }
 
+// The experts' biases of one kind stacked as [n][len] on the device (`pick` selects the span); empty when the
+// experts have none. Waited for by upload_weights' final synchronisation, like the matrices (the host spans
+// live in the LayerWeights the layer holds).
+template <typename Pick>
+cuda::DeviceBuffer<float> upload_stacked_bias(std::span<const io::ExpertTensors> experts, Pick pick,
+                                              cudaStream_t stream) {
+  if (pick(experts[0]).empty()) return {};
+  const size_t len = pick(experts[0]).size();
+  cuda::DeviceBuffer<float> buf(len * experts.size());
+  for (size_t e = 0; e < experts.size(); ++e) {
+    CUDA_CHECK(cudaMemcpyAsync(buf.data() + e * len, pick(experts[e]).data(), len * sizeof(float),
+                               cudaMemcpyHostToDevice, stream));
+  }
+  return buf;
+}
+
 }  // namespace
 
 // Device workspace for batches of up to `tokens` rows, and the pinned staging of forward().
@@ -95,7 +111,7 @@ CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::Laye
   }
   for (const io::ExpertTensors& t : weights_->experts()) {
     int64_t d = 0, ff = 0;
-    kernels::validate_ffn_weights(config_.activation, expert_ffn_weights(t, config_.activation), &d, &ff);
+    kernels::validate_ffn_weights(config_.activation, expert_ffn_weights(t, config_), &d, &ff);
   }
   if (hidden_ > INT_MAX / 2 || weights_->shape().expert_ff > INT_MAX / 2) {
     fail("hidden and expert sizes must fit the GPU kernels' int indices");
@@ -160,6 +176,14 @@ void CudaMoELayer::upload_weights() {
   w1_ = upload_stacked(experts, first, stream_);
   if (!gelu) w3_ = upload_stacked(experts, up, stream_);
   w2_ = upload_stacked(experts, down, stream_);
+  // gpt-oss's biases (GELU experts read the up projection's bias as b1, like its matrix).
+  b1_ = upload_stacked_bias(
+      experts, [gelu](const io::ExpertTensors& t) { return gelu ? t.up_bias : t.gate_bias; }, stream_);
+  if (!gelu)
+    b3_ = upload_stacked_bias(
+        experts, [](const io::ExpertTensors& t) { return t.up_bias; }, stream_);
+  b2_ = upload_stacked_bias(
+      experts, [](const io::ExpertTensors& t) { return t.down_bias; }, stream_);
   experts_view_ = cuda::ExpertWeightsView{type,
                                           num_experts(),
                                           static_cast<int>(s.hidden),
@@ -167,7 +191,12 @@ void CudaMoELayer::upload_weights() {
                                           w1_.data(),
                                           w3_.data(),
                                           w2_.data(),
-                                          act};
+                                          act,
+                                          b1_.size() ? b1_.data() : nullptr,
+                                          b3_.size() ? b3_.data() : nullptr,
+                                          b2_.size() ? b2_.data() : nullptr,
+                                          config_.swiglu_alpha,
+                                          config_.swiglu_limit};
   if (has_shared_) {
     std::span<const io::ExpertTensors> one(&*weights_->shared(), 1);
     shared_w1_ = upload_stacked(one, first, stream_);
@@ -180,10 +209,21 @@ void CudaMoELayer::upload_weights() {
                                            shared_w1_.data(),
                                            shared_w3_.data(),
                                            shared_w2_.data(),
-                                           act};
+                                           act,
+                                           nullptr,
+                                           nullptr,
+                                           nullptr,
+                                           config_.swiglu_alpha,
+                                           config_.swiglu_limit};
   }
   upload_floats(weights_->router_gate(), gate_w_, stream_);
   if (has_shared_gate_) upload_floats(*weights_->shared_gate(), shared_gate_w_, stream_);
+  if (!weights_->router_bias().empty()) {
+    router_bias_ = cuda::DeviceBuffer<float>(weights_->router_bias().size());
+    CUDA_CHECK(cudaMemcpyAsync(router_bias_.data(), weights_->router_bias().data(),
+                               weights_->router_bias().size() * sizeof(float), cudaMemcpyHostToDevice,
+                               stream_));
+  }
   if (!config_.router.selection_bias.empty()) {
     bias_ = cuda::DeviceBuffer<float>(config_.router.selection_bias.size());
     bias_.upload(config_.router.selection_bias, stream_);  // ordered on stream_ and waited for
@@ -261,7 +301,8 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
 
 size_t CudaMoELayer::device_bytes() const {
   size_t bytes = gate_w_.size() * 4 + bias_.size() * 4 + shared_gate_w_.size() * 4 + w1_.size() + w3_.size() +
-                 w2_.size() + shared_w1_.size() + shared_w3_.size() + shared_w2_.size();
+                 w2_.size() + shared_w1_.size() + shared_w3_.size() + shared_w2_.size() +
+                 (router_bias_.size() + b1_.size() + b3_.size() + b2_.size()) * 4;
   if (!ws_) return bytes;
   const Workspace& w = *ws_;
   for (size_t n : {w.x.size(),
@@ -361,6 +402,7 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
   plan_stale_ = true;
 
   gate(x, num_tokens, stream);
+  if (router_bias_.size()) cuda::add_row_bias(w.logits.data(), num_tokens, E, router_bias_.data(), stream);
   const cuda::TopKParams params = cuda::topk_params(config_.router, num_ranked_, bias_.data());
   cuda::topk_route(params, w.logits.data(), num_tokens, w.route_experts.data(), w.route_weights.data(),
                    w.top1.data(), w.error_row.data(), stream);
@@ -385,13 +427,15 @@ void CudaMoELayer::forward_device(const float* x, int num_tokens, const TokenMet
       w.capacity.data(),    w.offsets.data(),   w.slot_pairs.data(),  w.counts.data(),      w.error.data()};
   cuda::plan_dispatch(shape, in, out, w.plan_ws.data(), w.plan_bytes, stream);
 
+  // Llama 4 (weight_on_input): each pair's weight scales its expert's input; the combine adds with weight 1.
+  const float* input_weight = config_.weight_on_input ? w.pair_weight.data() : nullptr;
   cuda::gather_rows(x, static_cast<int>(hidden_), w.slot_pairs.data(), w.offsets.data(), E, k, max_rows,
-                    w.x_rows.data(), stream);
+                    w.x_rows.data(), stream, input_weight);
   experts(max_rows, stream);
   if (has_shared_) shared(x, num_tokens, stream);
   cuda::combine_rows_with_shared(w.y_rows.data(), static_cast<int>(hidden_), w.pair_expert.data(),
-                                 w.pair_slot.data(), w.pair_weight.data(), w.offsets.data(), num_tokens, k,
-                                 has_shared_ ? w.shared_out.data() : nullptr,
+                                 w.pair_slot.data(), config_.weight_on_input ? nullptr : w.pair_weight.data(),
+                                 w.offsets.data(), num_tokens, k, has_shared_ ? w.shared_out.data() : nullptr,
                                  has_shared_gate_ ? w.shared_logit.data() : nullptr, y, stream);
 }
 

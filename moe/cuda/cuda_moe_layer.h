@@ -133,6 +133,8 @@ class CudaMoELayer final : public Layer {
   cuda::DeviceBuffer<float> bias_;           // [E] selection bias, or empty
   cuda::DeviceBuffer<float> shared_gate_w_;  // [1, hidden], or empty
   cuda::DeviceBuffer<std::byte> w1_, w3_, w2_, shared_w1_, shared_w3_, shared_w2_;
+  cuda::DeviceBuffer<float> router_bias_;   // [E] (gpt-oss), or empty
+  cuda::DeviceBuffer<float> b1_, b3_, b2_;  // the experts' biases [E][ff], [E][ff], [E][hidden], or empty
   cuda::ExpertWeightsView experts_view_{}, shared_view_{};
 
   std::unique_ptr<Workspace> ws_;

@@ -117,6 +117,20 @@ const TensorInfo& Checkpoint::get(std::string_view name) const {
   return *info;
 }
 
+std::optional<RawTensor> Checkpoint::raw(std::string_view name) const {
+  if (!indexed_) return shards_.front().raw(name);
+  const auto it = weight_map_.find(name);
+  if (it == weight_map_.end()) return std::nullopt;
+  const SafetensorsFile& shard = shards_[it->second];
+  auto t = shard.raw(name);
+  if (!t) {
+    throw std::invalid_argument("checkpoint " + path_.string() + ": tensor '" + std::string(name) +
+                                "' is listed in the index but absent from its shard " +
+                                shard.path().string());
+  }
+  return t;
+}
+
 bool Checkpoint::contains(std::string_view name) const {
   if (!indexed_) return shards_.front().contains(name);
   return weight_map_.find(name) != weight_map_.end();

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,10 @@ class Checkpoint {
 
   // Like find(), but a missing tensor throws std::invalid_argument naming the tensor and the checkpoint.
   const TensorInfo& get(std::string_view name) const;
+
+  // The tensor `name` whatever its dtype (SafetensorsFile::raw), or nullopt if the checkpoint does not list
+  // it. Throws std::invalid_argument if the index lists it but its shard does not contain it.
+  std::optional<RawTensor> raw(std::string_view name) const;
 
   // True if the checkpoint lists `name` (whatever its dtype).
   bool contains(std::string_view name) const;

@@ -13,9 +13,7 @@ float f16_to_f32(uint16_t bits) {
   return kernels::f16_to_f32(bits);
 }
 
-namespace {
-
-float load_as_f32(const std::byte* p, kernels::DType from) {
+float load_f32(const std::byte* p, kernels::DType from) {
   switch (from) {
     case kernels::DType::kF32: {
       float v;
@@ -36,8 +34,6 @@ float load_as_f32(const std::byte* p, kernels::DType from) {
   return 0.0f;
 }
 
-}  // namespace
-
 void convert(const std::byte* src, kernels::DType from, std::byte* dst, kernels::DType to, size_t count) {
   if (from == to) {
     std::memcpy(dst, src, count * kernels::dtype_size(from));
@@ -47,13 +43,13 @@ void convert(const std::byte* src, kernels::DType from, std::byte* dst, kernels:
   switch (to) {
     case kernels::DType::kF32:
       for (size_t i = 0; i < count; ++i) {
-        const float v = load_as_f32(src + i * in, from);
+        const float v = load_f32(src + i * in, from);
         std::memcpy(dst + i * 4, &v, 4);
       }
       return;
     case kernels::DType::kBF16:
       for (size_t i = 0; i < count; ++i) {
-        const uint16_t v = kernels::f32_to_bf16(load_as_f32(src + i * in, from));
+        const uint16_t v = kernels::f32_to_bf16(load_f32(src + i * in, from));
         std::memcpy(dst + i * 2, &v, 2);
       }
       return;

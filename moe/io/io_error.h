@@ -14,4 +14,12 @@ class IoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown before an allocation that would not fit: the bytes a layer's weights (or their prepared copies)
+// need against the memory this process may still take (moe/io/memory.h). The message names both and what
+// to change (storage dtype, a smaller layer). The C API maps it to MOE_OUT_OF_MEMORY, Python to MemoryError.
+class OutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace moe::io

@@ -12,7 +12,9 @@
 #include <utility>
 
 #include "base/splitmix64.h"
+#include "kernels/bf16.h"
 #include "moe/io/dtype_convert.h"
+#include "moe/io/memory.h"
 #include "moe/io/safetensors.h"
 
 namespace moe::io {
@@ -25,28 +27,26 @@ namespace {
 enum class Proj { kGate, kUp, kDown };
 constexpr Proj kProjs[] = {Proj::kGate, Proj::kUp, Proj::kDown};
 
-std::string_view display_name(Architecture arch) {
-  switch (arch) {
-    case Architecture::kMixtral:
-      return "Mixtral";
-    case Architecture::kQwen2Moe:
-      return "Qwen2-MoE";
-    case Architecture::kDeepseekV3:
-      return "DeepSeek-V3";
-    case Architecture::kOlmoe:
-      return "OLMoE";
-  }
-  return "?";
+// Whether a family stores its routed experts fused per layer ([E, in, out] tensors) rather than one matrix
+// per expert and projection.
+bool fused_experts(Architecture arch) {
+  return arch == Architecture::kGptOss || arch == Architecture::kLlama4;
 }
 
-// Hugging Face tensor names of one layer.
+// Hugging Face tensor names of one layer. `root` is what precedes "layers.{i}." (model., or Llama 4's
+// multimodal language_model.model.).
 class HfNames {
  public:
-  HfNames(Architecture arch, int layer) : arch_(arch) {
-    prefix_ = "model.layers." + std::to_string(layer) +
-              (arch == Architecture::kMixtral ? ".block_sparse_moe." : ".mlp.");
+  HfNames(Architecture arch, int layer, const std::string& root = "model.") : arch_(arch) {
+    const char* block = arch == Architecture::kMixtral  ? "block_sparse_moe."
+                        : arch == Architecture::kLlama4 ? "feed_forward."
+                                                        : "mlp.";
+    prefix_ = root + "layers." + std::to_string(layer) + "." + block;
   }
-  std::string router_gate() const { return prefix_ + "gate.weight"; }
+  std::string router_gate() const {
+    return prefix_ + (fused_experts(arch_) ? "router.weight" : "gate.weight");
+  }
+  std::string router_bias() const { return prefix_ + "router.bias"; }
   std::string score_bias() const { return prefix_ + "gate.e_score_correction_bias"; }
   std::string expert(int e, Proj p) const {
     const std::string base = prefix_ + "experts." + std::to_string(e) + ".";
@@ -55,9 +55,14 @@ class HfNames {
     }
     return base + proj_name(p);
   }
+  // The fused experts (gpt-oss, Llama 4): gate_up_proj [E, d, 2 ff], down_proj [E, ff, d], their biases, and
+  // the MXFP4 forms (<name>_blocks, <name>_scales).
+  std::string fused_gate_up() const { return prefix_ + "experts.gate_up_proj"; }
+  std::string fused_down() const { return prefix_ + "experts.down_proj"; }
   std::string shared(Proj p) const {
-    return prefix_ + (arch_ == Architecture::kDeepseekV3 ? "shared_experts." : "shared_expert.") +
-           proj_name(p);
+    const bool plural = arch_ == Architecture::kDeepseekV3 || arch_ == Architecture::kDeepseekV2 ||
+                        arch_ == Architecture::kGlm4Moe;
+    return prefix_ + (plural ? "shared_experts." : "shared_expert.") + proj_name(p);
   }
   std::string shared_gate() const { return prefix_ + "shared_expert_gate.weight"; }
 
@@ -68,6 +73,13 @@ class HfNames {
   Architecture arch_;
   std::string prefix_;
 };
+
+// The root of a Llama 4 checkpoint's layer tensors: language_model.model. when the file has the multimodal
+// names, else model.
+std::string llama4_root(const Checkpoint& ckpt, int layer) {
+  const std::string mm = "language_model.model.";
+  return ckpt.contains(HfNames(Architecture::kLlama4, layer, mm).router_gate()) ? mm : "model.";
+}
 
 // Canonical, architecture-independent names used by content_hash and the random streams.
 std::string canonical_expert(int e, Proj p) {
@@ -114,27 +126,49 @@ uint64_t stream_seed(uint64_t seed, const std::string& canonical_name) {
 
 }  // namespace
 
+namespace {
+
+struct ArchName {
+  Architecture arch;
+  const char* name;
+  const char* display;
+};
+constexpr ArchName kArchNames[] = {
+    {Architecture::kMixtral, "mixtral", "Mixtral"},
+    {Architecture::kQwen2Moe, "qwen2-moe", "Qwen2-MoE"},
+    {Architecture::kDeepseekV3, "deepseek-v3", "DeepSeek-V3"},
+    {Architecture::kOlmoe, "olmoe", "OLMoE"},
+    {Architecture::kQwen3Moe, "qwen3-moe", "Qwen3-MoE"},
+    {Architecture::kDeepseekV2, "deepseek-v2", "DeepSeek-V2"},
+    {Architecture::kGlm4Moe, "glm4-moe", "GLM-4.5"},
+    {Architecture::kGptOss, "gpt-oss", "gpt-oss"},
+    {Architecture::kLlama4, "llama4", "Llama 4"},
+};
+
+}  // namespace
+
 Architecture parse_architecture(std::string_view name) {
   std::string s(name);
   for (char& c : s) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (s == "mixtral") return Architecture::kMixtral;
-  if (s == "qwen2-moe") return Architecture::kQwen2Moe;
-  if (s == "deepseek-v3") return Architecture::kDeepseekV3;
-  if (s == "olmoe") return Architecture::kOlmoe;
-  throw std::invalid_argument("unknown architecture '" + std::string(name) +
-                              "' (expected one of: mixtral, qwen2-moe, deepseek-v3, olmoe)");
+  std::string known;
+  for (const ArchName& a : kArchNames) {
+    if (s == a.name) return a.arch;
+    known += (known.empty() ? "" : ", ") + std::string(a.name);
+  }
+  throw std::invalid_argument("unknown architecture '" + std::string(name) + "' (expected one of: " + known +
+                              ")");
 }
 
 std::string_view to_string(Architecture arch) {
-  switch (arch) {
-    case Architecture::kMixtral:
-      return "mixtral";
-    case Architecture::kQwen2Moe:
-      return "qwen2-moe";
-    case Architecture::kDeepseekV3:
-      return "deepseek-v3";
-    case Architecture::kOlmoe:
-      return "olmoe";
+  for (const ArchName& a : kArchNames) {
+    if (a.arch == arch) return a.name;
+  }
+  return "?";
+}
+
+std::string_view display_name(Architecture arch) {
+  for (const ArchName& a : kArchNames) {
+    if (a.arch == arch) return a.display;
   }
   return "?";
 }
@@ -153,13 +187,27 @@ void LayerShape::validate() const {
   if (shared_expert_gate && num_shared_experts == 0) fail("shared_expert_gate requires a shared expert");
 }
 
+uint64_t LayerShape::expert_bytes(DType storage) const {
+  const uint64_t per = kernels::dtype_size(storage);
+  uint64_t n = 3 * static_cast<uint64_t>(num_experts) * static_cast<uint64_t>(expert_ff) *
+               static_cast<uint64_t>(hidden);
+  if (num_shared_experts > 0) n += 3 * static_cast<uint64_t>(shared_ff) * static_cast<uint64_t>(hidden);
+  return n * per;
+}
+
 void LayerShape::validate_for(Architecture arch) const {
   validate();
   const std::string who = std::string(to_string(arch)) + " layers ";
   auto fail = [&](const std::string& what) { throw std::invalid_argument("LayerShape: " + who + what); };
+  const bool gpt_oss = arch == Architecture::kGptOss;
+  if (router_bias != gpt_oss) fail(gpt_oss ? "carry a router bias (set router_bias)" : "have no router bias");
+  if (expert_bias != gpt_oss)
+    fail(gpt_oss ? "carry expert biases (set expert_bias)" : "have no expert biases");
   switch (arch) {
     case Architecture::kMixtral:
     case Architecture::kOlmoe:
+    case Architecture::kQwen3Moe:
+    case Architecture::kGptOss:
       if (num_shared_experts != 0) fail("have no shared expert (num_shared_experts must be 0)");
       if (score_bias) fail("have no score bias");
       break;
@@ -167,9 +215,19 @@ void LayerShape::validate_for(Architecture arch) const {
       if (num_shared_experts > 1) fail("have at most one shared expert");
       if (score_bias) fail("have no score bias");
       break;
+    case Architecture::kDeepseekV2:
+      if (shared_expert_gate) fail("have no shared_expert_gate");
+      if (score_bias) fail("have no score bias (DeepSeek-V2 routes without e_score_correction_bias)");
+      break;
     case Architecture::kDeepseekV3:
+    case Architecture::kGlm4Moe:
       if (shared_expert_gate) fail("have no shared_expert_gate");
       if (!score_bias) fail("carry e_score_correction_bias (set score_bias)");
+      break;
+    case Architecture::kLlama4:
+      if (num_shared_experts != 1) fail("have one shared expert (num_shared_experts must be 1)");
+      if (shared_expert_gate) fail("have no shared_expert_gate");
+      if (score_bias) fail("have no score bias");
       break;
   }
 }
@@ -210,8 +268,16 @@ class LayerBuilder {
     return owned_matrix(reinterpret_cast<const std::byte*>(values.data()), DType::kF32, rows, cols, to);
   }
 
+  // An owned fp32 copy of `values` that lives as long as the LayerWeights.
+  std::span<const float> owned_floats(std::span<const float> values) {
+    auto* dst = reinterpret_cast<float*>(alloc(values.size() * sizeof(float)));
+    std::copy(values.begin(), values.end(), dst);
+    return {dst, values.size()};
+  }
+
   void set_router_gate(MatrixView v) { w_.router_gate_ = v; }
   void set_score_bias(std::vector<float> b) { w_.score_bias_ = std::move(b); }
+  void set_router_bias(std::vector<float> b) { w_.router_bias_ = std::move(b); }
   void add_expert(ExpertTensors e) { w_.experts_.push_back(e); }
   void set_shared(ExpertTensors e) { w_.shared_ = e; }
   void set_shared_gate(MatrixView v) { w_.shared_gate_ = v; }
@@ -238,32 +304,241 @@ class LayerBuilder {
 
 namespace {
 
-// Finds `name` in the checkpoint with exactly `shape`, or throws a message naming it.
-const TensorInfo& require(const Checkpoint& ckpt, Architecture arch, const std::string& name,
-                          std::initializer_list<int64_t> shape) {
-  const TensorInfo* info = ckpt.find(name);
-  if (info == nullptr) {
-    throw std::invalid_argument(name + " missing from checkpoint " + ckpt.path().string() + " (a " +
-                                std::string(display_name(arch)) + " layer needs it)");
-  }
-  if (!std::equal(info->shape.begin(), info->shape.end(), shape.begin(), shape.end())) {
-    throw std::invalid_argument(name + ": shape " + shape_string(info->shape) + " but expected " +
-                                shape_string(std::span<const int64_t>(shape.begin(), shape.size())) +
-                                " (checkpoint " + ckpt.path().string() + ")");
-  }
-  return *info;
+std::string shape_of(const std::vector<int64_t>& shape) {
+  return shape_string(std::span<const int64_t>(shape.data(), shape.size()));
 }
 
-// A matrix of the layer: a view into the checkpoint when dtype and alignment allow, else an owned copy.
-MatrixView load_matrix(LayerBuilder& b, const Checkpoint& ckpt, Architecture arch, const std::string& name,
-                       int64_t rows, int64_t cols, DType to) {
-  const TensorInfo& info = require(ckpt, arch, name, {rows, cols});
-  const bool aligned = reinterpret_cast<uintptr_t>(info.data) % kernels::dtype_size(info.dtype) == 0;
-  if (info.dtype == to && aligned) {
-    b.mark_zero_copy();
-    return MatrixView{info.data, to, rows, cols, cols};
+// Reads one layer's tensors from a checkpoint, in two passes with the same decisions: planning (no builder:
+// counts the bytes the owned matrices will take) and loading (allocates and fills). Every tensor is found
+// with exactly the shape the layer implies, or the error names it.
+class LayerLoader {
+ public:
+  LayerLoader(const Checkpoint& ckpt, Architecture arch, Fp8BlockSize fp8, LayerBuilder* builder)
+      : ckpt_(ckpt), arch_(arch), fp8_(fp8), b_(builder) {}
+
+  uint64_t planned_bytes() const { return planned_; }
+  bool has(const std::string& name) const { return ckpt_.contains(name); }
+
+  // The tensor `name` of any dtype with exactly `shape`.
+  RawTensor raw(const std::string& name, std::initializer_list<int64_t> shape) const {
+    const std::optional<RawTensor> t = ckpt_.raw(name);
+    if (!t) {
+      throw std::invalid_argument(name + " missing from checkpoint " + ckpt_.path().string() + " (a " +
+                                  std::string(display_name(arch_)) + " layer needs it)");
+    }
+    if (!std::equal(t->shape->begin(), t->shape->end(), shape.begin(), shape.end())) {
+      throw std::invalid_argument(name + ": shape " + shape_of(*t->shape) + " but expected " +
+                                  shape_string(std::span<const int64_t>(shape.begin(), shape.size())) +
+                                  " (checkpoint " + ckpt_.path().string() + ")");
+    }
+    return *t;
   }
-  return b.owned_matrix(info.data, info.dtype, rows, cols, to);
+  // The tensor `name` of a plain dtype (F32, BF16, F16) with exactly `shape`.
+  const TensorInfo& plain(const std::string& name, std::initializer_list<int64_t> shape) const {
+    raw(name, shape);
+    return *ckpt_.find(name);  // throws naming the dtype when it is not F32, BF16 or F16
+  }
+
+  // The storage dtype a file's matrix suggests: its own, F16 -> F32, quantized -> BF16.
+  DType suggested_storage(const std::string& name) const {
+    const std::optional<RawTensor> t = ckpt_.raw(name);
+    if (!t) return DType::kF32;  // reported when the matrix is read
+    if (*t->dtype == "F32" || *t->dtype == "F16") return DType::kF32;
+    return DType::kBF16;
+  }
+
+  // An [rows, cols] matrix: a view into the checkpoint when dtype and alignment allow, else converted; an
+  // F8_E4M3 matrix with its <name>_scale_inv block scales is dequantized.
+  MatrixView matrix(const std::string& name, int64_t rows, int64_t cols, DType to) {
+    const std::optional<RawTensor> t = ckpt_.raw(name);
+    if (t && *t->dtype == "F8_E4M3") return fp8_matrix(name, rows, cols, to);
+    const TensorInfo& info = plain(name, {rows, cols});
+    const bool aligned = reinterpret_cast<uintptr_t>(info.data) % kernels::dtype_size(info.dtype) == 0;
+    if (info.dtype == to && aligned) {
+      if (b_) b_->mark_zero_copy();
+      return MatrixView{info.data, to, rows, cols, cols};
+    }
+    if (!b_) return plan(rows, cols, to);
+    return b_->owned_matrix(info.data, info.dtype, rows, cols, to);
+  }
+
+  // A 1-D tensor [n] as fp32 values.
+  std::vector<float> floats(const std::string& name, int64_t n) const {
+    const TensorInfo& info = plain(name, {n});
+    std::vector<float> v(static_cast<size_t>(n));
+    internal::convert(info.data, info.dtype, reinterpret_cast<std::byte*>(v.data()), DType::kF32, v.size());
+    return v;
+  }
+  // Row e of a 2-D tensor [E, n] as fp32 values.
+  std::vector<float> floats_row(const std::string& name, int64_t num_rows, int64_t n, int64_t e) const {
+    const TensorInfo& info = plain(name, {num_rows, n});
+    std::vector<float> v(static_cast<size_t>(n));
+    const size_t esize = kernels::dtype_size(info.dtype);
+    internal::convert(info.data + static_cast<size_t>(e * n) * esize, info.dtype,
+                      reinterpret_cast<std::byte*>(v.data()), DType::kF32, v.size());
+    return v;
+  }
+
+  // Expert e's [rows, in] matrix out of a fused, transposed [E, in, out_total] tensor: row j is column
+  // col_of(j) (gpt-oss and Llama 4 experts).
+  template <class ColOf>
+  MatrixView transposed(const std::string& name, int64_t num_experts, int64_t e, int64_t in,
+                        int64_t out_total, int64_t rows, ColOf col_of, DType to) {
+    const TensorInfo& info = plain(name, {num_experts, in, out_total});
+    if (!b_) return plan(rows, in, to);
+    std::byte* dst = b_->alloc(checked_bytes(rows, in, to));
+    const size_t src_size = kernels::dtype_size(info.dtype), dst_size = kernels::dtype_size(to);
+    const std::byte* base = info.data + static_cast<size_t>(e * in * out_total) * src_size;
+    constexpr int64_t kTile = 64;  // rows of the source read per pass: its cache lines are reused across j
+    for (int64_t i0 = 0; i0 < in; i0 += kTile) {
+      const int64_t i1 = std::min(in, i0 + kTile);
+      for (int64_t j = 0; j < rows; ++j) {
+        const int64_t c = col_of(j);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float v =
+              internal::load_f32(base + static_cast<size_t>(i * out_total + c) * src_size, info.dtype);
+          std::byte* out = dst + static_cast<size_t>(j * in + i) * dst_size;
+          if (to == DType::kF32) {
+            std::memcpy(out, &v, 4);
+          } else {
+            const uint16_t h = kernels::f32_to_bf16(v);
+            std::memcpy(out, &h, 2);
+          }
+        }
+      }
+    }
+    return MatrixView{dst, to, rows, in, in};
+  }
+
+  // Expert e's [rows, cols] matrix out of MXFP4 <base>_blocks [E, out_total, cols / 32, 16] and
+  // <base>_scales [E, out_total, cols / 32]: row j is source row row_of(j) ([out, in] layout).
+  template <class RowOf>
+  MatrixView mxfp4(const std::string& base, int64_t num_experts, int64_t e, int64_t out_total, int64_t cols,
+                   int64_t rows, RowOf row_of, DType to) {
+    if (cols % 32 != 0) {
+      throw std::invalid_argument(base + "_blocks: MXFP4 needs the input size (" + std::to_string(cols) +
+                                  ") to be a multiple of 32");
+    }
+    const int64_t groups = cols / 32;
+    const RawTensor blocks = raw(base + "_blocks", {num_experts, out_total, groups, 16});
+    const RawTensor scales = raw(base + "_scales", {num_experts, out_total, groups});
+    if (*blocks.dtype != "U8" || *scales.dtype != "U8") {
+      throw std::invalid_argument(base + "_blocks / _scales: MXFP4 tensors are U8 (got " + *blocks.dtype +
+                                  " / " + *scales.dtype + ") in " + ckpt_.path().string());
+    }
+    if (!b_) return plan(rows, cols, to);
+    std::byte* dst = b_->alloc(checked_bytes(rows, cols, to));
+    const auto* bl = reinterpret_cast<const uint8_t*>(blocks.data);
+    const auto* sc = reinterpret_cast<const uint8_t*>(scales.data);
+    const size_t row_bytes = static_cast<size_t>(cols) * kernels::dtype_size(to);
+    for (int64_t j = 0; j < rows; ++j) {
+      const int64_t r = e * out_total + row_of(j);
+      dequantize_mxfp4_row(bl + r * groups * 16, sc + r * groups, groups, to,
+                           dst + static_cast<size_t>(j) * row_bytes,
+                           base + " (expert " + std::to_string(e) + ")", row_of(j));
+    }
+    return MatrixView{dst, to, rows, cols, cols};
+  }
+
+ private:
+  MatrixView plan(int64_t rows, int64_t cols, DType to) {
+    planned_ += checked_bytes(rows, cols, to);
+    return MatrixView{nullptr, to, rows, cols, cols};
+  }
+
+  MatrixView fp8_matrix(const std::string& name, int64_t rows, int64_t cols, DType to) {
+    const RawTensor q = raw(name, {rows, cols});
+    const int64_t scale_rows = (rows + fp8_.rows - 1) / fp8_.rows,
+                  scale_cols = (cols + fp8_.cols - 1) / fp8_.cols;
+    const std::string scale_name = name + "_scale_inv";
+    const RawTensor scale = raw(scale_name, {scale_rows, scale_cols});
+    DType scale_dtype;
+    if (*scale.dtype == "F32") {
+      scale_dtype = DType::kF32;
+    } else if (*scale.dtype == "BF16") {
+      scale_dtype = DType::kBF16;
+    } else {
+      throw std::invalid_argument(scale_name + ": dtype " + *scale.dtype +
+                                  " (FP8 block scales are F32 or BF16) in " + ckpt_.path().string());
+    }
+    if (!b_) return plan(rows, cols, to);
+    std::byte* dst = b_->alloc(checked_bytes(rows, cols, to));
+    dequantize_fp8(reinterpret_cast<const uint8_t*>(q.data), rows, cols, scale.data, scale_dtype, fp8_, to,
+                   dst, name);
+    return MatrixView{dst, to, rows, cols, cols};
+  }
+
+  const Checkpoint& ckpt_;
+  Architecture arch_;
+  Fp8BlockSize fp8_;
+  LayerBuilder* b_;
+  uint64_t planned_ = 0;
+};
+
+// The layer's tensors through `loader` into `b` (the builder is null while planning).
+void read_layer(LayerLoader& loader, LayerBuilder* b, Architecture arch, const HfNames& names,
+                const LayerShape& shape, DType storage) {
+  const int64_t d = shape.hidden, ff = shape.expert_ff, E = shape.num_experts;
+  const MatrixView gate = loader.matrix(names.router_gate(), E, d, DType::kF32);
+  std::vector<float> score_bias, router_bias;
+  if (shape.score_bias) score_bias = loader.floats(names.score_bias(), E);
+  if (shape.router_bias) router_bias = loader.floats(names.router_bias(), E);
+  if (b) {
+    b->set_router_gate(gate);
+    if (shape.score_bias) b->set_score_bias(std::move(score_bias));
+    if (shape.router_bias) b->set_router_bias(std::move(router_bias));
+  }
+  for (int e = 0; e < shape.num_experts; ++e) {
+    ExpertTensors t;
+    if (!fused_experts(arch)) {
+      t.gate_proj = loader.matrix(names.expert(e, Proj::kGate), ff, d, storage);
+      t.up_proj = loader.matrix(names.expert(e, Proj::kUp), ff, d, storage);
+      t.down_proj = loader.matrix(names.expert(e, Proj::kDown), d, ff, storage);
+    } else {
+      // gpt-oss interleaves gate and up (columns / rows 2j and 2j + 1); Llama 4 concatenates them.
+      const bool interleaved = arch == Architecture::kGptOss;
+      auto gate_col = [&](int64_t j) { return interleaved ? 2 * j : j; };
+      auto up_col = [&](int64_t j) { return interleaved ? 2 * j + 1 : ff + j; };
+      auto same = [](int64_t j) { return j; };
+      const std::string gu = names.fused_gate_up(), dn = names.fused_down();
+      if (arch == Architecture::kGptOss && !loader.has(gu)) {
+        t.gate_proj = loader.mxfp4(gu, E, e, 2 * ff, d, ff, gate_col, storage);
+        t.up_proj = loader.mxfp4(gu, E, e, 2 * ff, d, ff, up_col, storage);
+        t.down_proj = loader.mxfp4(dn, E, e, d, ff, d, same, storage);
+      } else {
+        t.gate_proj = loader.transposed(gu, E, e, d, 2 * ff, ff, gate_col, storage);
+        t.up_proj = loader.transposed(gu, E, e, d, 2 * ff, ff, up_col, storage);
+        t.down_proj = loader.transposed(dn, E, e, ff, d, d, same, storage);
+      }
+      if (shape.expert_bias) {
+        const std::vector<float> gu_bias = loader.floats_row(gu + "_bias", E, 2 * ff, e);
+        const std::vector<float> dn_bias = loader.floats_row(dn + "_bias", E, d, e);
+        if (b) {
+          std::vector<float> g(static_cast<size_t>(ff)), u(static_cast<size_t>(ff));
+          for (int64_t j = 0; j < ff; ++j) {
+            g[static_cast<size_t>(j)] = gu_bias[static_cast<size_t>(gate_col(j))];
+            u[static_cast<size_t>(j)] = gu_bias[static_cast<size_t>(up_col(j))];
+          }
+          t.gate_bias = b->owned_floats(g);
+          t.up_bias = b->owned_floats(u);
+          t.down_bias = b->owned_floats(dn_bias);
+        }
+      }
+    }
+    if (b) b->add_expert(t);
+  }
+  if (shape.num_shared_experts > 0) {
+    const int64_t sff = shape.shared_ff;
+    ExpertTensors t;
+    t.gate_proj = loader.matrix(names.shared(Proj::kGate), sff, d, storage);
+    t.up_proj = loader.matrix(names.shared(Proj::kUp), sff, d, storage);
+    t.down_proj = loader.matrix(names.shared(Proj::kDown), d, sff, storage);
+    if (b) b->set_shared(t);
+  }
+  if (shape.shared_expert_gate) {
+    const MatrixView g = loader.matrix(names.shared_gate(), 1, d, DType::kF32);
+    if (b) b->set_shared_gate(g);
+  }
 }
 
 // Appends one tensor to `out`, copying only when the view is strided.
@@ -335,11 +610,19 @@ uint64_t LayerWeights::content_hash() const {
     const auto n = static_cast<int64_t>(score_bias_.size());
     h.tensor("score_bias", DType::kF32, {n}, score_bias_.data(), 1, n, n);
   }
+  auto vector = [&](std::string_view name, std::span<const float> v) {
+    const auto n = static_cast<int64_t>(v.size());
+    if (n > 0) h.tensor(name, DType::kF32, {n}, v.data(), 1, n, n);
+  };
+  vector("router_bias", router_bias_);
   for (size_t e = 0; e < experts_.size(); ++e) {
     const int ei = static_cast<int>(e);
     h.matrix(canonical_expert(ei, Proj::kGate), experts_[e].gate_proj);
     h.matrix(canonical_expert(ei, Proj::kUp), experts_[e].up_proj);
     h.matrix(canonical_expert(ei, Proj::kDown), experts_[e].down_proj);
+    vector(canonical_expert(ei, Proj::kGate) + ".bias", experts_[e].gate_bias);
+    vector(canonical_expert(ei, Proj::kUp) + ".bias", experts_[e].up_bias);
+    vector(canonical_expert(ei, Proj::kDown) + ".bias", experts_[e].down_bias);
   }
   if (shared_) {
     h.matrix(canonical_shared(Proj::kGate), shared_->gate_proj);
@@ -351,46 +634,32 @@ uint64_t LayerWeights::content_hash() const {
 }
 
 LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch, int layer_index,
-                        const LayerShape& expected, std::optional<DType> storage) {
+                        const LayerShape& expected, std::optional<DType> storage, Fp8BlockSize fp8_block) {
   if (checkpoint == nullptr) throw std::invalid_argument("load_layer: null checkpoint");
   if (layer_index < 0)
     throw std::invalid_argument("load_layer: negative layer index " + std::to_string(layer_index));
   expected.validate_for(arch);
   const Checkpoint& ckpt = *checkpoint;
-  const HfNames names(arch, layer_index);
-  const int64_t d = expected.hidden, ff = expected.expert_ff, num_experts = expected.num_experts;
-
-  require(ckpt, arch, names.router_gate(),
-          {num_experts, d});  // the first name to report if the file is wrong
+  const HfNames names(arch, layer_index,
+                      arch == Architecture::kLlama4 ? llama4_root(ckpt, layer_index) : "model.");
+  LayerLoader planner(ckpt, arch, fp8_block, nullptr);
+  planner.raw(names.router_gate(), {expected.num_experts, expected.hidden});  // the first name to report
   if (!storage) {
-    const TensorInfo& first = require(ckpt, arch, names.expert(0, Proj::kGate), {ff, d});
-    storage = first.dtype == DType::kF16 ? DType::kF32 : first.dtype;
+    if (!fused_experts(arch)) {
+      storage = planner.suggested_storage(names.expert(0, Proj::kGate));
+    } else {
+      storage = ckpt.contains(names.fused_gate_up()) ? planner.suggested_storage(names.fused_gate_up())
+                                                     : DType::kBF16;  // gpt-oss MXFP4
+    }
   }
-  LayerBuilder b(expected, *storage);
+  LayerBuilder b(expected, *storage);  // rejects kF16 storage
+  read_layer(planner, nullptr, arch, names, expected, *storage);
+  check_memory(planner.planned_bytes(), "layer " + std::to_string(layer_index) + " of " +
+                                            ckpt.path().string() + " in " +
+                                            std::string(kernels::to_string(*storage)) + " storage");
   b.set_checkpoint(checkpoint);
-
-  b.set_router_gate(load_matrix(b, ckpt, arch, names.router_gate(), num_experts, d, DType::kF32));
-  if (expected.score_bias) {
-    const TensorInfo& info = require(ckpt, arch, names.score_bias(), {num_experts});
-    std::vector<float> bias(static_cast<size_t>(num_experts));
-    internal::convert(info.data, info.dtype, reinterpret_cast<std::byte*>(bias.data()), DType::kF32,
-                      bias.size());
-    b.set_score_bias(std::move(bias));
-  }
-  for (int e = 0; e < expected.num_experts; ++e) {
-    b.add_expert(ExpertTensors{load_matrix(b, ckpt, arch, names.expert(e, Proj::kGate), ff, d, *storage),
-                               load_matrix(b, ckpt, arch, names.expert(e, Proj::kUp), ff, d, *storage),
-                               load_matrix(b, ckpt, arch, names.expert(e, Proj::kDown), d, ff, *storage)});
-  }
-  if (expected.num_shared_experts > 0) {
-    const int64_t sff = expected.shared_ff;
-    b.set_shared(ExpertTensors{load_matrix(b, ckpt, arch, names.shared(Proj::kGate), sff, d, *storage),
-                               load_matrix(b, ckpt, arch, names.shared(Proj::kUp), sff, d, *storage),
-                               load_matrix(b, ckpt, arch, names.shared(Proj::kDown), d, sff, *storage)});
-  }
-  if (expected.shared_expert_gate) {
-    b.set_shared_gate(load_matrix(b, ckpt, arch, names.shared_gate(), 1, d, DType::kF32));
-  }
+  LayerLoader loader(ckpt, arch, fp8_block, &b);
+  read_layer(loader, &b, arch, names, expected, *storage);
   return std::move(b.weights());
 }
 
@@ -436,6 +705,17 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     fail("score_bias has " + std::to_string(views.score_bias.size()) + " values, the shape needs " +
          std::to_string(E));
   }
+  auto check_vector = [&](const std::string& name, std::span<const float> v, bool wanted, int64_t n,
+                          const char* flag) {
+    if (wanted != !v.empty()) {
+      fail(wanted ? name + " is required (shape." + flag + " is set)"
+                  : name + " given but shape." + flag + " is not set");
+    }
+    if (wanted && static_cast<int64_t>(v.size()) != n) {
+      fail(name + " has " + std::to_string(v.size()) + " values, the shape needs " + std::to_string(n));
+    }
+  };
+  check_vector("router_bias", views.router_bias, shape.router_bias, E, "router_bias");
   if (static_cast<int64_t>(views.experts.size()) != E) {
     fail(std::to_string(views.experts.size()) + " experts given, the shape has " + std::to_string(E));
   }
@@ -450,7 +730,13 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     check_view(name + ".up_proj", t.up_proj, f, d, want, false);
     check_view(name + ".down_proj", t.down_proj, d, f, want, false);
   };
-  for (int64_t e = 0; e < E; ++e) check_ffn("experts[" + std::to_string(e) + "]", views.experts[e], ff);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string name = "experts[" + std::to_string(e) + "]";
+    check_ffn(name, views.experts[e], ff);
+    check_vector(name + ".gate_bias", views.experts[e].gate_bias, shape.expert_bias, ff, "expert_bias");
+    check_vector(name + ".up_bias", views.experts[e].up_bias, shape.expert_bias, ff, "expert_bias");
+    check_vector(name + ".down_bias", views.experts[e].down_bias, shape.expert_bias, d, "expert_bias");
+  }
   if ((shape.num_shared_experts > 0) != views.shared.has_value()) {
     fail(shape.num_shared_experts > 0 ? "the shape has a shared expert but no shared views were given"
                                       : "shared expert views given but shape.num_shared_experts is 0");
@@ -467,10 +753,18 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
   b.set_router_gate(b.caller_matrix(views.router_gate, DType::kF32, ownership));
   if (shape.score_bias)
     b.set_score_bias(std::vector<float>(views.score_bias.begin(), views.score_bias.end()));
+  if (shape.router_bias)
+    b.set_router_bias(std::vector<float>(views.router_bias.begin(), views.router_bias.end()));
   auto ffn = [&](const ExpertTensors& t) {
-    return ExpertTensors{b.caller_matrix(t.gate_proj, storage, ownership),
-                         b.caller_matrix(t.up_proj, storage, ownership),
-                         b.caller_matrix(t.down_proj, storage, ownership)};
+    ExpertTensors out{b.caller_matrix(t.gate_proj, storage, ownership),
+                      b.caller_matrix(t.up_proj, storage, ownership),
+                      b.caller_matrix(t.down_proj, storage, ownership)};
+    if (!t.gate_bias.empty()) {
+      out.gate_bias = b.owned_floats(t.gate_bias);
+      out.up_bias = b.owned_floats(t.up_bias);
+      out.down_bias = b.owned_floats(t.down_bias);
+    }
+    return out;
   };
   for (const ExpertTensors& t : views.experts) b.add_expert(ffn(t));
   if (views.shared) b.set_shared(ffn(*views.shared));
@@ -489,10 +783,25 @@ LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed)
     for (float& v : bias) v = uniform_in(rng, 0.05);
     b.set_score_bias(std::move(bias));
   }
+  auto random_vector = [&](const std::string& canonical, int64_t n, double bound) {
+    std::vector<float> v(static_cast<size_t>(n));
+    SplitMix64 rng(stream_seed(seed, canonical));
+    for (float& x : v) x = uniform_in(rng, bound);
+    return v;
+  };
+  if (shape.router_bias) b.set_router_bias(random_vector("router_bias", shape.num_experts, 0.5));
   for (int e = 0; e < shape.num_experts; ++e) {
-    b.add_expert(ExpertTensors{b.random_matrix(canonical_expert(e, Proj::kGate), ff, d, storage, seed),
-                               b.random_matrix(canonical_expert(e, Proj::kUp), ff, d, storage, seed),
-                               b.random_matrix(canonical_expert(e, Proj::kDown), d, ff, storage, seed)});
+    ExpertTensors t{b.random_matrix(canonical_expert(e, Proj::kGate), ff, d, storage, seed),
+                    b.random_matrix(canonical_expert(e, Proj::kUp), ff, d, storage, seed),
+                    b.random_matrix(canonical_expert(e, Proj::kDown), d, ff, storage, seed)};
+    if (shape.expert_bias) {
+      const double in_bound = 1.0 / std::sqrt(static_cast<double>(d)),
+                   ff_bound = 1.0 / std::sqrt(static_cast<double>(ff));
+      t.gate_bias = b.owned_floats(random_vector(canonical_expert(e, Proj::kGate) + ".bias", ff, in_bound));
+      t.up_bias = b.owned_floats(random_vector(canonical_expert(e, Proj::kUp) + ".bias", ff, in_bound));
+      t.down_bias = b.owned_floats(random_vector(canonical_expert(e, Proj::kDown) + ".bias", d, ff_bound));
+    }
+    b.add_expert(t);
   }
   if (shape.num_shared_experts > 0) {
     const int64_t sff = shape.shared_ff;
@@ -504,31 +813,97 @@ LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed)
   return std::move(b.weights());
 }
 
-void save_layer(const LayerWeights& weights, Architecture arch, int layer_index,
-                const std::filesystem::path& path) {
+namespace {
+
+// The bytes of element (r, c) of a view.
+const std::byte* element(const MatrixView& v, int64_t r, int64_t c) {
+  return static_cast<const std::byte*>(v.data) +
+         static_cast<size_t>(r * v.row_stride + c) * kernels::dtype_size(v.dtype);
+}
+
+// A float vector as an F32 tensor (the span stays valid as long as its owner).
+TensorToWrite vector_tensor(std::string name, std::span<const float> v, std::vector<int64_t> shape) {
+  return TensorToWrite{std::move(name), "F32", std::move(shape), std::as_bytes(v)};
+}
+
+// The fused, transposed expert tensors of gpt-oss and Llama 4 ([E, d, 2 ff] gate_up, [E, ff, d] down, and
+// for gpt-oss their biases [E, 2 ff], [E, d]), laid out anew in `scratch`.
+void add_fused_experts(std::vector<TensorToWrite>& out, std::vector<std::vector<std::byte>>& scratch,
+                       const LayerWeights& w, Architecture arch, const HfNames& names) {
+  const LayerShape& s = w.shape();
+  const int64_t E = s.num_experts, d = s.hidden, ff = s.expert_ff;
+  const size_t es = kernels::dtype_size(w.storage());
+  const bool interleaved = arch == Architecture::kGptOss;
+  // Filled here, then moved into `scratch` (moving keeps each buffer's heap storage, which the spans name).
+  std::vector<std::byte> gu(static_cast<size_t>(E * d * 2 * ff) * es),
+      dn(static_cast<size_t>(E * ff * d) * es);
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertTensors& t = w.experts()[static_cast<size_t>(e)];
+    for (int64_t j = 0; j < ff; ++j) {
+      const int64_t gate_col = interleaved ? 2 * j : j, up_col = interleaved ? 2 * j + 1 : ff + j;
+      for (int64_t i = 0; i < d; ++i) {
+        std::byte* row = gu.data() + static_cast<size_t>((e * d + i) * 2 * ff) * es;
+        std::memcpy(row + static_cast<size_t>(gate_col) * es, element(t.gate_proj, j, i), es);
+        std::memcpy(row + static_cast<size_t>(up_col) * es, element(t.up_proj, j, i), es);
+        std::memcpy(dn.data() + static_cast<size_t>((e * ff + j) * d + i) * es, element(t.down_proj, i, j),
+                    es);
+      }
+    }
+  }
+  const std::string dtype(safetensors_dtype_name(w.storage()));
+  out.push_back(
+      TensorToWrite{names.fused_gate_up(), dtype, {E, d, 2 * ff}, scratch.emplace_back(std::move(gu))});
+  out.push_back(TensorToWrite{names.fused_down(), dtype, {E, ff, d}, scratch.emplace_back(std::move(dn))});
+  if (!s.expert_bias) return;
+  std::vector<std::byte> gub(static_cast<size_t>(E * 2 * ff) * sizeof(float)),
+      dnb(static_cast<size_t>(E * d) * sizeof(float));
+  auto* gub_f = reinterpret_cast<float*>(gub.data());
+  auto* dnb_f = reinterpret_cast<float*>(dnb.data());
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertTensors& t = w.experts()[static_cast<size_t>(e)];
+    for (int64_t j = 0; j < ff; ++j) {
+      gub_f[e * 2 * ff + (interleaved ? 2 * j : j)] = t.gate_bias[static_cast<size_t>(j)];
+      gub_f[e * 2 * ff + (interleaved ? 2 * j + 1 : ff + j)] = t.up_bias[static_cast<size_t>(j)];
+    }
+    std::copy(t.down_bias.begin(), t.down_bias.end(), dnb_f + e * d);
+  }
+  out.push_back(TensorToWrite{
+      names.fused_gate_up() + "_bias", "F32", {E, 2 * ff}, scratch.emplace_back(std::move(gub))});
+  out.push_back(
+      TensorToWrite{names.fused_down() + "_bias", "F32", {E, d}, scratch.emplace_back(std::move(dnb))});
+}
+
+}  // namespace
+
+std::vector<TensorToWrite> layer_tensors(const LayerWeights& weights, Architecture arch, int layer_index,
+                                         std::vector<std::vector<std::byte>>& scratch) {
   if (layer_index < 0)
     throw std::invalid_argument("save_layer: negative layer index " + std::to_string(layer_index));
   const LayerShape& shape = weights.shape();
   shape.validate_for(arch);
-  const HfNames names(arch, layer_index);
+  const HfNames names(arch, layer_index, arch == Architecture::kLlama4 ? "language_model.model." : "model.");
   std::vector<TensorToWrite> tensors;
-  std::vector<std::vector<std::byte>> scratch;
   // Spans point at each scratch buffer's heap storage, which stays put when `scratch` itself grows.
   const MatrixView& gate = weights.router_gate();
   add_tensor(tensors, scratch, names.router_gate(), gate, {gate.rows, gate.cols});
   if (shape.score_bias) {
-    const auto bias = weights.score_bias();
-    tensors.push_back(
-        TensorToWrite{names.score_bias(), "F32", {static_cast<int64_t>(bias.size())}, std::as_bytes(bias)});
+    tensors.push_back(vector_tensor(names.score_bias(), weights.score_bias(), {shape.num_experts}));
+  }
+  if (shape.router_bias) {
+    tensors.push_back(vector_tensor(names.router_bias(), weights.router_bias(), {shape.num_experts}));
   }
   const auto experts = weights.experts();
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const int ei = static_cast<int>(e);
-    for (Proj p : kProjs) {
-      const MatrixView& v = p == Proj::kGate ? experts[e].gate_proj
-                            : p == Proj::kUp ? experts[e].up_proj
-                                             : experts[e].down_proj;
-      add_tensor(tensors, scratch, names.expert(ei, p), v, {v.rows, v.cols});
+  if (fused_experts(arch)) {
+    add_fused_experts(tensors, scratch, weights, arch, names);
+  } else {
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const int ei = static_cast<int>(e);
+      for (Proj p : kProjs) {
+        const MatrixView& v = p == Proj::kGate ? experts[e].gate_proj
+                              : p == Proj::kUp ? experts[e].up_proj
+                                               : experts[e].down_proj;
+        add_tensor(tensors, scratch, names.expert(ei, p), v, {v.rows, v.cols});
+      }
     }
   }
   if (weights.shared()) {
@@ -542,6 +917,13 @@ void save_layer(const LayerWeights& weights, Architecture arch, int layer_index,
     const MatrixView& v = *weights.shared_gate();
     add_tensor(tensors, scratch, names.shared_gate(), v, {v.rows, v.cols});
   }
+  return tensors;
+}
+
+void save_layer(const LayerWeights& weights, Architecture arch, int layer_index,
+                const std::filesystem::path& path) {
+  std::vector<std::vector<std::byte>> scratch;
+  const std::vector<TensorToWrite> tensors = layer_tensors(weights, arch, layer_index, scratch);
   write_safetensors(path, tensors, {{"format", "pt"}, {"moe.architecture", std::string(to_string(arch))}});
 }
 

@@ -13,16 +13,32 @@
 
 #include "kernels/tensor.h"
 #include "moe/io/checkpoint.h"
+#include "moe/io/quantized.h"
+#include "moe/io/safetensors.h"
 
 namespace moe::io {
 
-// Checkpoint naming families. Each decides the Hugging Face tensor names of a layer (see load_layer).
-enum class Architecture { kMixtral, kQwen2Moe, kDeepseekV3, kOlmoe };
+// Checkpoint families. Each decides the Hugging Face tensor names and layout of a layer (see load_layer) and,
+// in moe/layer, its router and expert semantics (MoELayerConfig::preset).
+enum class Architecture {
+  kMixtral,
+  kQwen2Moe,
+  kDeepseekV3,  // also Kimi K2 (model_type deepseek_v3)
+  kOlmoe,
+  kQwen3Moe,
+  kDeepseekV2,
+  kGlm4Moe,  // GLM-4.5
+  kGptOss,
+  kLlama4,
+};
 
-// "mixtral", "qwen2-moe", "deepseek-v3", "olmoe". parse_architecture also accepts "_" for "-" and any case;
-// anything else throws std::invalid_argument listing the valid names.
+// "mixtral", "qwen2-moe", "deepseek-v3", "olmoe", "qwen3-moe", "deepseek-v2", "glm4-moe", "gpt-oss",
+// "llama4". parse_architecture also accepts "_" for "-" and any case; anything else throws
+// std::invalid_argument listing the valid names.
 Architecture parse_architecture(std::string_view name);
 std::string_view to_string(Architecture arch);
+// "Mixtral", "Qwen2-MoE", "DeepSeek-V3", ..., "gpt-oss", "Llama 4": for messages.
+std::string_view display_name(Architecture arch);
 
 // The dimensions of one MoE layer.
 //   hidden              d_model (in_features of gate/up, out_features of down)
@@ -36,7 +52,13 @@ std::string_view to_string(Architecture arch);
 //   shared_expert_gate  Qwen2-MoE: the shared MLP's output is scaled by sigmoid(shared_gate . x), shared_gate
 //                       [1, hidden]. Requires a shared expert.
 //   score_bias          the layer has a per-expert selection bias (DeepSeek-V3 e_score_correction_bias [E]).
-//                       Required (true) for DeepSeek-V3, not allowed for the other architectures.
+//                       Required (true) for DeepSeek-V3 and GLM-4.5, not allowed for the other architectures.
+//   router_bias         the router gate has a bias [E] added to its logits (gpt-oss router.bias). Required
+//   for
+//                       gpt-oss, not allowed for the others.
+//   expert_bias         every routed expert has fp32 biases: gate [expert_ff], up [expert_ff], down [hidden]
+//                       (gpt-oss gate_up_proj_bias, down_proj_bias). Required for gpt-oss, not allowed for
+//                       the others.
 struct LayerShape {
   int64_t hidden = 0;
   int64_t expert_ff = 0;
@@ -45,6 +67,8 @@ struct LayerShape {
   int64_t shared_ff = 0;
   bool shared_expert_gate = false;
   bool score_bias = false;
+  bool router_bias = false;
+  bool expert_bias = false;
 
   // Throws std::invalid_argument naming the offending field, e.g. "LayerShape: hidden (0) must be positive".
   void validate() const;
@@ -52,12 +76,18 @@ struct LayerShape {
   void validate_for(Architecture arch) const;
 
   bool operator==(const LayerShape&) const = default;
+
+  // Bytes of the expert matrices (routed and shared) in `storage` (kF32 or kBF16): what a layer holds when
+  // its weights are converted or dequantized (zero-copy views of a file in the storage dtype take none).
+  uint64_t expert_bytes(kernels::DType storage) const;
 };
 
 // The three matrices of one SwiGLU expert, nn.Linear layout [out, in]:
 // gate_proj and up_proj [ff, hidden], down_proj [hidden, ff]. All three have the layer's storage dtype.
+// The biases (LayerShape::expert_bias) are fp32, empty when the layer has none.
 struct ExpertTensors {
   kernels::MatrixView gate_proj, up_proj, down_proj;
+  std::span<const float> gate_bias = {}, up_bias = {}, down_bias = {};  // [ff], [ff], [hidden] or empty
 };
 
 // The weights of one MoE layer, in one storage dtype (kF32 or kBF16) for the expert matrices; the router
@@ -84,6 +114,8 @@ class LayerWeights {
   const kernels::MatrixView& router_gate() const { return router_gate_; }
   // num_experts fp32 values when shape().score_bias, else empty.
   std::span<const float> score_bias() const { return score_bias_; }
+  // num_experts fp32 values added to the router logits when shape().router_bias, else empty.
+  std::span<const float> router_bias() const { return router_bias_; }
   // num_experts entries, expert e at index e.
   std::span<const ExpertTensors> experts() const { return experts_; }
   // The (fused) shared expert: gate/up [shared_ff, hidden], down [hidden, shared_ff]; nullopt if none.
@@ -94,10 +126,12 @@ class LayerWeights {
   // True if at least one expert matrix points into the checkpoint's mapping (no copy was made).
   bool zero_copy() const { return checkpoint_ != nullptr && zero_copy_; }
 
-  // XXH3-64 over every tensor in a fixed order (router gate, score bias, experts 0..E-1 gate/up/down, shared
-  // gate/up/down, shared gate), each contributing a canonical architecture-independent name, its dtype, its
-  // shape and its elements' bytes row by row. The same weights give the same hash whatever file or naming
-  // they came from; any changed bit, dtype or shape changes it. The weights hash of provenance fingerprints.
+  // XXH3-64 over every tensor in a fixed order (router gate, score bias, router bias, experts 0..E-1
+  // gate/up/down and their biases, shared gate/up/down, shared gate), each contributing a canonical
+  // architecture-independent name, its dtype, its shape and its elements' bytes row by row (the biases only
+  // when the layer has them, so the hashes of layers without are those of earlier versions). The same weights
+  // give the same hash whatever file or naming they came from; any changed bit, dtype or shape changes it.
+  // The weights hash of provenance fingerprints.
   uint64_t content_hash() const;
 
  private:
@@ -108,6 +142,7 @@ class LayerWeights {
   std::shared_ptr<const void> keep_alive_;  // a borrower's owner (weights_from_views), or null
   kernels::MatrixView router_gate_;
   std::vector<float> score_bias_;
+  std::vector<float> router_bias_;
   std::vector<ExpertTensors> experts_;
   std::optional<ExpertTensors> shared_;
   std::optional<kernels::MatrixView> shared_gate_;
@@ -116,29 +151,48 @@ class LayerWeights {
   std::vector<std::unique_ptr<std::byte[]>> owned_;
 };
 
-// Loads layer `layer_index` of `checkpoint` with the Hugging Face names of `arch`:
-//   Mixtral     model.layers.{i}.block_sparse_moe.gate.weight [E, d];
-//               model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight (gate_proj) [ff, d], .w3.weight (up)
-//               [ff, d], .w2.weight (down) [d, ff].
-//   Qwen2-MoE   model.layers.{i}.mlp.gate.weight;
-//   model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight;
-//               model.layers.{i}.mlp.shared_expert.{gate,up,down}_proj.weight;
-//               model.layers.{i}.mlp.shared_expert_gate.weight [1, d].
-//   DeepSeek-V3 model.layers.{i}.mlp.gate.weight, model.layers.{i}.mlp.gate.e_score_correction_bias [E];
-//               experts as Qwen2-MoE; model.layers.{i}.mlp.shared_experts.{gate,up,down}_proj.weight.
-//   OLMoE       model.layers.{i}.mlp.gate.weight; experts as Qwen2-MoE; no shared expert.
-// Every tensor must exist with exactly the shape `expected` implies and a dtype of F32, BF16 or F16.
+// Loads layer `layer_index` of `checkpoint` with the Hugging Face names and layout of `arch` (P =
+// model.layers.{i}.):
+//   Mixtral      P block_sparse_moe.gate.weight [E, d]; P block_sparse_moe.experts.{e}.w1.weight (gate_proj)
+//                [ff, d], .w3.weight (up) [ff, d], .w2.weight (down) [d, ff].
+//   Qwen2-MoE    P mlp.gate.weight; P mlp.experts.{e}.{gate,up,down}_proj.weight;
+//                P mlp.shared_expert.{gate,up,down}_proj.weight; P mlp.shared_expert_gate.weight [1, d].
+//   Qwen3-MoE, OLMoE, DeepSeek-V2
+//                P mlp.gate.weight; experts as Qwen2-MoE; DeepSeek-V2: P mlp.shared_experts.{...}.weight.
+//   DeepSeek-V3, GLM-4.5
+//                P mlp.gate.weight, P mlp.gate.e_score_correction_bias [E]; experts as Qwen2-MoE;
+//                P mlp.shared_experts.{gate,up,down}_proj.weight.
+//   gpt-oss      P mlp.router.weight [E, d], P mlp.router.bias [E]; the experts fused per layer, transposed
+//                ([in, out]) with gate and up interleaved: P mlp.experts.gate_up_proj [E, d, 2 ff] (column
+//                2j is gate row j, 2j + 1 up row j), P mlp.experts.gate_up_proj_bias [E, 2 ff],
+//                P mlp.experts.down_proj [E, ff, d], P mlp.experts.down_proj_bias [E, d]; or MXFP4:
+//                P mlp.experts.gate_up_proj_blocks [E, 2 ff, d / 32, 16] + _scales [E, 2 ff, d / 32] (row 2j
+//                gate, 2j + 1 up, [out, in]) and down_proj_blocks [E, d, ff / 32, 16] + _scales.
+//   Llama 4      R layers.{i}.feed_forward.router.weight [E, d]; R layers.{i}.feed_forward.experts.
+//                gate_up_proj [E, d, 2 ff] (columns [0, ff) gate, [ff, 2 ff) up) and .down_proj [E, ff, d];
+//                R layers.{i}.feed_forward.shared_expert.{gate,up,down}_proj.weight; R = model. (llama4_text)
+//                or language_model.model. (the multimodal llama4 checkpoints), whichever the file has.
+// Every tensor must exist with exactly the shape `expected` implies and a dtype of F32, BF16 or F16, or be
+// quantized (moe/io/quantized.h): an F8_E4M3 matrix with its "<name>_scale_inv" block scales (`fp8_block`,
+// config.json's weight_block_size), or gpt-oss's MXFP4 blocks and scales. Biases and gates are read as fp32.
 //
 // Storage: `storage` = kF32 or kBF16 stores the expert matrices in that dtype (f32 -> bf16 rounds to nearest
-// even; bf16/f16 -> f32 is exact). nullopt keeps the file's dtype of the first expert's gate_proj (F16 files
-// become kF32), converting any expert matrix of another dtype. A matrix whose file dtype equals the storage
-// dtype and whose data is aligned to its element size is a zero-copy view into the checkpoint.
+// even; bf16/f16 -> f32 is exact; quantized values are exact products rounded once). nullopt keeps the file's
+// dtype of the first expert's gate projection (F16 files become kF32, quantized ones kBF16), converting any
+// expert matrix of another dtype. A matrix whose file dtype equals the storage dtype and whose data is
+// aligned to its element size is a zero-copy view into the checkpoint; fused and quantized tensors are
+// always converted. Only this layer's tensors are read (pages of the mapped files are touched on use).
+//
+// Memory: the bytes the converted matrices will take are checked against the memory available
+// (moe/io/memory.h) before anything is allocated: io::OutOfMemory names both.
 //
 // Errors (std::invalid_argument): a shape that does not fit `arch`; `storage` kF16; a missing tensor
 // ("model.layers.3.mlp.experts.5.up_proj.weight missing from checkpoint /path (a Qwen2-MoE layer needs it)"),
-// a wrong shape ("...: shape [1408, 2048] but expected [1408, 1024]"), an unsupported dtype.
+// a wrong shape ("...: shape [1408, 2048] but expected [1408, 1024]"), an unsupported dtype, a quantized
+// value that is NaN or beyond the storage dtype.
 LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch, int layer_index,
-                        const LayerShape& expected, std::optional<kernels::DType> storage = std::nullopt);
+                        const LayerShape& expected, std::optional<kernels::DType> storage = std::nullopt,
+                        Fp8BlockSize fp8_block = {});
 
 // One layer's tensors in caller memory (host), nn.Linear layout, any row stride >= cols:
 //   router_gate  [num_experts, hidden], fp32
@@ -147,11 +201,14 @@ LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architectu
 //   shared       the (fused) shared expert iff shape.num_shared_experts > 0: [shared_ff, hidden] x 2,
 //                [hidden, shared_ff]
 //   shared_gate  [1, hidden], fp32, iff shape.shared_expert_gate
+//   router_bias  num_experts fp32 values iff shape.router_bias
+//   experts[e].{gate,up,down}_bias  fp32 [ff], [ff], [hidden] iff shape.expert_bias (always copied)
 // Every expert and shared matrix has the same dtype, kF32 or kBF16 (kF16 views are accepted with kCopy and
 // converted).
 struct LayerViews {
   kernels::MatrixView router_gate;
   std::span<const float> score_bias;
+  std::span<const float> router_bias;
   std::vector<ExpertTensors> experts;
   std::optional<ExpertTensors> shared;
   std::optional<kernels::MatrixView> shared_gate;
@@ -180,8 +237,14 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
 // bf16 (nearest even) for kBF16 storage. Throws std::invalid_argument for an invalid shape or kF16 storage.
 LayerWeights random_layer(const LayerShape& shape, kernels::DType storage, uint64_t seed);
 
-// Writes `weights` as layer `layer_index` of `arch` into a safetensors file at `path`, with the names
-// load_layer reads (expert matrices in the storage dtype; router gate, bias and shared gate in F32), so that
+// The tensors of `weights` as layer `layer_index` of `arch`, with the names and layout load_layer reads
+// (expert matrices in the storage dtype - fused and transposed for gpt-oss and Llama 4, whose Llama 4 root is
+// language_model.model. - router gate, biases and shared gate in F32). `scratch` keeps the bytes of tensors
+// that had to be laid out anew; the result points into it and into `weights`.
+std::vector<TensorToWrite> layer_tensors(const LayerWeights& weights, Architecture arch, int layer_index,
+                                         std::vector<std::vector<std::byte>>& scratch);
+
+// Writes layer_tensors(weights, arch, layer_index) into a safetensors file at `path`, so that
 // load_layer(Checkpoint(path), arch, layer_index, weights.shape(), weights.storage()) gives back the same
 // content_hash. Throws std::invalid_argument if the shape does not fit `arch`, io::IoError on I/O.
 void save_layer(const LayerWeights& weights, Architecture arch, int layer_index,

@@ -1,34 +1,86 @@
-// A Hugging Face checkpoint directory: config.json (the architecture and its dimensions) + the safetensors
-// weights. Loading one needs no shape arguments: they come from config.json and are checked against the
-// tensors.
+// A Hugging Face checkpoint directory: config.json (the family and its dimensions) + the safetensors weights.
+// Loading one needs no shape arguments: they come from config.json and are checked against the tensors.
 #pragma once
 
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/tensor.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
+#include "moe/io/quantized.h"
+#include "router/router_config.h"
 
 namespace moe::io {
 
-// What config.json says, in the project's terms. Supported: model_type "mixtral" (a MixtralConfig):
-//   hidden_size -> layer.hidden             intermediate_size -> layer.expert_ff
-//   num_local_experts -> layer.num_experts  num_experts_per_tok -> top_k
-//   num_hidden_layers, vocab_size, num_attention_heads, num_key_value_heads (default: num_attention_heads),
-//   head_dim (default hidden / heads), max_position_embeddings, rms_norm_eps, rope_theta (default 1e6, as
-//   transformers), tie_word_embeddings (default false), hidden_act (default "silu"), sliding_window (null or
-//   absent: none; else its value).
-// Mixtral's router always renormalises the top-k weights (renormalize = true).
+// How a checkpoint stores its expert matrices (config.json's quantization_config).
+enum class Quantization {
+  kNone,      // F32 / BF16 / F16
+  kFp8Block,  // quant_method "fp8": F8_E4M3 weights with weight_block_size block scales (weight_scale_inv)
+  kMxfp4,     // quant_method "mxfp4": gpt-oss's *_blocks + *_scales
+};
+std::string_view to_string(Quantization q);
+
+// What config.json says, in the project's terms. Every routing and expert key of each family is read and
+// honoured, or refused by name when its value is not supported (the message names the key, its value and
+// what is supported). model_type and the keys read (defaults as in transformers):
+//   mixtral            hidden_size, intermediate_size, num_local_experts, num_experts_per_tok; softmax top-k,
+//                      renormalised; every layer MoE
+//   qwen2_moe          hidden_size, moe_intermediate_size, num_experts, num_experts_per_tok, norm_topk_prob
+//                      (false), shared_expert_intermediate_size (a sigmoid-gated shared expert when > 0),
+//                      decoder_sparse_step (1), mlp_only_layers ([]): layer i is MoE iff i is not in
+//                      mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+//   qwen3_moe          as qwen2_moe without the shared expert (norm_topk_prob default false)
+//   olmoe              hidden_size, intermediate_size, num_experts, num_experts_per_tok, norm_topk_prob
+//                      (false); every layer MoE
+//   deepseek_v2        hidden_size, moe_intermediate_size, n_routed_experts, num_experts_per_tok,
+//                      n_shared_experts (null: none; fused, moe_intermediate_size x n), routed_scaling_factor
+//                      (1), scoring_func (softmax only), topk_method (greedy | group_limited_greedy: a
+//                      group's value is its best score), n_group, topk_group, norm_topk_prob (false only:
+//                      the remote code normalises without scaling, transformers ignores it - they
+//                      disagree), first_k_dense_replace (0), moe_layer_freq (1): layer i is MoE iff
+//                      i >= first_k_dense_replace and i % moe_layer_freq == 0
+//   deepseek_v3        (and Kimi K2) as deepseek_v2 with scoring_func sigmoid only, topk_method noaux_tc only
+//                      (a group's value is its two best biased scores), e_score_correction_bias,
+//                      norm_topk_prob (renormalised iff true and top-k > 1), num_nextn_predict_layers (the
+//                      MTP layers after the last)
+//   glm4_moe           hidden_size, moe_intermediate_size, n_routed_experts, num_experts_per_tok,
+//                      n_shared_experts, routed_scaling_factor, n_group, topk_group, norm_topk_prob (true),
+//                      first_k_dense_replace, num_nextn_predict_layers; DeepSeek-V3's router
+//   gpt_oss            hidden_size, intermediate_size, num_local_experts, num_experts_per_tok,
+//                      swiglu_limit (7), swiglu_alpha (1.702); router with bias, softmax over the top-k
+//                      logits; clamped SwiGLU experts with biases; every layer MoE
+//   llama4, llama4_text
+//                      (llama4: its text_config) hidden_size, intermediate_size (experts and the shared
+//                      expert), num_local_experts, num_experts_per_tok, moe_layers or
+//                      interleave_moe_layer_step (1: layer i is MoE iff (i + 1) % step == 0); sigmoid of the
+//                      top-k logit scales the expert's input; a shared expert
+// and for every family num_hidden_layers, hidden_act ("silu" only), quantization_config (quant_method "fp8"
+// with fmt e4m3 and weight_block_size, or "mxfp4" for gpt-oss; anything else is refused by name), and the
+// decoder's keys below (read with defaults; moe::model runs Mixtral only and checks them itself).
 struct PretrainedConfig {
   Architecture architecture = Architecture::kMixtral;
   std::string model_type;
-  LayerShape layer;
-  int num_layers = 0;
-  int top_k = 0;
-  bool renormalize = true;
+  LayerShape layer;             // the shape of its MoE layers
+  int num_layers = 0;           // num_hidden_layers
+  std::vector<int> moe_layers;  // the MoE layers' indices, ascending (the others are dense MLPs)
+  int num_extra_layers = 0;     // num_nextn_predict_layers: MTP layers stored after the last layer
+  RouterConfig router;          // num_experts, top_k and every routing rule of the family
+  kernels::Activation activation = kernels::Activation::kSwiGLU;
+  float swiglu_alpha = 1.702f;  // gpt-oss's clamped SwiGLU (activation kClampedSwiGLU)
+  float swiglu_limit = 7.0f;
+  bool weight_on_input = false;  // Llama 4: the routing weight scales the expert's input
+  Quantization quantization = Quantization::kNone;
+  Fp8BlockSize fp8_block;     // weight_block_size of kFp8Block
+  std::string experts_key;    // the key of the expert count ("num_local_experts", "n_routed_experts", ...)
+  std::string expert_ff_key;  // "intermediate_size" or "moe_intermediate_size"
+  std::string torch_dtype;    // config.json's torch_dtype (informational; "" if absent)
+  // The decoder (moe::model): vocab_size, num_attention_heads, num_key_value_heads (default heads), head_dim
+  // (default hidden / heads), max_position_embeddings, rms_norm_eps, rope_theta (default 1e6, as
+  // transformers' Mixtral), tie_word_embeddings (false), hidden_act, sliding_window (null or absent: none).
   int vocab_size = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -39,21 +91,31 @@ struct PretrainedConfig {
   bool tie_word_embeddings = false;
   std::string hidden_act;
   std::optional<int> sliding_window;
+
+  // Whether layer i is an MoE layer.
+  bool is_moe_layer(int i) const;
+  // "3-60" style list of the MoE layers ("0-23", "1, 3, 5-7").
+  std::string moe_layer_list() const;
 };
 
 // Parses `dir`/config.json (`dir` may also name the config.json file itself). Throws io::IoError when the
 // file cannot be read, std::invalid_argument naming the file and the key for malformed JSON, an unsupported
-// model_type, a missing required key, a value of the wrong type or out of range (e.g. top_k above the
-// expert count).
+// model_type (listing the supported ones), a missing required key, a value of the wrong type or out of range
+// (e.g. top_k above the expert count), or a value this project does not support (naming the key, its value
+// and why).
 PretrainedConfig read_pretrained_config(const std::filesystem::path& dir);
+
+// The model_type values read_pretrained_config accepts.
+const std::vector<std::string>& supported_model_types();
 
 // The directory of a config.json path or directory (where the weights are).
 std::filesystem::path pretrained_dir(const std::filesystem::path& dir_or_config);
 
-// Checks the config against the tensors of `checkpoint`: model.embed_tokens.weight [vocab_size, hidden]; per
-// layer i < num_layers the router gate [num_local_experts, hidden], expert 0's w1 [intermediate_size,
-// hidden], no expert num_local_experts; no layer num_layers. Throws std::invalid_argument naming the config
-// key, its value and the tensor that disagrees, e.g. "config.json says intermediate_size = 96 but
+// Checks the config against the tensors' headers (no tensor data is read): the embedding [vocab_size,
+// hidden] when present; per MoE layer the router gate [E, hidden], the first expert's gate projection
+// [expert_ff, hidden] (or the fused gate_up tensor), no expert E; no layer at or past num_hidden_layers +
+// num_nextn_predict_layers. Throws std::invalid_argument naming the config key, its value and the tensor
+// that disagrees, e.g. "config.json says intermediate_size = 96 but
 // model.layers.0.block_sparse_moe.experts.0.w1.weight has shape [88, 256] (expected [96, 256])".
 void check_pretrained(const PretrainedConfig& config, const Checkpoint& checkpoint);
 
@@ -67,8 +129,10 @@ struct Pretrained {
 // check_pretrained.
 Pretrained open_pretrained(const std::filesystem::path& dir);
 
-// Layer `layer_index` (0 <= layer_index < num_hidden_layers, else std::invalid_argument naming both) of a
-// checked checkpoint directory, with load_layer's storage rules.
+// MoE layer `layer_index` of a checked checkpoint directory, with load_layer's storage, quantization and
+// memory rules (storage nullopt: the file's dtype; quantized files: bf16). A layer index outside
+// [0, num_hidden_layers) or a dense layer is std::invalid_argument naming the MoE layers ("layer 2 of
+// /path is a dense MLP layer (first_k_dense_replace = 3); the MoE layers are 3-60").
 LayerWeights load_pretrained_layer(const Pretrained& pretrained, int layer_index,
                                    std::optional<kernels::DType> storage = std::nullopt);
 LayerWeights load_pretrained_layer(const std::filesystem::path& dir, int layer_index,

@@ -277,6 +277,13 @@ bool SafetensorsFile::contains(std::string_view name) const {
   return lookup(name) != nullptr;
 }
 
+std::optional<RawTensor> SafetensorsFile::raw(std::string_view name) const {
+  const Entry* e = lookup(name);
+  if (e == nullptr) return std::nullopt;
+  return RawTensor{&e->info.name, &e->file_dtype, &e->info.shape,
+                   e->info.data,  e->info.nbytes, element_size(e->file_dtype).value_or(0)};
+}
+
 const std::string& SafetensorsFile::file_dtype(std::string_view name) const {
   const Entry* e = lookup(name);
   if (e == nullptr) bad(path_, "no tensor named '" + std::string(name) + "'");

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +40,19 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;
   size_t nbytes = 0;  // == prod(shape) * dtype_size(dtype)
+};
+
+// A tensor as stored, whatever its dtype ("F8_E4M3", "U8", "I64", ... as well as "F32", "BF16", "F16"): for
+// the quantized weight formats (moe/io/quantized.h) and tools that describe a checkpoint. `data` as
+// TensorInfo's; `nbytes` equals prod(shape) x the element size for every dtype the specification names (an
+// unknown dtype name has element_size 0 and its nbytes is unchecked).
+struct RawTensor {
+  const std::string* name = nullptr;
+  const std::string* dtype = nullptr;  // the file's spelling
+  const std::vector<int64_t>* shape = nullptr;
+  const std::byte* data = nullptr;
+  size_t nbytes = 0;
+  size_t element_size = 0;  // bytes per element of `dtype`, 0 if the specification does not name it
 };
 
 // The safetensors spelling of a dtype: "F32", "BF16", "F16".
@@ -76,6 +90,9 @@ class SafetensorsFile {
 
   // True if the file has a tensor called `name`, whatever its dtype.
   bool contains(std::string_view name) const;
+
+  // The tensor `name` whatever its dtype, or nullopt if the file has none. Never throws.
+  std::optional<RawTensor> raw(std::string_view name) const;
 
   // The dtype of `name` as spelled in the file ("F32", "I64", "F8_E4M3", ...). Throws if absent.
   const std::string& file_dtype(std::string_view name) const;

@@ -33,12 +33,12 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
       expert_ff_(weights.shape().expert_ff),
       shared_ff_(weights.shape().shared_ff) {
   for (const io::ExpertTensors& t : weights.experts()) {
-    experts_.push_back(expert_ffn_weights(t, act_));
+    experts_.push_back(expert_ffn_weights(t, config));
     int64_t d = 0, ff = 0;
     kernels::validate_ffn_weights(act_, experts_.back(), &d, &ff);
   }
   if (weights.shared()) {
-    shared_ = expert_ffn_weights(*weights.shared(), act_);
+    shared_ = expert_ffn_weights(*weights.shared(), config);
     int64_t d = 0, ff = 0;
     kernels::validate_ffn_weights(act_, shared_, &d, &ff);
     has_shared_ = true;

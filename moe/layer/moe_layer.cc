@@ -38,10 +38,10 @@ uint16_t* aligned64(std::vector<uint16_t>& v) {
 }  // namespace
 
 std::unique_ptr<MoELayer> MoELayer::from_pretrained(const std::filesystem::path& dir, int layer_index,
-                                                    std::string_view preset) {
+                                                    std::string_view preset,
+                                                    std::optional<kernels::DType> storage) {
   const io::Pretrained p = io::open_pretrained(dir);
-  auto weights = std::make_shared<const io::LayerWeights>(
-      io::load_pretrained_layer(p, layer_index, kernels::DType::kF32));
+  auto weights = std::make_shared<const io::LayerWeights>(io::load_pretrained_layer(p, layer_index, storage));
   return std::make_unique<MoELayer>(MoELayerConfig::pretrained(preset, p.config), std::move(weights));
 }
 
@@ -109,18 +109,26 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   // Gate, route, plan. Everything that can reject the batch runs before y or the causal state is touched.
   kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, weights_->router_gate(), logits_.data(),
                   num_experts(), pool_);
+  add_router_bias(logits_.data(), num_tokens, num_experts(), weights_->router_bias());
   last_tokens_ = 0;
   router_.route(logits_.data(), num_tokens, routes_);
   planner_.plan(routes_, meta, state, plan_);
   last_tokens_ = num_tokens;
 
-  // Gather the rows of every kept pair, in slot order (bf16 compute: rounded once per token, then gathered).
+  // Gather the rows of every kept pair, in slot order (bf16 compute: rounded once per token, then gathered;
+  // with the weight on the input, each pair's row is scaled by its weight and then rounded).
   const int64_t num_slots = plan_.expert_offsets[num_experts()];
-  if (ffns_->takes_rounded()) {
+  if (ffns_->takes_rounded() && (has_shared_ || !config_.weight_on_input)) {
+    // x rounded once per token: the shared expert's input, and the routed experts' unless the weight is on
+    // the input.
+    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, aligned64(x_rounded_), pool_);
+  }
+  if (config_.weight_on_input) {
+    gather_scaled(x, num_slots);
+  } else if (ffns_->takes_rounded()) {
     const int64_t row = ffns_->rounded_row_elems();
     uint16_t* xr = aligned64(x_rounded_);
     uint16_t* gathered = aligned64(gathered_rounded_);
-    kernels::round_rows_to_bf16(x, num_tokens, hidden_, hidden_, xr, pool_);
     pool_.parallel_for(num_slots, [&](int64_t slot, int) {
       const int64_t token = plan_.slot_pairs[slot] / top_k();
       std::memcpy(gathered + slot * row, xr + token * row, static_cast<size_t>(row) * sizeof(uint16_t));
@@ -137,6 +145,24 @@ void MoELayer::forward(const float* x, int num_tokens, std::span<const TokenMeta
   combine(num_tokens, y);
 
   if (stats != nullptr) collect_stats(plan_, stats);
+}
+
+void MoELayer::gather_scaled(const float* x, int64_t num_slots) {
+  const int64_t row = ffns_->takes_rounded() ? ffns_->rounded_row_elems() : hidden_;
+  uint16_t* gathered_rounded = ffns_->takes_rounded() ? aligned64(gathered_rounded_) : nullptr;
+  pool_.parallel_for(num_slots, [&](int64_t slot, int) {
+    const int64_t pair = plan_.slot_pairs[slot];
+    const float* src = x + (pair / top_k()) * hidden_;
+    if (gathered_rounded == nullptr) {
+      scale_row(src, plan_.pair_weight[pair], hidden_, gathered_.data() + slot * hidden_);
+    } else {
+      // The scaled row goes through the start of the slot's output row (written by the experts later).
+      float* scaled = expert_out_.data() + slot * hidden_;
+      scale_row(src, plan_.pair_weight[pair], hidden_, scaled);
+      kernels::round_to_bf16_span(scaled, hidden_, gathered_rounded + slot * row);
+      if (row > hidden_) gathered_rounded[slot * row + hidden_] = 0;  // the pad of an odd hidden size
+    }
+  });
 }
 
 void MoELayer::run_experts() {
@@ -186,8 +212,8 @@ void MoELayer::combine(int num_tokens, float* y) {
                                       plan_.pair_slot[pair]) *
                                          hidden_;
     }
-    combine_row(k, &plan_.pair_status[t * k], &plan_.pair_weight[t * k], rows,
-                has_shared_ ? shared_out_.data() + t * hidden_ : nullptr,
+    combine_row(k, &plan_.pair_status[t * k], config_.weight_on_input ? nullptr : &plan_.pair_weight[t * k],
+                rows, has_shared_ ? shared_out_.data() + t * hidden_ : nullptr,
                 gated ? shared_gate_scale(shared_gate_logit_[t]) : 1.0f, hidden_, y + t * hidden_);
   });
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,12 +46,16 @@ class MoELayer final : public Layer {
   // fit the weights (expert count, shared expert presence, bias size).
   MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights);
   ~MoELayer();
-  // Layer `layer_index` of a Hugging Face checkpoint directory (config.json + safetensors): the weights and
-  // the router from config.json (MoELayerConfig::pretrained), the preset's dispatch and kernels; fp32
-  // storage. No shape arguments: a config that does not fit the tensors, or a layer index outside
-  // [0, num_hidden_layers), throws std::invalid_argument naming the mismatch (io::open_pretrained).
+  // MoE layer `layer_index` of a Hugging Face checkpoint directory (config.json + safetensors) of any family
+  // io::read_pretrained_config reads: the weights and the router and expert semantics from config.json
+  // (MoELayerConfig::pretrained), the preset's dispatch and kernels; `storage` as io::load_layer's (nullopt:
+  // the file's dtype, quantized checkpoints dequantized to bf16). No shape arguments: a config that does not
+  // fit the tensors, a layer index outside [0, num_hidden_layers) or a dense layer throws
+  // std::invalid_argument naming the mismatch (io::open_pretrained, io::load_pretrained_layer); weights that
+  // do not fit the memory available io::OutOfMemory.
   static std::unique_ptr<MoELayer> from_pretrained(const std::filesystem::path& dir, int layer_index,
-                                                   std::string_view preset = "deterministic");
+                                                   std::string_view preset = "deterministic",
+                                                   std::optional<kernels::DType> storage = std::nullopt);
   MoELayer(const MoELayer&) = delete;
   MoELayer& operator=(const MoELayer&) = delete;
 
@@ -75,6 +80,9 @@ class MoELayer final : public Layer {
 
  private:
   void ensure_workspace(int num_tokens);
+  // weight_on_input: the rows of every kept pair scaled by the pair's weight, in slot order (bf16 compute:
+  // then rounded).
+  void gather_scaled(const float* x, int64_t num_slots);
   void run_experts();
   void run_shared(const float* x, int num_tokens);
   void combine(int num_tokens, float* y);

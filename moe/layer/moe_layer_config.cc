@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,6 +15,12 @@ void MoELayerConfig::validate() const {
     throw std::invalid_argument("moe layer config: num_threads must be >= 1 (got " +
                                 std::to_string(num_threads) + ")");
   }
+  if (activation == kernels::Activation::kClampedSwiGLU &&
+      (!std::isfinite(swiglu_limit) || swiglu_limit <= 0.0f || !std::isfinite(swiglu_alpha))) {
+    throw std::invalid_argument(
+        "moe layer config: swiglu_limit must be finite and > 0 and swiglu_alpha finite (got " +
+        std::to_string(swiglu_limit) + ", " + std::to_string(swiglu_alpha) + ")");
+  }
   if (max_tokens < 1) {
     throw std::invalid_argument("moe layer config: max_tokens must be >= 1 (got " +
                                 std::to_string(max_tokens) + ")");
@@ -21,22 +28,7 @@ void MoELayerConfig::validate() const {
 }
 
 RouterConfig MoELayerConfig::router_for(io::Architecture arch) {
-  switch (arch) {
-    case io::Architecture::kMixtral:
-      return RouterConfig::preset("mixtral");
-    case io::Architecture::kQwen2Moe:
-      return RouterConfig::preset("qwen2-moe");
-    case io::Architecture::kDeepseekV3:
-      return RouterConfig::preset("deepseek-v3");
-    case io::Architecture::kOlmoe: {
-      // OLMoE-1B-7B: softmax over 64 experts, top-8, norm_topk_prob = false.
-      RouterConfig c = RouterConfig::preset("qwen2-moe");
-      c.num_experts = 64;
-      c.top_k = 8;
-      return c;
-    }
-  }
-  throw std::invalid_argument("moe layer config: unknown architecture");
+  return RouterConfig::preset(io::to_string(arch));
 }
 
 RouterConfig MoELayerConfig::router_named(std::string_view name) {
@@ -48,13 +40,16 @@ RouterConfig MoELayerConfig::router_named(std::string_view name) {
     return RouterConfig::preset(name);
   } catch (const std::invalid_argument&) {
   }
-  throw std::invalid_argument("unknown router '" + std::string(name) +
-                              "' (known: mixtral, qwen2-moe, deepseek-v3, olmoe, switch)");
+  std::string known;
+  for (const auto& n : RouterConfig::preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown router '" + std::string(name) + "' (known: " + known + ")");
 }
 
 MoELayerConfig MoELayerConfig::preset(std::string_view preset_name, io::Architecture arch) {
   MoELayerConfig c;
   c.router = router_for(arch);
+  if (arch == io::Architecture::kGptOss) c.activation = kernels::Activation::kClampedSwiGLU;
+  c.weight_on_input = arch == io::Architecture::kLlama4;
   if (preset_name == "deterministic") {
     c.policy = DispatchPolicy::mode("stable");
     c.expert_kernel = kernels::KernelKind::kInvariant;
@@ -72,9 +67,11 @@ MoELayerConfig MoELayerConfig::preset(std::string_view preset_name, io::Architec
 
 MoELayerConfig MoELayerConfig::pretrained(std::string_view preset_name, const io::PretrainedConfig& config) {
   MoELayerConfig c = preset(preset_name, config.architecture);
-  c.router.num_experts = config.layer.num_experts;
-  c.router.top_k = config.top_k;
-  c.router.renormalize = config.renormalize;
+  c.router = config.router;
+  c.activation = config.activation;
+  c.swiglu_alpha = config.swiglu_alpha;
+  c.swiglu_limit = config.swiglu_limit;
+  c.weight_on_input = config.weight_on_input;
   c.validate();
   return c;
 }
@@ -110,9 +107,20 @@ MoELayerConfig MoELayerConfig::fitted_to(const io::LayerWeights& weights) const 
   return config;
 }
 
-kernels::FfnWeights expert_ffn_weights(const io::ExpertTensors& t, kernels::Activation activation) {
-  if (activation == kernels::Activation::kGELU) return {t.up_proj, kernels::MatrixView{}, t.down_proj};
-  return {t.gate_proj, t.up_proj, t.down_proj};
+kernels::FfnWeights expert_ffn_weights(const io::ExpertTensors& t, const MoELayerConfig& config) {
+  kernels::FfnWeights w;
+  const bool gated = kernels::is_gated(config.activation);
+  w.w1 = gated ? t.gate_proj : t.up_proj;
+  w.w3 = gated ? t.up_proj : kernels::MatrixView{};
+  w.w2 = t.down_proj;
+  if (!t.gate_bias.empty()) {
+    w.b1 = gated ? t.gate_bias.data() : t.up_bias.data();
+    w.b3 = gated ? t.up_bias.data() : nullptr;
+    w.b2 = t.down_bias.data();
+  }
+  w.swiglu_alpha = config.swiglu_alpha;
+  w.swiglu_limit = config.swiglu_limit;
+  return w;
 }
 
 std::string MoELayerConfig::describe() const {
@@ -130,7 +138,15 @@ std::string MoELayerConfig::describe() const {
     << " renormalize_survivors=" << policy.renormalize_survivors;
   if (policy.scope == CapacityScope::kPrefix) s << " lookahead=" << policy.lookahead;
   s << "} expert_kernel=" << to_string(expert_kernel) << " gate_kernel=" << to_string(gate_kernel)
-    << " activation=" << (activation == kernels::Activation::kSwiGLU ? "swiglu" : "gelu");
+    << " activation=" << to_string(activation);
+  // Fields added after the first version are written only when they differ from the default, so that the
+  // hashes of the configs that could be written before stay what they were.
+  if (activation == kernels::Activation::kClampedSwiGLU) {
+    s << " swiglu_alpha=" << swiglu_alpha << " swiglu_limit=" << swiglu_limit;
+  }
+  if (router.rank_by_logit) s << " rank_by_logit=1";
+  if (router.group_score != GroupScore::kTopTwoSum) s << " group_score=" << to_string(router.group_score);
+  if (weight_on_input) s << " weight_on_input=1";
   if (compute != kernels::ComputePrecision::kF32) s << " compute=" << to_string(compute);
   return s.str();
 }

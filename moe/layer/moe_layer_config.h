@@ -30,6 +30,11 @@ struct MoELayerConfig {
   kernels::KernelKind expert_kernel = kernels::KernelKind::kInvariant;  // routed and shared experts
   kernels::KernelKind gate_kernel = kernels::KernelKind::kInvariant;    // router gate x @ W_gate^T
   kernels::Activation activation = kernels::Activation::kSwiGLU;
+  float swiglu_alpha = 1.702f;  // kClampedSwiGLU's constants (gpt-oss: 1.702 and config.json's swiglu_limit)
+  float swiglu_limit = 7.0f;
+  // Llama 4: a pair's routing weight scales the expert's input row (FFN_e(w x)), and the expert's output is
+  // added with weight 1; otherwise (every other family) it scales the output (w FFN_e(x)).
+  bool weight_on_input = false;
   // The arithmetic of the routed and shared experts' FFNs (kernels/tensor.h). kBF16 runs the invariant kind
   // on the own vdpbf16ps kernel (batch-invariant bits, kernels/cpu/linear_bf16.h) and the fast kind on
   // oneDNN's bf16 matmul (Eigen on the widened bf16 weights in builds without oneDNN). The router gate and
@@ -41,16 +46,18 @@ struct MoELayerConfig {
   // Throws std::invalid_argument naming the bad field (router and policy included).
   void validate() const;
 
-  // The router of an architecture's checkpoints (mixtral, qwen2-moe, deepseek-v3, olmoe) with `preset_name`'s
-  // dispatch and kernels ("deterministic" or "greedy"). Throws std::invalid_argument for unknown names.
+  // The router and expert semantics of an architecture's checkpoints (router_for, and gpt-oss's clamped
+  // SwiGLU, Llama 4's weight on the input) with `preset_name`'s dispatch and kernels ("deterministic" or
+  // "greedy"). Throws std::invalid_argument for unknown names.
   static MoELayerConfig preset(std::string_view preset_name, io::Architecture arch);
-  // The preset's dispatch and kernels with the router a Hugging Face config describes: its architecture's
-  // router with num_experts = num_local_experts, top_k = num_experts_per_tok, its renormalisation.
+  // The preset's dispatch and kernels with the router and expert semantics a Hugging Face config describes
+  // (io::PretrainedConfig: its router, activation and constants, weight_on_input).
   static MoELayerConfig pretrained(std::string_view preset_name, const io::PretrainedConfig& config);
-  // The router preset an architecture uses (OLMoE: softmax top-8 of 64, no renormalisation).
+  // The router preset an architecture uses (RouterConfig::preset of its name).
   static RouterConfig router_for(io::Architecture arch);
-  // The router a name means: an architecture's (router_for: "mixtral", "qwen2-moe", "deepseek-v3", "olmoe")
-  // or a router preset's (RouterConfig::preset: also "switch"). Throws std::invalid_argument listing both.
+  // The router a name means: an architecture's (router_for: "mixtral", "qwen2-moe", "deepseek-v3", "olmoe",
+  // ..., "llama4") or a router preset's (RouterConfig::preset: also "switch"). Throws std::invalid_argument
+  // listing both.
   static RouterConfig router_named(std::string_view name);
   static const std::vector<std::string>& preset_names();
   // "fp32" or "bf16" (also "float32", "bfloat16"). Throws std::invalid_argument listing the names.
@@ -71,8 +78,8 @@ struct MoELayerConfig {
   uint64_t config_hash() const;
 };
 
-// The FFN matrices of one expert for `activation`: SwiGLU uses gate, up and down; GELU uses up and down (the
-// gate projection is ignored).
-kernels::FfnWeights expert_ffn_weights(const io::ExpertTensors& tensors, kernels::Activation activation);
+// The FFN of one expert for `config.activation`: the gated activations use gate, up and down; GELU uses up
+// and down (the gate projection is ignored); with the expert's biases and the activation's constants.
+kernels::FfnWeights expert_ffn_weights(const io::ExpertTensors& tensors, const MoELayerConfig& config);
 
 }  // namespace moe

@@ -297,6 +297,9 @@ ModelShape shape_from_pretrained(const io::PretrainedConfig& c, const std::files
                                 " (moe::model runs Mixtral with multi-head attention, untied embeddings, "
                                 "SiLU experts, no sliding window)");
   };
+  if (c.architecture != io::Architecture::kMixtral) {
+    reject("model_type is '" + c.model_type + "' (load its MoE layers with moe::MoELayer::from_pretrained)");
+  }
   if (c.num_kv_heads != c.num_heads) {
     reject("num_key_value_heads (" + std::to_string(c.num_kv_heads) + ") differs from num_attention_heads (" +
            std::to_string(c.num_heads) + ")");
@@ -315,7 +318,7 @@ ModelShape shape_from_pretrained(const io::PretrainedConfig& c, const std::files
   s.num_layers = c.num_layers;
   s.num_heads = c.num_heads;
   s.num_experts = c.layer.num_experts;
-  s.top_k = c.top_k;
+  s.top_k = c.router.top_k;
   s.expert_ff = static_cast<int>(c.layer.expert_ff);
   s.max_positions = c.max_positions;
   s.rms_eps = static_cast<float>(c.rms_eps);

@@ -172,6 +172,7 @@ void ExpertParallelLayer::ensure_local(int num_tokens) {
   records_out_.resize(T * record_bytes_);
   return_row_.resize(T * k);
   send_token_.resize(T * k);
+  send_pair_.resize(T * k);
   home_rows_.resize(T * k * hidden_);
   if (has_shared_) {
     shared_out_.resize(T * hidden_);
@@ -213,8 +214,9 @@ size_t ExpertParallelLayer::workspace_bytes() const {
           global_routes_.top1_score.capacity() + plan_.pair_weight.capacity()) *
              sizeof(float) +
          (local_routes_.experts.capacity() + global_routes_.experts.capacity() + return_row_.capacity() +
-          send_token_.capacity() + token_home_.capacity() + recv_to_local_.capacity() +
-          plan_.pair_expert.capacity() + plan_.pair_slot.capacity() + plan_.slot_pairs.capacity()) *
+          send_token_.capacity() + send_pair_.capacity() + token_home_.capacity() +
+          recv_to_local_.capacity() + plan_.pair_expert.capacity() + plan_.pair_slot.capacity() +
+          plan_.slot_pairs.capacity()) *
              sizeof(int32_t) +
          records_out_.capacity() + records_in_.capacity() + global_meta_.capacity() * sizeof(TokenMeta) +
          plan_.pair_status.capacity();
@@ -243,6 +245,7 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
     ensure_local(num_tokens);
     kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, weights_->router_gate(), logits_.data(), E,
                     *pool_);
+    add_router_bias(logits_.data(), num_tokens, E, weights_->router_bias());
     router_->route(logits_.data(), num_tokens, local_routes_);
   } catch (const std::invalid_argument& e) {
     error = e.what();
@@ -343,8 +346,12 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
   const int64_t rows_out = send_row_offset_[P];
   const int64_t rows_in = recv_row_offset_[P];
   pool_->parallel_for(rows_out, [&](int64_t i, int) {
-    std::memcpy(home_rows_.data() + i * hidden_, x + static_cast<int64_t>(send_token_[i]) * hidden_,
-                row_bytes);
+    const float* src = x + static_cast<int64_t>(send_token_[i]) * hidden_;
+    if (config_.weight_on_input) {  // Llama 4: the expert's input is the row times the pair's weight
+      scale_row(src, plan_.pair_weight[send_pair_[i]], hidden_, home_rows_.data() + i * hidden_);
+    } else {
+      std::memcpy(home_rows_.data() + i * hidden_, src, row_bytes);
+    }
   });
   for (int r = 0; r < P; ++r) {
     send_bytes_[r] = static_cast<size_t>(send_rows_[r]) * row_bytes;
@@ -393,7 +400,8 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
       const int32_t row = return_row_[t * k + j];
       rows[j] = row < 0 ? nullptr : home_rows_.data() + static_cast<int64_t>(row) * hidden_;
     }
-    combine_row(k, &plan_.pair_status[first_pair + t * k], &plan_.pair_weight[first_pair + t * k], rows,
+    combine_row(k, &plan_.pair_status[first_pair + t * k],
+                config_.weight_on_input ? nullptr : &plan_.pair_weight[first_pair + t * k], rows,
                 has_shared_ ? shared_out_.data() + t * hidden_ : nullptr,
                 gated ? shared_gate_scale(shared_gate_logit_[t]) : 1.0f, hidden_, y + t * hidden_);
   });
@@ -442,6 +450,7 @@ void ExpertParallelLayer::build_layout() {
       if (home == me) {
         const int64_t row = cursor_[owner]++;
         send_token_[row] = static_cast<int32_t>(token - my_first);
+        send_pair_[row] = pair;
         return_row_[(token - my_first) * k + pair % k] = static_cast<int32_t>(row);
       }
       if (owner == me) {

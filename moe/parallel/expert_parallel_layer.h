@@ -233,6 +233,7 @@ class ExpertParallelLayer final : public Layer {
   std::vector<std::byte> records_out_;  // [T_local * record_bytes]
   std::vector<int32_t> return_row_;     // [T_local * k] row of pair (t, j) in home_rows_ (-1 if dropped)
   std::vector<int32_t> send_token_;     // [T_local * k] local token of each dispatch send row
+  std::vector<int32_t> send_pair_;      // [T_local * k] global pair of each dispatch send row
   std::vector<float> home_rows_;        // [T_local * k, hidden] dispatch send, then return receive
   std::vector<float> shared_out_;       // [T_local, hidden]
   std::vector<float> shared_gate_logit_;

@@ -63,7 +63,10 @@ class Layer:
     preset           "deterministic" (default: request-scoped capacity, request priority, invariant kernels: a
                      request's output is bitwise independent of the rest of the batch) or "greedy" (batch scope,
                      arrival priority, fast kernels).
-    router           "mixtral" (default), "qwen2-moe", "deepseek-v3", "olmoe" or "switch".
+    router           "mixtral" (default), "qwen2-moe", "qwen3-moe", "olmoe", "deepseek-v2", "deepseek-v3",
+                     "glm4-moe", "gpt-oss", "llama4" (a family's router and expert semantics) or "switch".
+    pretrained       a checkpoint directory whose config.json gives the router and expert semantics
+                     (Layer.from_pretrained sets it).
     top_k, renormalize, num_groups, topk_groups   router overrides (0 / None keep the router's).
     capacity_factor  > 0 overrides the preset's 1.25.
     scope            "batch" | "request" | "causal" | "sequence" | "prefix" | "none" (none = dropless).
@@ -103,26 +106,36 @@ class Layer:
 
     @classmethod
     def from_pretrained(cls, path, layer=0, storage=None, **config):
-        """Layer `layer` of a Hugging Face checkpoint directory (config.json + model.safetensors): no shape
-        arguments. The shape, the router (config.json's architecture) and top_k (num_experts_per_tok) come
-        from config.json and are checked against the tensors; a mismatch raises ValueError naming it.
-        Config keywords as for Layer() (top_k= overrides config.json's)."""
-        c = _moe.pretrained_config(str(path))
+        """MoE layer `layer` of a Hugging Face checkpoint directory (config.json + model.safetensors or a
+        sharded index) of any supported family (model_type mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2,
+        deepseek_v3, glm4_moe, gpt_oss, llama4, llama4_text): no shape arguments. The shape, the router and
+        the expert semantics come from config.json and are checked against the tensors; a mismatch or an
+        unsupported key value raises ValueError naming it, a dense layer ValueError listing the MoE layers,
+        weights that do not fit the memory available MemoryError. storage: 'f32', 'bf16' or None (the
+        file's dtype; FP8 and MXFP4 checkpoints are dequantized exactly, to bf16 by default).
+        Config keywords as for Layer() (top_k= and renormalize= override config.json's)."""
         w = Weights.load_pretrained(str(path), layer, storage)
-        config.setdefault("router", c["architecture"])
-        config.setdefault("top_k", c["top_k"])
+        config.setdefault("pretrained", str(path))
         return cls(w, **config)
 
     @classmethod
     def from_arrays(cls, router_gate, gate_proj, up_proj, down_proj, shared_gate_proj=None, shared_up_proj=None,
-                    shared_down_proj=None, shared_expert_gate=None, score_bias=None, **config):
+                    shared_down_proj=None, shared_expert_gate=None, score_bias=None, router_bias=None,
+                    gate_bias=None, up_bias=None, down_bias=None, **config):
         """A layer whose weights are copied from arrays (nn.Linear layout; see Weights.from_arrays). Torch
-        tensors are accepted: float tensors are stored f32, bfloat16 tensors are stored bf16."""
+        tensors are accepted: float tensors are stored f32, bfloat16 tensors are stored bf16. router_bias [E]
+        and the per-expert gate_bias / up_bias [ff], down_bias [d] lists are gpt-oss's (router="gpt-oss")."""
         conv = _weight_array
+
+        def biases(items):
+            return None if items is None else [conv(t, fp32=True) for t in items]
+
         w = Weights.from_arrays(conv(router_gate, fp32=True), [conv(t) for t in gate_proj],
                                 [conv(t) for t in up_proj], [conv(t) for t in down_proj],
                                 conv(shared_gate_proj), conv(shared_up_proj), conv(shared_down_proj),
-                                conv(shared_expert_gate, fp32=True), conv(score_bias, fp32=True))
+                                conv(shared_expert_gate, fp32=True), conv(score_bias, fp32=True),
+                                conv(router_bias, fp32=True), biases(gate_bias), biases(up_bias),
+                                biases(down_bias))
         return cls(w, **config)
 
     def forward(self, x, request_ids, positions, out=None, state=None):

@@ -8,6 +8,13 @@ Supported blocks (state_dict naming):
 - Qwen2-MoE ``Qwen2MoeSparseMoeBlock`` (``model.layers.{i}.mlp``): ``gate.weight``,
   ``experts.{e}.{gate,up,down}_proj.weight``, ``shared_expert.{gate,up,down}_proj.weight``,
   ``shared_expert_gate.weight`` [1, d]. Router: softmax, top-k (4), renormalised only if norm_topk_prob.
+- With ``hf_config=`` (the model's config), every family moe.Layer.from_pretrained reads, with the same
+  semantics: Qwen3-MoE, OLMoE, DeepSeek-V2, DeepSeek-V3 / Kimi K2 (``gate.e_score_correction_bias``,
+  ``shared_experts.*``), GLM-4.5, gpt-oss (``router.weight`` / ``router.bias``, ``experts.gate_up_proj``
+  [E, d, 2 ff] interleaved, ``experts.gate_up_proj_bias``, ``experts.down_proj`` [E, ff, d],
+  ``experts.down_proj_bias``) and Llama 4 (``router.weight``, ``experts.gate_up_proj`` [E, d, 2 ff],
+  ``experts.down_proj`` [E, ff, d], ``shared_expert.*``); the experts of any family may also come in the
+  fused layout of newer transformers (``experts.gate_up_proj`` [E, 2 ff, d], ``experts.down_proj`` [E, d, ff]).
 
 ``MoEBlock.forward(hidden_states, request_ids=None, positions=None)`` returns ``(hidden_states, router_logits)``
 like both Hugging Face blocks: the output has the input's shape and dtype, router_logits is [num_tokens, E]
@@ -37,7 +44,10 @@ Differences from the Hugging Face block, by design:
   stack where a batch mixes requests ([T] or [B, S] integer tensors/arrays; request_ids may also be [B]).
 """
 
+import json
+import os
 import re
+import tempfile
 
 import numpy as np
 import torch
@@ -49,6 +59,11 @@ __all__ = ["MoEBlock", "detect_architecture"]
 _MIXTRAL_KEY = re.compile(r"^experts\.(\d+)\.w1\.weight$")
 _QWEN_KEY = re.compile(r"^experts\.(\d+)\.gate_proj\.weight$")
 
+# model_type (config.json) -> the architecture name moe.Layer takes.
+_MODEL_TYPES = {"mixtral": "mixtral", "qwen2_moe": "qwen2-moe", "qwen3_moe": "qwen3-moe", "olmoe": "olmoe",
+                "deepseek_v2": "deepseek-v2", "deepseek_v3": "deepseek-v3", "glm4_moe": "glm4-moe",
+                "gpt_oss": "gpt-oss", "llama4": "llama4", "llama4_text": "llama4"}
+
 
 def _strip_prefix(state_dict, prefix):
     if not prefix:
@@ -59,7 +74,8 @@ def _strip_prefix(state_dict, prefix):
 
 
 def detect_architecture(state_dict):
-    """'mixtral' or 'qwen2-moe' from a block's state_dict keys (ValueError if neither fits)."""
+    """'mixtral' or 'qwen2-moe' from a block's state_dict keys (ValueError if neither fits). The other families'
+    blocks share their key names with these or with each other: pass hf_config= (or architecture=) for them."""
     keys = list(state_dict.keys())
     if any(_MIXTRAL_KEY.match(k) for k in keys):
         return "mixtral"
@@ -75,10 +91,53 @@ def _need(sd, key):
     return sd[key]
 
 
-class MoEBlock(torch.nn.Module):
-    """Drop-in replacement for a Mixtral / Qwen2-MoE sparse MoE block (see the module docstring)."""
+def _config_dict(hf_config):
+    """A transformers config (or a config.json dict) as a dict with model_type."""
+    if hf_config is None:
+        return None
+    d = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+    d = dict(d)
+    if "model_type" not in d and hasattr(hf_config, "model_type"):
+        d["model_type"] = hf_config.model_type
+    if d.get("model_type") == "llama4" and "text_config" in d:
+        d = dict(d["text_config"])
+        d["model_type"] = "llama4_text"
+    return d
 
-    def __init__(self, layer, gate_weight, architecture, stateful=False):
+
+def _experts(sd, arch, num_experts, hidden):
+    """Per-expert gate, up, down [out, in] tensors (and gpt-oss's biases) from a block's state_dict: one module
+    per expert (experts.{e}.w1/w3/w2 or .gate_proj/up_proj/down_proj), or the fused 3-D parameters -
+    gpt-oss / Llama 4 experts.gate_up_proj [E, d, 2 ff] (x @ W; gpt-oss interleaves gate and up, Llama 4
+    concatenates them) and experts.down_proj [E, ff, d], or newer transformers' experts.gate_up_proj
+    [E, 2 ff, d] (F.linear; gate first) and experts.down_proj [E, d, ff]."""
+    biases = {}
+    if "experts.gate_up_proj" not in sd:
+        names = ("w1", "w3", "w2") if arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+        lists = [[_need(sd, "experts.%d.%s.weight" % (e, n)) for e in range(num_experts)] for n in names]
+        return lists[0], lists[1], lists[2], biases
+    gate_up, down = sd["experts.gate_up_proj"], _need(sd, "experts.down_proj")
+    if arch in ("gpt-oss", "llama4") or (gate_up.shape[1] == hidden and gate_up.shape[2] != hidden):
+        # [E, d, 2 ff], x @ W: transpose to [E, 2 ff, d].
+        gate_up = gate_up.transpose(1, 2)
+        down = down.transpose(1, 2)  # [E, ff, d] -> [E, d, ff]
+    if arch == "gpt-oss":  # rows 2j / 2j + 1: gate / up
+        gates, ups = gate_up[:, 0::2, :], gate_up[:, 1::2, :]
+        gub = _need(sd, "experts.gate_up_proj_bias")
+        biases = dict(gate_bias=[gub[e, 0::2] for e in range(num_experts)],
+                      up_bias=[gub[e, 1::2] for e in range(num_experts)],
+                      down_bias=[_need(sd, "experts.down_proj_bias")[e] for e in range(num_experts)])
+    else:
+        ff = gate_up.shape[1] // 2
+        gates, ups = gate_up[:, :ff, :], gate_up[:, ff:, :]
+    return ([gates[e].contiguous() for e in range(num_experts)], [ups[e].contiguous() for e in range(num_experts)],
+            [down[e].contiguous() for e in range(num_experts)], biases)
+
+
+class MoEBlock(torch.nn.Module):
+    """Drop-in replacement for a Hugging Face MoE block of any supported family (see the module docstring)."""
+
+    def __init__(self, layer, gate_weight, architecture, stateful=False, router_bias=None):
         super().__init__()
         self.layer = layer
         # scope="sequence"/"causal": routing state carried across calls per request (positions must continue
@@ -91,59 +150,97 @@ class MoEBlock(torch.nn.Module):
         self.compute = "fp32"  # the expert FFNs' compute precision (from_state_dict sets it)
         # Kept for router_logits only (the moe layer holds its own copy of every weight).
         self.register_buffer("gate_weight", gate_weight.detach().to(torch.float32).clone(), persistent=False)
+        bias = None if router_bias is None else router_bias.detach().to(torch.float32).clone()
+        self.register_buffer("gate_bias", bias, persistent=False)
 
     @classmethod
-    def from_state_dict(cls, state_dict, architecture=None, top_k=None, norm_topk_prob=None, prefix="", **config):
-        """Builds the block from a state_dict of a Mixtral or Qwen2-MoE block (keys relative to the block; a
-        model-level dict works with prefix="model.layers.3.block_sparse_moe"). Weights are copied: bf16 tensors
-        are stored bf16, other float dtypes float32.
+    def from_state_dict(cls, state_dict, architecture=None, top_k=None, norm_topk_prob=None, prefix="",
+                        hf_config=None, **config):
+        """Builds the block from the state_dict of a family's MoE block (keys relative to the block; a
+        model-level dict works with prefix="model.layers.3.mlp"). Weights are copied: bf16 tensors are stored
+        bf16, other float dtypes float32.
 
-        top_k: Mixtral's num_experts_per_tok (default 2) / Qwen2-MoE's (default 4).
+        hf_config: the model's transformers config (or its config.json as a dict). With it the block follows
+        every routing and expert key of the family exactly as moe.Layer.from_pretrained does (the same reader:
+        model_type mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, llama4,
+        llama4_text; an unsupported value raises ValueError naming the key); top_k / norm_topk_prob still
+        override. Without it: Mixtral or Qwen2-MoE, with
+        top_k: Mixtral's num_experts_per_tok (default 2) / Qwen2-MoE's (default 4);
         norm_topk_prob: Qwen2-MoE only (default False, as in Qwen1.5-MoE); Mixtral always renormalises.
         config: moe.Layer keywords (preset, scope, capacity_factor, priority, overflow, kernel, compute,
         num_threads, max_tokens); scope defaults to "none" (dropless, like the HF block); compute defaults to
         "bf16" when the expert weights are bf16 and "fp32" otherwise.
         """
         sd = _strip_prefix(state_dict, prefix)
-        arch = architecture or detect_architecture(sd)
-        gate = _need(sd, "gate.weight")
-        num_experts = gate.shape[0]
-        if arch == "mixtral":
-            names = ("w1", "w3", "w2")
-            if norm_topk_prob is False:
-                raise ValueError("Mixtral always renormalises the top-k weights (norm_topk_prob must not be False)")
-            renormalize = True
-            k = top_k or 2
-        elif arch in ("qwen2-moe", "qwen2_moe"):
-            arch = "qwen2-moe"
-            names = ("gate_proj", "up_proj", "down_proj")
-            renormalize = bool(norm_topk_prob)
-            k = top_k or 4
+        hf = _config_dict(hf_config)
+        pretrained = None
+        if hf is not None:
+            if hf.get("model_type") not in _MODEL_TYPES:
+                raise ValueError("hf_config has model_type %r (supported: %s)"
+                                 % (hf.get("model_type"), ", ".join(sorted(_MODEL_TYPES))))
+            arch = _MODEL_TYPES[hf["model_type"]]
+            pretrained = hf
         else:
-            raise ValueError("architecture must be 'mixtral' or 'qwen2-moe' (got %r)" % (architecture,))
-        gp = [_need(sd, "experts.%d.%s.weight" % (e, names[0])) for e in range(num_experts)]
-        up = [_need(sd, "experts.%d.%s.weight" % (e, names[1])) for e in range(num_experts)]
-        dp = [_need(sd, "experts.%d.%s.weight" % (e, names[2])) for e in range(num_experts)]
+            arch = architecture or detect_architecture(sd)
+        arch = arch.replace("_", "-")
+        gate_key = "router.weight" if arch in ("gpt-oss", "llama4") else "gate.weight"
+        gate = _need(sd, gate_key)
+        num_experts, hidden = gate.shape
+        kwargs = {}
+        if pretrained is None:
+            if arch == "mixtral":
+                if norm_topk_prob is False:
+                    raise ValueError("Mixtral always renormalises the top-k weights (norm_topk_prob must not be "
+                                     "False)")
+                kwargs = dict(top_k=top_k or 2, renormalize=True)
+            elif arch == "qwen2-moe":
+                kwargs = dict(top_k=top_k or 4, renormalize=bool(norm_topk_prob))
+            else:
+                raise ValueError("architecture %r needs hf_config= (its routing keys: n_group, "
+                                 "routed_scaling_factor, ...); without it 'mixtral' or 'qwen2-moe'" % (arch,))
+        else:
+            if top_k:
+                kwargs["top_k"] = top_k
+            if norm_topk_prob is not None:
+                kwargs["renormalize"] = bool(norm_topk_prob)
+        gp, up, dp, biases = _experts(sd, arch, num_experts, hidden)
         shared = {}
-        if arch == "qwen2-moe" and "shared_expert.gate_proj.weight" in sd:
-            shared = dict(shared_gate_proj=_need(sd, "shared_expert.gate_proj.weight"),
-                          shared_up_proj=_need(sd, "shared_expert.up_proj.weight"),
-                          shared_down_proj=_need(sd, "shared_expert.down_proj.weight"),
-                          shared_expert_gate=sd.get("shared_expert_gate.weight"))
+        for name in ("shared_expert", "shared_experts"):
+            if name + ".gate_proj.weight" in sd:
+                shared = dict(shared_gate_proj=sd[name + ".gate_proj.weight"],
+                              shared_up_proj=_need(sd, name + ".up_proj.weight"),
+                              shared_down_proj=_need(sd, name + ".down_proj.weight"),
+                              shared_expert_gate=sd.get("shared_expert_gate.weight"))
+        router_bias = sd.get("router.bias") if arch == "gpt-oss" else None
+        score_bias = sd.get("gate.e_score_correction_bias")
         config.setdefault("compute", "bf16" if gp[0].dtype == torch.bfloat16 else "fp32")
         config.setdefault("scope", "none")
         config.setdefault("max_tokens", 1024)
-        layer = Layer.from_arrays(gate, gp, up, dp, router=arch, top_k=k, renormalize=renormalize, **shared,
-                                  **config)
-        block = cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence", "prefix"))
+        if pretrained is not None:
+            # The family's keys read by the C++ reader (io::read_pretrained_config) from a config.json.
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "config.json")
+                with open(path, "w") as f:
+                    json.dump(pretrained, f, default=str)
+                layer = Layer.from_arrays(gate, gp, up, dp, score_bias=score_bias, router_bias=router_bias,
+                                          **biases, **shared, router=arch, pretrained=path, **kwargs, **config)
+        else:
+            layer = Layer.from_arrays(gate, gp, up, dp, router=arch, **shared, **kwargs, **config)
+        block = cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence", "prefix"),
+                    router_bias=router_bias)
         block.compute = config["compute"]
         return block
 
     @classmethod
-    def from_hf_block(cls, block, **config):
-        """From a live Hugging Face block module (MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock or a look-alike):
-        reads its state_dict, top_k and norm_topk_prob attributes."""
+    def from_hf_block(cls, block, hf_config=None, **config):
+        """From a live Hugging Face block module. With hf_config (the model's config; model.config) any supported
+        family's block (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock,
+        OlmoeSparseMoeBlock, DeepseekV2Moe, DeepseekV3MoE, Glm4MoeMoE, GptOssMLP, Llama4TextMoe) follows the
+        config's routing and expert keys; without it a Mixtral / Qwen2-MoE block (or a look-alike) with its
+        top_k and norm_topk_prob attributes."""
         sd = block.state_dict()
+        if hf_config is not None:
+            return cls.from_state_dict(sd, hf_config=hf_config, **config)
         arch = config.pop("architecture", None) or detect_architecture(sd)
         top_k = config.pop("top_k", None) or getattr(block, "top_k", None)
         norm = config.pop("norm_topk_prob", None)
@@ -191,7 +288,8 @@ class MoEBlock(torch.nn.Module):
         if x.dtype == torch.float32:
             x = x.contiguous()
         y = self.layer.forward(x, ids, pos, state=self.routing_state)
-        router_logits = torch.nn.functional.linear(x.to(torch.float32), self.gate_weight).to(hidden_states.dtype)
+        router_logits = torch.nn.functional.linear(x.to(torch.float32), self.gate_weight,
+                                                   self.gate_bias).to(hidden_states.dtype)
         return y.reshape(shape), router_logits
 
     def admit_request(self, request_id, prompt_length):

@@ -8,13 +8,18 @@
 //   available    expert e is available iff logit[e] is finite
 //   score        softmax: exp(l[e] - max) / sum_e' exp(l[e'] - max) over available experts, in fp32, summed
 //                in expert order; sigmoid: sigmoid_f(l[e]); 0 for unavailable experts (exp = exp_f)
-//   select       score[e] + selection_bias[e] (bias chooses, never weighs)
+//   select       score[e] + selection_bias[e] (bias chooses, never weighs); with rank_by_logit
+//                l[e] + selection_bias[e] (the bias term only when there is a bias)
 //   group limit  experts form num_groups equal groups; a group's value is the sum of its two best available
-//                select values (its best if it has one); the topk_groups best groups (ties to the lower
-//                group) stay, a kept group with nothing available adds nothing; other experts are unavailable
+//                select values (its best if it has one), or its best with group_max; the topk_groups best
+//                groups (ties to the lower group) stay, a kept group with nothing available adds nothing;
+//                other experts are unavailable
 //   ranking      select descending, exact ties to the lower expert id (rank_before)
 //   weights      w_r = score[e_r] / D * scaling_factor, D = sum_{j < min(k, ranked)} score[e_j] when
-//                renormalising, else 1; a zero D (underflowed sigmoid scores) gives zero weights, not NaN
+//                renormalising, else 1; a zero D (underflowed sigmoid scores) gives zero weights, not NaN;
+//                softmax_topk: w_r = exp_f(l[e_r] - m) / D * scaling_factor, m = max_{j < min(k, ranked)}
+//                l[e_j], D = sum_{j < min(k, ranked)} exp_f(l[e_j] - m) in j order (a softmax over the
+//                chosen logits: gpt-oss), the same D for reroute candidates r >= k
 #pragma once
 
 #include <cmath>
@@ -36,6 +41,9 @@ struct TopKParams {
   int num_groups = 1;
   int topk_groups = 1;
   const float* selection_bias = nullptr;  // [num_experts], or null
+  bool rank_by_logit = false;             // select = logit (+ bias) instead of score (+ bias)
+  bool group_max = false;                 // a group's value is its best select value, not its best two's sum
+  bool softmax_topk = false;              // weights: softmax over the chosen logits (renormalize ignored)
 };
 
 MOE_HD inline bool is_finite(float x) {
@@ -230,8 +238,12 @@ struct RecomputedScores {
   RowStats stats;
 
   MOE_HD bool available(int e) const { return is_finite(logits[e]); }
+  MOE_HD float logit(int e) const { return logits[e]; }
   MOE_HD float score(int e) const { return expert_score(*p, logits, stats, e); }
-  MOE_HD float select(int e) const { return p->selection_bias ? score(e) + p->selection_bias[e] : score(e); }
+  MOE_HD float select(int e) const {
+    const float v = p->rank_by_logit ? logits[e] : score(e);
+    return p->selection_bias ? v + p->selection_bias[e] : v;
+  }
   // The two best select values of the available experts in [first, first + count).
   MOE_HD void top2(int first, int count, float& best, float& second) const {
     best = second = -INFINITY;
@@ -269,16 +281,18 @@ struct StoredScores {
       : logits(row), scores(score_buf), selects(select_buf), list(list_buf) {
     score_row(p, row, stats, scores);
     const int E = p.num_experts;
+    const float* base = p.rank_by_logit ? row : scores;
     if (p.selection_bias) {
       for (int e = 0; e < E; ++e) {
-        const float v = scores[e] + p.selection_bias[e];
+        const float v = base[e] + p.selection_bias[e];
         selects[e] = is_finite(row[e]) ? v : -INFINITY;
       }
     } else {
-      for (int e = 0; e < E; ++e) selects[e] = is_finite(row[e]) ? scores[e] : -INFINITY;
+      for (int e = 0; e < E; ++e) selects[e] = is_finite(row[e]) ? base[e] : -INFINITY;
     }
   }
   bool available(int e) const { return is_finite(logits[e]); }
+  float logit(int e) const { return logits[e]; }
   float score(int e) const { return scores[e]; }
   float select(int e) const { return selects[e]; }
   // The two largest values of a multiset do not depend on the order they are folded in, so lanes give
@@ -391,7 +405,7 @@ MOE_HD inline bool route_row(const TopKParams& p, const RowStats& stats, const S
     for (int g = 0; g < p.num_groups; ++g) {
       float best, second;
       s.top2(g * group_size, group_size, best, second);
-      value[g] = is_inf(second) ? best : best + second;
+      value[g] = p.group_max || is_inf(second) ? best : best + second;
       kept[g] = false;
     }
     // The topk_groups first groups in rank_before order (a strict total order: no value is NaN) stay; a kept
@@ -438,11 +452,27 @@ MOE_HD inline bool route_row(const TopKParams& p, const RowStats& stats, const S
   s.for_each_candidate(kept, num_groups, span, R, consider);
   *top1 = n > 0 ? out_w[0] : 0.0f;
 
+  const int chosen = p.top_k < n ? p.top_k : n;
+  if (p.softmax_topk) {
+    float max_logit = -INFINITY;  // of the chosen: finite, so every exponent below is <= 0 for them
+    for (int j = 0; j < chosen; ++j)
+      max_logit = s.logit(out_e[j]) > max_logit ? s.logit(out_e[j]) : max_logit;
+    float denominator = 0.0f;
+    for (int j = 0; j < chosen; ++j) denominator += exp_f(s.logit(out_e[j]) - max_logit);
+    for (int r = 0; r < R; ++r) {
+      if (r < n) {
+        out_w[r] = exp_f(s.logit(out_e[r]) - max_logit) / denominator * p.scaling_factor;
+      } else {
+        out_e[r] = -1;
+        out_w[r] = 0.0f;
+      }
+    }
+    return true;
+  }
   float denominator = 1.0f;
   if (p.renormalize) {
     denominator = 0.0f;
-    const int m = p.top_k < n ? p.top_k : n;
-    for (int j = 0; j < m; ++j) denominator += s.score(out_e[j]);
+    for (int j = 0; j < chosen; ++j) denominator += s.score(out_e[j]);
   }
   for (int r = 0; r < R; ++r) {
     if (r < n) {

@@ -18,7 +18,16 @@ file(WRITE ${moe_bad_ckpt}/config.json "${moe_kjv_bad_config}")
 file(CREATE_LINK ${PROJECT_SOURCE_DIR}/models/kjv-moe/model.safetensors ${moe_bad_ckpt}/model.safetensors SYMBOLIC)
 target_compile_definitions(api_c_test PRIVATE MOE_KJV_DIR="${PROJECT_SOURCE_DIR}/models/kjv-moe"
                            MOE_KJV_BAD_DIR="${moe_bad_ckpt}")
-add_test(NAME api_c_test COMMAND api_c_test)
+# Every family's checkpoint directory (tests/support/family_checkpoints.h) with its float64 references, written
+# once by a fixture for the C and Python tests.
+add_executable(write_family_checkpoints ${PROJECT_SOURCE_DIR}/tests/tools/write_family_checkpoints.cc)
+target_include_directories(write_family_checkpoints PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(write_family_checkpoints PRIVATE moe_io nlohmann_json::nlohmann_json moe_flags)
+set(moe_family_dir ${CMAKE_BINARY_DIR}/test_data/families)
+add_test(NAME family_checkpoints_setup COMMAND write_family_checkpoints ${moe_family_dir})
+set_tests_properties(family_checkpoints_setup PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_SETUP families)
+add_test(NAME api_c_test COMMAND api_c_test ${moe_family_dir})
+set_tests_properties(api_c_test PROPERTIES FIXTURES_REQUIRED families)
 # TMPDIR points nowhere: moe_weights_from_buffers must build weights memory to memory (no staging file).
 set_tests_properties(api_c_test PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT "TMPDIR=/nonexistent/moe-no-tmp")
 
@@ -62,6 +71,6 @@ if(TARGET moe_python)
   endif()
   add_test(NAME api_python_test
            COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/python/run_tests.py ${PROJECT_SOURCE_DIR}/tests/python)
-  set_tests_properties(api_python_test PROPERTIES LABELS python TIMEOUT 600
-                       ENVIRONMENT "PYTHONPATH=${MOE_PYTHON_DIR};OMP_NUM_THREADS=1")
+  set_tests_properties(api_python_test PROPERTIES LABELS python TIMEOUT 600 FIXTURES_REQUIRED families
+                       ENVIRONMENT "PYTHONPATH=${MOE_PYTHON_DIR};OMP_NUM_THREADS=1;MOE_FAMILY_DIR=${moe_family_dir}")
 endif()

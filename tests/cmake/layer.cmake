@@ -2,6 +2,9 @@
 # every backend present, accuracy against float64 (unit) apart from bit equality (invariance).
 moe_add_test(NAME layer_accuracy_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_accuracy_test.cc
              LIBS moe_layer LABELS unit)
+# Every MoE family from a checkpoint directory alone, against the float64 reference of its published block.
+moe_add_test(NAME layer_families_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_families_test.cc
+             LIBS moe_layer LABELS unit)
 moe_add_test(NAME layer_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_test.cc
              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc LIBS moe_layer LABELS "unit;threaded")
 

@@ -83,7 +83,7 @@ class PretrainedTest(unittest.TestCase):
                  ({"num_local_experts": 4}, "num_local_experts = 4 but"),
                  ({"hidden_size": 128}, "hidden_size = 128 but model.embed_tokens.weight has shape [1024, 256]"),
                  ({"num_hidden_layers": 5}, "lacks model.layers.4"),
-                 ({"model_type": "qwen2_moe"}, "model_type 'qwen2_moe' is not supported")]
+                 ({"model_type": "jamba"}, "model_type 'jamba' is not supported")]
         for changes, message in cases:
             d = self.scratch(**changes)
             with self.assertRaises(ValueError) as cm:

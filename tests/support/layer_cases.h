@@ -2,15 +2,18 @@
 // test-backend-ops): shapes like Mixtral (E 8, top-2), Qwen2-MoE (a gated shared expert, top-4 without
 // renormalisation) and DeepSeek-V3 (sigmoid + selection bias, group-limited choice, a fused shared expert);
 // f32 and bf16 storage; every preset and capacity scope; reroute; GELU; causal and sequence state over
-// several calls. A case says what it computes; whether its outputs must be bitwise invariant follows from its
-// config.
+// several calls; and every family's checkpoint loaded through from_pretrained (the fam_* cases: Mixtral,
+// Qwen2/Qwen3-MoE, OLMoE, DeepSeek-V2/V3, Kimi K2, GLM-4.5, gpt-oss, Llama 4; bf16, f32, FP8, MXFP4). A case
+// says what it computes; whether its outputs must be bitwise invariant follows from its config.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "moe/io/layer_weights.h"
+#include "moe/io/pretrained.h"
 #include "moe/layer/moe_layer_config.h"
+#include "tests/support/family_checkpoints.h"
 #include "tests/support/layer_fixtures.h"
 
 namespace moe::testing {
@@ -22,6 +25,9 @@ struct LayerCase {
   MoELayerConfig config;
   int calls = 1;            // forward calls over the same requests (their positions continue)
   double tolerance = 1e-5;  // per-row relative error against the float64 reference of the case's own plan
+  // A family checkpoint (tests/support/family_checkpoints.h) whose last MoE layer the case loads through
+  // io::load_pretrained_layer with `storage`, its config from MoELayerConfig::pretrained; "": random weights.
+  std::string family = {};
 };
 
 // Whether a config promises bitwise invariance to strangers and row order (docs/determinism.md clauses 1, 4):
@@ -143,6 +149,23 @@ inline MoELayerConfig bf16_compute(MoELayerConfig c) {
 // compute is what runs.
 inline constexpr double kBf16ComputeTolerance = 1e-4;
 
+// A case that loads a family checkpoint's MoE layer (written once per process): its config.json's router
+// and expert semantics under `preset`, capacity factor 1.0 so that capacity binds, then `edit`.
+template <class Edit>
+LayerCase family(const std::string& name, const std::string& family_case, const char* preset,
+                 kernels::DType storage, Edit edit, int calls = 1, double tolerance = 1e-5) {
+  const WrittenFamily& f = written_family(family_case);
+  MoELayerConfig c = MoELayerConfig::pretrained(preset, f.config);
+  c.policy.capacity_factor = 1.0;
+  c.max_tokens = 64;
+  c = edit(c);
+  return LayerCase{name, f.config.layer, storage, c, calls, tolerance, family_case};
+}
+
+inline MoELayerConfig same(MoELayerConfig c) {
+  return c;
+}
+
 }  // namespace layer_cases_detail
 
 inline std::vector<LayerCase> layer_cases() {
@@ -220,6 +243,40 @@ inline std::vector<LayerCase> layer_cases() {
        kBf16ComputeTolerance},
       {"deepseek_bf16c_sequence_reroute", deepseek_shape(), DType::kBF16,
        bf16_compute(threads(with(deepseek("deterministic"), S, req, reroute), 2)), 2, kBf16ComputeTolerance},
+      // Every family through from_pretrained: the layer of a checkpoint in the family's published layout
+      // (bf16, f32, FP8 block-scaled, MXFP4; sharded), with config.json's router and expert semantics.
+      family("fam_mixtral_bf16_deterministic", "mixtral_bf16", "deterministic", DType::kBF16, same),
+      family("fam_qwen2_moe_f32_greedy", "qwen2_moe_f32", "greedy", DType::kF32, same),
+      family(
+          "fam_qwen3_moe_bf16_sequence_3calls", "qwen3_moe_bf16", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return threads(c, 2); }, 3),
+      family("fam_qwen3_moe_fp8_dropless", "qwen3_moe_fp8", "deterministic", DType::kF32,
+             [](MoELayerConfig c) { return with(c, N, req); }),
+      family("fam_olmoe_f32_request_reroute", "olmoe_f32", "deterministic", DType::kF32,
+             [](MoELayerConfig c) { return with(c, R, req, reroute); }),
+      family("fam_deepseek_v2_bf16_deterministic", "deepseek_v2_bf16", "deterministic", DType::kBF16, same,
+             2),
+      family(
+          "fam_deepseek_v3_fp8_causal", "deepseek_v3_fp8", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return threads(with(c, C, req), 2); }, 2),
+      family("fam_kimi_k2_fp8_greedy", "kimi_k2_fp8", "greedy", DType::kF32, same),
+      family("fam_glm4_moe_bf16_greedy_dispatch", "glm4_moe_bf16", "deterministic", DType::kBF16,
+             [](MoELayerConfig c) { return with(c, B, arr); }),
+      family(
+          "fam_gpt_oss_mxfp4_deterministic", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return threads(c, 2); }, 2),
+      family("fam_gpt_oss_bf16_greedy", "gpt_oss_bf16", "greedy", DType::kBF16, same),
+      family("fam_llama4_bf16_deterministic", "llama4_bf16", "deterministic", DType::kBF16, same, 2),
+      family("fam_llama4_text_f32_greedy", "llama4_text_f32", "greedy", DType::kF32, same),
+      family(
+          "fam_gpt_oss_mxfp4_bf16c", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }, 1, kBf16ComputeTolerance),
+      family(
+          "fam_llama4_bf16c_sequence", "llama4_bf16", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return bf16_compute(c); }, 2, kBf16ComputeTolerance),
+      family(
+          "fam_deepseek_v3_fp8_bf16c_greedy", "deepseek_v3_fp8", "greedy", DType::kBF16,
+          [](MoELayerConfig c) { return bf16_compute(c); }, 1, kBf16ComputeTolerance),
   };
 }
 

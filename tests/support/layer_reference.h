@@ -10,34 +10,41 @@
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "moe/io/layer_weights.h"
+#include "moe/layer/moe_layer_config.h"
 #include "router/dispatch_plan.h"
 
 namespace moe::testing {
 
-// y_ref[t] = sum_j w * FFN_e(x[t]) + g(t) * Shared(x[t]) in double, with routing taken from the layer's plan.
+// y_ref[t] = sum_j w * FFN_e(x[t]) + g(t) * Shared(x[t]) in double, with routing taken from the layer's plan
+// and the FFNs as `config` defines them (activation and its constants, the experts' biases); with
+// config.weight_on_input (Llama 4) sum_j FFN_e(w * x[t]), the scaled row formed in fp32 as the layer does.
 // compute kBF16: the FFNs' GEMM operands are the bf16 ones the layer uses - x and the weights rounded to
 // bf16, and the hidden activation h (computed in double) rounded to bf16 - with every product and sum in
 // double (kernels::ffn_bf16_reference_f64 with round_hidden); the gates are fp32 as in the layer.
-inline std::vector<double> Reference(const io::LayerWeights& w, kernels::Activation act,
-                                     const DispatchPlan& plan, const std::vector<float>& x, int T,
-                                     kernels::ComputePrecision compute = kernels::ComputePrecision::kF32) {
+inline std::vector<double> Reference(const io::LayerWeights& w, const MoELayerConfig& config,
+                                     const DispatchPlan& plan, const std::vector<float>& x, int T) {
   const int64_t d = w.shape().hidden;
+  const kernels::Activation act = config.activation;
   std::vector<double> y(static_cast<size_t>(T) * d, 0.0), row(d);
-  auto ffn_of = [&](const io::ExpertTensors& e) {
-    return act == kernels::Activation::kGELU ? kernels::FfnWeights{e.up_proj, {}, e.down_proj}
-                                             : kernels::FfnWeights{e.gate_proj, e.up_proj, e.down_proj};
-  };
+  std::vector<float> scaled(static_cast<size_t>(d));
   auto ffn = [&](const io::ExpertTensors& e, const float* xt) {
-    if (compute == kernels::ComputePrecision::kBF16) {
-      kernels::ffn_bf16_reference_f64(act, xt, 1, ffn_of(e), row.data(), nullptr, /*round_hidden=*/true);
+    if (config.compute == kernels::ComputePrecision::kBF16) {
+      kernels::ffn_bf16_reference_f64(act, xt, 1, expert_ffn_weights(e, config), row.data(), nullptr,
+                                      /*round_hidden=*/true);
     } else {
-      kernels::ffn_reference_f64(act, xt, 1, ffn_of(e), row.data());
+      kernels::ffn_reference_f64(act, xt, 1, expert_ffn_weights(e, config), row.data());
     }
   };
   for (int t = 0; t < T; ++t) {
     for (int j = 0; j < plan.top_k; ++j) {
       const int64_t p = static_cast<int64_t>(t) * plan.top_k + j;
       if (plan.pair_status[p] == PairStatus::kDropped) continue;
+      if (config.weight_on_input) {
+        for (int64_t i = 0; i < d; ++i) scaled[static_cast<size_t>(i)] = plan.pair_weight[p] * x[t * d + i];
+        ffn(w.experts()[plan.pair_expert[p]], scaled.data());
+        for (int64_t i = 0; i < d; ++i) y[t * d + i] += row[i];
+        continue;
+      }
       ffn(w.experts()[plan.pair_expert[p]], &x[t * d]);
       for (int64_t i = 0; i < d; ++i) y[t * d + i] += plan.pair_weight[p] * row[i];
     }

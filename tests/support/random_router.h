@@ -1,5 +1,6 @@
 // Random router rules for the top-k tests that compare two forms of the rule (router_topk_rule_test,
-// router_topk_block_test): a config of the given shape with a random scoring, renormalisation, scaling and
+// router_topk_block_test): a config of the given shape with a random scoring (softmax, sigmoid, softmax over
+// the top-k), renormalisation, scaling, ranking input (score or logit), group value (top-two sum or max) and
 // (half the time) a small selection bias with exact ties, or none when the shape is not a valid router.
 #pragma once
 
@@ -18,8 +19,11 @@ inline std::optional<RouterConfig> RandomRouterRules(std::mt19937_64& rng, int n
   config.num_groups = num_groups;
   config.top_k = top_k;
   config.topk_groups = topk_groups;
-  config.scoring = rng() % 2 ? Scoring::kSigmoid : Scoring::kSoftmax;
-  config.renormalize = rng() % 3 != 0;
+  const Scoring scorings[] = {Scoring::kSoftmax, Scoring::kSigmoid, Scoring::kSoftmaxTopK};
+  config.scoring = scorings[rng() % 3];
+  config.renormalize = config.scoring == Scoring::kSoftmaxTopK || rng() % 3 != 0;
+  config.rank_by_logit = rng() % 3 == 0;
+  config.group_score = rng() % 3 == 0 ? GroupScore::kMax : GroupScore::kTopTwoSum;
   config.scaling_factor = rng() % 2 ? 1.0f : 2.5f;
   if (rng() % 2) {
     config.selection_bias.resize(config.num_experts);
