@@ -3,6 +3,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "moe/parallel/communicator.h"
+#include "sim/distribute.h"
 #include "sim/errors.h"
 #include "sim/experiment.h"
 #include "sim/probe.h"
@@ -27,27 +29,71 @@ void merge(nlohmann::ordered_json& into, const nlohmann::ordered_json& from) {
   for (const auto& [key, value] : from.items()) into[key] = value;
 }
 
-int cmd_run(const Overrides& overrides, std::ostream& out) {
+// The configuration of each run of `run`: one per --seeds value, else the one of --seed.
+std::vector<SimConfig> run_configs(const Overrides& overrides, const SimConfig& config) {
+  if (config.seeds.empty()) return {config};
+  std::vector<SimConfig> configs;
+  for (uint64_t seed : config.seeds) {
+    Overrides o = overrides;
+    o["seed"] = std::to_string(seed);
+    configs.push_back(build_config(o));
+  }
+  return configs;
+}
+
+bool writes(const parallel::Communicator* comm) {
+  return comm == nullptr || comm->rank() == 0;
+}
+
+int cmd_run(const Overrides& overrides, std::ostream& out, parallel::Communicator* comm) {
   const SimConfig config = build_config(overrides);
-  const WorkloadRun w =
-      simulate_workload(config, {config.policy}, StreamOptions{.show_progress = !config.quiet});
-  const RunStats& stats = w.stats.front();
+  const std::vector<SimConfig> configs = run_configs(overrides, config);
+  const std::vector<PointResult> runs = compute_points(configs.size(), comm, [&](PointRange range) {
+    std::vector<PointResult> mine;
+    for (size_t i = range.begin; i < range.end; ++i) {
+      const WorkloadRun w = simulate_workload(configs[i], {configs[i].policy},
+                                              StreamOptions{.show_progress = !config.quiet && writes(comm)});
+      mine.push_back({w.stats.front(), w.num_requests});
+    }
+    return mine;
+  });
+  if (!writes(comm)) return 0;
   const bool multi_step = config.workload.token_budget > 0;
   if (config.json) {
     nlohmann::ordered_json j = header_json(config, kRun);
-    j["requests"] = w.num_requests;
-    merge(j, run_stats_json(stats, multi_step));
+    if (config.seeds.empty()) {
+      j["requests"] = runs.front().requests;
+      j["policy"] = policy_json(config.mode, config.policy);
+      merge(j, run_stats_json(runs.front().stats, multi_step));
+    } else {
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < configs.size(); ++i) {
+        nlohmann::ordered_json r;
+        r["seed"] = configs[i].seed;
+        r["requests"] = runs[i].requests;
+        r["policy"] = policy_json(configs[i].mode, configs[i].policy);
+        merge(r, run_stats_json(runs[i].stats, multi_step));
+        list.push_back(r);
+      }
+      j["runs"] = list;
+    }
     out << j.dump(2) << "\n";
   } else {
     out << provenance_line(config, kRun) << "\n";
-    print_run_table(out, stats, w.num_requests, config.workload.serving_features());
+    std::vector<RunColumn> columns;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      columns.push_back({config.seeds.empty() ? "value" : "seed=" + std::to_string(configs[i].seed),
+                         &runs[i].stats, runs[i].requests});
+    }
+    print_run_table(out, columns, config.workload.serving_features());
   }
   return 0;
 }
 
-int cmd_sweep(const Overrides& overrides, std::ostream& out) {
+int cmd_sweep(const Overrides& overrides, std::ostream& out, parallel::Communicator* comm) {
   const SimConfig config = build_config(overrides);
-  const std::vector<SweepPoint> points = run_sweep(overrides, !config.quiet);
+  const std::vector<SweepPoint> points = run_sweep(overrides, !config.quiet && writes(comm), comm);
+  if (!writes(comm)) return 0;
   const Table table = sweep_table(points, config.workload.serving_features());
   if (!config.sweep.csv_path.empty()) {
     std::ofstream csv(config.sweep.csv_path);
@@ -83,6 +129,7 @@ int cmd_sweep(const Overrides& overrides, std::ostream& out) {
       for (const auto& [name, value] : p.axis_values) e[name] = value;
       e["mode"] = p.mode;
       e["capacity_factor"] = p.capacity_factor;
+      e["policy"] = policy_json(p.mode, p.policy);
       merge(e, run_stats_json(p.stats, config.workload.token_budget > 0));
       list.push_back(e);
     }
@@ -126,23 +173,36 @@ int cmd_replay(const Overrides& overrides, std::ostream& out) {
   if (r.config.json) {
     nlohmann::ordered_json j = header_json(r.config, kReplay);
     j["requests"] = r.num_requests;
+    j["policy"] = policy_json(r.config.mode, r.config.policy);
     merge(j, run_stats_json(r.stats, false));
     out << j.dump(2) << "\n";
   } else {
     out << provenance_line(r.config, kReplay) << "\n";
-    print_run_table(out, r.stats, -1);
+    print_run_table(out, {{"value", &r.stats, -1}});
   }
   return 0;
 }
 
 }  // namespace
 
-int run_command(Command command, const Overrides& overrides, std::ostream& out) {
+void require_distributable(std::string_view command, int ranks) {
+  if (ranks <= 1) return;
+  for (std::string_view spread : {"run", "simulate", "sweep", "scan"}) {
+    if (command == spread) return;
+  }
+  throw UsageError(std::string(command) +
+                   " runs in one process: under mpirun only sweep and run (its --seeds) " +
+                   "spread over the ranks");
+}
+
+int run_command(Command command, const Overrides& overrides, std::ostream& out,
+                parallel::Communicator* comm) {
+  require_distributable(command_name(command), comm ? comm->size() : 1);
   switch (command) {
     case kRun:
-      return cmd_run(overrides, out);
+      return cmd_run(overrides, out, comm);
     case kSweep:
-      return cmd_sweep(overrides, out);
+      return cmd_sweep(overrides, out, comm);
     case kProbe:
       return cmd_probe(overrides, out);
     case kReplay:

@@ -1,6 +1,8 @@
 // moe-sim: the command-line front end. Parsing only; the subcommands live in commands.cc.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <memory>
+#include <sstream>
 
 #ifdef MOE_SIM_HAVE_DIVERGE
 #include "sim/diverge/command.h"
@@ -9,12 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "moe/parallel/communicator.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/fit.h"
 #include "sim/inspect/inspect.h"
+#include "sim/install_paths.h"
+#include "sim/launch.h"
 #include "sim/scenario.h"
 #include "sim/sim_config.h"
+#ifdef MOE_SIM_HAVE_MPI
+#include "sim/mpi_job.h"
+#endif
 
 namespace {
 
@@ -54,7 +62,9 @@ void add_settings(SubcommandOptions& sub) {
 
 moe::sim::Overrides collect(const SubcommandOptions& sub) {
   moe::sim::Overrides overrides;
-  if (sub.scenario_option->count() > 0) overrides = moe::sim::read_scenario(sub.scenario);
+  if (sub.scenario_option->count() > 0) {
+    overrides = moe::sim::read_scenario(moe::sim::resolve_scenario(sub.scenario));
+  }
   for (const auto& [name, option] : sub.options) {
     if (option->count() == 0) continue;
     if (auto f = sub.flags.find(name); f != sub.flags.end()) {
@@ -73,7 +83,14 @@ moe::sim::Overrides collect(const SubcommandOptions& sub) {
   return overrides;
 }
 
-int real_main(int argc, char** argv) {
+// The ranks of the MPI job this process belongs to, when an MPI launcher started it; `threads` the default
+// --threads of a rank (the machine's threads shared by its ranks).
+struct Job {
+  moe::parallel::Communicator* comm = nullptr;
+  int threads = 0;
+};
+
+int real_main(int argc, char** argv, const Job& job) {
   CLI::App app{"moe-sim " MOE_VERSION
                ": Mixture-of-Experts router simulator - drop rates, displacement by strangers and\n"
                "divergence for any routing policy. See docs/cli.md.",
@@ -127,6 +144,15 @@ int real_main(int argc, char** argv) {
 #endif
   // inspect DIR (sim/inspect): a checkpoint directory's report, printed while parsing.
   const std::shared_ptr<int> inspect_status = moe::sim::add_inspect_command(app);
+  if (job.comm != nullptr) {
+    // The subcommand, the first word that is not an option: under mpirun only run and sweep spread.
+    for (int i = 1; i < argc; ++i) {
+      if (argv[i][0] != '-') {
+        moe::sim::require_distributable(argv[i], job.comm->size());
+        break;
+      }
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -140,7 +166,13 @@ int real_main(int argc, char** argv) {
     return 2;
   }
   for (const auto& sub : subs) {
-    if (sub.app->parsed()) return moe::sim::run_command(sub.command, collect(sub), std::cout);
+    if (!sub.app->parsed()) continue;
+    moe::sim::Overrides overrides = collect(sub);
+    if (job.threads > 0 && (sub.command & (moe::sim::kRun | moe::sim::kSweep)) &&
+        !overrides.count("threads")) {
+      overrides["threads"] = std::to_string(job.threads);
+    }
+    return moe::sim::run_command(sub.command, overrides, std::cout, job.comm);
   }
   if (fit_app->parsed()) return moe::sim::run_fit(fit, std::cout);
   if (app.got_subcommand("diverge")) return 0;
@@ -148,11 +180,50 @@ int real_main(int argc, char** argv) {
   return 2;
 }
 
+// Sends std::cout and std::cerr to a buffer that is never printed, until destroyed.
+class Silence {
+ public:
+  Silence() : out_(std::cout.rdbuf(sink_.rdbuf())), err_(std::cerr.rdbuf(sink_.rdbuf())) {}
+  ~Silence() {
+    std::cout.rdbuf(out_);
+    std::cerr.rdbuf(err_);
+  }
+
+ private:
+  std::ostringstream sink_;
+  std::streambuf* out_;
+  std::streambuf* err_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  Job job;
+#ifdef MOE_SIM_HAVE_MPI
+  // Under mpirun: one job of several ranks. Rank 0 speaks (results, help, errors); the others compute in
+  // silence (every error reaches rank 0: sim/distribute.h).
+  std::unique_ptr<moe::sim::MpiJob> mpi;
+  std::unique_ptr<Silence> silence;
+  if (moe::sim::launched_by_mpi()) {
+    try {
+      mpi = std::make_unique<moe::sim::MpiJob>(&argc, &argv);
+    } catch (const std::exception& e) {
+      std::cerr << "moe-sim: error: MPI: " << e.what() << "\n";
+      return 1;
+    }
+    job = {&mpi->comm(), mpi->threads_per_rank()};
+    if (job.comm->rank() != 0) silence = std::make_unique<Silence>();
+  }
+#else
+  // The plain build: under an MPI launcher, become the MPI build (sim/launch.h).
+  if (moe::sim::launched_by_mpi()) {
+    const std::string why = moe::sim::exec_mpi_build(argv);  // returns only when it cannot
+    std::cerr << "moe-sim: error: " << why << "\n";
+    return 1;
+  }
+#endif
   try {
-    return real_main(argc, argv);
+    return real_main(argc, argv, job);
   } catch (const moe::sim::UsageError& e) {
     std::cerr << "moe-sim: error: " << e.what() << "\n";
     return 2;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "sim/text.h"
 
@@ -52,6 +53,24 @@ std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
+}
+
+nlohmann::ordered_json policy_json(std::string_view mode, const DispatchPolicy& policy,
+                                   std::optional<std::string_view> kernel) {
+  nlohmann::ordered_json j;
+  j["mode"] = std::string(mode);
+  j["scope"] = std::string(to_string(policy.scope));
+  j["priority"] = std::string(to_string(policy.priority));
+  j["overflow"] = std::string(to_string(policy.overflow));
+  j["capacity_factor"] = policy.capacity_factor;
+  j["rounding"] = std::string(to_string(policy.rounding));
+  j["min_capacity"] = policy.min_capacity;
+  j["reroute_depth"] = policy.reroute_depth;
+  j["renormalize_survivors"] = policy.renormalize_survivors;
+  if (policy.scope == CapacityScope::kPrefix) j["lookahead"] = policy.lookahead;
+  j["seed"] = policy.seed;
+  j["kernel"] = kernel ? nlohmann::ordered_json(std::string(*kernel)) : nlohmann::ordered_json(nullptr);
+  return j;
 }
 
 nlohmann::ordered_json run_stats_json(const RunStats& s, bool multi_step) {
@@ -144,10 +163,7 @@ nlohmann::ordered_json routing_stats_json(const RoutingStats& r) {
 nlohmann::ordered_json probe_json(const ProbeResult& r) {
   nlohmann::ordered_json j;
   j["mode"] = r.mode;
-  j["scope"] = std::string(to_string(r.policy.scope));
-  j["priority"] = std::string(to_string(r.policy.priority));
-  j["overflow"] = std::string(to_string(r.policy.overflow));
-  j["capacity_factor"] = r.policy.capacity_factor;
+  j["policy"] = policy_json(r.mode, r.policy);
   j["trials"] = r.trials;
   j["probe_pairs"] = r.probe_pairs;
   j["displaced_pairs"] = r.displaced_pairs;
@@ -160,56 +176,94 @@ nlohmann::ordered_json probe_json(const ProbeResult& r) {
   return j;
 }
 
-void print_run_table(std::ostream& out, const RunStats& s, int64_t num_requests, bool serving) {
-  Table t({"metric", "value"});
-  if (num_requests >= 0) t.add_row({"requests", std::to_string(num_requests)});
-  t.add_row({"steps", std::to_string(s.steps)});
-  t.add_row({"tokens", std::to_string(s.tokens)});
-  t.add_row({"pairs", std::to_string(s.pairs)});
-  t.add_row({"kept", std::to_string(s.kept)});
-  t.add_row({"rerouted", std::to_string(s.rerouted)});
-  t.add_row({"dropped", std::to_string(s.dropped)});
-  t.add_row({"drop_rate", fixed(s.drop_rate)});
-  t.add_row({"tokens_fully_dropped", std::to_string(s.tokens_fully_dropped)});
-  const bool dropless = !s.expert_capacity.empty() && s.expert_capacity[0] < 0;
-  if (dropless) {
-    t.add_row({"capacity", "dropless"});
-  } else if (s.steps > 1) {
-    t.add_row({"capacity/step min", fixed(s.step_capacity_min, 1)});
-    t.add_row({"capacity/step mean", fixed(s.step_capacity_mean, 1)});
-    t.add_row({"capacity/step max", fixed(s.step_capacity_max, 1)});
-  } else {
-    t.add_row({"capacity (slots/expert)", fixed(s.step_capacity_mean, 1)});
+void print_run_table(std::ostream& out, const std::vector<RunColumn>& columns, bool serving) {
+  std::vector<std::string> header = {"metric"};
+  for (const RunColumn& c : columns) header.push_back(c.label);
+  Table t(header);
+  // One row: a metric and its value in every column.
+  auto row = [&](const std::string& metric, const std::function<std::string(const RunStats&)>& value) {
+    std::vector<std::string> cells = {metric};
+    for (const RunColumn& c : columns) cells.push_back(value(*c.stats));
+    t.add_row(std::move(cells));
+  };
+  auto any = [&](const std::function<bool(const RunStats&)>& test) {
+    return std::any_of(columns.begin(), columns.end(), [&](const RunColumn& c) { return test(*c.stats); });
+  };
+  auto dropless = [](const RunStats& s) { return !s.expert_capacity.empty() && s.expert_capacity[0] < 0; };
+  auto multi_step = [](const RunStats& s) { return s.steps > 1; };
+  auto count = [](int64_t RunStats::*field) {
+    return [field](const RunStats& s) { return std::to_string(s.*field); };
+  };
+  auto rate = [](double RunStats::*field, int decimals) {
+    return [field, decimals](const RunStats& s) { return fixed(s.*field, decimals); };
+  };
+  if (columns.front().num_requests >= 0) {
+    std::vector<std::string> cells = {"requests"};
+    for (const RunColumn& c : columns) cells.push_back(std::to_string(c.num_requests));
+    t.add_row(std::move(cells));
   }
-  t.add_row({"load_imbalance (max/mean)", fixed(s.load_imbalance)});
-  if (s.steps > 1) {
-    t.add_row({"step drop_rate mean", fixed(s.step_drop_rate_mean)});
-    t.add_row({"step drop_rate max", fixed(s.step_drop_rate_max)});
-    t.add_row({"step load_imbalance mean", fixed(s.step_imbalance_mean)});
-    t.add_row({"step load_imbalance max", fixed(s.step_imbalance_max)});
-    t.add_row({"step peak load / (cf*T*k/E) mean", fixed(s.step_peak_load_mean)});
-    t.add_row({"step peak load / (cf*T*k/E) max", fixed(s.step_peak_load_max)});
+  row("steps", count(&RunStats::steps));
+  row("tokens", count(&RunStats::tokens));
+  row("pairs", count(&RunStats::pairs));
+  row("kept", count(&RunStats::kept));
+  row("rerouted", count(&RunStats::rerouted));
+  row("dropped", count(&RunStats::dropped));
+  row("drop_rate", rate(&RunStats::drop_rate, 4));
+  row("tokens_fully_dropped", count(&RunStats::tokens_fully_dropped));
+  // A row that applies to some columns only shows "-" in the others.
+  auto where = [](bool (*applies)(const RunStats&), std::function<std::string(const RunStats&)> value) {
+    return [applies, value](const RunStats& s) { return applies(s) ? value(s) : std::string("-"); };
+  };
+  auto capped_multi = [](const RunStats& s) {
+    return !(!s.expert_capacity.empty() && s.expert_capacity[0] < 0) && s.steps > 1;
+  };
+  auto capped_single = [](const RunStats& s) {
+    return !(!s.expert_capacity.empty() && s.expert_capacity[0] < 0) && s.steps <= 1;
+  };
+  if (any(dropless)) row("capacity", [&](const RunStats& s) { return dropless(s) ? "dropless" : "-"; });
+  if (any(capped_multi)) {
+    row("capacity/step min", where(capped_multi, rate(&RunStats::step_capacity_min, 1)));
+    row("capacity/step mean", where(capped_multi, rate(&RunStats::step_capacity_mean, 1)));
+    row("capacity/step max", where(capped_multi, rate(&RunStats::step_capacity_max, 1)));
   }
-  const RoutingStats& r = s.routing;
-  t.add_row({"routing: expert share min", fixed(r.share_min)});
-  t.add_row({"routing: expert share max", fixed(r.share_max)});
-  t.add_row({"routing: load imbalance (share max * E)", fixed(r.load_imbalance)});
-  t.add_row({"routing: consecutive same first choice", fixed(r.same_first)});
-  t.add_row({"routing: consecutive same first or second", fixed(r.same_first_or_second)});
+  if (any(capped_single)) {
+    row("capacity (slots/expert)", where(capped_single, rate(&RunStats::step_capacity_mean, 1)));
+  }
+  row("load_imbalance (max/mean)", rate(&RunStats::load_imbalance, 4));
+  if (any(multi_step)) {
+    row("step drop_rate mean", where(multi_step, rate(&RunStats::step_drop_rate_mean, 4)));
+    row("step drop_rate max", where(multi_step, rate(&RunStats::step_drop_rate_max, 4)));
+    row("step load_imbalance mean", where(multi_step, rate(&RunStats::step_imbalance_mean, 4)));
+    row("step load_imbalance max", where(multi_step, rate(&RunStats::step_imbalance_max, 4)));
+    row("step peak load / (cf*T*k/E) mean", where(multi_step, rate(&RunStats::step_peak_load_mean, 4)));
+    row("step peak load / (cf*T*k/E) max", where(multi_step, rate(&RunStats::step_peak_load_max, 4)));
+  }
+  auto routing = [](double RoutingStats::*field) {
+    return [field](const RunStats& s) { return fixed(s.routing.*field); };
+  };
+  row("routing: expert share min", routing(&RoutingStats::share_min));
+  row("routing: expert share max", routing(&RoutingStats::share_max));
+  row("routing: load imbalance (share max * E)", routing(&RoutingStats::load_imbalance));
+  row("routing: consecutive same first choice", routing(&RoutingStats::same_first));
+  row("routing: consecutive same first or second", routing(&RoutingStats::same_first_or_second));
   if (serving) {
-    const serving::EngineStats& e = s.engine;
-    t.add_row({"serving: cache key", cache_key_name(s.cache_rule)});
-    t.add_row({"serving: prompt tokens from the cache", std::to_string(e.cached_prompt_tokens) + " of " +
-                                                            std::to_string(e.prompt_tokens) + " (" +
-                                                            fixed(cache_hit_rate(e)) + ")"});
-    t.add_row({"serving: preemptions", std::to_string(e.preemptions)});
-    t.add_row(
-        {"serving: draft tokens accepted", std::to_string(e.accepted) + " of " + std::to_string(e.drafted)});
+    row("serving: cache key", [](const RunStats& s) { return cache_key_name(s.cache_rule); });
+    row("serving: prompt tokens from the cache", [](const RunStats& s) {
+      const serving::EngineStats& e = s.engine;
+      return std::to_string(e.cached_prompt_tokens) + " of " + std::to_string(e.prompt_tokens) + " (" +
+             fixed(cache_hit_rate(e)) + ")";
+    });
+    row("serving: preemptions", [](const RunStats& s) { return std::to_string(s.engine.preemptions); });
+    row("serving: draft tokens accepted", [](const RunStats& s) {
+      return std::to_string(s.engine.accepted) + " of " + std::to_string(s.engine.drafted);
+    });
   }
   t.print(out);
-  out << "expert_load:";
-  for (int64_t l : s.expert_load) out << " " << l;
-  out << "\n";
+  for (const RunColumn& c : columns) {
+    out << (columns.size() == 1 ? std::string("expert_load:") : "expert_load " + c.label + ":");
+    for (int64_t l : c.stats->expert_load) out << " " << l;
+    out << "\n";
+  }
 }
 
 Table sweep_table(const std::vector<SweepPoint>& points, bool serving) {

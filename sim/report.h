@@ -2,8 +2,10 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/experiment.h"
@@ -33,6 +35,13 @@ std::string provenance_line(const SimConfig& config, Command command);
 // Fixed-point text for rates and ratios ("0.1234").
 std::string fixed(double v, int decimals = 4);
 
+// The policy a point ran, whatever flags produced it - the one writer of it for every JSON point (run, sweep,
+// probe, replay, diverge): {"mode", "scope", "priority", "overflow", "capacity_factor", "rounding",
+// "min_capacity", "reroute_depth", "renormalize_survivors", "seed", "kernel"}. `kernel` is the expert kernel
+// kind ("invariant", "fast") where experts run, null for the routing-only commands.
+nlohmann::ordered_json policy_json(std::string_view mode, const DispatchPolicy& policy,
+                                   std::optional<std::string_view> kernel = std::nullopt);
+
 // Includes "routing": routing_stats_json(stats.routing).
 nlohmann::ordered_json run_stats_json(const RunStats& stats, bool multi_step);
 // The router's choices before capacity: expert shares, imbalance, consecutive-token repetition.
@@ -44,9 +53,15 @@ nlohmann::ordered_json serving_stats_json(const RunStats& stats);
 double cache_hit_rate(const serving::EngineStats& e);
 std::string cache_key_name(const RoutingRule& rule);
 
-// Tables of the experiments.
-// serving: add the serving engine's rows / columns (prefix cache, preemption or speculation on).
-void print_run_table(std::ostream& out, const RunStats& stats, int64_t num_requests, bool serving = false);
+// Tables of the experiments. serving: add the serving engine's rows / columns (prefix cache, preemption or
+// speculation on). A run's table has a column per run: `label` heads it ("value" for one run,
+// "seed=N" for several); num_requests < 0 leaves the requests row out (replay).
+struct RunColumn {
+  std::string label;
+  const RunStats* stats = nullptr;
+  int64_t num_requests = -1;
+};
+void print_run_table(std::ostream& out, const std::vector<RunColumn>& columns, bool serving = false);
 Table sweep_table(const std::vector<SweepPoint>& points, bool serving = false);
 Table probe_table(const std::vector<ProbeResult>& results);
 

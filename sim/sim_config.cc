@@ -133,6 +133,22 @@ std::vector<Setting> make_settings() {
        false, true, [](SimConfig& c, const std::string& v) { c.seed = parse_uint64(v, "--seed"); },
        [](const SimConfig& c) { return std::to_string(c.seed); }});
 
+  add({"seeds", "LIST",
+       "run once per seed, comma-separated: a column each (under mpirun the seeds spread over the ranks)",
+       kRun, false, false, true,
+       [](SimConfig& c, const std::string& v) {
+         c.seeds.clear();
+         for (const auto& x : split(v, ',')) {
+           if (!trim(x).empty()) c.seeds.push_back(parse_uint64(trim(x), "--seeds"));
+         }
+         if (c.seeds.empty()) throw UsageError("--seeds: no seeds in '" + v + "'");
+       },
+       [](const SimConfig& c) {
+         std::vector<std::string> v;
+         for (uint64_t x : c.seeds) v.push_back(std::to_string(x));
+         return v.empty() ? std::string("none") : join(v, ",");
+       }});
+
   // Workload.
   add({"requests", "INT", "number of synthetic requests", kRun | kSweep, false, false, true,
        [](SimConfig& c, const std::string& v) { c.workload.num_requests = to_int("requests", v); },
@@ -512,6 +528,7 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
     j["out"] = c.replay.out_path;
   }
   j["seed"] = c.seed;
+  if (command == kRun) j["seeds"] = c.seeds;
   if (command == kSweep) {
     j["modes"] = c.compared_modes();
     j["capacity_factors"] = c.sweep.capacity_factors;

@@ -53,6 +53,8 @@ struct SimConfig {
   WorkloadConfig workload;
   ScoreModelConfig scores;
   uint64_t seed = 0;
+  // run: one run per seed (--seeds; empty: the one run of `seed`), spread over the ranks of an MPI job.
+  std::vector<uint64_t> seeds;
   bool quiet = false;
   int threads = 0;  // workers for scores and routing (0: every hardware thread); changes no result
   bool json = false;

@@ -6,6 +6,48 @@
 #include "sim/text.h"
 
 namespace moe::sim {
+namespace {
+
+// The settings of each combination of axis values, in sweep order (first axis outermost), with the values.
+struct Combination {
+  Overrides overrides;
+  std::vector<std::pair<std::string, std::string>> values;
+};
+
+std::vector<Combination> combinations(const Overrides& overrides, const SimConfig& base) {
+  std::vector<SweepAxis> axes;
+  for (const auto& a : base.sweep.axes) axes.push_back(parse_axis(a));
+  size_t combos = 1;
+  for (const auto& a : axes) combos *= a.values.size();
+  std::vector<Combination> out;
+  std::vector<size_t> index(axes.size(), 0);
+  for (size_t c = 0; c < combos; ++c) {
+    Combination combo{overrides, {}};
+    for (size_t a = 0; a < axes.size(); ++a) {
+      combo.overrides[axes[a].name] = axes[a].values[index[a]];
+      combo.values.emplace_back(axes[a].name, axes[a].values[index[a]]);
+    }
+    out.push_back(std::move(combo));
+    for (size_t a = axes.size(); a-- > 0;) {
+      if (++index[a] < axes[a].values.size()) break;
+      index[a] = 0;
+    }
+  }
+  return out;
+}
+
+// Each mode's configuration under one combination of axis values.
+std::vector<SimConfig> per_mode_configs(const Overrides& with_axes, const std::vector<std::string>& modes) {
+  std::vector<SimConfig> per_mode;
+  for (const auto& m : modes) {
+    Overrides o = with_axes;
+    o["mode"] = m;
+    per_mode.push_back(build_config(o));
+  }
+  return per_mode;
+}
+
+}  // namespace
 
 std::string SweepPoint::series() const {
   std::string s = mode;
@@ -21,7 +63,7 @@ SweepAxis parse_axis(const std::string& spec) {
   const Setting* s = find_setting(axis.name);
   if (s == nullptr || s->is_flag || !(s->commands & (kRun | kSweep)) || axis.name == "axis" ||
       axis.name == "scopes" || axis.name == "modes" || axis.name == "capacity-factors" ||
-      axis.name == "csv" || axis.name == "svg") {
+      axis.name == "csv" || axis.name == "svg" || axis.name == "seeds") {
     throw UsageError("--axis '" + spec + "': '" + axis.name + "' is not a setting a sweep can vary");
   }
   if (axis.name == "mode" || axis.name == "capacity-factor") {
@@ -37,58 +79,63 @@ SweepAxis parse_axis(const std::string& spec) {
   return axis;
 }
 
-std::vector<SweepPoint> run_sweep(const Overrides& overrides, bool show_progress) {
+std::vector<SweepPoint> sweep_points(const Overrides& overrides) {
   const SimConfig base = build_config(overrides);
-  std::vector<SweepAxis> axes;
-  for (const auto& a : base.sweep.axes) axes.push_back(parse_axis(a));
   const std::vector<std::string> modes = base.compared_modes();
-  const auto& cfs = base.sweep.capacity_factors;
-
-  size_t combos = 1;
-  for (const auto& a : axes) combos *= a.values.size();
   std::vector<SweepPoint> points;
-  Progress progress("sweep", static_cast<int64_t>(combos * modes.size() * cfs.size()), show_progress);
-  std::vector<size_t> index(axes.size(), 0);
-  for (size_t c = 0; c < combos; ++c) {
-    Overrides with_axes = overrides;
-    std::vector<std::pair<std::string, std::string>> values;
-    for (size_t a = 0; a < axes.size(); ++a) {
-      with_axes[axes[a].name] = axes[a].values[index[a]];
-      values.emplace_back(axes[a].name, axes[a].values[index[a]]);
-    }
-    // Every mode's policy at every cf, over one prepared workload.
-    std::vector<SimConfig> per_mode;
-    for (const auto& m : modes) {
-      Overrides o = with_axes;
-      o["mode"] = m;
-      per_mode.push_back(build_config(o));
-    }
-    // One streamed pass plans them all (in lockstep, over the same routed windows).
-    std::vector<DispatchPolicy> policies;
+  for (const Combination& combo : combinations(overrides, base)) {
+    const std::vector<SimConfig> per_mode = per_mode_configs(combo.overrides, modes);
     for (size_t m = 0; m < modes.size(); ++m) {
-      for (double cf : cfs) {
-        policies.push_back(per_mode[m].policy);
-        policies.back().capacity_factor = cf;
-      }
-    }
-    const WorkloadRun run = simulate_workload(per_mode.front(), policies);
-    size_t next = 0;
-    for (size_t m = 0; m < modes.size(); ++m) {
-      for (double cf : cfs) {
+      for (double cf : base.sweep.capacity_factors) {
         SweepPoint p;
-        p.axis_values = values;
+        p.axis_values = combo.values;
         p.mode = modes[m];
         p.capacity_factor = cf;
-        p.stats = run.stats[next++];
+        p.policy = per_mode[m].policy;
+        p.policy.capacity_factor = cf;
         points.push_back(std::move(p));
-        progress.advance();
       }
     }
-    for (size_t a = axes.size(); a-- > 0;) {
-      if (++index[a] < axes[a].values.size()) break;
-      index[a] = 0;
-    }
   }
+  return points;
+}
+
+std::vector<PointResult> sweep_stats(const Overrides& overrides, PointRange range, Progress* progress) {
+  const SimConfig base = build_config(overrides);
+  const std::vector<std::string> modes = base.compared_modes();
+  const size_t per_combo = modes.size() * base.sweep.capacity_factors.size();
+  std::vector<PointResult> stats;
+  size_t first = 0;  // the combination's first point
+  for (const Combination& combo : combinations(overrides, base)) {
+    const size_t begin = std::max(range.begin, first), end = std::min(range.end, first + per_combo);
+    if (begin < end) {
+      // One streamed pass plans this combination's points of the range (in lockstep, over the same routed
+      // windows); every mode's configuration supplies its policy, the first one the workload.
+      const std::vector<SimConfig> per_mode = per_mode_configs(combo.overrides, modes);
+      std::vector<DispatchPolicy> policies;
+      for (size_t i = begin; i < end; ++i) {
+        const size_t m = (i - first) / base.sweep.capacity_factors.size();
+        policies.push_back(per_mode[m].policy);
+        policies.back().capacity_factor =
+            base.sweep.capacity_factors[(i - first) % base.sweep.capacity_factors.size()];
+      }
+      WorkloadRun run = simulate_workload(per_mode.front(), policies);
+      for (RunStats& s : run.stats) stats.push_back({std::move(s), run.num_requests});
+      if (progress) progress->advance(static_cast<int64_t>(end - begin));
+    }
+    first += per_combo;
+  }
+  return stats;
+}
+
+std::vector<SweepPoint> run_sweep(const Overrides& overrides, bool show_progress,
+                                  parallel::Communicator* comm) {
+  std::vector<SweepPoint> points = sweep_points(overrides);
+  std::vector<PointResult> stats = compute_points(points.size(), comm, [&](PointRange range) {
+    Progress progress("sweep", static_cast<int64_t>(range.size()), show_progress);
+    return sweep_stats(overrides, range, &progress);
+  });
+  for (size_t i = 0; i < points.size(); ++i) points[i].stats = std::move(stats[i].stats);
   return points;
 }
 

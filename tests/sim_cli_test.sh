@@ -111,6 +111,29 @@ expect_ok "sweep axis json" sweep --json --axis top-k=1,2 --capacity-factors 1,2
 json_check "sweep points" "len(j['points'])==4 and j['points'][0]['top-k']=='1' and 'drop_rate' in j['points'][0]"
 expect_ok "sweep scopes" sweep --scopes batch,causal --capacity-factors 1 --modes greedy
 grep -q "causal" "$TMP/out" || fail "sweep --scopes shows the scope axis"
+# Every JSON point carries the whole policy it ran, whatever flags produced it (one writer: policy_json).
+POLICY_KEYS="['mode','scope','priority','overflow','capacity_factor','rounding','min_capacity','reroute_depth','renormalize_survivors','seed','kernel']"
+# Prefix scope (the stable mode's) also names its lookahead.
+PREFIX_KEYS="['mode','scope','priority','overflow','capacity_factor','rounding','min_capacity','reroute_depth','renormalize_survivors','lookahead','seed','kernel']"
+expect_ok "sweep --modes stable json" sweep --json --modes stable --capacity-factors 1,2
+json_check "sweep points carry their policy" "all(list(p['policy'].keys())==$PREFIX_KEYS for p in j['points']) and all(p['policy']['scope']=='prefix' and p['policy']['lookahead']==16 and p['policy']['priority']=='request' and p['policy']['mode']=='stable' and p['policy']['kernel'] is None for p in j['points']) and [p['policy']['capacity_factor'] for p in j['points']]==[1.0,2.0]"
+expect_ok "sweep scope axis json" sweep --json --scopes request,causal --modes greedy --capacity-factors 1
+json_check "an axis point's policy has the axis value" "[p['policy']['scope'] for p in j['points']]==['request','causal'] and all(p['policy']['priority']=='arrival' for p in j['points'])"
+expect_ok "run json policy" run --json --mode stable --priority score --overflow reroute
+json_check "run carries its policy" "list(j['policy'].keys())==$PREFIX_KEYS and j['policy']['scope']=='prefix' and j['policy']['priority']=='score' and j['policy']['overflow']=='reroute'"
+expect_ok "probe json policy" probe --json --trials 3 --modes greedy,stable
+json_check "probe results carry their policy" "[r['policy']['scope'] for r in j['results']]==['batch','prefix'] and list(j['results'][0]['policy'].keys())==$POLICY_KEYS and list(j['results'][1]['policy'].keys())==$PREFIX_KEYS"
+# run --seeds: one run per seed, a column (or a JSON entry) each.
+expect_ok "run --seeds" run --seeds 3,1 --token-budget 64 --quiet
+grep -q "^metric  *seed=3  *seed=1$" "$TMP/out" || fail "run --seeds: a column per seed: $(sed -n 2p "$TMP/out")"
+grep -q "^expert_load seed=1: " "$TMP/out" || fail "run --seeds: expert_load per seed"
+"$SIM" run --seed 1 --token-budget 64 --json --quiet >"$TMP/seed1.json"
+expect_ok "run --seeds json" run --seeds 3,1 --token-budget 64 --json --quiet
+json_check "run --seeds json entries" "[r['seed'] for r in j['runs']]==[3,1] and j['config']['seeds']==[3,1] and j['runs'][1]['dropped']==json.load(open('$TMP/seed1.json'))['dropped'] and j['runs'][1]['policy']['seed']==1"
+expect_error "run --seeds empty" 2 "--seeds: no seeds" run --seeds ,
+# A shipped scenario by name (share/moe/scenarios beside the program).
+expect_ok "scenario by name" run --scenario serving --json --quiet
+json_check "serving scenario" "j['config']['preset']=='mixtral' and j['config']['workload']['batching']=='continuous'"
 elapsed=$($PY -c "import subprocess,sys,time; t=time.time(); subprocess.run([sys.argv[1],'sweep'],capture_output=True); print('%.2f'%(time.time()-t))" "$SIM")
 if $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) < 20 else 1)" "$elapsed"; then pass "default sweep in ${elapsed}s"; else fail "default sweep took ${elapsed}s"; fi
 

@@ -9,8 +9,10 @@
 #include <string_view>
 
 #include "moe/layer/moe_layer_config.h"
+#include "sim/diverge/corpus.h"
 #include "sim/diverge/diverge.h"
 #include "sim/diverge/record.h"
+#include "sim/install_paths.h"
 
 namespace moe::sim {
 namespace {
@@ -23,8 +25,8 @@ struct Flags {
   std::string svg_dir;
   std::string json_out;
   std::string model = "kjv";
-  std::string model_dir = MOE_SOURCE_DIR "/models/kjv-moe";
-  std::string corpus_dir = MOE_SOURCE_DIR "/data/kjv";
+  std::string model_dir;   // empty: the shipped model, <data_dir>/models/kjv-moe (sim/install_paths.h)
+  std::string corpus_dir;  // empty: located or prepared (corpus.h)
   std::string prompt;
   std::string record_dir;
   int64_t record_tokens = 4096;
@@ -46,8 +48,13 @@ void run(Flags& f) {
     o.shape = model::ModelShape::tiny();
   } else if (f.model == "kjv") {
     if (o.weights_path.empty()) {
-      o.model_dir = f.model_dir;
-      o.corpus_dir = f.corpus_dir;
+      if (f.model_dir.empty()) {
+        o.model_dir = (data_dir() / "models" / "kjv-moe").string();
+        o.model_label = "models/kjv-moe";
+      } else {
+        o.model_dir = f.model_dir;
+      }
+      o.corpus_dir = f.corpus_dir.empty() ? diverge::locate_corpus(std::cerr).string() : f.corpus_dir;
     }
   } else if (f.model != "random") {
     throw std::invalid_argument(
@@ -136,7 +143,8 @@ void add_diverge_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "diverge",
       "Same prompt, different answers: serve one probe N times among seeded stranger traffic on a small MoE "
-      "decoder (by default the trained KJV model, models/kjv-moe) with continuous batching, per dispatch "
+      "decoder (by default the trained KJV model, share/moe/models/kjv-moe) with continuous batching, per "
+      "dispatch "
       "mode and "
       "kernel kind; prints each distinct completion as text (docs/divergence.md)");
   cmd->add_option("-n,--trials", o.trials, "probe runs per configuration")->capture_default_str();
@@ -201,11 +209,11 @@ void add_diverge_command(CLI::App& app) {
          "kjv: the trained model (--model-dir, its tokenizer, stranger prompts from --corpus); random: "
          "seeded random weights (d 256, 4 layers); tiny: random, d 64, 2 layers")
       ->capture_default_str();
-  cmd->add_option("--model-dir", flags->model_dir, "the trained model's checkpoint directory")
-      ->capture_default_str();
+  cmd->add_option("--model-dir", flags->model_dir,
+                  "the trained model's checkpoint directory (default: share/moe/models/kjv-moe beside bin/)");
   cmd->add_option("--corpus", flags->corpus_dir,
-                  "directory with heldout.txt (scripts/fetch-corpus.sh): stranger prompts of --model kjv")
-      ->capture_default_str();
+                  "directory with heldout.txt (scripts/fetch-corpus.sh): stranger prompts of --model kjv "
+                  "(default: share/moe/kjv or the user's cache, prepared there at first use)");
   cmd->add_option(
       "--prompt", flags->prompt,
       "the probe's prompt text (--model kjv); 1, 2 or 3 pick a default prompt (1 is the default)");

@@ -19,6 +19,7 @@
 #include "base/splitmix64.h"
 #include "moe/model/model.h"
 #include "sim/diverge/svg.h"
+#include "sim/report.h"
 
 namespace moe::sim::diverge {
 namespace {
@@ -164,7 +165,7 @@ LabModel load_lab_model(const DivergeOptions& options) {
   m.weights = load_weights(options);
   if (!options.model_dir.empty()) {
     m.tokenizer = std::make_shared<const model::Tokenizer>(model::Tokenizer::load(options.model_dir));
-    m.description = options.model_dir;
+    m.description = options.model_label.empty() ? options.model_dir : options.model_label;
   } else if (!options.weights_path.empty()) {
     m.description = options.weights_path;
   } else {
@@ -183,7 +184,8 @@ LabModel load_lab_model(const DivergeOptions& options) {
       throw std::runtime_error(
           "diverge: the held-out text " + held.string() + " is missing: run scripts/fetch-corpus.sh " +
           options.corpus_dir +
-          " (it needs the packages bible-kjv and bible-kjv-text from scripts/install-deps.sh)");
+          " (share/moe/scripts/fetch-corpus.sh where installed; it needs the packages bible-kjv and "
+          "bible-kjv-text), or leave --corpus out to have it prepared");
     }
     std::stringstream ss;
     ss << f.rdbuf();
@@ -527,6 +529,9 @@ nlohmann::json result_json(const ConfigResult& r, const model::Tokenizer* tokeni
   j["kernel"] = std::string(kernels::to_string(r.spec.kernel));
   j["capacity_factor"] = r.spec.capacity_factor;
   j["varied"] = r.spec.varied;
+  j["policy"] =
+      policy_json(r.spec.mode, model::ModelOptions::dispatch_mode(r.spec.mode, r.spec.capacity_factor),
+                  kernels::to_string(r.spec.kernel));
   j["distinct"] = r.distinct;
   j["diverged"] = r.diverged;
   j["bitwise_same"] = r.bitwise_same;

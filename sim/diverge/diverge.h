@@ -76,6 +76,8 @@ struct DivergeOptions {
   // A Hugging Face checkpoint directory (the trained model, models/kjv-moe): its weights (load_pretrained)
   // and its tokenizer.json. Takes precedence over weights_path and the random shape.
   std::string model_dir;
+  // How reports name the model (empty: model_dir): the shipped model is "models/kjv-moe" wherever installed.
+  std::string model_label;
   // The probe's prompt as text (needs model_dir's tokenizer); empty: probe_length random tokens.
   std::string prompt;
   // A directory with heldout.txt (scripts/fetch-corpus.sh): stranger prompts are windows of its tokens

@@ -20,40 +20,31 @@ moe_add_test(NAME parallel_single_process_test
   TIMEOUT 60)
 
 if(TARGET moe_parallel_mpi)
-  set(moe_parallel_mpirun ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
-
   # Functional tests: one gtest binary with its own main (MPI_Init/Finalize), at 1, 2 and 4 ranks.
   moe_add_mpi_program(NAME parallel_mpi_test SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_test.cc
                       LIBS moe_parallel_mpi GTest::gtest)
-  foreach(np 1 2 4)
-    add_test(NAME parallel_mpi_test_np${np} COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_mpi_test>)
-    set_tests_properties(parallel_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np})
-  endforeach()
+  moe_add_mpi_test(NAME parallel_mpi_test RANKS 1 2 4 COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_test>)
 
-  # Fault tests: the wrapper asserts a non-zero exit, a bounded time and the expected messages.
+  # Fault tests: the wrapper asserts a non-zero exit, a bounded time and the expected messages; the last rank
+  # (@LAST@) is the one that fails.
   moe_add_mpi_program(NAME parallel_mpi_fault SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault.cc
                       LIBS moe_parallel_mpi)
   set(moe_parallel_fault_check ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault_test.sh)
-  foreach(np 2 4)
-    math(EXPR victim "${np} - 1")
-    add_test(NAME parallel_mpi_fault_abort_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 20
-        --expect "moe::parallel abort \\(mpi, rank ${victim} of ${np}\\): rank ${victim} failed to load its experts \\(injected fault\\)"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_mpi_fault> abort)
-    add_test(NAME parallel_mpi_fault_exit_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 30
-        --expect "rank ${victim} exits without MPI_Finalize \\(injected fault\\)"
-        --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_mpi_fault> exit)
-    # The stuck rank is alive, so only the communicator's 5 s timeout can end the job.
-    add_test(NAME parallel_mpi_fault_stuck_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 20
-        --expect "rank ${victim} is stuck outside the collective \\(injected fault\\)"
-        --expect "moe::parallel abort \\(mpi, rank [0-9]+ of ${np}\\): mpi all_to_all_v: rank [0-9]+ of ${np} waited 5000 ms; a peer is dead or stuck"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_mpi_fault> stuck)
-    set_tests_properties(parallel_mpi_fault_abort_np${np} parallel_mpi_fault_exit_np${np} parallel_mpi_fault_stuck_np${np}
-      PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np})
-  endforeach()
+  moe_add_mpi_test(NAME parallel_mpi_fault_abort RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 20
+      --expect "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed to load its experts \\(injected fault\\)"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_fault> abort)
+  moe_add_mpi_test(NAME parallel_mpi_fault_exit RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 30
+      --expect "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
+      --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_fault> exit)
+  # The stuck rank is alive, so only the communicator's 5 s timeout can end the job.
+  moe_add_mpi_test(NAME parallel_mpi_fault_stuck RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 20
+      --expect "rank @LAST@ is stuck outside the collective \\(injected fault\\)"
+      --expect "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_to_all_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_fault> stuck)
 endif()
 
 if(TARGET moe_parallel_nccl)
@@ -80,53 +71,41 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
                       SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_mpi_test.cc
                               ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
                       LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest)
-  foreach(np 1 2 4)
-    add_test(NAME parallel_ep_mpi_test_np${np} COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_ep_mpi_test>)
-    set_tests_properties(parallel_ep_mpi_test_np${np} PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS ${np})
-  endforeach()
+  moe_add_mpi_test(NAME parallel_ep_mpi_test RANKS 1 2 4 TIMEOUT 180
+                   COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_mpi_test>)
 
   # The backend harness (tests/layer_cases_test.cc) with the expert-parallel backend: the shared table of cases
   # at 1, 2 and 4 ranks, accuracy apart from bit equality (the latter against the single-process CPU layer too).
   moe_add_mpi_program(NAME layer_cases_mpi_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_cases_test.cc
                       LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest DEFINITIONS MOE_LAYER_CASES_MPI=1)
-  foreach(np 1 2 4)
-    add_test(NAME layer_cases_ep_accuracy_np${np}
-             COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:layer_cases_mpi_test> --gtest_filter=*LayerCaseAccuracy*)
-    add_test(NAME layer_cases_ep_invariance_np${np}
-             COMMAND ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:layer_cases_mpi_test>
-                     --gtest_filter=*LayerCaseInvariance*:*LayerCaseChunking*:*LayerCaseCounterCheck*:*LayerCaseCrossBackend*)
-    set_tests_properties(layer_cases_ep_accuracy_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np})
-    set_tests_properties(layer_cases_ep_invariance_np${np} PROPERTIES LABELS "mpi;invariance" TIMEOUT 600
-                         PROCESSORS ${np})
-  endforeach()
+  moe_add_mpi_test(NAME layer_cases_ep_accuracy RANKS 1 2 4 TIMEOUT 300
+                   COMMAND @MPIRUN_NP@ $<TARGET_FILE:layer_cases_mpi_test> --gtest_filter=*LayerCaseAccuracy*)
+  moe_add_mpi_test(NAME layer_cases_ep_invariance RANKS 1 2 4 LABELS mpi invariance TIMEOUT 600
+                   COMMAND @MPIRUN_NP@ $<TARGET_FILE:layer_cases_mpi_test>
+                           --gtest_filter=*LayerCaseInvariance*:*LayerCaseChunking*:*LayerCaseCounterCheck*:*LayerCaseCrossBackend*)
 
   moe_add_mpi_program(NAME parallel_ep_fault SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_fault.cc
                       LIBS moe_parallel_ep moe_parallel_mpi)
-  foreach(np 2 4)
-    math(EXPR victim "${np} - 1")
-    add_test(NAME parallel_ep_fault_throw_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 20
-        --expect "moe::parallel abort \\(mpi, rank ${victim} of ${np}\\): rank ${victim} failed while preparing its batch \\(injected fault\\)"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_ep_fault> throw)
-    add_test(NAME parallel_ep_fault_exit_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 30
-        --expect "rank ${victim} exits without MPI_Finalize \\(injected fault\\)"
-        --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_ep_fault> exit)
-    add_test(NAME parallel_ep_fault_stuck_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 20
-        --expect "rank ${victim} is stuck outside forward\\(\\) \\(injected fault\\)"
-        --expect "moe::parallel abort \\(mpi, rank [0-9]+ of ${np}\\): mpi all_gather_v: rank [0-9]+ of ${np} waited 5000 ms; a peer is dead or stuck"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_ep_fault> stuck)
-    # Every rank reports the mismatch at start-up (rank 0 and the odd rank are checked by name).
-    add_test(NAME parallel_ep_fault_mismatch_np${np}
-      COMMAND ${moe_parallel_fault_check} --max-seconds 20
-        --expect "rank 0: start-up failed: mpi check_consistent: rank 0 of ${np}: layer config \\(experts/k/policy/kernels\\) differs across ranks: 1 of ${np} ranks differ from rank 0 \\(0x[0-9a-f]+\\): rank ${victim} \\(0x"
-        --expect "rank ${victim}: start-up failed: mpi check_consistent: rank ${victim} of ${np}: layer config"
-        -- ${moe_parallel_mpirun} -np ${np} $<TARGET_FILE:parallel_ep_fault> mismatch)
-    set_tests_properties(parallel_ep_fault_throw_np${np} parallel_ep_fault_exit_np${np} parallel_ep_fault_stuck_np${np}
-      parallel_ep_fault_mismatch_np${np} PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np})
-  endforeach()
+  moe_add_mpi_test(NAME parallel_ep_fault_throw RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 20
+      --expect "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed while preparing its batch \\(injected fault\\)"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> throw)
+  moe_add_mpi_test(NAME parallel_ep_fault_exit RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 30
+      --expect "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
+      --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> exit)
+  moe_add_mpi_test(NAME parallel_ep_fault_stuck RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 20
+      --expect "rank @LAST@ is stuck outside forward\\(\\) \\(injected fault\\)"
+      --expect "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_gather_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> stuck)
+  # Every rank reports the mismatch at start-up (rank 0 and the odd rank are checked by name).
+  moe_add_mpi_test(NAME parallel_ep_fault_mismatch RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds 20
+      --expect "rank 0: start-up failed: mpi check_consistent: rank 0 of @NP@: layer config \\(experts/k/policy/kernels\\) differs across ranks: 1 of @NP@ ranks differ from rank 0 \\(0x[0-9a-f]+\\): rank @LAST@ \\(0x"
+      --expect "rank @LAST@: start-up failed: mpi check_consistent: rank @LAST@ of @NP@: layer config"
+      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> mismatch)
 endif()
 
 # Expert parallelism over the NCCL transport (HostStagedCommunicator), world size 1; skips without a GPU.
