@@ -8,8 +8,10 @@ copies of these files; ``PYTHONPATH=build/python python3 -c "import moe"``).
 - ``moe.Layer``: one MoE layer; ``forward(x, request_ids, positions)`` on numpy float32 arrays (read in place,
   no copy) or CPU torch tensors (float32 shares memory; bfloat16/float16 are converted to float32 and back).
 - ``moe.RoutingState``: a serving engine's request lifecycle for one layer (``admit(request_id, prompt_length)``,
-  forward passes with ``state=``, ``release(request_id)``): under the deterministic preset (scope "sequence") a
-  request's output is then bitwise the same whoever shares its batches and however its prompt is chunked.
+  forward passes with ``state=``, ``release(request_id)``; ``restore`` / ``rollback`` / ``segment`` for a prefix
+  cache and speculative decoding): under the deterministic preset (scope "prefix", lookahead 16) a request's
+  output is then bitwise the same whoever shares its batches, however its prompt is chunked, and whichever
+  request computed a cached prefix of it.
 - ``moe.torch_module.MoEBlock``: a ``torch.nn.Module`` replacing a Hugging Face Mixtral / Qwen2-MoE sparse MoE
   block (imported lazily: torch is optional).
 
@@ -60,8 +62,9 @@ class Layer:
     ``Layer.from_pretrained(dir, layer=i)`` or
     ``Layer.from_arrays(...)``. Config keywords (all optional):
 
-    preset           "deterministic" (default: request-scoped capacity, request priority, invariant kernels: a
-                     request's output is bitwise independent of the rest of the batch) or "greedy" (batch scope,
+    preset           "deterministic" (default: prefix scope with lookahead 16, request priority, invariant
+                     kernels: a request's output is bitwise independent of the rest of the batch, of the
+                     chunking, and of prefix caching) or "greedy" (batch scope,
                      arrival priority, fast kernels).
     router           "mixtral" (default), "qwen2-moe", "qwen3-moe", "olmoe", "deepseek-v2", "deepseek-v3",
                      "glm4-moe", "gpt-oss", "llama4" (a family's router and expert semantics) or "switch".
