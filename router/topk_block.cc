@@ -335,7 +335,7 @@ void BlockRouter::softmax_topk_weights(const float* logits, float* w_out) const 
     IntVec e;
     __builtin_memcpy(&e, idx + j * L, sizeof e);
     const FloatVec v = logit_of(e);
-    max = (e >= 0) & (v > max) ? v : max;
+    max = ((e >= 0) & (v > max)) ? v : max;
   }
   FloatVec denominator = FloatVec{};
   for (int j = 0; j < p_.top_k && j < R; ++j) {
