@@ -52,22 +52,21 @@ MOE_HD inline bool pools_prompt(const DispatchPolicy& p) {
   return p.scope == CapacityScope::kSequence || p.scope == CapacityScope::kPrefix;
 }
 
+// The prompt rows whose horizon (below) is short of the prompt: positions < this one have the horizon
+// position + 1 + lookahead < L (prefix scope); every other row's is L. The one definition of where the
+// horizon stops growing: prompt_horizon reads it, and the planners split a prompt's rows at it.
+MOE_HD inline uint32_t growing_horizon_end(const DispatchPolicy& p, uint32_t prompt_length) {
+  if (p.scope != CapacityScope::kPrefix) return 0;
+  const uint64_t reach = uint64_t{p.lookahead} + 1;
+  return prompt_length > reach ? static_cast<uint32_t>(prompt_length - reach) : 0;
+}
+
 // The horizon of the prompt row at `position` of a prompt of `prompt_length` (L) tokens: the prompt positions
 // its budget and its reserve look at. Sequence scope: the whole prompt, L. Prefix scope: the positions up to
 // `lookahead` past the row, min(L, position + 1 + lookahead), so that the decision at a position depends on
 // L only within `lookahead` of the prompt's end. position < L.
 MOE_HD inline uint32_t prompt_horizon(const DispatchPolicy& p, uint32_t position, uint32_t prompt_length) {
-  if (p.scope != CapacityScope::kPrefix) return prompt_length;
-  const uint64_t reach = uint64_t{position} + 1 + p.lookahead;
-  return reach < prompt_length ? static_cast<uint32_t>(reach) : prompt_length;
-}
-
-// The prompt rows whose horizon is short of the prompt: positions < this one have prompt_horizon
-// position + 1 + lookahead < L (prefix scope); every other row's is L.
-MOE_HD inline uint32_t growing_horizon_end(const DispatchPolicy& p, uint32_t prompt_length) {
-  if (p.scope != CapacityScope::kPrefix) return 0;
-  const uint64_t reach = uint64_t{p.lookahead} + 1;
-  return prompt_length > reach ? static_cast<uint32_t>(prompt_length - reach) : 0;
+  return position < growing_horizon_end(p, prompt_length) ? position + 1 + p.lookahead : prompt_length;
 }
 
 // The prompt pool's budget per expert at the prompt row at `position`: request_capacity(horizon). Sequence
