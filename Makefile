@@ -10,7 +10,8 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 sanitizer_opt = -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG"
 
-.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build format clean
+.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build doc-examples \
+        doc-examples-update format clean
 
 all: build
 
@@ -83,6 +84,18 @@ fuzz-build: deps
 	cmake --build build-fuzz -j $(JOBS) --target moe_fuzzers
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh build-fuzz
+
+# The documents' examples (scripts/doc-examples.py, docs/doc-examples.md): run and compared with their documented
+# output (make test runs them as the ctests doc_examples_*); -update rewrites the documented output from real runs
+# (after a deliberate change of output; review the diff).
+DOC_FILES = README.md docs/cli.md docs/divergence.md docs/runtime.md docs/fuzzing.md
+# moe-sim in build/ reads the corpus from build/kjv (build/share/moe/kjv; the ctest fixture kjv_corpus builds it).
+doc-examples: build
+	@test -s $(BUILD)/kjv/heldout.txt || bash scripts/fetch-corpus.sh $(BUILD)/kjv
+	/usr/bin/python3 scripts/doc-examples.py --build $(BUILD) $(DOC_FILES)
+doc-examples-update: build
+	@test -s $(BUILD)/kjv/heldout.txt || bash scripts/fetch-corpus.sh $(BUILD)/kjv
+	/usr/bin/python3 scripts/doc-examples.py --build $(BUILD) --update $(DOC_FILES)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')

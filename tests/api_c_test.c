@@ -868,8 +868,24 @@ static void test_families(const char* root) {
   CHECK(checked >= 2 * 19);
 }
 
+/* The presets' one-sentence descriptions: read from the presets themselves (scope, priority, kernels). */
+static void test_preset_descriptions(void) {
+  const char* d = moe_preset_description("deterministic");
+  const char* g = moe_preset_description("greedy");
+  CHECK(d != NULL && strstr(d, "prefix scope (lookahead 16), request priority, drop") != NULL);
+  CHECK(d != NULL && strstr(d, "invariant kernels") != NULL && strstr(d, "bitwise independent") != NULL);
+  CHECK(g != NULL && strstr(g, "batch scope, arrival priority, drop") != NULL &&
+        strstr(g, "fast kernels") != NULL);
+  CHECK(moe_preset_description("deterministic") == d); /* static */
+  CHECK(moe_preset_description("bogus") == NULL);
+  CHECK(strstr(moe_last_error(), "unknown preset 'bogus' (known: deterministic, greedy)") != NULL);
+  CHECK(moe_preset_description(NULL) == NULL);
+  CHECK(strstr(moe_last_error(), "preset must not be NULL") != NULL);
+}
+
 int main(int argc, char** argv) {
   printf("moe %s\n", moe_version());
+  test_preset_descriptions();
   test_random_forward();
   test_compute_precision();
   test_buffers();

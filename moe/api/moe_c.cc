@@ -164,6 +164,29 @@ const char* moe_version(void) {
   return MOE_VERSION;
 }
 
+const char* moe_preset_description(const char* preset) {
+  // One string per known preset, built once (thread-safe static initialisation) and never freed.
+  static const std::vector<std::pair<std::string, std::string>> descriptions = [] {
+    std::vector<std::pair<std::string, std::string>> all;
+    for (const auto& name : moe::MoELayerConfig::preset_names()) {
+      all.emplace_back(name, moe::MoELayerConfig::preset_description(name));
+    }
+    return all;
+  }();
+  if (preset == nullptr) {
+    null_arg("moe_preset_description", "preset");
+    return nullptr;
+  }
+  std::string known;
+  for (const auto& [name, description] : descriptions) {
+    if (name == preset) return description.c_str();
+    known += (known.empty() ? "" : ", ") + name;
+  }
+  set_error(MOE_INVALID_ARGUMENT,
+            std::string("moe_preset_description: unknown preset '") + preset + "' (known: " + known + ")");
+  return nullptr;
+}
+
 // ---- Weights --------------------------------------------------------------------------------------------
 
 moe_status_t moe_weights_load(const char* path, const char* architecture, int32_t layer_index,

@@ -54,6 +54,13 @@ const char* moe_status_string(moe_status_t status);
 /* The library version, e.g. "0.1.0". Static, never NULL. */
 const char* moe_version(void);
 
+/* What a layer preset is, in one sentence: its scope, priority, overflow, capacity factor and kernels (read
+ * from the preset itself), then what it guarantees; e.g. for "deterministic": "prefix scope (lookahead 16),
+ * request priority, drop, capacity factor 1.25, invariant kernels: a request's output is bitwise independent
+ * of ...". Static (valid for the life of the process). NULL for NULL or an unknown preset (moe_last_error
+ * names the known ones). */
+const char* moe_preset_description(const char* preset);
+
 /* ---- Weights ------------------------------------------------------------------------------------------- */
 
 /* An immutable set of weights of one MoE layer (router gate, experts, optional shared expert). */
@@ -171,8 +178,8 @@ moe_status_t moe_layer_config_create(moe_layer_config_t** out);
 /* NULL is ignored. */
 void moe_layer_config_destroy(moe_layer_config_t* config);
 
-/* preset: "deterministic" (request-scoped capacity, request priority, drop, invariant kernels) or "greedy"
- * (batch-scoped capacity, arrival priority, drop, fast kernels). Setting the preset keeps the options set
+/* preset: "deterministic" (stable dispatch and invariant kernels) or "greedy" (what production engines do);
+ * moe_preset_description says what each one sets and guarantees. Setting the preset keeps the options set
  * explicitly (they apply on top of it). */
 moe_status_t moe_layer_config_set_preset(moe_layer_config_t* config, const char* preset);
 /* router: the routing rules of an architecture: "mixtral" (softmax, top-2, renormalised), "qwen2-moe"

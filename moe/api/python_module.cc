@@ -2,9 +2,11 @@
 // parts: python_layer.cc (Weights, RoutingState, Layer), python_planner.cc (plan), python_arrays.cc (numpy
 // marshalling).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "moe/api/python_bindings.h"
 #include "moe/io/io_error.h"
+#include "moe/layer/moe_layer_config.h"
 
 PYBIND11_MODULE(_moe, m) {
   m.doc() = "MoE router simulator and deterministic MoE runtime (C++ core of the moe package)";
@@ -17,6 +19,12 @@ PYBIND11_MODULE(_moe, m) {
       PyErr_SetString(PyExc_MemoryError, e.what());
     }
   });
+  // The one source of the presets' descriptions (MoELayerConfig::preset_description): moe.Layer's docstring
+  // is written from these at import, so it cannot drift from what the presets do.
+  m.def("preset_names", &moe::MoELayerConfig::preset_names, "the layer presets' names");
+  m.def("preset_description", &moe::MoELayerConfig::preset_description, pybind11::arg("preset"),
+        "one sentence on a layer preset: its dispatch and kernels, read from the preset, then what it "
+        "guarantees");
   moe::api::bind_layer(m);
   moe::api::bind_planner(m);
 }

@@ -31,10 +31,10 @@ class ExpertFfns;  // moe/layer/expert_ffns.h (internal: not an installed header
 // gate use the configured kernels (kernels/cpu), the FFNs in the configured compute precision (expert_ffns.h;
 // the gates always in fp32).
 //
-// Determinism: with scope request/causal/none + request priority and invariant kernels (the "deterministic"
-// preset), the bits of y[t] depend only on x[t], the rows of t's request (and its causal state), the weights
-// and the config: not on other requests in the batch, the row order, the batch size or num_threads
-// (docs/determinism.md).
+// Determinism: with scope request, causal, sequence, prefix or none + request priority and invariant kernels
+// (the "deterministic" preset is prefix scope: MoELayerConfig::preset_description), the bits of y[t] depend
+// only on x[t], the rows of t's request (and its causal state), the weights and the config: not on other
+// requests in the batch, the row order, the batch size or num_threads (docs/determinism.md).
 //
 // Memory: the constructor sizes a workspace for config.max_tokens rows; forward() on up to that many rows
 // allocates nothing (after the first call). A larger batch grows the workspace once (documented allocation).

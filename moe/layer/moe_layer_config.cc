@@ -87,6 +87,25 @@ const std::vector<std::string>& MoELayerConfig::preset_names() {
   return names;
 }
 
+std::string MoELayerConfig::preset_description(std::string_view preset_name) {
+  const MoELayerConfig c = preset(preset_name, io::Architecture::kMixtral);
+  const DispatchPolicy& p = c.policy;
+  std::ostringstream cf;
+  cf << p.capacity_factor;
+  std::string rules = std::string(to_string(p.scope)) + " scope";
+  if (p.scope == CapacityScope::kPrefix) rules += " (lookahead " + std::to_string(p.lookahead) + ")";
+  rules += ", " + std::string(to_string(p.priority)) + " priority, " + std::string(to_string(p.overflow)) +
+           ", capacity factor " + cf.str() + ", " + std::string(kernels::to_string(c.expert_kernel)) +
+           " kernels";
+  // What the rules give; kept beside preset(), which sets them.
+  const std::string_view guarantee =
+      preset_name == "deterministic"
+          ? "a request's output is bitwise independent of the rest of the batch, of the thread count, of "
+            "how its prompt is chunked, of prefix caching, preemption and speculative decoding"
+          : "what production engines do: a request's drops and bits depend on who shares its batches";
+  return rules + ": " + std::string(guarantee);
+}
+
 MoELayerConfig MoELayerConfig::fitted_to(const io::LayerWeights& weights) const {
   MoELayerConfig config = *this;
   config.validate();

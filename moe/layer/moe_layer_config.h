@@ -17,13 +17,10 @@ namespace moe {
 
 // Everything that decides what a layer computes, apart from the weights.
 //
-// Presets (MoELayerConfig::preset):
-//   "deterministic"  stable dispatch (request scope, request priority) + invariant kernels: a request's
-//   output
-//                    is bitwise independent of the rest of the batch and of the thread count.
-//   "greedy"         greedy dispatch (batch scope, arrival priority) + fast (Eigen) kernels: what production
-//                    engines do.
-// Any mix can be built by setting the fields.
+// Presets (MoELayerConfig::preset; MoELayerConfig::preset_description says what each one is, for every
+// surface's documentation): "deterministic" (stable dispatch: prefix scope, request priority, drop; invariant
+// kernels) and "greedy" (batch scope, arrival priority, drop; fast kernels). Any mix can be built by setting
+// the fields.
 struct MoELayerConfig {
   RouterConfig router;  // num_experts/top_k must match the weights
   DispatchPolicy policy = DispatchPolicy::mode("stable");
@@ -60,6 +57,11 @@ struct MoELayerConfig {
   // listing both.
   static RouterConfig router_named(std::string_view name);
   static const std::vector<std::string>& preset_names();
+  // One sentence on a preset: its dispatch and kernels, read from preset(name, kMixtral) itself (so it cannot
+  // drift from what the preset does), then what it guarantees. The one source of the presets' descriptions:
+  // the Python docstrings and the C API (moe_preset_description) give this. Throws
+  // std::invalid_argument for an unknown name.
+  static std::string preset_description(std::string_view preset_name);
   // "fp32" or "bf16" (also "float32", "bfloat16"). Throws std::invalid_argument listing the names.
   static kernels::ComputePrecision parse_compute(std::string_view name);
 

@@ -9,9 +9,11 @@ copies of these files; ``PYTHONPATH=build/python python3 -c "import moe"``).
   no copy) or CPU torch tensors (float32 shares memory; bfloat16/float16 are converted to float32 and back).
 - ``moe.RoutingState``: a serving engine's request lifecycle for one layer (``admit(request_id, prompt_length)``,
   forward passes with ``state=``, ``release(request_id)``; ``restore`` / ``rollback`` / ``segment`` for a prefix
-  cache and speculative decoding): under the deterministic preset (scope "prefix", lookahead 16) a request's
-  output is then bitwise the same whoever shares its batches, however its prompt is chunked, and whichever
-  request computed a cached prefix of it.
+  cache and speculative decoding): under the deterministic preset (``moe.preset_description("deterministic")``)
+  a request's output is then bitwise the same whoever shares its batches, however its prompt is chunked, and
+  whichever request computed a cached prefix of it.
+- ``moe.preset_names()``, ``moe.preset_description(name)``: the layer presets and what each one is (read from
+  the presets themselves; ``help(moe.Layer)`` shows them).
 - ``moe.torch_module.MoEBlock``: a ``torch.nn.Module`` replacing a Hugging Face Mixtral / Qwen2-MoE sparse MoE
   block (imported lazily: torch is optional).
 
@@ -20,15 +22,16 @@ reason; nothing crashes the interpreter.
 """
 
 import json as _json
+import textwrap as _textwrap
 
 import numpy as _np
 
 from . import _moe
-from ._moe import RoutingState, Weights, plan
+from ._moe import RoutingState, Weights, plan, preset_description, preset_names
 
 __version__ = _moe.__version__
 
-__all__ = ["Layer", "RoutingState", "Weights", "plan", "__version__"]
+__all__ = ["Layer", "RoutingState", "Weights", "plan", "preset_description", "preset_names", "__version__"]
 
 
 def _torch():
@@ -62,10 +65,8 @@ class Layer:
     ``Layer.from_pretrained(dir, layer=i)`` or
     ``Layer.from_arrays(...)``. Config keywords (all optional):
 
-    preset           "deterministic" (default: prefix scope with lookahead 16, request priority, invariant
-                     kernels: a request's output is bitwise independent of the rest of the batch, of the
-                     chunking, and of prefix caching) or "greedy" (batch scope,
-                     arrival priority, fast kernels).
+    preset           "deterministic" (default) or "greedy" (``moe.preset_description(name)``, the text below):
+{presets}
     router           "mixtral" (default), "qwen2-moe", "qwen3-moe", "olmoe", "deepseek-v2", "deepseek-v3",
                      "glm4-moe", "gpt-oss", "llama4" (a family's router and expert semantics) or "switch".
     pretrained       a checkpoint directory whose config.json gives the router and expert semantics
@@ -244,3 +245,16 @@ def _weight_array(t, fp32=False):
             return t.contiguous().view(torch.int16).numpy()
         return t.to(torch.float32).contiguous().numpy()
     return _np.asarray(t)
+
+
+def _preset_doc(indent=21, width=117):
+    """The presets' descriptions as Layer's docstring lists them (one source: MoELayerConfig::preset_description)."""
+    lines = []
+    for name in preset_names():
+        lines += _textwrap.wrap('"%s": %s.' % (name, preset_description(name)), width=width,
+                                initial_indent=" " * indent, subsequent_indent=" " * (indent + 2))
+    return "\n".join(lines)
+
+
+if Layer.__doc__:  # None under python -OO
+    Layer.__doc__ = Layer.__doc__.replace("{presets}", _preset_doc())

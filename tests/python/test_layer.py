@@ -522,5 +522,35 @@ class SafetensorsTest(unittest.TestCase):
         self.assertEqual(loaded.forward(x, ids, pos).tobytes(), copied.forward(x, ids, pos).tobytes())
 
 
+class PresetDocsTest(unittest.TestCase):
+    """The presets' descriptions have one source (MoELayerConfig::preset_description, read from the presets):
+    Layer's docstring shows them, and a Layer built with each preset has the rules its description names."""
+
+    def test_docstring_shows_every_preset_description(self):
+        doc = " ".join(moe.Layer.__doc__.split())
+        self.assertNotIn("{presets}", doc)
+        self.assertEqual(moe.preset_names(), ["deterministic", "greedy"])
+        for name in moe.preset_names():
+            self.assertIn('"%s": %s.' % (name, moe.preset_description(name)), doc)
+
+    def test_a_layer_of_each_preset_has_the_described_rules(self):
+        a = random_arrays(3)
+        for name in moe.preset_names():
+            rules = moe.preset_description(name).split(":")[0]  # "prefix scope (lookahead 16), request priority, ..."
+            config = moe.Layer.from_arrays(**a, preset=name).config
+            scope, priority, overflow, cf, kernels = [part.strip() for part in rules.split(", ")]
+            self.assertIn(" scope=%s " % scope.split()[0], config, name)
+            if "lookahead" in scope:
+                self.assertIn(" lookahead=%s}" % scope.split()[-1].rstrip(")"), config, name)
+            self.assertIn(" priority=%s " % priority.split()[0], config, name)
+            self.assertIn(" overflow=%s " % overflow, config, name)
+            self.assertIn("policy{cf=%s " % cf.split()[-1], config, name)
+            self.assertIn(" expert_kernel=%s gate_kernel=%s " % ((kernels.split()[0],) * 2), config, name)
+
+    def test_unknown_preset_is_named(self):
+        with self.assertRaisesRegex(ValueError, "unknown layer preset 'bogus'"):
+            moe.preset_description("bogus")
+
+
 if __name__ == "__main__":
     unittest.main()
