@@ -29,3 +29,8 @@ if command -v valgrind >/dev/null; then
   echo "== bench/planner_instructions.sh"
   bench/planner_instructions.sh "$build-callgrind" | tee "$out/planner_instructions.txt"
 fi
+# moe-sim sweeps spread over the ranks of an MPI job, against one process (docs/results.md section 5e).
+if command -v mpirun >/dev/null; then
+  echo "== bench/sim_mpi.sh"
+  bench/sim_mpi.sh "$build/bin/moe-sim" | tee "$out/sim_mpi.md"
+fi
