@@ -355,7 +355,12 @@ def run_file(path, blocks, build, heavy, workdir):
         "LC_ALL": "C",
         "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
     }
-    proc = subprocess.run(["bash", "--noprofile", "--norc"], input="\n".join(script) + "\n", text=True,
+    # The session reads its commands from a file, and its stdin is empty: a command that reads stdin (mpirun
+    # forwards it to rank 0) then cannot swallow the rest of the document.
+    session = os.path.join(workdir, ".doc-examples-session.sh")
+    with open(session, "w", encoding="utf-8") as f:
+        f.write("\n".join(script) + "\n")
+    proc = subprocess.run(["bash", "--noprofile", "--norc", session], stdin=subprocess.DEVNULL, text=True,
                           stdout=subprocess.PIPE, env=env, cwd=workdir)
     current, out = None, []
     ok = True
