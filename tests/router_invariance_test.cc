@@ -8,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "base/splitmix64.h"
 #include "router/dispatch_planner.h"
 #include "router/topk_router.h"
 #include "tests/support/serving_planner.h"
@@ -16,18 +15,11 @@
 namespace moe {
 namespace {
 
-constexpr int kExperts = 8;
-constexpr int kTopK = 2;
-constexpr int kRanked = 4;  // top_k + reroute depth 2
-
-// Logits of a token depend only on (request id, position): a skewed popularity so capacity binds.
-void TokenLogits(uint64_t request, uint32_t position, float* out) {
-  for (int e = 0; e < kExperts; ++e) {
-    const uint64_t h = mix64(mix64(request * 1315423911ull + position) ^ static_cast<uint64_t>(e));
-    const float noise = static_cast<float>(h >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
-    out[e] = 2.0f * noise - 0.4f * static_cast<float>(e);                              // low ids are popular
-  }
-}
+// The serving tests' shapes and logits (tests/support/serving_planner.h): a token's logits depend only on
+// (request id, position), with a skewed popularity so that capacity binds.
+constexpr int kExperts = testing::kServingExperts;
+constexpr int kTopK = testing::kServingTopK;
+constexpr int kRanked = testing::kServingRanked;  // top_k + reroute depth 2
 
 struct Request {
   uint64_t id;
@@ -48,7 +40,7 @@ Batch MakeBatch(const std::vector<Request>& requests, std::mt19937_64* shuffle) 
   if (shuffle) std::shuffle(b.meta.begin(), b.meta.end(), *shuffle);
   b.logits.resize(b.meta.size() * kExperts);
   for (size_t t = 0; t < b.meta.size(); ++t) {
-    TokenLogits(b.meta[t].request_id, b.meta[t].position, &b.logits[t * kExperts]);
+    testing::ServingLogits(b.meta[t].request_id, b.meta[t].position, &b.logits[t * kExperts]);
   }
   return b;
 }

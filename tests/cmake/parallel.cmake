@@ -13,6 +13,25 @@ function(moe_add_mpi_program)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()
 
+# moe_add_mpi_fault_test(NAME name PROGRAM target MODE mode MAX_SECONDS s EXPECT regex...): the fault program
+# `target` run under mpirun at 2 and 4 ranks with the fault `mode` injected on the last rank (@LAST@), through
+# tests/parallel_mpi_fault_test.sh, which asserts a non-zero exit within s seconds and every EXPECT regex in the
+# output (moe_add_mpi_test's placeholders apply to them). Labels mpi, timeout 90 s.
+set(moe_parallel_fault_check ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault_test.sh)
+function(moe_add_mpi_fault_test)
+  cmake_parse_arguments(ARG "" "NAME;PROGRAM;MODE;MAX_SECONDS" "EXPECT" ${ARGN})
+  set(expects)
+  foreach(regex IN LISTS ARG_EXPECT)
+    list(APPEND expects --expect "${regex}")
+  endforeach()
+  moe_add_mpi_test(NAME ${ARG_NAME} RANKS 2 4 TIMEOUT 90
+    COMMAND ${moe_parallel_fault_check} --max-seconds ${ARG_MAX_SECONDS} ${expects}
+            -- @MPIRUN_NP@ $<TARGET_FILE:${ARG_PROGRAM}> ${ARG_MODE})
+endfunction()
+# What mpirun says of a rank that exits without MPI_Finalize (its own words, or the peers' timeout).
+set(moe_fault_exit_expect "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
+    "exited with non-zero status|exiting improperly|a peer is dead or stuck")
+
 moe_add_test(NAME parallel_single_process_test
   SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_single_process_test.cc
   LIBS moe_parallel moe_parallel_factory
@@ -25,26 +44,17 @@ if(TARGET moe_parallel_mpi)
                       LIBS moe_parallel_mpi GTest::gtest)
   moe_add_mpi_test(NAME parallel_mpi_test RANKS 1 2 4 COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_test>)
 
-  # Fault tests: the wrapper asserts a non-zero exit, a bounded time and the expected messages; the last rank
-  # (@LAST@) is the one that fails.
+  # Fault tests (moe_add_mpi_fault_test): the last rank (@LAST@) is the one that fails.
   moe_add_mpi_program(NAME parallel_mpi_fault SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault.cc
                       LIBS moe_parallel_mpi)
-  set(moe_parallel_fault_check ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_fault_test.sh)
-  moe_add_mpi_test(NAME parallel_mpi_fault_abort RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 20
-      --expect "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed to load its experts \\(injected fault\\)"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_fault> abort)
-  moe_add_mpi_test(NAME parallel_mpi_fault_exit RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 30
-      --expect "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
-      --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_fault> exit)
+  moe_add_mpi_fault_test(NAME parallel_mpi_fault_abort PROGRAM parallel_mpi_fault MODE abort MAX_SECONDS 20 EXPECT
+    "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed to load its experts \\(injected fault\\)")
+  moe_add_mpi_fault_test(NAME parallel_mpi_fault_exit PROGRAM parallel_mpi_fault MODE exit MAX_SECONDS 30
+                         EXPECT ${moe_fault_exit_expect})
   # The stuck rank is alive, so only the communicator's 5 s timeout can end the job.
-  moe_add_mpi_test(NAME parallel_mpi_fault_stuck RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 20
-      --expect "rank @LAST@ is stuck outside the collective \\(injected fault\\)"
-      --expect "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_to_all_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_fault> stuck)
+  moe_add_mpi_fault_test(NAME parallel_mpi_fault_stuck PROGRAM parallel_mpi_fault MODE stuck MAX_SECONDS 20 EXPECT
+    "rank @LAST@ is stuck outside the collective \\(injected fault\\)"
+    "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_to_all_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck")
 endif()
 
 if(TARGET moe_parallel_nccl)
@@ -86,26 +96,17 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
 
   moe_add_mpi_program(NAME parallel_ep_fault SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_fault.cc
                       LIBS moe_parallel_ep moe_parallel_mpi)
-  moe_add_mpi_test(NAME parallel_ep_fault_throw RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 20
-      --expect "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed while preparing its batch \\(injected fault\\)"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> throw)
-  moe_add_mpi_test(NAME parallel_ep_fault_exit RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 30
-      --expect "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
-      --expect "exited with non-zero status|exiting improperly|a peer is dead or stuck"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> exit)
-  moe_add_mpi_test(NAME parallel_ep_fault_stuck RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 20
-      --expect "rank @LAST@ is stuck outside forward\\(\\) \\(injected fault\\)"
-      --expect "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_gather_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> stuck)
+  moe_add_mpi_fault_test(NAME parallel_ep_fault_throw PROGRAM parallel_ep_fault MODE throw MAX_SECONDS 20 EXPECT
+    "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed while preparing its batch \\(injected fault\\)")
+  moe_add_mpi_fault_test(NAME parallel_ep_fault_exit PROGRAM parallel_ep_fault MODE exit MAX_SECONDS 30
+                         EXPECT ${moe_fault_exit_expect})
+  moe_add_mpi_fault_test(NAME parallel_ep_fault_stuck PROGRAM parallel_ep_fault MODE stuck MAX_SECONDS 20 EXPECT
+    "rank @LAST@ is stuck outside forward\\(\\) \\(injected fault\\)"
+    "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_gather_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck")
   # Every rank reports the mismatch at start-up (rank 0 and the odd rank are checked by name).
-  moe_add_mpi_test(NAME parallel_ep_fault_mismatch RANKS 2 4 TIMEOUT 90
-    COMMAND ${moe_parallel_fault_check} --max-seconds 20
-      --expect "rank 0: start-up failed: mpi check_consistent: rank 0 of @NP@: layer config \\(experts/k/policy/kernels\\) differs across ranks: 1 of @NP@ ranks differ from rank 0 \\(0x[0-9a-f]+\\): rank @LAST@ \\(0x"
-      --expect "rank @LAST@: start-up failed: mpi check_consistent: rank @LAST@ of @NP@: layer config"
-      -- @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_fault> mismatch)
+  moe_add_mpi_fault_test(NAME parallel_ep_fault_mismatch PROGRAM parallel_ep_fault MODE mismatch MAX_SECONDS 20 EXPECT
+    "rank 0: start-up failed: mpi check_consistent: rank 0 of @NP@: layer config \\(experts/k/policy/kernels\\) differs across ranks: 1 of @NP@ ranks differ from rank 0 \\(0x[0-9a-f]+\\): rank @LAST@ \\(0x"
+    "rank @LAST@: start-up failed: mpi check_consistent: rank @LAST@ of @NP@: layer config")
 endif()
 
 # Expert parallelism over the NCCL transport (HostStagedCommunicator), world size 1; skips without a GPU.
