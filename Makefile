@@ -10,7 +10,7 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 sanitizer_opt = -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG"
 
-.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build format clean
+.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build package format clean
 
 all: build
 
@@ -84,8 +84,20 @@ fuzz-build: deps
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh build-fuzz
 
+# The Debian package (cmake/package.cmake, docs/install.md): build-package/moe_<version>_amd64.deb, for
+# `apt install ./moe_<version>_amd64.deb`. Portable (MOE_NATIVE=OFF: the x86-64 baseline, ISA-specific kernels
+# chosen at run time) and without CUDA; installs under /usr.
+PACKAGE_FLAGS = -DCMAKE_BUILD_TYPE=Release -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_BUILD_TESTS=OFF \
+                -DMOE_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX=/usr -DPython3_EXECUTABLE=/usr/bin/python3
+package: deps
+	@cmake -S . -B build-package $(PACKAGE_FLAGS) > /dev/null
+	cmake --build build-package -j $(JOBS)
+	cd build-package && cpack -G DEB
+	@dpkg-deb --field build-package/moe_*.deb Package Version Architecture Depends Recommends Suggests
+	@ls build-package/moe_*.deb
+
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-portable build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-portable build-fuzz build-package
