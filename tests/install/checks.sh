@@ -68,6 +68,8 @@ if command -v bible >/dev/null; then
   moe-sim diverge --trials 2 --modes stable --kernels invariant --no-sweep -q >div2.txt 2>err &&
     ! grep -q preparing err && grep -qE "^stable/invariant +1\.00 +1/2 " div2.txt &&
     pass "moe-sim diverge again: the cached text, nothing prepared" || fail "moe-sim diverge again" err div2.txt
+  moe-diverge --trials 2 --modes stable --kernels invariant --no-sweep -q >div3.txt 2>err && cmp -s div2.txt div3.txt &&
+    pass "moe-diverge (the lab alone): the same output" || fail "moe-diverge" err div3.txt
 else
   # Without bible-kjv the one command that prepares the text must be named.
   if moe-sim diverge --trials 2 --no-sweep -q >div.txt 2>err; then
