@@ -10,7 +10,7 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_ENABLE_CUDA=OFF -DMOE_
                   -DMOE_BUILD_BENCH=OFF -DMOE_ENABLE_MPI=OFF -DPython3_EXECUTABLE=/usr/bin/python3
 sanitizer_opt = -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(1) -g1 -DNDEBUG"
 
-.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build doc-examples \
+.PHONY: all deps configure build corpus demo test bench asan tsan portable fuzz fuzz-build package doc-examples \
         doc-examples-update format clean
 
 all: build
@@ -47,7 +47,7 @@ bench: build
 asan: deps
 	@cmake -S . -B build-asan $(SANITIZER_FLAGS) $(call sanitizer_opt,-O1) -DMOE_SANITIZE=address,undefined > /dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu|heavy"
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu|heavy|install"
 
 # Threaded code (thread pool, kernels, layer, the simulator's streaming) under ThreadSanitizer: the tests labelled `threaded`. Without oneDNN
 # (its OpenMP runtime and JIT code are not instrumented): the bf16 fast kind then runs its Eigen fallback there.
@@ -85,6 +85,19 @@ fuzz-build: deps
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh build-fuzz
 
+# The Debian package (cmake/package.cmake, docs/install.md): build-package/moe_<version>_amd64.deb, for
+# `apt install ./moe_<version>_amd64.deb`. Portable (MOE_NATIVE=OFF: the x86-64 baseline, the bf16 kernels
+# chosen at run time; the fp32 invariant kernel runs its scalar path there, docs/install.md) and without CUDA;
+# installs under /usr. Not part of `make test`.
+PACKAGE_FLAGS = -DCMAKE_BUILD_TYPE=Release -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_BUILD_TESTS=OFF \
+                -DMOE_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX=/usr -DPython3_EXECUTABLE=/usr/bin/python3
+package: deps
+	@cmake -S . -B build-package $(PACKAGE_FLAGS) > /dev/null
+	cmake --build build-package -j $(JOBS)
+	cd build-package && cpack -G DEB
+	@dpkg-deb --field build-package/moe_*.deb Package Version Architecture Depends Recommends Suggests
+	@ls build-package/moe_*.deb
+
 # The documents' examples (scripts/doc-examples.py, docs/doc-examples.md): run and compared with their documented
 # output (make test runs them as the ctests doc_examples_*); -update rewrites the documented output from real runs
 # (after a deliberate change of output; review the diff).
@@ -101,4 +114,4 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-portable build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-portable build-fuzz build-package

@@ -1,11 +1,18 @@
 # The installable package: `cmake --install build --prefix P` puts
+#   P/bin/moe-sim, moe-diverge, P/libexec/moe/moe-sim-mpi            (the CLI; its MPI build for mpirun)
+#   P/share/moe/{models/kjv-moe,scenarios,scripts/fetch-corpus.sh}   (what moe-sim finds beside itself)
 #   P/include/moe/{base,router,router/rules,kernels,kernels/cpu,moe/io,moe/layer,moe/api}/*.h
 #                                                                    (include root: P/include/moe)
+#   P/lib/libmoe.so -> libmoe.so.0.1 -> libmoe.so.0.1.0              (the C API, shared: dlopen, ctypes, FFI;
+#                                                                    SONAME libmoe.so.0.1; not in sanitizer builds)
 #   P/lib/libmoe_{router,kernels_cpu,io,layer,api_c}.a
 #   P/lib/cmake/moe/moe{Config,ConfigVersion,Targets}.cmake          (find_package(moe))
-#   P/lib/pkgconfig/moe.pc                                           (pkg-config moe)
-# Imported targets: moe::moe (the C++ library: layer, weights I/O, kernels, router; C++20), moe::moe_c (the C
-# API), and the parts moe::moe_router, moe::moe_kernels_cpu, moe::moe_io, moe::moe_layer. docs/embedding.md.
+#   P/lib/pkgconfig/moe.pc, moe-c.pc                                 (pkg-config: static; the shared C API)
+#   P/lib/python3/dist-packages/moe/                                 (import moe)
+# P/lib is CMAKE_INSTALL_LIBDIR (lib/x86_64-linux-gnu on Debian when configured with the prefix /usr); the
+# Python module is under lib/python3 whatever it is. Imported targets: moe::moe (the C++ library: layer, weights
+# I/O, kernels, router; C++20), moe::moe_c (the C API, static), moe::moe_c_shared (the C API, libmoe.so), and the
+# parts moe::moe_router, moe::moe_kernels_cpu, moe::moe_io, moe::moe_layer. docs/embedding.md, docs/install.md.
 if(NOT TARGET moe_api_c)
   return()
 endif()
@@ -20,7 +27,7 @@ set(MOE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moe)
 # moe_flags is exported only because static libraries carry their PRIVATE links as $<LINK_ONLY:...>: consumers
 # get its link options (sanitizers), never its compile options.
 set(moe_install_targets moe_router moe_kernels_cpu moe_io moe_layer moe_api_c moe_all moe_flags)
-foreach(t moe_cuda_base moe_router_cuda moe_kernels_cuda)
+foreach(t moe_shared moe_cuda_base moe_router_cuda moe_kernels_cuda)
   if(TARGET ${t})
     list(APPEND moe_install_targets ${t})
   endif()
@@ -170,9 +177,37 @@ endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/moe.pc.in ${PROJECT_BINARY_DIR}/moe.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/moe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# The Python package (when built): P/lib/python3/dist-packages/moe, usable with PYTHONPATH=P/lib/python3/dist-packages.
+# The Python package (when built): P/lib/python3/dist-packages/moe, usable with PYTHONPATH=P/lib/python3/dist-packages
+# (Debian's own place for it under /usr, whatever CMAKE_INSTALL_LIBDIR is).
 if(TARGET moe_python)
-  install(TARGETS moe_python LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages/moe)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/moe/ DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages/moe
+  install(TARGETS moe_python LIBRARY DESTINATION lib/python3/dist-packages/moe)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/moe/ DESTINATION lib/python3/dist-packages/moe
           FILES_MATCHING PATTERN "*.py")
+  set_target_properties(moe_python PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+endif()
+
+# pkg-config of the shared C API (-lmoe), when this build has it (not in sanitizer builds).
+if(TARGET moe_shared)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/moe-c.pc.in ${PROJECT_BINARY_DIR}/moe-c.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/moe-c.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
+
+# What users run: moe-sim (and the divergence lab alone, moe-diverge), moe-sim's MPI build that it execs under
+# mpirun, and the data they find beside themselves. The relative places are fixed - bin, libexec/moe, share/moe
+# - whatever the GNUInstallDirs variables say (sim/install_paths.h). Installed programs keep the run paths of
+# libraries outside the system's (the CUDA toolkit's), never the build tree's.
+if(TARGET moe-sim)
+  set(moe_programs moe-sim)
+  if(TARGET moe-diverge)
+    list(APPEND moe_programs moe-diverge)
+  endif()
+  install(TARGETS ${moe_programs} RUNTIME DESTINATION bin)
+  if(TARGET moe-sim-mpi)
+    install(TARGETS moe-sim-mpi RUNTIME DESTINATION libexec/moe)
+    list(APPEND moe_programs moe-sim-mpi)
+  endif()
+  set_target_properties(${moe_programs} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/models/kjv-moe DESTINATION share/moe/models)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/scenarios/ DESTINATION share/moe/scenarios FILES_MATCHING PATTERN "*.toml")
+  install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/fetch-corpus.sh DESTINATION share/moe/scripts)
 endif()

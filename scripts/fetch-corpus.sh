@@ -18,7 +18,8 @@ set -euo pipefail
 
 out="${1:-data/kjv}"
 if ! command -v bible >/dev/null 2>&1; then
-  echo "fetch-corpus: 'bible' not found; run scripts/install-deps.sh (packages bible-kjv, bible-kjv-text)" >&2
+  echo "fetch-corpus: 'bible' not found: install the packages bible-kjv and bible-kjv-text" \
+    "(apt install bible-kjv bible-kjv-text; in a checkout, scripts/install-deps.sh does)" >&2
   exit 1
 fi
 mkdir -p "$out"

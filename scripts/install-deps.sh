@@ -15,6 +15,7 @@ packages=(
   clang-14 libclang-rt-14-dev
   valgrind
   bible-kjv bible-kjv-text
+  dpkg-dev file  # make package: CPack's DEB generator runs dpkg-shlibdeps and file
 )
 
 missing=()

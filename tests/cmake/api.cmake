@@ -56,9 +56,10 @@ add_test(NAME api_headers_test COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_D
 set_tests_properties(api_headers_test PROPERTIES LABELS unit TIMEOUT 300)
 
 # The installed package: cmake --install into build/consumer/prefix, then configure, build and run
-# tests/consumer against it (find_package(moe) and pkg-config).
+# tests/consumer against it (find_package(moe) and pkg-config; the static libraries, and libmoe.so when built).
 add_test(NAME api_consumer_test
          COMMAND ${CMAKE_COMMAND} -DMOE_BUILD_DIR=${CMAKE_BINARY_DIR} -DMOE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -DMOE_SHARED=$<TARGET_EXISTS:moe_shared>
                  -DMOE_WORK_DIR=${CMAKE_BINARY_DIR}/consumer -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
                  -DCMAKE_C_COMPILER=${CMAKE_C_COMPILER} -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
 set_tests_properties(api_consumer_test PROPERTIES LABELS unit TIMEOUT 600 RUN_SERIAL ON)

@@ -1,6 +1,7 @@
-# cmake -DMOE_BUILD_DIR=... -DMOE_SOURCE_DIR=... -DMOE_WORK_DIR=... [-DCMAKE_CXX_COMPILER=... -DCMAKE_C_COMPILER=...]
-#       -P run_consumer.cmake
-# Installs the build into MOE_WORK_DIR/prefix, then configures, builds and runs tests/consumer against it.
+# cmake -DMOE_BUILD_DIR=... -DMOE_SOURCE_DIR=... -DMOE_WORK_DIR=... [-DMOE_SHARED=ON] [-DCMAKE_CXX_COMPILER=...
+#       -DCMAKE_C_COMPILER=...] -P run_consumer.cmake
+# Installs the build into MOE_WORK_DIR/prefix, then configures, builds and runs tests/consumer against it
+# (MOE_SHARED: also the programs linked with the shared libmoe.so, which the build then must have installed).
 foreach(v MOE_BUILD_DIR MOE_SOURCE_DIR MOE_WORK_DIR)
   if(NOT ${v})
     message(FATAL_ERROR "run_consumer.cmake: ${v} is required")
@@ -29,9 +30,13 @@ endif()
 if(CMAKE_C_COMPILER)
   list(APPEND compilers -DCMAKE_C_COMPILER=${CMAKE_C_COMPILER})
 endif()
+set(shared_consumers)
+if(MOE_SHARED)
+  set(shared_consumers consumer_c_shared consumer_pkgconfig_c_shared)
+endif()
 run(${CMAKE_COMMAND} -S ${MOE_SOURCE_DIR}/tests/consumer -B ${MOE_WORK_DIR}/build -DCMAKE_BUILD_TYPE=Release
-    -DCMAKE_PREFIX_PATH=${prefix} ${compilers})
+    -DCMAKE_PREFIX_PATH=${prefix} -DMOE_CONSUMER_SHARED=${MOE_SHARED} ${compilers})
 run(${CMAKE_COMMAND} --build ${MOE_WORK_DIR}/build -j 2)
-foreach(exe consumer_cpp consumer_c consumer_pkgconfig_c consumer_pkgconfig_cpp consumer_all_headers)
+foreach(exe consumer_cpp consumer_c consumer_pkgconfig_c consumer_pkgconfig_cpp consumer_all_headers ${shared_consumers})
   run(${MOE_WORK_DIR}/build/${exe})
 endforeach()
