@@ -101,7 +101,6 @@ void panel_tile(const typename S::Element* x, int64_t xs, const uint32_t* panel,
       S::template step<MR>(acc, acc, x, xs, p, wp);
     }
   } else {
-    static_assert(S::kTwoChains, "the tile contract needs a step that keeps the even and odd chains apart");
     for (int64_t p0 = 0; p0 < pairs; p0 += kBf16TilePairs) {
       const int64_t p1 = std::min(pairs, p0 + kBf16TilePairs);
       PanelAcc<MR> e, o;
@@ -138,6 +137,8 @@ constexpr int kMaxTileRows = 2;  // three register sets (acc, e, o)
 // first group prefetches the panel (it reads it from memory), the later ones find it in L2.
 template <class S, Bf16Contract C>
 struct PanelTiles {
+  static_assert(C == Bf16Contract::kPair || S::kTwoChains,
+                "the tile contract needs a step that keeps the even and odd chains apart");
   using Block = const typename S::Element*;
   static constexpr int kGroupRows = C == Bf16Contract::kPair ? kMaxPairRows : kMaxTileRows;
   using TileFn = void (*)(const typename S::Element*, int64_t, const uint32_t*, int64_t, float*, int64_t,
