@@ -47,6 +47,38 @@ def f32(*shape, seed=0):
     return numpy.random.default_rng(seed).uniform(-0.5, 0.5, size=shape).astype("<f4").tobytes()
 
 
+def byte_to_unicode():
+    """GPT-2's bytes_to_unicode (moe/model/tokenizer.cc): printable bytes stand for themselves, the others for
+    U+0100, U+0101, ... in increasing order."""
+    table, nxt = {}, 256
+    for b in range(256):
+        if ord("!") <= b <= ord("~") or 0xA1 <= b <= 0xAC or b >= 0xAE:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(nxt)
+            nxt += 1
+    return table
+
+
+def tokenizer_json(merges=(), extra=None, drop_byte=None, add_results=True):
+    """A byte-level BPE tokenizer.json as the loader accepts it: the 256 byte tokens (ids 0-255), the merges'
+    results after them (unless not add_results), then `extra` entries; drop_byte leaves one byte without a
+    token (the ids stay contiguous)."""
+    table = byte_to_unicode()
+    vocab = {table[b]: i for i, b in enumerate(b for b in range(256) if b != drop_byte)}
+    for m in merges:
+        halves = m.split(" ") if isinstance(m, str) else m
+        if add_results and len(halves) == 2 and "".join(halves) not in vocab:
+            vocab["".join(halves)] = len(vocab)
+    vocab.update(extra or {})
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    return {"version": "1.0", "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": " ?[A-Za-z]+|[^A-Za-z]"}, "behavior": "Isolated",
+                 "invert": False}, byte_level]},
+            "decoder": byte_level, "model": {"type": "BPE", "vocab": vocab, "merges": list(merges)}}
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     rng = numpy.random.default_rng(1)
@@ -114,6 +146,23 @@ def main():
                     (ep + "w2.weight", "F32", (d, ff), f32(d, ff, seed=30 + e))]
     tensors += [("model.norm.weight", "F32", (d,), f32(d, seed=40)), ("lm_head.weight", "F32", (V, d), f32(V, d, seed=41))]
     put("model_file", "tiny.safetensors", safetensors(tensors, meta))
+
+    # tokenizer.json: the trained model's, a minimal valid one (the 256 byte tokens and merges in both forms),
+    # and malformed ones that each break one rule of the loader.
+    with open(os.path.join(here, "..", "models", "kjv-moe", "tokenizer.json"), "rb") as f:
+        put("tokenizer", "kjv_moe.json", f.read())
+    tiny = tokenizer_json(merges=[["t", "h"], "th e", ["Ġ", "the"]])
+    put("tokenizer", "tiny.json", json.dumps(tiny))
+    put("tokenizer", "truncated.json", json.dumps(tiny)[:300])
+    put("tokenizer", "wordpiece.json", json.dumps({**tiny, "model": {**tiny["model"], "type": "WordPiece"}}))
+    put("tokenizer", "merge_unknown.json", json.dumps(tokenizer_json(merges=["q z"], add_results=False)))
+    put("tokenizer", "merge_three.json", json.dumps(tokenizer_json(merges=["a b c"])))
+    put("tokenizer", "id_out_of_range.json", json.dumps(tokenizer_json(extra={"xy": 9999})))
+    put("tokenizer", "id_twice.json", json.dumps(tokenizer_json(extra={"xy": 0})))
+    put("tokenizer", "id_not_integer.json", json.dumps(tokenizer_json(extra={"xy": "257"})))
+    put("tokenizer", "missing_byte.json", json.dumps(tokenizer_json(drop_byte=0x41)))
+    put("tokenizer", "not_byte_level.json", json.dumps(tokenizer_json(extra={"\u0100\u4e00": 256})))
+    put("tokenizer", "pre_tokenizer.json", json.dumps({**tiny, "pre_tokenizer": {"type": "Whitespace"}}))
 
     # C API: one input that builds random weights (hidden 5, ff 4, 2 experts) and runs forward passes, and a
     # few random ones.

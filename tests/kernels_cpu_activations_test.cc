@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/activations.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {

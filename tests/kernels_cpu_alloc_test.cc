@@ -13,7 +13,7 @@
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/kernel_operands.h"
 
 namespace {
 std::atomic<bool> g_counting{false};

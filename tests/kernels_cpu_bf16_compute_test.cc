@@ -23,20 +23,21 @@
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/bf16_operands.h"
+#include "tests/support/expect_invalid.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {
 
 using test_util::abs_dot_scale;
+using test_util::bf16_linear_bound;
+using test_util::bf16_rows;
+using test_util::Bf16LinearReference;
+using test_util::PaddedRows;
 using test_util::random_floats;
 using test_util::TestWeights;
-
-constexpr double kU = 0x1p-24;
-
-double linear_bound(int64_t in) {
-  return 4.0 * std::sqrt(2.0 * static_cast<double>(bf16_pairs(in))) * kU;
-}
+using testing::ExpectInvalid;
 
 TEST(Bf16Operands, VectorRoundingEqualsF32ToBf16) {
   // Every upper half with low halves at and around the rounding boundaries (and random ones), in runs
@@ -114,18 +115,16 @@ TEST(LinearBf16, MatchesFloat64OfTheRoundedOperands) {
     const int64_t x_stride = sh.in + 3, y_stride = sh.out + 5;
     const TestWeights tw(sh.out, sh.in, sh.in % 2 == 0 ? 0 : 5, static_cast<uint32_t>(sh.in * 31 + sh.out));
     const std::vector<float> xc = random_floats(static_cast<size_t>(sh.rows * sh.in), 7);
-    std::vector<float> x_rounded(xc.size());
-    for (size_t i = 0; i < xc.size(); ++i) x_rounded[i] = round_to_bf16(xc[i]);
-    std::vector<float> xbuf(static_cast<size_t>(sh.rows * x_stride + 1), -99.0f);  // padded, misaligned
-    for (int64_t r = 0; r < sh.rows; ++r) std::copy_n(&xc[r * sh.in], sh.in, &xbuf[1 + r * x_stride]);
-    const float* x = xbuf.data() + 1;
+    const PaddedRows xp(xc, sh.rows, sh.in, x_stride);
+    const float* x = xp.data;
 
-    std::vector<double> ref(static_cast<size_t>(sh.rows * sh.out)), ref_unrounded(ref.size());
-    linear_reference_f64(x_rounded.data(), sh.rows, tw.view(DType::kBF16), ref.data());
+    const Bf16LinearReference rounded(xc, sh.rows, tw);
+    const std::vector<double>& ref = rounded.y;
+    const std::vector<double>& scale = rounded.scale;
+    std::vector<double> ref_unrounded(ref.size());
     linear_reference_f64(xc.data(), sh.rows, tw.view(DType::kF32), ref_unrounded.data());
-    const auto scale = abs_dot_scale(x_rounded.data(), sh.rows, tw.view(DType::kBF16));
     const auto scale_unrounded = abs_dot_scale(xc.data(), sh.rows, tw.view(DType::kF32));
-    const double bound = linear_bound(sh.in);
+    const double bound = bf16_linear_bound(sh.in);
     for (DType dt : {DType::kBF16, DType::kF32}) {  // fp32 weights are rounded when packed: same result
       const PackedBf16Weights w(tw.view(dt));
       for (ThreadPool* pool : pools) {
@@ -165,16 +164,12 @@ TEST(LinearBf16, PortablePathMatchesReference) {
   const TestWeights tw(37, 70, 2, 3);
   const auto x = random_floats(9 * 70, 4);
   ThreadPool pool(1);
-  std::vector<uint16_t> xb(linear_bf16_workspace_elems(9, 70));
-  round_rows_to_bf16(x.data(), 9, 70, 70, xb.data(), pool);
-  std::vector<float> xr(x.size());
-  for (size_t i = 0; i < x.size(); ++i) xr[i] = round_to_bf16(x[i]);
-  std::vector<double> ref(9 * 37);
-  linear_reference_f64(xr.data(), 9, tw.view(DType::kBF16), ref.data());
-  const auto scale = abs_dot_scale(xr.data(), 9, tw.view(DType::kBF16));
+  const std::vector<uint16_t> xb = bf16_rows(x.data(), 9, 70, pool);
+  const Bf16LinearReference ref(x, 9, tw);
   std::vector<float> y(9 * 37);
   linear_bf16_rounded_portable(xb.data(), 9, PackedBf16Weights(tw.view(DType::kBF16)), y.data(), 37);
-  for (size_t k = 0; k < y.size(); ++k) EXPECT_LE(std::fabs(y[k] - ref[k]) / scale[k], linear_bound(70));
+  for (size_t k = 0; k < y.size(); ++k)
+    EXPECT_LE(std::fabs(y[k] - ref.y[k]) / ref.scale[k], bf16_linear_bound(70));
 }
 
 TEST(LinearBf16, EmptyShapes) {
@@ -187,21 +182,19 @@ TEST(LinearBf16, EmptyShapes) {
   linear_bf16(nullptr, 0, 0, w, nullptr, 3, nullptr, pool);  // no rows: nothing to do
 }
 
-using test_util::expect_invalid;
-
 TEST(LinearBf16, BadInputThrows) {
   ThreadPool pool(1);
   const TestWeights tw(4, 8, 0, 1);
   const PackedBf16Weights w(tw.view(DType::kBF16));
   std::vector<float> x(16), y(8);
-  expect_invalid([&] { linear_bf16(x.data(), -1, 8, w, y.data(), 4, nullptr, pool); }, "negative");
-  expect_invalid([&] { linear_bf16(x.data(), 2, 7, w, y.data(), 4, nullptr, pool); }, "x_stride");
-  expect_invalid([&] { linear_bf16(x.data(), 2, 8, w, y.data(), 3, nullptr, pool); }, "y_stride");
-  expect_invalid([&] { linear_bf16(nullptr, 2, 8, w, y.data(), 4, nullptr, pool); }, "x is null");
-  expect_invalid([&] { linear_bf16(x.data(), 2, 8, w, nullptr, 4, nullptr, pool); }, "y is null");
+  ExpectInvalid([&] { linear_bf16(x.data(), -1, 8, w, y.data(), 4, nullptr, pool); }, "negative");
+  ExpectInvalid([&] { linear_bf16(x.data(), 2, 7, w, y.data(), 4, nullptr, pool); }, "x_stride");
+  ExpectInvalid([&] { linear_bf16(x.data(), 2, 8, w, y.data(), 3, nullptr, pool); }, "y_stride");
+  ExpectInvalid([&] { linear_bf16(nullptr, 2, 8, w, y.data(), 4, nullptr, pool); }, "x is null");
+  ExpectInvalid([&] { linear_bf16(x.data(), 2, 8, w, nullptr, 4, nullptr, pool); }, "y is null");
   const uint16_t h = 0;
-  expect_invalid([&] { PackedBf16Weights(MatrixView{&h, DType::kF16, 1, 1, 1}); }, "dtype");
-  expect_invalid([&] { PackedBf16Weights(MatrixView{&h, DType::kBF16, 1, 2, 1}); }, "row_stride");
+  ExpectInvalid([&] { PackedBf16Weights(MatrixView{&h, DType::kF16, 1, 1, 1}); }, "dtype");
+  ExpectInvalid([&] { PackedBf16Weights(MatrixView{&h, DType::kBF16, 1, 2, 1}); }, "row_stride");
 }
 
 TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
@@ -253,7 +246,7 @@ TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
 TEST(FfnBf16, BadInputThrows) {
   ThreadPool pool(1);
   const TestWeights w1(8, 4, 0, 1), w3(8, 4, 0, 2), w2(4, 8, 0, 3), bad(5, 4, 0, 4);
-  expect_invalid(
+  ExpectInvalid(
       [&] {
         PackedFfnBf16(Activation::kSwiGLU,
                       FfnWeights{w1.view(DType::kBF16), bad.view(DType::kBF16), w2.view(DType::kBF16)});
@@ -262,17 +255,16 @@ TEST(FfnBf16, BadInputThrows) {
   const PackedFfnBf16 w(Activation::kSwiGLU,
                         FfnWeights{w1.view(DType::kBF16), w3.view(DType::kBF16), w2.view(DType::kBF16)});
   std::vector<float> x(8), y(8), scratch(ffn_bf16_scratch_floats(2, 4, 8));
-  expect_invalid([&] { ffn_bf16_forward(x.data(), -1, 4, w, y.data(), 4, scratch.data(), pool); },
-                 "negative");
-  expect_invalid([&] { ffn_bf16_forward(x.data(), 2, 3, w, y.data(), 4, scratch.data(), pool); }, "stride");
-  expect_invalid([&] { ffn_bf16_forward(x.data(), 2, 4, w, y.data(), 4, nullptr, pool); }, "scratch");
+  ExpectInvalid([&] { ffn_bf16_forward(x.data(), -1, 4, w, y.data(), 4, scratch.data(), pool); }, "negative");
+  ExpectInvalid([&] { ffn_bf16_forward(x.data(), 2, 3, w, y.data(), 4, scratch.data(), pool); }, "stride");
+  ExpectInvalid([&] { ffn_bf16_forward(x.data(), 2, 4, w, y.data(), 4, nullptr, pool); }, "scratch");
   const std::vector<uint16_t> xb(8);
-  expect_invalid([&] { ffn_bf16_forward_rounded(xb.data(), -1, w, y.data(), 4, scratch.data(), pool); },
-                 "negative");
-  expect_invalid([&] { ffn_bf16_forward_rounded(xb.data(), 2, w, y.data(), 3, scratch.data(), pool); },
-                 "y_stride");
-  expect_invalid([&] { ffn_bf16_forward_rounded(nullptr, 2, w, y.data(), 4, scratch.data(), pool); }, "null");
-  expect_invalid([&] { ffn_bf16_forward_rounded(xb.data(), 2, w, y.data(), 4, nullptr, pool); }, "scratch");
+  ExpectInvalid([&] { ffn_bf16_forward_rounded(xb.data(), -1, w, y.data(), 4, scratch.data(), pool); },
+                "negative");
+  ExpectInvalid([&] { ffn_bf16_forward_rounded(xb.data(), 2, w, y.data(), 3, scratch.data(), pool); },
+                "y_stride");
+  ExpectInvalid([&] { ffn_bf16_forward_rounded(nullptr, 2, w, y.data(), 4, scratch.data(), pool); }, "null");
+  ExpectInvalid([&] { ffn_bf16_forward_rounded(xb.data(), 2, w, y.data(), 4, nullptr, pool); }, "scratch");
 }
 
 }  // namespace

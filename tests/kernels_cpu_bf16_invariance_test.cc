@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -20,17 +21,20 @@
 #include "kernels/cpu/bf16_packed.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear_bf16.h"
-#include "tests/kernels_cpu_invariance_util.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/batch_invariance.h"
+#include "tests/support/bf16_operands.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {
 
+using test_util::bf16_rows;
 using test_util::check_batch_invariance;
+using test_util::check_ffn_batch_invariance;
 using test_util::random_floats;
 using test_util::TestWeights;
+using test_util::wide_range_values;
 
-using test_util::kBigFfnRows;
 using test_util::kBigRows;
 
 TEST(LinearBf16Invariant, BatchInvariantBits) {
@@ -60,35 +64,6 @@ TEST(LinearBf16Invariant, CallerWorkspaceGivesSameBits) {
   linear_bf16(x.data(), 40, 77, w, a.data(), 130, nullptr, pool);
   linear_bf16(x.data(), 40, 77, w, b.data(), 130, ws.data(), pool);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
-}
-
-// Values over the whole range, with subnormals (of fp32 and after rounding to bf16), zeros of both signs,
-// infinities and NaNs sprinkled in: the portable emulation must follow the hardware through all of them.
-std::vector<float> wide_range_values(size_t n, uint32_t seed, bool specials) {
-  std::mt19937 rng(seed);
-  std::vector<float> v(n);
-  for (auto& e : v) {
-    const uint32_t kind = rng() % 100;
-    const uint32_t sign = (rng() & 1u) << 31;
-    uint32_t bits = 0;
-    if (kind < 70) {  // moderate
-      bits = sign | ((110u + rng() % 30u) << 23) | (rng() & 0x7fffffu);
-    } else if (kind < 85) {  // tiny: products fall below 2^-126
-      bits = sign | ((rng() % 70u) << 23) | (rng() & 0x7fffffu);
-    } else if (kind < 92) {  // large
-      bits = sign | ((150u + rng() % 100u) << 23) | (rng() & 0x7fffffu);
-    } else if (kind < 96) {
-      bits = sign;  // +-0
-    } else if (!specials) {
-      bits = sign | (127u << 23);
-    } else if (kind < 98) {
-      bits = sign | 0x7f800000u;  // inf
-    } else {
-      bits = sign | 0x7f800000u | (1u + rng() % 0x7fffffu);  // NaN with a payload
-    }
-    e = std::bit_cast<float>(bits);
-  }
-  return v;
 }
 
 // Every hardware implementation this CPU has (pair contract: vdpbf16ps, fp32 FMA under DAZ/FTZ; tile
@@ -127,8 +102,7 @@ TEST(LinearBf16Invariant, PortablePathGivesSameBits) {
           const PackedBf16Weights w(MatrixView{wb.data(), DType::kBF16, out, in, in});
           const auto x =
               wide_range_values(static_cast<size_t>(rows * in), static_cast<uint32_t>(rows + in), specials);
-          std::vector<uint16_t> xb(linear_bf16_workspace_elems(rows, in));
-          round_rows_to_bf16(x.data(), rows, in, in, xb.data(), pool);
+          const std::vector<uint16_t> xb = bf16_rows(x.data(), rows, in, pool);
           std::vector<float> a(static_cast<size_t>(rows * out)), b(a.size()), b_other(a.size());
           linear_bf16_rounded_portable(xb.data(), rows, w, b.data(), out);
           linear_bf16_rounded(xb.data(), rows, w, a.data(), out, pool);
@@ -153,25 +127,14 @@ TEST(LinearBf16Invariant, PortablePathGivesSameBits) {
 }
 
 TEST(FfnBf16Invariant, BatchInvariantBits) {
-  struct Case {
-    int64_t d, ff, n, singles;
-  };
-  for (const Case& c : {Case{17, 33, 100, 100}, Case{64, 160, 512, 64}, Case{1024, 2816, kBigFfnRows, 6}}) {
-    const TestWeights w1(c.ff, c.d, 0, 1), w3(c.ff, c.d, 2, 2), w2(c.d, c.ff, 0, 3);
-    for (DType dt : {DType::kBF16, DType::kF32}) {
-      for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
-        SCOPED_TRACE(testing::Message() << "d=" << c.d << " ff=" << c.ff << " " << to_string(dt)
-                                        << (act == Activation::kGELU ? " gelu" : " swiglu"));
-        const PackedFfnBf16 w(act, FfnWeights{w1.view(dt), w3.view(dt), w2.view(dt)});
-        std::vector<float> scratch(ffn_bf16_scratch_floats(c.n, c.d, c.ff));
-        check_batch_invariance(
-            [&](const float* x, int64_t rows, int64_t xs, float* y, int64_t ys, ThreadPool& pool) {
-              ffn_bf16_forward(x, rows, xs, w, y, ys, scratch.data(), pool);
-            },
-            c.d, c.d, c.n, 23, c.singles);
-      }
-    }
-  }
+  check_ffn_batch_invariance([](const FfnWeights& fw, Activation act, int64_t max_rows) -> test_util::Op {
+    const auto w = std::make_shared<const PackedFfnBf16>(act, fw);
+    const auto scratch =
+        std::make_shared<std::vector<float>>(ffn_bf16_scratch_floats(max_rows, fw.w1.cols, fw.w1.rows));
+    return [w, scratch](const float* x, int64_t rows, int64_t xs, float* y, int64_t ys, ThreadPool& pool) {
+      ffn_bf16_forward(x, rows, xs, *w, y, ys, scratch->data(), pool);
+    };
+  });
 }
 
 // The layer rounds each token once and hands the experts bf16 rows: the rounded entry must give the bits of

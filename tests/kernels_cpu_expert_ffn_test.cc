@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "kernels/cpu/expert_ffn.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/expect_invalid.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {
@@ -118,7 +119,7 @@ TEST(ExpertFfn, MatchesFloat64Reference) {
   EXPECT_LE(worst_unrounded, 0.02);  // bf16 rounding (2^-8 per weight) through two layers
 }
 
-using test_util::expect_invalid;
+using testing::ExpectInvalid;
 
 TEST(ExpertFfn, BadInputThrows) {
   ThreadPool pool(1);
@@ -132,33 +133,33 @@ TEST(ExpertFfn, BadInputThrows) {
 
   FfnWeights bad_w3 = good;
   bad_w3.w3.rows = 11;
-  expect_invalid([&] { run(bad_w3, Activation::kSwiGLU, scratch.data()); },
-                 "w3 shape [11, 8] differs from w1 shape [12, 8]");
+  ExpectInvalid([&] { run(bad_w3, Activation::kSwiGLU, scratch.data()); },
+                "w3 shape [11, 8] differs from w1 shape [12, 8]");
   run(bad_w3, Activation::kGELU, scratch.data());  // w3 is unused for GELU
 
   const TestWeights w2t(12, 8, 0, 5);  // transposed down projection
   FfnWeights bad_w2 = good;
   bad_w2.w2 = w2t.view(DType::kF32);
-  expect_invalid([&] { run(bad_w2, Activation::kGELU, scratch.data()); },
-                 "w2 shape [12, 8] does not match w1 shape [12, 8]");
+  ExpectInvalid([&] { run(bad_w2, Activation::kGELU, scratch.data()); },
+                "w2 shape [12, 8] does not match w1 shape [12, 8]");
 
-  expect_invalid([&] { run(good, Activation::kSwiGLU, nullptr); }, "scratch is null, need 48 floats");
+  ExpectInvalid([&] { run(good, Activation::kSwiGLU, nullptr); }, "scratch is null, need 48 floats");
   FfnWeights f16 = good;
   f16.w1.dtype = DType::kF16;
-  expect_invalid([&] { run(f16, Activation::kSwiGLU, scratch.data()); }, "ffn: w1: unsupported dtype f16");
-  expect_invalid(
+  ExpectInvalid([&] { run(f16, Activation::kSwiGLU, scratch.data()); }, "ffn: w1: unsupported dtype f16");
+  ExpectInvalid(
       [&] {
         ffn_forward(KernelKind::kFast, Activation::kSwiGLU, x.data(), 2, 7, good, y.data(), 8, scratch.data(),
                     pool);
       },
       "x_stride (7) is less than d (8)");
-  expect_invalid(
+  ExpectInvalid(
       [&] {
         ffn_forward(KernelKind::kFast, Activation::kSwiGLU, nullptr, 2, 8, good, y.data(), 8, scratch.data(),
                     pool);
       },
       "x is null");
-  expect_invalid([&] { ffn_scratch_floats(-1, 4); }, "negative size");
+  ExpectInvalid([&] { ffn_scratch_floats(-1, 4); }, "negative size");
 }
 
 }  // namespace

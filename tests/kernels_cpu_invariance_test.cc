@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -15,19 +16,19 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/linear.h"
-#include "tests/kernels_cpu_invariance_util.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/batch_invariance.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {
 
 using test_util::Buffer;
 using test_util::check_batch_invariance;
+using test_util::check_ffn_batch_invariance;
 using test_util::random_floats;
 using test_util::same_row;
 using test_util::TestWeights;
 
-using test_util::kBigFfnRows;
 using test_util::kBigRows;
 
 TEST(LinearInvariant, BatchInvariantBits) {
@@ -69,25 +70,13 @@ TEST(LinearInvariant, PortablePathGivesSameBits) {
 }
 
 TEST(FfnInvariant, BatchInvariantBits) {
-  struct Case {
-    int64_t d, ff, n, singles;
-  };
-  for (const Case& c : {Case{17, 33, 100, 100}, Case{64, 160, 512, 64}, Case{1024, 2816, kBigFfnRows, 6}}) {
-    const TestWeights w1(c.ff, c.d, 0, 1), w3(c.ff, c.d, 2, 2), w2(c.d, c.ff, 0, 3);
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
-        SCOPED_TRACE(testing::Message() << "d=" << c.d << " ff=" << c.ff << " " << to_string(dt)
-                                        << (act == Activation::kGELU ? " gelu" : " swiglu"));
-        const FfnWeights w{w1.view(dt), w3.view(dt), w2.view(dt)};
-        std::vector<float> scratch(ffn_scratch_floats(c.n, c.ff));
-        check_batch_invariance(
-            [&](const float* x, int64_t rows, int64_t xs, float* y, int64_t ys, ThreadPool& pool) {
-              ffn_forward(KernelKind::kInvariant, act, x, rows, xs, w, y, ys, scratch.data(), pool);
-            },
-            c.d, c.d, c.n, 23, c.singles);
-      }
-    }
-  }
+  check_ffn_batch_invariance([](const FfnWeights& fw, Activation act, int64_t max_rows) -> test_util::Op {
+    const auto scratch = std::make_shared<std::vector<float>>(ffn_scratch_floats(max_rows, fw.w1.rows));
+    return
+        [fw, act, scratch](const float* x, int64_t rows, int64_t xs, float* y, int64_t ys, ThreadPool& pool) {
+          ffn_forward(KernelKind::kInvariant, act, x, rows, xs, fw, y, ys, scratch->data(), pool);
+        };
+  });
 }
 
 TEST(ActivationsInvariant, BitsIndependentOfPositionAndLength) {

@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "kernels/cpu/linear.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/expect_invalid.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {
@@ -75,10 +76,8 @@ TEST(Linear, MatchesFloat64Reference) {
     const int64_t x_stride = sh.in + 3, y_stride = sh.out + 5;
     const TestWeights tw(sh.out, sh.in, sh.in % 2 == 0 ? 0 : 5, static_cast<uint32_t>(sh.in * 31 + sh.out));
     const std::vector<float> xc = random_floats(static_cast<size_t>(sh.rows * sh.in), 7);
-    // Padded, unaligned copy of x (offset by one float).
-    std::vector<float> xbuf(static_cast<size_t>(sh.rows * x_stride + 1), -99.0f);
-    for (int64_t r = 0; r < sh.rows; ++r) std::copy_n(&xc[r * sh.in], sh.in, &xbuf[1 + r * x_stride]);
-    const float* x = xbuf.data() + 1;
+    const test_util::PaddedRows xp(xc, sh.rows, sh.in, x_stride);
+    const float* x = xp.data;
 
     std::vector<double> ref_f32(static_cast<size_t>(sh.rows * sh.out)), ref_bf16(ref_f32.size());
     linear_reference_f64(xc.data(), sh.rows, tw.view(DType::kF32), ref_f32.data());
@@ -141,7 +140,7 @@ TEST(Linear, EmptyReductionGivesZeros) {
   }
 }
 
-using test_util::expect_invalid;
+using testing::ExpectInvalid;
 
 TEST(Linear, BadInputThrows) {
   ThreadPool pool(1);
@@ -149,28 +148,28 @@ TEST(Linear, BadInputThrows) {
   std::vector<float> x(16), y(8);
   const MatrixView w = tw.view(DType::kF32);
   for (KernelKind kind : {KernelKind::kFast, KernelKind::kInvariant}) {
-    expect_invalid([&] { linear(kind, nullptr, 2, 8, w, y.data(), 4, pool); }, "x is null with shape [2, 8]");
-    expect_invalid([&] { linear(kind, x.data(), 2, 8, w, nullptr, 4, pool); }, "y is null with shape [2, 4]");
-    expect_invalid([&] { linear(kind, x.data(), 2, 7, w, y.data(), 4, pool); },
-                   "x_stride (7) is less than in (8)");
-    expect_invalid([&] { linear(kind, x.data(), 2, 8, w, y.data(), 3, pool); },
-                   "y_stride (3) is less than out (4)");
-    expect_invalid([&] { linear(kind, x.data(), -1, 8, w, y.data(), 4, pool); }, "rows (-1) is negative");
+    ExpectInvalid([&] { linear(kind, nullptr, 2, 8, w, y.data(), 4, pool); }, "x is null with shape [2, 8]");
+    ExpectInvalid([&] { linear(kind, x.data(), 2, 8, w, nullptr, 4, pool); }, "y is null with shape [2, 4]");
+    ExpectInvalid([&] { linear(kind, x.data(), 2, 7, w, y.data(), 4, pool); },
+                  "x_stride (7) is less than in (8)");
+    ExpectInvalid([&] { linear(kind, x.data(), 2, 8, w, y.data(), 3, pool); },
+                  "y_stride (3) is less than out (4)");
+    ExpectInvalid([&] { linear(kind, x.data(), -1, 8, w, y.data(), 4, pool); }, "rows (-1) is negative");
     MatrixView f16 = w;
     f16.dtype = DType::kF16;
-    expect_invalid([&] { linear(kind, x.data(), 2, 8, f16, y.data(), 4, pool); }, "unsupported dtype f16");
+    ExpectInvalid([&] { linear(kind, x.data(), 2, 8, f16, y.data(), 4, pool); }, "unsupported dtype f16");
     MatrixView null_w = w;
     null_w.data = nullptr;
-    expect_invalid([&] { linear(kind, x.data(), 2, 8, null_w, y.data(), 4, pool); },
-                   "data is null with shape [4, 8]");
+    ExpectInvalid([&] { linear(kind, x.data(), 2, 8, null_w, y.data(), 4, pool); },
+                  "data is null with shape [4, 8]");
     MatrixView short_stride = w;
     short_stride.row_stride = 7;
-    expect_invalid([&] { linear(kind, x.data(), 2, 8, short_stride, y.data(), 4, pool); },
-                   "row_stride (7) is less than cols (8)");
+    ExpectInvalid([&] { linear(kind, x.data(), 2, 8, short_stride, y.data(), 4, pool); },
+                  "row_stride (7) is less than cols (8)");
   }
   // Zero rows with null pointers is fine.
   linear(KernelKind::kInvariant, nullptr, 0, 8, w, nullptr, 4, pool);
-  expect_invalid([&] { linear_reference_f64(nullptr, 1, w, nullptr); }, "x is null");
+  ExpectInvalid([&] { linear_reference_f64(nullptr, 1, w, nullptr); }, "x is null");
 }
 
 }  // namespace

@@ -14,12 +14,15 @@
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_onednn.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "tests/support/bf16_operands.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels {
 namespace {
 
-using test_util::abs_dot_scale;
+using test_util::bf16_linear_bound;
+using test_util::bf16_rows;
+using test_util::Bf16LinearReference;
 using test_util::random_floats;
 using test_util::TestWeights;
 
@@ -33,14 +36,11 @@ TEST(OnednnBf16, MatchesFloat64OfTheRoundedOperands) {
                           Shape{2816, 1024, 3}, Shape{1024, 200, 300}}) {
     const TestWeights tw(sh.out, sh.in, sh.in % 2 ? 3 : 0, static_cast<uint32_t>(sh.in + sh.out));
     const auto x = random_floats(static_cast<size_t>(sh.rows * sh.in), 5);
-    std::vector<float> xr(x.size());
-    for (size_t i = 0; i < x.size(); ++i) xr[i] = round_to_bf16(x[i]);
-    std::vector<double> ref(static_cast<size_t>(sh.rows * sh.out));
-    linear_reference_f64(xr.data(), sh.rows, tw.view(DType::kBF16), ref.data());
-    const auto scale = abs_dot_scale(xr.data(), sh.rows, tw.view(DType::kBF16));
-    const double bound = 4.0 * std::sqrt(2.0 * static_cast<double>(bf16_pairs(sh.in))) * 0x1p-24;
-    std::vector<uint16_t> xb(static_cast<size_t>(sh.rows * 2 * bf16_pairs(sh.in)));
-    round_rows_to_bf16(x.data(), sh.rows, sh.in, sh.in, xb.data(), pool1);
+    const Bf16LinearReference rounded(x, sh.rows, tw);
+    const std::vector<double>& ref = rounded.y;
+    const std::vector<double>& scale = rounded.scale;
+    const double bound = bf16_linear_bound(sh.in);
+    const std::vector<uint16_t> xb = bf16_rows(x.data(), sh.rows, sh.in, pool1);
     for (DType dt : {DType::kBF16, DType::kF32}) {
       for (int slices : {1, 2, 3}) {
         const OnednnBf16Linear op(tw.view(dt), slices);
@@ -95,8 +95,7 @@ TEST(OnednnBf16, ReportsWhetherRowsDependOnTheBatch) {
   const TestWeights tw(out, in, 0, 42);
   const OnednnBf16Linear op(tw.view(DType::kBF16), 1);
   const auto x = random_floats(static_cast<size_t>(n * in), 43);
-  std::vector<uint16_t> xb(static_cast<size_t>(n * in));
-  round_rows_to_bf16(x.data(), n, in, in, xb.data(), pool);
+  const std::vector<uint16_t> xb = bf16_rows(x.data(), n, in, pool);
   std::vector<float> yn(static_cast<size_t>(n * out)), y1(static_cast<size_t>(out));
   op.forward_rounded(xb.data(), n, yn.data(), out, pool);
   int64_t differing = 0;

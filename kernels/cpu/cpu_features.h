@@ -28,6 +28,20 @@
 #define MOE_HAVE_AMX_TARGET 0
 #endif
 
+// A target region: every function defined between MOE_TARGET_REGION_BEGIN("isa,...") and
+// MOE_TARGET_REGION_END() is compiled for those instruction sets (GCC's `#pragma GCC target`, clang's
+// `#pragma clang attribute`). Open it after the file's includes (the headers' inline functions keep the
+// build's flags), and only where the matching MOE_HAVE_*_TARGET is 1.
+#define MOE_PRAGMA(text) _Pragma(#text)
+#if defined(__clang__)
+#define MOE_TARGET_REGION_BEGIN(isa) \
+  MOE_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define MOE_TARGET_REGION_END() MOE_PRAGMA(clang attribute pop)
+#else
+#define MOE_TARGET_REGION_BEGIN(isa) MOE_PRAGMA(GCC push_options) MOE_PRAGMA(GCC target(isa))
+#define MOE_TARGET_REGION_END() MOE_PRAGMA(GCC pop_options)
+#endif
+
 namespace moe::kernels {
 
 // True when this CPU and OS run AVX512F and AVX512_BF16 (vdpbf16ps) code. Cached; thread-safe.

@@ -40,23 +40,24 @@ uint16_t* thread_workspace(size_t elems) {
 void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j0,
                 int64_t j1, float* y, int64_t y_stride) {
   switch (k) {
+#if MOE_HAVE_AVX512_BF16_TARGET
     case Bf16Kernel::kAvx512Dpbf16:
       detail::bf16_panels_avx512(xb, rows, w, j0, j1, y, y_stride);
       return;
     case Bf16Kernel::kAvx512Fma:
       detail::bf16_panels_fma512(xb, rows, w, j0, j1, y, y_stride);
       return;
-    case Bf16Kernel::kPortable:
-      detail::bf16_panels_emulated(Bf16Contract::kPair, xb, rows, w, j0, j1, y, y_stride);
+    case Bf16Kernel::kAvx512FmaTile:
+      detail::bf16_panels_fma512_tile(xb, rows, w, j0, j1, y, y_stride);
       return;
+#endif
+#if MOE_HAVE_AMX_TARGET
     case Bf16Kernel::kAmx:
       detail::bf16_panels_amx(xb, rows, w, j0, j1, y, y_stride);
       return;
-    case Bf16Kernel::kPortableTile:
-      detail::bf16_panels_emulated(Bf16Contract::kTile, xb, rows, w, j0, j1, y, y_stride);
-      return;
-    case Bf16Kernel::kAvx512FmaTile:
-      detail::bf16_panels_fma512_tile(xb, rows, w, j0, j1, y, y_stride);
+#endif
+    default:  // kPortable, kPortableTile (and kernels this compiler cannot build, which are never available)
+      detail::bf16_panels_emulated(bf16_kernel_contract(k), xb, rows, w, j0, j1, y, y_stride);
       return;
   }
 }

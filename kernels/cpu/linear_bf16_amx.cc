@@ -10,38 +10,33 @@
 // 16 pairs; the activation rows are copied zero-padded when pairs(in) is not a multiple of 16), which is
 // the contract's padding. AMX ignores MXCSR.
 //
-// NOTES: tiles 0-3 are C (2 row tiles x 2 column tiles: 32 rows x 32 outputs, half a weight panel), 4-5 A
-// (the two row tiles' 16 pairs), 6-7 B (16 pairs x 16 outputs, read in place from the packed panel with a
-// 256-byte stride); a group of 16 rows or fewer uses tiles 0-1 only, and a chunk of 16 rows or fewer takes
-// whole panels in one pass (group16_panel). Loop order: row chunks (chunk_rows: the chunk's activations stay
-// in L2) x the thread's panels x panel halves x row groups of 32 (the half panel, 90-180 KB, stays in L2
-// while the chunk's groups pass over it). Rows past the end of a group are
-// read from a per-thread buffer whose stale contents only reach C rows that are never stored. Products of
-// kFmaRows rows or fewer run bf16_panels_fma512_tile instead (the same contract, so the same bits).
+// NOTES: the loops are drive_panels' (linear_bf16_driver.h); this file holds the AMX tile policy. Tiles 0-3
+// are C (2 row tiles x 2 column tiles: 32 rows x 32 outputs, half a weight panel), 4-5 A (the two row tiles'
+// 16 pairs), 6-7 B (16 pairs x 16 outputs, read in place from the packed panel with a 256-byte stride); a
+// group of 16 rows or fewer uses tiles 0-1 only, and a block (row chunk) of 16 rows or fewer takes whole
+// panels in one pass (group16_panel). Loop order: row chunks (AmxTiles::block_rows: the chunk's activations
+// stay in L2) x the thread's panels x panel halves x row groups of 32 (the half panel, 90-180 KB, stays in L2
+// while the chunk's groups pass over it). Rows past the end of a group are read from a per-thread buffer
+// whose stale contents only reach C rows that are never stored. Products of kFmaRows rows or fewer run
+// bf16_panels_fma512_tile instead (the same contract, so the same bits).
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/bf16_packed.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/linear_bf16_driver.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 
 #if MOE_HAVE_AMX_TARGET
 #include <immintrin.h>
-// Everything below, and nothing else in the library, is compiled for AMX (after the includes: the headers'
-// inline functions keep the build's flags). linear_bf16.cc calls it only when cpu_has_amx_bf16().
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16")
-#endif
-#endif
+// Everything below, and nothing else in the library, is compiled for AMX. linear_bf16.cc calls it only when
+// cpu_has_amx_bf16().
+MOE_TARGET_REGION_BEGIN("amx-tile,amx-bf16")
 
 namespace moe::kernels::detail {
-
-#if MOE_HAVE_AMX_TARGET
 namespace {
 
 constexpr int64_t kRowChunkMax = 256;
@@ -84,7 +79,8 @@ void copy_tile(const float* scratch, float* y, int64_t ys, int64_t nr, int64_t n
   for (int64_t r = 0; r < nr; ++r) std::memcpy(y + r * ys, scratch + 16 * r, static_cast<size_t>(nc) * 4);
 }
 
-// Stores C tile T (rows r, outputs o of y, of which nr rows and nc outputs are valid).
+// Stores C tile T (rows r, outputs o of y, of which nr rows and nc outputs are valid). A macro: the tile
+// number must be a literal.
 #define MOE_AMX_STORE(T, ydst, ys, nr, nc, scratch)                                             \
   do {                                                                                          \
     if ((nr) >= 16 && (nc) >= 16) {                                                             \
@@ -95,12 +91,16 @@ void copy_tile(const float* scratch, float* y, int64_t ys, int64_t nr, int64_t n
     }                                                                                           \
   } while (0)
 
-// 32 rows of A (a, row stride as bytes) x 32 outputs of a panel (b: the half panel's first dword).
-void group32(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
+// 16 rows (C tiles 0-1), or with TwoRowTiles 32 rows (C tiles 2-3 for rows 16-31), of A (a, row stride as
+// bytes) x 32 outputs of a panel (b: the half panel's first dword).
+template <bool TwoRowTiles>
+void group(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
   _tile_zero(0);
   _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  if constexpr (TwoRowTiles) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   const uint16_t* a1 = a + 16 * (as / 2);
   for (int64_t kb = 0; kb < blocks; ++kb) {
     const uint32_t* bk = b + kb * kBlockPairs * kBf16PanelOutputs;
@@ -109,23 +109,11 @@ void group32(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
     _tile_loadd(7, bk + 16, kPanelStrideBytes);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a1 + 2 * kBlockPairs * kb, as);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-}
-
-// 16 rows x 32 outputs.
-void group16(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blocks) {
-  _tile_zero(0);
-  _tile_zero(1);
-  for (int64_t kb = 0; kb < blocks; ++kb) {
-    const uint32_t* bk = b + kb * kBlockPairs * kBf16PanelOutputs;
-    _tile_loadd(4, a + 2 * kBlockPairs * kb, as);
-    _tile_loadd(6, bk, kPanelStrideBytes);
-    _tile_loadd(7, bk + 16, kPanelStrideBytes);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (TwoRowTiles) {
+      _tile_loadd(5, a1 + 2 * kBlockPairs * kb, as);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
   }
 }
 
@@ -156,102 +144,87 @@ void group16_panel(const uint16_t* a, int64_t as, const uint32_t* b, int64_t blo
   }
 }
 
-// Rows of a chunk: its activations (rows x the padded row, bf16) stay within about 512 KB of L2.
-int64_t chunk_rows(int64_t padded_pairs) {
-  const int64_t fit = (512 * 1024) / (4 * padded_pairs) / 32 * 32;
-  return std::clamp<int64_t>(fit, 32, kRowChunkMax);
-}
+// The tile policy of drive_panels (linear_bf16_driver.h) for AMX: blocks are row chunks whose activations
+// stay within about 512 KB of L2; groups of 32 rows over half panels, or, for a chunk of 16 rows or fewer,
+// one group over whole panels.
+struct AmxTiles {
+  // A chunk's rows as the A tiles read them: its first in_place_rows rows in place (whole groups, when a row
+  // needs no padding), the others from a copy zero-padded to the padded row (the contract's padding pairs),
+  // with the rows up to a whole group of 32, which hold stale values that reach no stored output.
+  struct Block {
+    const uint16_t* in_place;
+    int64_t in_place_rows;
+    const uint16_t* copy;
+    int64_t rows;
+  };
+  static constexpr int64_t kGroupRows = 32;
+
+  int64_t xs;      // elements of a row of xb: 2 * pairs(in)
+  int64_t ps;      // elements of a padded row: 2 * panel_pairs()
+  int64_t blocks;  // 16-pair blocks of the padded row
+
+  int64_t block_rows() const {
+    return std::clamp<int64_t>((512 * 1024) / (2 * ps) / 32 * 32, 32, kRowChunkMax);
+  }
+
+  Block load_block(const uint16_t* xb, int64_t rows) const {
+    Block b{xb, xs == ps ? rows / 32 * 32 : 0, nullptr, rows};
+    if (b.in_place_rows < rows) {
+      uint16_t* copy = thread_buffer(static_cast<size_t>((rows + 31) / 32 * 32 * ps));
+      for (int64_t r = b.in_place_rows; r < rows; ++r) {
+        std::memcpy(copy + r * ps, xb + r * xs, static_cast<size_t>(xs) * 2);
+        std::fill(copy + r * ps + xs, copy + (r + 1) * ps, uint16_t{0});
+      }
+      b.copy = copy;
+    }
+    return b;
+  }
+
+  int64_t slice_outputs(int64_t rows) const { return rows <= 16 ? kBf16PanelOutputs : 32; }
+
+  void tile(const Block& block, int64_t g, int64_t nr, const uint32_t* slice, float* y, int64_t ys,
+            int64_t nc, bool /*first: the tile loads need no prefetch*/) const {
+    const bool in_place = g < block.in_place_rows;
+    const uint16_t* a = in_place ? block.in_place + g * xs : block.copy + g * ps;
+    const int64_t as = 2 * (in_place ? xs : ps);  // bytes
+    alignas(64) float scratch[256];
+    if (block.rows <= 16) {
+      group16_panel(a, as, slice, blocks);
+      MOE_AMX_STORE(0, y, ys, nr, nc, scratch);
+      MOE_AMX_STORE(1, y + 16, ys, nr, nc - 16, scratch);
+      MOE_AMX_STORE(2, y + 32, ys, nr, nc - 32, scratch);
+      MOE_AMX_STORE(3, y + 48, ys, nr, nc - 48, scratch);
+    } else if (nr > 16) {
+      group<true>(a, as, slice, blocks);
+      MOE_AMX_STORE(0, y, ys, nr, nc, scratch);
+      MOE_AMX_STORE(1, y + 16, ys, nr, nc - 16, scratch);
+      MOE_AMX_STORE(2, y + 16 * ys, ys, nr - 16, nc, scratch);
+      MOE_AMX_STORE(3, y + 16 * ys + 16, ys, nr - 16, nc - 16, scratch);
+    } else {
+      group<false>(a, as, slice, blocks);
+      MOE_AMX_STORE(0, y, ys, nr, nc, scratch);
+      MOE_AMX_STORE(1, y + 16, ys, nr, nc - 16, scratch);
+    }
+  }
+};
+
+#undef MOE_AMX_STORE
 
 }  // namespace
 
 void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
                      int64_t j_end, float* y, int64_t y_stride) {
-  const int64_t pairs = w.pairs(), xs = 2 * pairs;
-  const int64_t kp = w.panel_pairs(), blocks = kp / kBlockPairs, ps = 2 * kp;  // padded row length
-  const bool direct = pairs == kp;              // rows of xb can be read as tiles in place
   if (rows <= kFmaRows && cpu_has_avx512f()) {  // the same bits, faster for so few rows
     bf16_panels_fma512_tile(xb, rows, w, j_begin, j_end, y, y_stride);
     return;
   }
-  alignas(64) float scratch[256];
   configure_tiles();
-  const int64_t chunk = chunk_rows(kp);
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t r1 = std::min(rows, r0 + chunk);
-    // The chunk's rows as tiles read them: in place, or zero-padded to ps elements (then also the rows up
-    // to a whole group of 32, which hold stale values that reach no stored output).
-    const int64_t padded_rows = (r1 - r0 + 31) / 32 * 32;
-    uint16_t* copy = nullptr;
-    if (!direct || (r1 - r0) % 32 != 0) {
-      copy = thread_buffer(static_cast<size_t>(padded_rows * ps));
-      const int64_t from = direct ? (r1 - r0) / 32 * 32 : 0;  // in place: only the last group is copied
-      for (int64_t r = from; r < r1 - r0; ++r) {
-        std::memcpy(copy + r * ps, xb + (r0 + r) * xs, static_cast<size_t>(xs) * 2);
-        std::fill(copy + r * ps + xs, copy + (r + 1) * ps, uint16_t{0});  // the contract's padding pairs
-      }
-    }
-    if (r1 - r0 <= 16) {
-      const uint16_t* a = copy != nullptr ? copy : xb + r0 * xs;
-      const int64_t as = 2 * (copy != nullptr ? ps : xs);
-      const int64_t nr = r1 - r0;
-      for (int64_t j = j_begin; j < j_end; ++j) {
-        const int64_t o = j * kBf16PanelOutputs, nc = w.out() - o;
-        float* yg = y + r0 * y_stride + o;
-        group16_panel(a, as, w.panel(j), blocks);
-        MOE_AMX_STORE(0, yg, y_stride, nr, nc, scratch);
-        MOE_AMX_STORE(1, yg + 16, y_stride, nr, nc - 16, scratch);
-        MOE_AMX_STORE(2, yg + 32, y_stride, nr, nc - 32, scratch);
-        MOE_AMX_STORE(3, yg + 48, y_stride, nr, nc - 48, scratch);
-      }
-      continue;
-    }
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      for (int64_t h = 0; h < 2; ++h) {
-        const int64_t o = j * kBf16PanelOutputs + 32 * h;
-        const int64_t nc = w.out() - o;  // valid outputs from o on
-        if (nc <= 0) break;
-        const uint32_t* b = w.panel(j) + 32 * h;
-        for (int64_t g = 0; g < r1 - r0; g += 32) {
-          const bool in_place = direct && g + 32 <= r1 - r0;
-          const uint16_t* a = in_place ? xb + (r0 + g) * xs : copy + g * ps;
-          const int64_t as = 2 * (in_place ? xs : ps);  // bytes
-          const int64_t nr = r1 - r0 - g;               // valid rows from the group's first on
-          float* yg = y + (r0 + g) * y_stride + o;
-          if (nr > 16) {
-            group32(a, as, b, blocks);
-            MOE_AMX_STORE(0, yg, y_stride, nr, nc, scratch);
-            MOE_AMX_STORE(1, yg + 16, y_stride, nr, nc - 16, scratch);
-            MOE_AMX_STORE(2, yg + 16 * y_stride, y_stride, nr - 16, nc, scratch);
-            MOE_AMX_STORE(3, yg + 16 * y_stride + 16, y_stride, nr - 16, nc - 16, scratch);
-          } else {
-            group16(a, as, b, blocks);
-            MOE_AMX_STORE(0, yg, y_stride, nr, nc, scratch);
-            MOE_AMX_STORE(1, yg + 16, y_stride, nr, nc - 16, scratch);
-          }
-        }
-      }
-    }
-  }
+  drive_panels(AmxTiles{2 * w.pairs(), 2 * w.panel_pairs(), w.panel_pairs() / kBlockPairs}, xb, rows, w,
+               j_begin, j_end, y, y_stride);
   _tile_release();
 }
 
-#undef MOE_AMX_STORE
-
-#else
-
-void bf16_panels_amx(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                     int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_emulated(Bf16Contract::kTile, xb, rows, w, j_begin, j_end, y, y_stride);
-}
-
-#endif
-
 }  // namespace moe::kernels::detail
 
-#if MOE_HAVE_AMX_TARGET
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MOE_TARGET_REGION_END()
 #endif

@@ -19,10 +19,11 @@
 // vdpbf16ps zmm runs at half the fp32 FMA rate in FLOP/s, so this kernel is the faster way to compute the
 // same bits; it also serves AVX-512 CPUs without AVX512_BF16. linear_bf16.cc picks the faster one.
 //
-// NOTES: the register tile is the vdpbf16ps kernel's (MR rows x one 64-output panel, 24 accumulators); per
-// pair the panel's 4 registers of packed (even, odd) words are split into w_even = dword << 16 and
-// w_odd = dword & 0xffff0000 (exact widening), and each row's x values come as broadcast memory operands
-// from a per-thread copy of the row block's x widened to fp32 (2 floats per pair: [2p] even, [2p + 1] odd).
+// NOTES: the register tile is the vdpbf16ps kernel's (linear_bf16_panel512.h: MR rows x one 64-output panel,
+// 24 accumulators; drive_panels' loops); per pair the panel's 4 registers of packed (even, odd) words are
+// split into w_even = dword << 16 and w_odd = dword & 0xffff0000 (exact widening), and each row's x values
+// come as broadcast memory operands from a per-thread copy of the row block's x widened to fp32 (2 floats per
+// pair: [2p] even, [2p + 1] odd).
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -31,138 +32,58 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/bf16_packed.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_bf16_driver.h"
 #include "kernels/cpu/linear_bf16_kernel.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/tile_bf16.h"
 
 #if MOE_HAVE_AVX512_BF16_TARGET
-// Everything below is compiled for AVX512F (after the includes: the headers' inline functions keep the
-// build's flags). linear_bf16.cc calls it only when cpu_has_avx512f().
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+// Everything below is compiled for AVX512F. linear_bf16.cc calls it only when cpu_has_avx512f().
+MOE_TARGET_REGION_BEGIN("avx512f")
 // After the target region opens: its functions take this file's target (see the header).
 #include "kernels/cpu/linear_bf16_panel512.h"  // NOLINT(build/include_order)
-#endif
 
 namespace moe::kernels::detail {
-
-#if MOE_HAVE_AVX512_BF16_TARGET
 namespace {
 
-constexpr int kMR = 6;
-constexpr int kNV = kPanelRegs;
-constexpr int64_t kRowBlock = 96;
 // Round to nearest, every exception masked, DAZ (bit 6) and FTZ (bit 15).
 constexpr unsigned kMxcsr = 0x1f80u | 0x0040u | 0x8000u;
 
-template <int MR, bool Prefetch>
-void tile(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
-          int valid) {
-  __m512 acc[MR][kNV];
-  zero_panel_tile(acc);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint32_t* wp = panel + p * kBf16PanelOutputs;
-    if constexpr (Prefetch) prefetch_panel_row(wp);
+// Two fp32 FMAs per pair on the exactly widened operands, odd first; the even and odd chains may be apart.
+struct FmaStep {
+  using Element = float;
+  static constexpr bool kTwoChains = true;
+
+  template <int MR>
+  [[gnu::always_inline]] static void step(PanelAcc<MR>& even, PanelAcc<MR>& odd, const float* x, int64_t xs,
+                                          int64_t p, const uint32_t* wp) {
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
 #pragma GCC unroll 4
-    for (int n = 0; n < kNV; ++n) {
+    for (int n = 0; n < kPanelRegs; ++n) {
       const __m512i wv = _mm512_load_si512(wp + 16 * n);
       const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(wv, high));
       const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        const float* xr = xf + m * xs + 2 * p;
-        acc[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w_odd, acc[m][n]);
-        acc[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w_even, acc[m][n]);
+        const float* xr = x + m * xs + 2 * p;
+        odd[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w_odd, odd[m][n]);
+        even[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w_even, even[m][n]);
       }
     }
   }
-  store_panel_tile(acc, y, ys, valid);
-}
 
-// The tile contract (tile_bf16.h) on the same register layout: per 16-pair block an even and an odd chain
-// from +0 (MR x 4 registers each), then t = e + o and acc = acc + t (acc starts at +0); a short last block
-// adds the padding pairs' +0 to each chain (what fma(+0, +0, e) gives). Three register sets: MR <= kMRTile.
-template <int MR, bool Prefetch>
-void tile_blocks(const float* xf, int64_t xs, const uint32_t* panel, int64_t pairs, float* y, int64_t ys,
-                 int valid) {
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  __m512 acc[MR][kNV];
-  zero_panel_tile(acc);
-  for (int64_t p0 = 0; p0 < pairs; p0 += kBf16TilePairs) {
-    const int64_t p1 = std::min(pairs, p0 + kBf16TilePairs);
-    __m512 e[MR][kNV], o[MR][kNV];
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-      for (int n = 0; n < kNV; ++n) e[m][n] = o[m][n] = _mm512_setzero_ps();
-    }
-    for (int64_t p = p0; p < p1; ++p) {
-      const uint32_t* wp = panel + p * kBf16PanelOutputs;
-      if constexpr (Prefetch) prefetch_panel_row(wp);
-#pragma GCC unroll 4
-      for (int n = 0; n < kNV; ++n) {
-        const __m512i wv = _mm512_load_si512(wp + 16 * n);
-        const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(wv, high));
-        const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
-#pragma GCC unroll 8
-        for (int m = 0; m < MR; ++m) {
-          const float* xr = xf + m * xs + 2 * p;
-          e[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w_even, e[m][n]);
-          o[m][n] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w_odd, o[m][n]);
-        }
-      }
-    }
-    const bool padded = p1 - p0 < kBf16TilePairs;
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 4
-      for (int n = 0; n < kNV; ++n) {
-        if (padded) {
-          e[m][n] = _mm512_add_ps(e[m][n], _mm512_setzero_ps());
-          o[m][n] = _mm512_add_ps(o[m][n], _mm512_setzero_ps());
-        }
-        const __m512 t = _mm512_add_ps(e[m][n], o[m][n]);
-        acc[m][n] = _mm512_add_ps(acc[m][n], t);
-      }
-    }
+  // The block's x widened to fp32 (exact), per thread; grows to the largest block, then is reused.
+  static const float* load_block(const uint16_t* xb, int64_t rows, int64_t xs) {
+    thread_local std::vector<float> buffer;
+    const size_t n = static_cast<size_t>(rows * xs);
+    if (buffer.size() < n) buffer.resize(n);
+    for (size_t i = 0; i < n; ++i) buffer[i] = std::bit_cast<float>(static_cast<uint32_t>(xb[i]) << 16);
+    return buffer.data();
   }
-  store_panel_tile(acc, y, ys, valid);
-}
-
-using TileFn = void (*)(const float*, int64_t, const uint32_t*, int64_t, float*, int64_t, int);
-
-template <bool Prefetch, int... Ms>
-constexpr std::array<TileFn, sizeof...(Ms)> tile_table(std::integer_sequence<int, Ms...>) {
-  return {&tile<Ms + 1, Prefetch>...};
-}
-constexpr std::array<std::array<TileFn, kMR>, 2> kTiles = {
-    tile_table<false>(std::make_integer_sequence<int, kMR>{}),
-    tile_table<true>(std::make_integer_sequence<int, kMR>{})};
-
-constexpr int kMRTile = 2;
-template <bool Prefetch, int... Ms>
-constexpr std::array<TileFn, sizeof...(Ms)> block_table(std::integer_sequence<int, Ms...>) {
-  return {&tile_blocks<Ms + 1, Prefetch>...};
-}
-constexpr std::array<std::array<TileFn, kMRTile>, 2> kBlockTiles = {
-    block_table<false>(std::make_integer_sequence<int, kMRTile>{}),
-    block_table<true>(std::make_integer_sequence<int, kMRTile>{})};
-
-// The row block's x widened to fp32 (exact), per thread; grows to the largest block, then is reused.
-float* widened_block(const uint16_t* xb, int64_t rows, int64_t xs) {
-  thread_local std::vector<float> buffer;
-  const size_t n = static_cast<size_t>(rows * xs);
-  if (buffer.size() < n) buffer.resize(n);
-  for (size_t i = 0; i < n; ++i) buffer[i] = std::bit_cast<float>(static_cast<uint32_t>(xb[i]) << 16);
-  return buffer.data();
-}
+};
 
 // NaN outputs: the contract's NaN (see the file comment), by the emulation. Not inlined, so that none of its
 // arithmetic is scheduled before the caller's MXCSR is restored.
@@ -182,25 +103,9 @@ template <Bf16Contract C>
 template <Bf16Contract C>
 void panels(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin, int64_t j_end,
             float* y, int64_t y_stride) {
-  constexpr int mr_max = C == Bf16Contract::kTile ? kMRTile : kMR;
-  const auto& tiles = C == Bf16Contract::kTile ? kBlockTiles[0].data() : kTiles[0].data();
-  const auto& tiles_prefetch = C == Bf16Contract::kTile ? kBlockTiles[1].data() : kTiles[1].data();
-  const int64_t pairs = w.pairs(), xs = 2 * pairs;
   const unsigned saved = _mm_getcsr();
   _mm_setcsr(kMxcsr);
-  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const int64_t r1 = std::min(rows, r0 + kRowBlock);
-    const float* xf = widened_block(xb + r0 * xs, r1 - r0, xs);
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      const int64_t o = j * kBf16PanelOutputs;
-      const int valid = static_cast<int>(std::min<int64_t>(kBf16PanelOutputs, w.out() - o));
-      for (int64_t r = r0; r < r1; r += mr_max) {
-        const int mr = static_cast<int>(std::min<int64_t>(mr_max, r1 - r));
-        (r == r0 ? tiles_prefetch : tiles)[mr - 1](xf + (r - r0) * xs, xs, w.panel(j), pairs,
-                                                   y + r * y_stride + o, y_stride, valid);
-      }
-    }
-  }
+  drive_panels(PanelTiles<FmaStep, C>{w.pairs()}, xb, rows, w, j_begin, j_end, y, y_stride);
   _mm_setcsr(saved);
   fix_nans<C>(xb, rows, w, j_begin, j_end, y, y_stride);
 }
@@ -217,26 +122,7 @@ void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16W
   panels<Bf16Contract::kTile>(xb, rows, w, j_begin, j_end, y, y_stride);
 }
 
-#else
-
-void bf16_panels_fma512(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                        int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_emulated(Bf16Contract::kPair, xb, rows, w, j_begin, j_end, y, y_stride);
-}
-
-void bf16_panels_fma512_tile(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j_begin,
-                             int64_t j_end, float* y, int64_t y_stride) {
-  bf16_panels_emulated(Bf16Contract::kTile, xb, rows, w, j_begin, j_end, y, y_stride);
-}
-
-#endif
-
 }  // namespace moe::kernels::detail
 
-#if MOE_HAVE_AVX512_BF16_TARGET
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MOE_TARGET_REGION_END()
 #endif

@@ -13,8 +13,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/thread_pool.h"
-#include "tests/kernels_cpu_test_util.h"
+#include "kernels/tensor.h"
+#include "tests/support/kernel_operands.h"
 
 namespace moe::kernels::test_util {
 
@@ -96,6 +98,28 @@ inline void check_batch_invariance(const Op& op, int64_t in, int64_t out, int64_
     for (int64_t r = 0; r < m; ++r) {
       ASSERT_TRUE(same_row(y.row(perm[static_cast<size_t>(r)]), yp.row(r), out))
           << "prefix " << m << " row " << r;
+    }
+  }
+}
+
+// The expert-FFN cases of the invariance tests, one table for every FFN kind: (d, ff, batch rows, rows
+// checked alone) with weights w1 [ff, d], w3 [ff, d] (row stride padded by 2) and w2 [d, ff] of seeds 1-3,
+// each in fp32 and in bf16, under SwiGLU and GELU. make(weights, activation, max_rows) returns the FFN under
+// test for up to max_rows rows (it may own its packed weights and scratch).
+using FfnMaker = std::function<Op(const FfnWeights& w, Activation act, int64_t max_rows)>;
+inline void check_ffn_batch_invariance(const FfnMaker& make) {
+  struct Case {
+    int64_t d, ff, n, singles;
+  };
+  for (const Case& c : {Case{17, 33, 100, 100}, Case{64, 160, 512, 64}, Case{1024, 2816, kBigFfnRows, 6}}) {
+    const TestWeights w1(c.ff, c.d, 0, 1), w3(c.ff, c.d, 2, 2), w2(c.d, c.ff, 0, 3);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (Activation act : {Activation::kSwiGLU, Activation::kGELU}) {
+        SCOPED_TRACE(::testing::Message() << "d=" << c.d << " ff=" << c.ff << " " << to_string(dt)
+                                          << (act == Activation::kGELU ? " gelu" : " swiglu"));
+        check_batch_invariance(make(FfnWeights{w1.view(dt), w3.view(dt), w2.view(dt)}, act, c.n), c.d, c.d,
+                               c.n, 23, c.singles);
+      }
     }
   }
 }

@@ -1,15 +1,11 @@
-// Shared helpers for the kernels/cpu tests: random data, weight matrices in fp32 and bf16, and the
-// relative error measure used by the accuracy tests.
+// Operands of the kernels/cpu tests: random activations, weight matrices held in fp32 and as their bf16
+// rounding, activations at a padded, misaligned stride, and the condition scale of the accuracy tests.
 #pragma once
 
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <random>
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -79,14 +75,15 @@ inline std::vector<double> abs_dot_scale(const float* x, int64_t rows, const Mat
   return s;
 }
 
-// Expects fn() to throw std::invalid_argument whose message contains `needle` (the kernels' argument checks).
-inline void expect_invalid(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected std::invalid_argument containing '" << needle << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+// A copy of x (rows x in, contiguous) at row stride x_stride >= in, one float past the start of its storage
+// (so not 64-byte aligned), the padding filled with -99: what the accuracy tests hand the kernels.
+struct PaddedRows {
+  std::vector<float> storage;
+  const float* data;
+  PaddedRows(const std::vector<float>& x, int64_t rows, int64_t in, int64_t x_stride)
+      : storage(static_cast<size_t>(rows * x_stride + 1), -99.0f), data(storage.data() + 1) {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(&x[r * in], in, &storage[1 + r * x_stride]);
   }
-}
+};
 
 }  // namespace moe::kernels::test_util
