@@ -63,7 +63,8 @@ tsan: deps
 # benchmark - and their unit and invariance tests (the everyday build compiles for the host only).
 PORTABLE_TARGETS = router_topk_test router_topk_rule_test router_topk_block_test router_exp_test \
                    router_planner_test router_invariance_test sim_score_model_test sim_routing_stats_test \
-                   sim_experiment_test sim_parallel_test kernels_cpu_thread_pool_test peak_bench
+                   sim_experiment_test sim_parallel_test kernels_cpu_thread_pool_test kernels_cpu_linear_test \
+                   kernels_cpu_invariance_test peak_bench
 PORTABLE_TESTS = $(subst $(eval) ,|,$(filter-out peak_bench,$(PORTABLE_TARGETS)))
 portable: deps
 	@cmake -S . -B build-portable $(CMAKE_FLAGS) -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \
@@ -87,7 +88,7 @@ fuzz: fuzz-build
 
 # The Debian package (cmake/package.cmake, docs/install.md): build-package/moe_<version>_amd64.deb, for
 # `apt install ./moe_<version>_amd64.deb`. Portable (MOE_NATIVE=OFF: the x86-64 baseline, the bf16 kernels
-# chosen at run time; the fp32 invariant kernel runs its scalar path there, docs/install.md) and without CUDA;
+# chosen at run time, docs/install.md) and without CUDA;
 # installs under /usr. Not part of `make test`.
 PACKAGE_FLAGS = -DCMAKE_BUILD_TYPE=Release -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_BUILD_TESTS=OFF \
                 -DMOE_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX=/usr -DPython3_EXECUTABLE=/usr/bin/python3

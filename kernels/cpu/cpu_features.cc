@@ -33,6 +33,19 @@ bool cpu_has_avx512f() {
 #endif
 }
 
+bool cpu_has_avx512_skx() {
+#if MOE_HAVE_AVX512_BF16_TARGET
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_amx_bf16() {
 #if MOE_HAVE_AMX_TARGET
   static const bool yes = [] {

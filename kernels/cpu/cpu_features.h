@@ -48,6 +48,9 @@ namespace moe::kernels {
 bool cpu_has_avx512_bf16();
 // True when this CPU and OS run AVX512F code. Cached; thread-safe.
 bool cpu_has_avx512f();
+// True when this CPU and OS run AVX512F + AVX512BW + AVX512VL + AVX512DQ code (the Skylake-X set, which every
+// AVX-512 CPU since has: the fp32 invariant kernel's target region). Cached; thread-safe.
+bool cpu_has_avx512_skx();
 // True when this CPU has AMX-TILE and AMX-BF16 (tdpbf16ps), the OS saves the tile state (XCR0) and has
 // granted this process its use (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here, for the whole process).
 // Cached; thread-safe.

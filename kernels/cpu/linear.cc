@@ -128,7 +128,7 @@ void linear_invariant_portable(const float* x, int64_t rows, int64_t x_stride, c
 }
 
 bool linear_invariant_uses_avx512() {
-  return detail::kInvariantUsesAvx512;
+  return detail::invariant_uses_avx512();
 }
 
 void linear_reference_f64(const float* x, int64_t rows, const MatrixView& w, double* y) {

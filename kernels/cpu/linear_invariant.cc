@@ -17,6 +17,9 @@
 //     with the reduction cut into pieces of 1024 inputs (a group's piece stays in L1) whose 16-lane
 //     accumulators wait in a buffer between pieces (an exact store and reload).
 // Threads split the outputs into contiguous ranges of whole 4-output groups.
+// The AVX-512 code is compiled for AVX512F/BW/VL/DQ whatever the build's flags (a target region) and runs
+// when the CPU has them (cpu_has_avx512_skx), so a portable build (MOE_NATIVE=OFF, the Debian package) runs
+// it too.
 #include "kernels/cpu/linear_invariant.h"
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include <utility>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd.h"
 
 namespace moe::kernels::detail {
@@ -87,7 +91,11 @@ void portable_range(const float* x, int64_t rows, int64_t x_stride, const Matrix
   }
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if MOE_HAVE_AVX512_BF16_TARGET
+// Everything from here to the end of the region is compiled for the Skylake-X AVX-512 set (after the
+// includes: the headers' inline functions keep the build's flags); linear_invariant calls it only when
+// cpu_has_avx512_skx().
+MOE_TARGET_REGION_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 
 struct F32Weights {
   using T = float;
@@ -462,13 +470,19 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
   }
 }
 
-#endif  // AVX-512
+MOE_TARGET_REGION_END()
+#endif  // MOE_HAVE_AVX512_BF16_TARGET
 
 }  // namespace
+
+bool invariant_uses_avx512() {
+  return MOE_HAVE_AVX512_BF16_TARGET && cpu_has_avx512_skx();
+}
 
 void linear_invariant(const float* x, int64_t rows, int64_t x_stride, const MatrixView& w, float* y,
                       int64_t y_stride, ThreadPool& pool) {
   const int64_t out = w.rows;
+  const bool avx512 = invariant_uses_avx512();
   // Threads take contiguous ranges of outputs (whole register tiles where possible); never the reduction.
   const int64_t num_tiles = (out + kNR - 1) / kNR;
   const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), num_tiles));
@@ -477,17 +491,19 @@ void linear_invariant(const float* x, int64_t rows, int64_t x_stride, const Matr
     ThreadPool::task_range(num_tiles, num_tasks, static_cast<int>(task), &t_begin, &t_end);
     const int64_t o_begin = t_begin * kNR, o_end = std::min(out, t_end * kNR);
     if (o_end <= o_begin) return;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    if (w.dtype == DType::kF32) {
-      avx512_range<F32Weights>(x, rows, x_stride, static_cast<const float*>(w.data), w.row_stride, w.cols, y,
-                               y_stride, o_begin, o_end);
-    } else {
-      avx512_range<BF16Weights>(x, rows, x_stride, static_cast<const uint16_t*>(w.data), w.row_stride, w.cols,
-                                y, y_stride, o_begin, o_end);
+#if MOE_HAVE_AVX512_BF16_TARGET
+    if (avx512) {
+      if (w.dtype == DType::kF32) {
+        avx512_range<F32Weights>(x, rows, x_stride, static_cast<const float*>(w.data), w.row_stride, w.cols,
+                                 y, y_stride, o_begin, o_end);
+      } else {
+        avx512_range<BF16Weights>(x, rows, x_stride, static_cast<const uint16_t*>(w.data), w.row_stride,
+                                  w.cols, y, y_stride, o_begin, o_end);
+      }
+      return;
     }
-#else
-    portable_range(x, rows, x_stride, w, y, y_stride, o_begin, o_end);
 #endif
+    portable_range(x, rows, x_stride, w, y, y_stride, o_begin, o_end);
   });
 }
 

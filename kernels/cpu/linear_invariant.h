@@ -9,13 +9,11 @@
 
 namespace moe::kernels::detail {
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-inline constexpr bool kInvariantUsesAvx512 = true;
-#else
-inline constexpr bool kInvariantUsesAvx512 = false;
-#endif
+// Whether linear_invariant runs its AVX-512 code on this CPU (chosen at run time: cpu_has_avx512_skx(),
+// whatever the build's flags), else the portable path. Both give the same bits.
+bool invariant_uses_avx512();
 
-// Multithreaded; AVX-512 when kInvariantUsesAvx512, else the portable path split over the pool.
+// Multithreaded; AVX-512 when invariant_uses_avx512(), else the portable path split over the pool.
 void linear_invariant(const float* x, int64_t rows, int64_t x_stride, const MatrixView& w, float* y,
                       int64_t y_stride, ThreadPool& pool);
 
