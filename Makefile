@@ -87,9 +87,8 @@ fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh build-fuzz
 
 # The Debian package (cmake/package.cmake, docs/install.md): build-package/moe_<version>_amd64.deb, for
-# `apt install ./moe_<version>_amd64.deb`. Portable (MOE_NATIVE=OFF: the x86-64 baseline, the bf16 kernels
-# chosen at run time, docs/install.md) and without CUDA;
-# installs under /usr. Not part of `make test`.
+# `apt install ./moe_<version>_amd64.deb`. Portable (MOE_NATIVE=OFF: the x86-64 baseline, the hand-vectorised
+# kernels chosen at run time, docs/install.md) and without CUDA; installs under /usr. Not part of `make test`.
 PACKAGE_FLAGS = -DCMAKE_BUILD_TYPE=Release -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_BUILD_TESTS=OFF \
                 -DMOE_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX=/usr -DPython3_EXECUTABLE=/usr/bin/python3
 package: deps
