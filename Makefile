@@ -101,7 +101,7 @@ package: deps
 # The documents' examples (scripts/doc-examples.py, docs/doc-examples.md): run and compared with their documented
 # output (make test runs them as the ctests doc_examples_*); -update rewrites the documented output from real runs
 # (after a deliberate change of output; review the diff).
-DOC_FILES = README.md docs/cli.md docs/divergence.md docs/runtime.md docs/fuzzing.md
+DOC_FILES = README.md docs/cli.md docs/divergence.md docs/runtime.md docs/fuzzing.md docs/embedding.md
 # moe-sim in build/ reads the corpus from build/kjv (build/share/moe/kjv; the ctest fixture kjv_corpus builds it).
 doc-examples: build
 	@test -s $(BUILD)/kjv/heldout.txt || bash scripts/fetch-corpus.sh $(BUILD)/kjv

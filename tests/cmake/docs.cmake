@@ -7,7 +7,7 @@ if(TARGET moe-sim AND TARGET write_family_checkpoints)
   if(Python3_EXECUTABLE)
     set(moe_doc_python ${Python3_EXECUTABLE})
   endif()
-  foreach(doc README.md docs/cli.md docs/divergence.md docs/runtime.md docs/fuzzing.md)
+  foreach(doc README.md docs/cli.md docs/divergence.md docs/runtime.md docs/fuzzing.md docs/embedding.md)
     get_filename_component(name ${doc} NAME_WE)
     string(TOLOWER ${name} name)
     add_test(NAME doc_examples_${name}
@@ -18,6 +18,8 @@ if(TARGET moe-sim AND TARGET write_family_checkpoints)
   endforeach()
   # The lab runs 2 threads (docs/divergence.md: `moe-sim diverge --threads 2`).
   set_tests_properties(doc_examples_divergence PROPERTIES PROCESSORS 2)
+  # docs/embedding.md installs build/ (cmake --install writes build/install_manifest.txt, as install_test does).
+  set_tests_properties(doc_examples_embedding PROPERTIES RESOURCE_LOCK build_install)
   add_test(NAME doc_examples_self_test
            COMMAND ${moe_doc_python} ${PROJECT_SOURCE_DIR}/tests/doc_examples_test.py ${CMAKE_BINARY_DIR})
   set_tests_properties(doc_examples_self_test PROPERTIES LABELS docs TIMEOUT 120)

@@ -17,4 +17,5 @@ endif()
 add_test(NAME install_test
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/install_test.sh ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}
                  ${CMAKE_C_COMPILER} ${moe_install_test_python} ${moe_install_test_mpirun})
-set_tests_properties(install_test PROPERTIES LABELS install TIMEOUT 300 SKIP_RETURN_CODE 77 PROCESSORS 2)
+set_tests_properties(install_test PROPERTIES LABELS install TIMEOUT 300 SKIP_RETURN_CODE 77 PROCESSORS 2
+                                              RESOURCE_LOCK build_install)
