@@ -3,8 +3,10 @@
 // renormalisation) and DeepSeek-V3 (sigmoid + selection bias, group-limited choice, a fused shared expert);
 // f32 and bf16 storage; every preset and capacity scope; reroute; GELU; causal and sequence state over
 // several calls; and every family's checkpoint loaded through from_pretrained (the fam_* cases: Mixtral,
-// Qwen2/Qwen3-MoE, OLMoE, DeepSeek-V2/V3, Kimi K2, GLM-4.5, gpt-oss, Llama 4; bf16, f32, FP8, MXFP4). A case
-// says what it computes; whether its outputs must be bitwise invariant follows from its config.
+// Qwen2/Qwen3-MoE, OLMoE, DeepSeek-V2/V3, Kimi K2, GLM-4.5, gpt-oss, Llama 4; bf16, f32, FP8, MXFP4; in fp32
+// compute, and in bf16 compute for every bf16, FP8 and MXFP4 checkpoint under the deterministic and greedy
+// presets). A case says what it computes; whether its outputs must be bitwise invariant follows from its
+// config.
 #pragma once
 
 #include <string>
@@ -168,6 +170,10 @@ inline MoELayerConfig same(MoELayerConfig c) {
   return c;
 }
 
+inline MoELayerConfig bf16c(MoELayerConfig c) {
+  return bf16_compute(c);
+}
+
 }  // namespace layer_cases_detail
 
 inline std::vector<LayerCase> layer_cases() {
@@ -270,15 +276,71 @@ inline std::vector<LayerCase> layer_cases() {
       family("fam_gpt_oss_bf16_greedy", "gpt_oss_bf16", "greedy", DType::kBF16, same),
       family("fam_llama4_bf16_deterministic", "llama4_bf16", "deterministic", DType::kBF16, same, 2),
       family("fam_llama4_text_f32_greedy", "llama4_text_f32", "greedy", DType::kF32, same),
+      // bf16 compute of every bf16, FP8 and MXFP4 family checkpoint under both presets the family rows use
+      // (deterministic: the invariant bf16 kernel; greedy: the fast one); bf16 storage, or fp32 storage
+      // rounded to bf16 at load for some FP8 ones.
       family(
-          "fam_gpt_oss_mxfp4_bf16c", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
+          "fam_mixtral_bf16c_deterministic", "mixtral_bf16", "deterministic", DType::kBF16,
           [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }, 1, kBf16ComputeTolerance),
+      family("fam_mixtral_bf16c_greedy", "mixtral_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_qwen2_moe_bf16c_deterministic", "qwen2_moe_bf16", "deterministic", DType::kBF16, bf16c, 2,
+             kBf16ComputeTolerance),
+      family("fam_qwen2_moe_bf16c_greedy", "qwen2_moe_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_qwen3_moe_bf16c_deterministic", "qwen3_moe_bf16", "deterministic", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_qwen3_moe_bf16c_greedy", "qwen3_moe_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
       family(
-          "fam_llama4_bf16c_sequence", "llama4_bf16", "deterministic", DType::kBF16,
-          [](MoELayerConfig c) { return bf16_compute(c); }, 2, kBf16ComputeTolerance),
+          "fam_qwen3_moe_fp8_bf16c_dropless", "qwen3_moe_fp8", "deterministic", DType::kF32,
+          [](MoELayerConfig c) { return bf16_compute(with(c, N, req)); }, 1, kBf16ComputeTolerance),
+      family("fam_qwen3_moe_fp8_bf16c_greedy", "qwen3_moe_fp8", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family(
+          "fam_olmoe_bf16c_request_reroute", "olmoe_bf16", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return bf16_compute(with(c, R, req, reroute)); }, 1, kBf16ComputeTolerance),
+      family("fam_olmoe_bf16c_greedy", "olmoe_bf16", "greedy", DType::kBF16, bf16c, 1, kBf16ComputeTolerance),
+      family("fam_deepseek_v2_bf16c_deterministic", "deepseek_v2_bf16", "deterministic", DType::kBF16, bf16c,
+             2, kBf16ComputeTolerance),
+      family("fam_deepseek_v2_bf16c_greedy", "deepseek_v2_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_deepseek_v3_bf16c_deterministic", "deepseek_v3_bf16", "deterministic", DType::kBF16, bf16c,
+             1, kBf16ComputeTolerance),
+      family("fam_deepseek_v3_bf16c_greedy", "deepseek_v3_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family(
+          "fam_deepseek_v3_fp8_bf16c_causal", "deepseek_v3_fp8", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return bf16_compute(threads(with(c, C, req), 2)); }, 2,
+          kBf16ComputeTolerance),
       family(
           "fam_deepseek_v3_fp8_bf16c_greedy", "deepseek_v3_fp8", "greedy", DType::kBF16,
           [](MoELayerConfig c) { return bf16_compute(c); }, 1, kBf16ComputeTolerance),
+      family("fam_kimi_k2_fp8_bf16c_deterministic", "kimi_k2_fp8", "deterministic", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_kimi_k2_fp8_bf16c_greedy", "kimi_k2_fp8", "greedy", DType::kF32, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_glm4_moe_bf16c_deterministic", "glm4_moe_bf16", "deterministic", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_glm4_moe_bf16c_greedy", "glm4_moe_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_glm4_moe_fp8_bf16c_deterministic", "glm4_moe_fp8", "deterministic", DType::kF32, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_glm4_moe_fp8_bf16c_greedy", "glm4_moe_fp8", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_gpt_oss_bf16c_deterministic", "gpt_oss_bf16", "deterministic", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_gpt_oss_bf16c_greedy", "gpt_oss_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family(
+          "fam_gpt_oss_mxfp4_bf16c", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
+          [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }, 1, kBf16ComputeTolerance),
+      family("fam_gpt_oss_mxfp4_bf16c_greedy", "gpt_oss_mxfp4", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
+      family("fam_llama4_bf16c_sequence", "llama4_bf16", "deterministic", DType::kBF16, bf16c, 2,
+             kBf16ComputeTolerance),
+      family("fam_llama4_bf16c_greedy", "llama4_bf16", "greedy", DType::kBF16, bf16c, 1,
+             kBf16ComputeTolerance),
   };
 }
 
