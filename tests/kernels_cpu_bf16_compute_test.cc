@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/bf16_packed.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
@@ -241,6 +242,90 @@ TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
       "ffn_bf16: worst |y-ref| / sum_j|h_j w2_oj| %.3g (bound 1.25 * 2^-8 = %.3g); ||y-ref|| / ||ref|| "
       "%.3g\n",
       worst, 1.25 * 0x1p-8, worst_norm);
+}
+
+// The oracle's contract on the rounding of h (expert_ffn_bf16.h), for both kinds of bf16 linear: every
+// element of the kernel's bf16(h) is the oracle's rounding of the exact h, except the elements it reports as
+// undetermined, whose kernel value lies in their [lo, hi]; and then the kernel's y equals the oracle's y
+// with the kernel's own values of the undetermined elements substituted, within the fp32 error of the down
+// projection alone.
+TEST(FfnBf16, HiddenRoundsAsTheOracleSaysItMay) {
+  ThreadPool pool(1);
+  struct Case {
+    int64_t d, ff, rows;
+  };
+  int64_t elements = 0, undetermined = 0, other_way = 0;
+  double worst = 0.0;
+  for (const Case& c : {Case{17, 33, 40}, Case{64, 32, 400}, Case{256, 704, 9}}) {
+    const TestWeights w1(c.ff, c.d, 0, 21), w3(c.ff, c.d, 1, 22), w2(c.d, c.ff, 3, 23);
+    const auto x = random_floats(static_cast<size_t>(c.rows * c.d), 24, -2.0f, 2.0f);
+    const auto b1 = random_floats(static_cast<size_t>(c.ff), 25, -0.5f, 0.5f);
+    const auto b3 = random_floats(static_cast<size_t>(c.ff), 26, -0.5f, 0.5f);
+    const auto b2 = random_floats(static_cast<size_t>(c.d), 27, -0.05f, 0.05f);
+    for (Activation act : {Activation::kSwiGLU, Activation::kGELU, Activation::kClampedSwiGLU}) {
+      FfnWeights fw{w1.view(DType::kBF16), w3.view(DType::kBF16), w2.view(DType::kBF16)};
+      if (act == Activation::kClampedSwiGLU) {
+        fw.b1 = b1.data();
+        fw.b3 = b3.data();
+        fw.b2 = b2.data();
+        fw.swiglu_limit = 0.75f;
+      }
+      std::vector<double> ref(static_cast<size_t>(c.rows * c.d)), scale(ref.size());
+      std::vector<double> hidden(static_cast<size_t>(c.rows * c.ff));
+      std::vector<UndeterminedHidden> choices;
+      ffn_bf16_reference_f64(act, x.data(), c.rows, fw, ref.data(), scale.data(), /*round_hidden=*/true,
+                             &choices, hidden.data());
+      std::vector<char> is_choice(hidden.size(), 0);
+      for (const UndeterminedHidden& u : choices) is_choice[static_cast<size_t>(u.row * c.ff + u.j)] = 1;
+      elements += c.rows * c.ff;
+      undetermined += static_cast<int64_t>(choices.size());
+      for (const Bf16LinearMaker& make :
+           {Bf16LinearMaker(make_invariant_bf16_linear), Bf16LinearMaker(make_eigen_bf16_linear)}) {
+        const PackedFfnBf16 w(act, fw, make);
+        std::vector<float> y(ref.size()), scratch(ffn_bf16_scratch_floats(c.rows, c.d, c.ff));
+        ffn_bf16_forward(x.data(), c.rows, c.d, w, y.data(), c.d, scratch.data(), pool);
+        // The kernel's h, by the steps of ffn_bf16_forward.
+        std::vector<uint16_t> xb(static_cast<size_t>(c.rows * 2 * bf16_pairs(c.d)));
+        round_rows_to_bf16(x.data(), c.rows, c.d, c.d, xb.data(), pool);
+        std::vector<float> h1(static_cast<size_t>(c.rows * c.ff)), h3(h1.size());
+        w.w1->forward_rounded(xb.data(), c.rows, h1.data(), c.ff, pool);
+        if (w.w3) w.w3->forward_rounded(xb.data(), c.rows, h3.data(), c.ff, pool);
+        for (int64_t r = 0; r < c.rows; ++r) {
+          add_bias(&h1[static_cast<size_t>(r * c.ff)], fw.b1, c.ff);
+          add_bias(&h3[static_cast<size_t>(r * c.ff)], fw.b3, c.ff);
+          activate_row(act, fw, &h1[static_cast<size_t>(r * c.ff)], &h3[static_cast<size_t>(r * c.ff)],
+                       &h1[static_cast<size_t>(r * c.ff)], c.ff);
+        }
+        for (size_t k = 0; k < hidden.size(); ++k) {
+          if (is_choice[k]) continue;
+          ASSERT_EQ(round_to_bf16(h1[k]), hidden[k]) << "d=" << c.d << " ff=" << c.ff << " k=" << k;
+        }
+        std::vector<double> want = ref;
+        for (const UndeterminedHidden& u : choices) {
+          const double kernel = round_to_bf16(h1[static_cast<size_t>(u.row * c.ff + u.j)]);
+          ASSERT_GE(kernel, u.lo) << "row " << u.row << " j " << u.j;
+          ASSERT_LE(kernel, u.hi) << "row " << u.row << " j " << u.j;
+          if (kernel != u.rounded) ++other_way;
+          for (int64_t o = 0; o < c.d; ++o)
+            want[static_cast<size_t>(u.row * c.d + o)] +=
+                (kernel - u.rounded) * u.down[static_cast<size_t>(o)];
+        }
+        for (size_t k = 0; k < y.size(); ++k) {
+          // The down projection's chain (linear_bf16.h's worst case, any order) and the add of b2.
+          const double n = 2.0 * static_cast<double>(bf16_pairs(c.ff)) + 1.0;
+          const double bound =
+              n * kU * (scale[k] + (fw.b2 ? std::fabs(fw.b2[k % static_cast<size_t>(c.d)]) : 0.0));
+          ASSERT_LE(std::fabs(y[k] - want[k]), bound + 1e-30) << "d=" << c.d << " ff=" << c.ff << " k=" << k;
+          worst = std::max(worst, std::fabs(y[k] - want[k]) / std::max(bound, 1e-30));
+        }
+      }
+    }
+  }
+  std::printf(
+      "ffn_bf16: %lld of %lld elements of h undetermined by the contract, %lld rounded the other way by "
+      "a kernel; worst |y - ref| %.3g of the down projection's bound\n",
+      static_cast<long long>(undetermined), static_cast<long long>(elements),
+      static_cast<long long>(other_way), worst);
 }
 
 TEST(FfnBf16, BadInputThrows) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -135,8 +136,46 @@ void ffn_bf16_forward_rounded(const uint16_t* xb, int64_t rows, const PackedFfnB
   forward_from_rounded(xb, rows, w, y, y_stride, layout(rows, w.d(), w.ff()), aligned_scratch(scratch), pool);
 }
 
+namespace {
+
+// The fp32 activation's error relative to its value: twice what tests/kernels_cpu_activations_test.cc
+// requires (the header's `a`).
+double activation_relative_error(Activation act, const FfnWeights& w, double gate) {
+  switch (act) {
+    case Activation::kSwiGLU:
+      return 2 * 1.2e-6;
+    case Activation::kGELU: {
+      const double v = 2.0 * std::sqrt(2.0 / std::numbers::pi) * (gate + 0.044715 * gate * gate * gate);
+      return 2 * (1e-6 + 4e-7 * std::fabs(v));
+    }
+    case Activation::kClampedSwiGLU:
+      return 2 * (2e-6 + 0x1p-24 * std::fabs(w.swiglu_alpha * std::min<double>(gate, w.swiglu_limit)));
+  }
+  return 0.0;
+}
+
+// The header's bound e on |h_fp32 - act(gate, up)|, from the exact pre-activations and their scales
+// (sum |xb_i w_ji| + |b_j|).
+double hidden_error_bound(Activation act, const FfnWeights& w, double gate, double up, double gate_scale,
+                          double up_scale, int64_t d) {
+  const double n = 2.0 * static_cast<double>(bf16_pairs(d)) + 1.0;  // the chain's roundings, the bias add
+  const double gamma = n * 0x1p-24 / (1.0 - n * 0x1p-24);
+  const double dg = gamma * gate_scale + n * 0x1p-126, du = gamma * up_scale + n * 0x1p-126;
+  const double h = activation_f64(act, w, gate, up);
+  double moved = 0.0;
+  for (const double sg : {-1.0, 1.0}) {
+    for (const double su : {-1.0, 1.0}) {
+      moved = std::max(moved, std::fabs(activation_f64(act, w, gate + sg * dg, up + su * du) - h));
+    }
+  }
+  return moved + activation_relative_error(act, w, gate) * (std::fabs(h) + moved) + 0x1p-126;
+}
+
+}  // namespace
+
 void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
-                            double* scale, bool round_hidden) {
+                            double* scale, bool round_hidden, std::vector<UndeterminedHidden>* undetermined,
+                            double* hidden) {
   int64_t d = 0, ff = 0;
   validate_ffn_weights(act, w, &d, &ff);
   if (rows < 0) throw std::invalid_argument("ffn_bf16_reference_f64: rows is negative");
@@ -163,14 +202,34 @@ void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const 
     for (int64_t i = 0; i < d; ++i) xr[static_cast<size_t>(i)] = round_to_bf16(x[r * d + i]);
     for (int64_t j = 0; j < ff; ++j) {
       double gate = w.b1 ? w.b1[j] : 0.0, up = w.b3 ? w.b3[j] : 0.0;
-      for (int64_t i = 0; i < d; ++i) gate += xr[static_cast<size_t>(i)] * w1[static_cast<size_t>(j * d + i)];
-      if (is_gated(act)) {
-        for (int64_t i = 0; i < d; ++i) up += xr[static_cast<size_t>(i)] * w3[static_cast<size_t>(j * d + i)];
+      double gate_scale = std::fabs(gate), up_scale = std::fabs(up);
+      for (int64_t i = 0; i < d; ++i) {
+        const double t = xr[static_cast<size_t>(i)] * w1[static_cast<size_t>(j * d + i)];
+        gate += t;
+        gate_scale += std::fabs(t);
       }
-      h[static_cast<size_t>(j)] = activation_f64(act, w, gate, up);
-      if (round_hidden)
-        h[static_cast<size_t>(j)] = round_to_bf16(static_cast<float>(h[static_cast<size_t>(j)]));
+      if (is_gated(act)) {
+        for (int64_t i = 0; i < d; ++i) {
+          const double t = xr[static_cast<size_t>(i)] * w3[static_cast<size_t>(j * d + i)];
+          up += t;
+          up_scale += std::fabs(t);
+        }
+      }
+      const double exact = activation_f64(act, w, gate, up);
+      h[static_cast<size_t>(j)] = exact;
+      if (!round_hidden) continue;
+      const double rounded = round_to_bf16(static_cast<float>(exact));
+      h[static_cast<size_t>(j)] = rounded;
+      if (undetermined == nullptr) continue;
+      const double e = hidden_error_bound(act, w, gate, up, gate_scale, up_scale, d);
+      const double lo = round_to_bf16(static_cast<float>(exact - e));
+      const double hi = round_to_bf16(static_cast<float>(exact + e));
+      if (lo == hi) continue;
+      UndeterminedHidden u{r, j, rounded, lo, hi, std::vector<double>(static_cast<size_t>(d))};
+      for (int64_t o = 0; o < d; ++o) u.down[static_cast<size_t>(o)] = w2[static_cast<size_t>(o * ff + j)];
+      undetermined->push_back(std::move(u));
     }
+    if (hidden != nullptr) std::copy(h.begin(), h.end(), hidden + r * ff);
     for (int64_t o = 0; o < d; ++o) {
       double sum = w.b2 ? w.b2[o] : 0.0, abs_sum = 0.0;
       for (int64_t j = 0; j < ff; ++j) {

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/bf16_packed.h"
@@ -66,12 +67,44 @@ void ffn_bf16_forward(const float* x, int64_t rows, int64_t x_stride, const Pack
 void ffn_bf16_forward_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16& w, float* y,
                               int64_t y_stride, float* scratch, ThreadPool& pool);
 
+// An element of the hidden activation whose bf16 rounding the kernel's contract does not determine (see
+// ffn_bf16_reference_f64): the kernel may round h[row][j] to any bf16 value in [lo, hi]; the oracle took
+// `rounded` (the rounding of the exact h, inside that range). Replacing it by v moves the oracle's y[row] by
+// (v - rounded) * down, down = the bf16 column w2[:, j] (d values).
+struct UndeterminedHidden {
+  int64_t row = 0, j = 0;
+  double rounded = 0.0, lo = 0.0, hi = 0.0;
+  std::vector<double> down;
+};
+
 // The oracle: x and the weights rounded to bf16 (f32_to_bf16; bf16 weights as they are), everything else
 // in double (h not rounded, unless round_hidden: then h is rounded to bf16 as the kernel does, from the
-// double value, so the oracle's GEMM operands are the kernel's except where the fp32 h of the kernel and the
-// exact h straddle a bf16 rounding boundary). x is contiguous [rows, d]; y is contiguous [rows, d]. If
-// `scale` is not null it receives, per output, sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
+// double value). x is contiguous [rows, d]; y is contiguous [rows, d]. If `scale` is not null it receives,
+// per output, sum_j |h_j w2[o][j]| (the scale of the accuracy bound above).
+//
+// With round_hidden the oracle's GEMM operands are the kernel's, except for the elements of h whose fp32
+// value in the kernel and exact value may round to different bf16 neighbours (one bf16 ulp apart: 2^-7 of
+// that term of y). Which ones may is decided from the kernel's contract on its fp32 h (before rounding),
+// stated here once:
+//   |h_fp32 - act(g, u)| <= e = max over the four corners |act(g +- dg, u +- du) - act(g, u)|
+//                               + a (|act(g, u)| + that max) + 2^-126
+//   dg = gamma(2P + 1) (sum_i |xb_i w1[j][i]| + |b1_j|) + (2P + 1) 2^-126, du the same with w3 and b3,
+// where g, u are the exact (float64) pre-activations of the same bf16 operands, P = pairs(d),
+// gamma(n) = n 2^-24 / (1 - n 2^-24): the worst case of any fp32 summation order of the 2P exact bf16
+// products and the bias add, so it holds for the invariant kernel, oneDNN and Eigen alike (2^-126 per
+// rounding for DAZ/FTZ); a is the fp32 activation's own error, twice what
+// tests/kernels_cpu_activations_test.cc requires of it (swiglu 1.2e-6; gelu 1e-6 + 4e-7 |v| for its exp
+// argument v; clamped swiglu 2e-6 + 2^-24 |alpha min(g, limit)|). The corners give the propagated error to
+// first order; the box is ~1e-5 of g and u wide, so curvature adds ~1e-5 of it. bf16 rounding is monotone, so
+// the kernel's bf16(h) lies in [bf16(h - e), bf16(h + e)], and every bf16 value there is reachable: where
+// that range holds more than the oracle's value, the element is appended to `undetermined` (if not null). An
+// accuracy test then asks whether the kernel's y is, within the fp32 errors of the down projection
+// (linear_bf16.h), the oracle's y for SOME choice of those elements (tests/support/layer_reference.h).
+// If `hidden` is not null it receives [rows, ff]: the h the oracle's down projection took (rounded with
+// round_hidden).
 void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y,
-                            double* scale, bool round_hidden = false);
+                            double* scale, bool round_hidden = false,
+                            std::vector<UndeterminedHidden>* undetermined = nullptr,
+                            double* hidden = nullptr);
 
 }  // namespace moe::kernels
