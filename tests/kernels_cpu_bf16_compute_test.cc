@@ -40,6 +40,8 @@ using test_util::random_floats;
 using test_util::TestWeights;
 using testing::ExpectInvalid;
 
+constexpr double kU = 0x1p-24;  // fp32's unit roundoff
+
 TEST(Bf16Operands, VectorRoundingEqualsF32ToBf16) {
   // Every upper half with low halves at and around the rounding boundaries (and random ones), in runs
   // long enough for the vector body and every masked tail length.
