@@ -28,9 +28,18 @@ function(moe_add_mpi_fault_test)
     COMMAND ${moe_parallel_fault_check} --max-seconds ${ARG_MAX_SECONDS} ${expects}
             -- @MPIRUN_NP@ $<TARGET_FILE:${ARG_PROGRAM}> ${ARG_MODE})
 endfunction()
-# What mpirun says of a rank that exits without MPI_Finalize (its own words, or the peers' timeout).
-set(moe_fault_exit_expect "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
+# The two faults every MPI program under test handles alike, NAME_exit and NAME_stuck: the last rank exits
+# without MPI_Finalize (mpirun or the peers' timeout end the job), or stays alive outside the collective
+# `COLLECTIVE` (what the program calls from `WHERE`), so that only the communicator's 5 s timeout can end it.
+function(moe_add_mpi_exit_and_stuck_tests)
+  cmake_parse_arguments(ARG "" "NAME;PROGRAM;WHERE;COLLECTIVE" "" ${ARGN})
+  moe_add_mpi_fault_test(NAME ${ARG_NAME}_exit PROGRAM ${ARG_PROGRAM} MODE exit MAX_SECONDS 30 EXPECT
+    "rank @LAST@ exits without MPI_Finalize \\(injected fault\\)"
     "exited with non-zero status|exiting improperly|a peer is dead or stuck")
+  moe_add_mpi_fault_test(NAME ${ARG_NAME}_stuck PROGRAM ${ARG_PROGRAM} MODE stuck MAX_SECONDS 20 EXPECT
+    "rank @LAST@ is stuck outside ${ARG_WHERE} \\(injected fault\\)"
+    "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi ${ARG_COLLECTIVE}: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck")
+endfunction()
 
 moe_add_test(NAME parallel_single_process_test
   SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_single_process_test.cc
@@ -49,12 +58,8 @@ if(TARGET moe_parallel_mpi)
                       LIBS moe_parallel_mpi)
   moe_add_mpi_fault_test(NAME parallel_mpi_fault_abort PROGRAM parallel_mpi_fault MODE abort MAX_SECONDS 20 EXPECT
     "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed to load its experts \\(injected fault\\)")
-  moe_add_mpi_fault_test(NAME parallel_mpi_fault_exit PROGRAM parallel_mpi_fault MODE exit MAX_SECONDS 30
-                         EXPECT ${moe_fault_exit_expect})
-  # The stuck rank is alive, so only the communicator's 5 s timeout can end the job.
-  moe_add_mpi_fault_test(NAME parallel_mpi_fault_stuck PROGRAM parallel_mpi_fault MODE stuck MAX_SECONDS 20 EXPECT
-    "rank @LAST@ is stuck outside the collective \\(injected fault\\)"
-    "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_to_all_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck")
+  moe_add_mpi_exit_and_stuck_tests(NAME parallel_mpi_fault PROGRAM parallel_mpi_fault WHERE "the collective"
+                                   COLLECTIVE all_to_all_v)
 endif()
 
 if(TARGET moe_parallel_nccl)
@@ -98,11 +103,8 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
                       LIBS moe_parallel_ep moe_parallel_mpi)
   moe_add_mpi_fault_test(NAME parallel_ep_fault_throw PROGRAM parallel_ep_fault MODE throw MAX_SECONDS 20 EXPECT
     "moe::parallel abort \\(mpi, rank @LAST@ of @NP@\\): rank @LAST@ failed while preparing its batch \\(injected fault\\)")
-  moe_add_mpi_fault_test(NAME parallel_ep_fault_exit PROGRAM parallel_ep_fault MODE exit MAX_SECONDS 30
-                         EXPECT ${moe_fault_exit_expect})
-  moe_add_mpi_fault_test(NAME parallel_ep_fault_stuck PROGRAM parallel_ep_fault MODE stuck MAX_SECONDS 20 EXPECT
-    "rank @LAST@ is stuck outside forward\\(\\) \\(injected fault\\)"
-    "moe::parallel abort \\(mpi, rank [0-9]+ of @NP@\\): mpi all_gather_v: rank [0-9]+ of @NP@ waited 5000 ms[;] a peer is dead or stuck")
+  moe_add_mpi_exit_and_stuck_tests(NAME parallel_ep_fault PROGRAM parallel_ep_fault WHERE "forward\\(\\)"
+                                   COLLECTIVE all_gather_v)
   # Every rank reports the mismatch at start-up (rank 0 and the odd rank are checked by name).
   moe_add_mpi_fault_test(NAME parallel_ep_fault_mismatch PROGRAM parallel_ep_fault MODE mismatch MAX_SECONDS 20 EXPECT
     "rank 0: start-up failed: mpi check_consistent: rank 0 of @NP@: layer config \\(experts/k/policy/kernels\\) differs across ranks: 1 of @NP@ ranks differ from rank 0 \\(0x[0-9a-f]+\\): rank @LAST@ \\(0x"
