@@ -81,6 +81,21 @@ class Block:
         self.output_only = False  # the output block of a `run` directive's program (no "$ " line)
 
 
+def fenced_block(path, lines, i):
+    """The fenced block that opens at lines[i] (None if that line is no fence): (indent, language, index of the
+    closing fence, body lines with the block's indentation removed)."""
+    m = FENCE.match(lines[i])
+    if not m:
+        return None
+    indent, fence, lang = m.group(1), m.group(2), m.group(3)
+    j = i + 1
+    while j < len(lines) and not (lines[j].strip() == fence and lines[j].startswith(indent)):
+        j += 1
+    if j == len(lines):
+        raise SystemExit("%s:%d: unterminated code block" % (path, i + 1))
+    return indent, lang, j, [l[len(indent):] if l.startswith(indent) else l.lstrip() for l in lines[i + 1:j]]
+
+
 def parse(path):
     """The blocks of a Markdown file, in order: examples, visible set-up blocks and hidden set-up comments."""
     with open(path, encoding="utf-8") as f:
@@ -111,38 +126,26 @@ def parse(path):
             pending[name] = d.group(2)
             i += 1
             continue
-        m = FENCE.match(lines[i])
-        if not m:
+        block = fenced_block(path, lines, i)
+        if block is None:
             i += 1
             continue
-        indent, fence, lang = m.group(1), m.group(2), m.group(3)
-        j = i + 1
-        while j < len(lines) and not (lines[j].strip() == fence and lines[j].startswith(indent)):
-            j += 1
-        if j == len(lines):
-            raise SystemExit("%s:%d: unterminated code block" % (path, i + 1))
-        body = [l[len(indent):] if l.startswith(indent) else l.lstrip() for l in lines[i + 1:j]]
+        indent, lang, j, body = block
         b = Block(i, j, indent)
         if "run" in pending:
             # The program, then its output block: the next fenced block, with only blank lines between.
             k = j + 1
             while k < len(lines) and not lines[k].strip():
                 k += 1
-            out = FENCE.match(lines[k]) if k < len(lines) else None
-            if out is None or out.group(3):
+            out = fenced_block(path, lines, k) if k < len(lines) else None
+            if out is None or out[1]:
                 raise SystemExit("%s:%d: a 'run' program needs its output in a plain fenced block right after it"
                                  % (path, i + 1))
-            o_indent, o_fence = out.group(1), out.group(2)
-            e = k + 1
-            while e < len(lines) and not (lines[e].strip() == o_fence and lines[e].startswith(o_indent)):
-                e += 1
-            if e == len(lines):
-                raise SystemExit("%s:%d: unterminated code block" % (path, k + 1))
+            o_indent, _, e, o_body = out
             cmd = Command(path, i + 1, "%s .doc-examples-program-%d" % (pending["run"], i + 1))
             cmd.program = "\n".join(body)
             cmd.heavy = "heavy" in pending
-            cmd.expected = [l[len(o_indent):].rstrip() if l.startswith(o_indent) else l.strip()
-                            for l in lines[k + 1:e]]
+            cmd.expected = [l.rstrip() for l in o_body]
             finish_expected(cmd)
             b = Block(k, e, o_indent)
             b.output_only = True
@@ -187,21 +190,23 @@ def finish_expected(c):
             c.expected.pop()
 
 
+def split_pattern(pattern):
+    """An expected line's parts: whether it is cut short (a trailing "..."), and its text split into literal
+    text (even indices) and placeholder names (odd indices), every name checked."""
+    cut = pattern.endswith(ELLIPSIS) and pattern.strip() != ELLIPSIS
+    parts = re.split(r"\{\{(\w+)\}\}", pattern[: -len(ELLIPSIS)] if cut else pattern)
+    for name in parts[1::2]:
+        if name not in PLACEHOLDERS:
+            raise SystemExit("unknown placeholder {{%s}} in '%s' (known: %s)" % (name, pattern, ", ".join(PLACEHOLDERS)))
+    return cut, parts
+
+
 def line_regex(pattern):
     """The regular expression of one expected line (placeholders, a trailing cut), or None for a literal line."""
-    cut = pattern.endswith(ELLIPSIS) and pattern.strip() != ELLIPSIS
-    body = pattern[: -len(ELLIPSIS)] if cut else pattern
-    parts = re.split(r"\{\{(\w+)\}\}", body)
+    cut, parts = split_pattern(pattern)
     if len(parts) == 1 and not cut:
         return None
-    rx = ""
-    for n, part in enumerate(parts):
-        if n % 2 == 0:
-            rx += re.escape(part)
-        elif part in PLACEHOLDERS:
-            rx += PLACEHOLDERS[part]
-        else:
-            raise SystemExit("unknown placeholder {{%s}} in '%s' (known: %s)" % (part, pattern, ", ".join(PLACEHOLDERS)))
+    rx = "".join(PLACEHOLDERS[part] if n % 2 else re.escape(part) for n, part in enumerate(parts))
     return re.compile(rx + ("" if cut else r"\Z"))
 
 
@@ -242,21 +247,19 @@ def align(expected, actual, loose=False):
 def refit(pattern, actual):
     """The pattern line with its literal text taken from the actual line and its placeholders (and a trailing cut)
     kept, when the two differ only in numbers of the literal text; else None."""
-    cut = pattern.endswith(ELLIPSIS) and pattern.strip() != ELLIPSIS
-    body = pattern[: -len(ELLIPSIS)] if cut else pattern
-    parts = re.split(r"(\{\{\w+\}\})", body)
+    cut, parts = split_pattern(pattern)
     if len(parts) == 1 and not cut:
         return None
-    rx = ""
-    for n, part in enumerate(parts):
-        if n % 2:
-            rx += "(" + PLACEHOLDERS[part[2:-2]] + ")"
-        else:
-            rx += "(" + "".join("[0-9]+" if t.isdigit() else re.escape(t) for t in re.split(r"([0-9]+)", part)) + ")"
+
+    def loose(text):  # the literal text with its numbers free
+        return "".join("[0-9]+" if t.isdigit() else re.escape(t) for t in re.split(r"([0-9]+)", text))
+
+    rx = "".join("(" + (PLACEHOLDERS[part] if n % 2 else loose(part)) + ")" for n, part in enumerate(parts))
     m = re.compile(rx + ("" if cut else r"\Z")).match(actual)
     if m is None:
         return None
-    return "".join(part if n % 2 else m.group(n + 1) for n, part in enumerate(parts)) + (ELLIPSIS if cut else "")
+    return "".join("{{%s}}" % part if n % 2 else m.group(n + 1) for n, part in enumerate(parts)) + (
+        ELLIPSIS if cut else "")
 
 
 def rebaseline(cmd):
