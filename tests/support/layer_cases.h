@@ -154,15 +154,17 @@ inline MoELayerConfig bf16_compute(MoELayerConfig c) {
 inline constexpr double kBf16ComputeTolerance = 1e-4;
 
 // A case that loads a family checkpoint's MoE layer (written once per process): its config.json's router
-// and expert semantics under `preset`, capacity factor 1.0 so that capacity binds, then `edit`.
+// and expert semantics under `preset`, capacity factor 1.0 so that capacity binds, then `edit`. Its accuracy
+// bound follows the compute precision `edit` leaves: 1e-5 in fp32, kBf16ComputeTolerance in bf16.
 template <class Edit>
 LayerCase family(const std::string& name, const std::string& family_case, const char* preset,
-                 kernels::DType storage, Edit edit, int calls = 1, double tolerance = 1e-5) {
+                 kernels::DType storage, Edit edit, int calls = 1) {
   const WrittenFamily& f = written_family(family_case);
   MoELayerConfig c = MoELayerConfig::pretrained(preset, f.config);
   c.policy.capacity_factor = 1.0;
   c.max_tokens = 64;
   c = edit(c);
+  const double tolerance = c.compute == kernels::ComputePrecision::kBF16 ? kBf16ComputeTolerance : 1e-5;
   return LayerCase{name, f.config.layer, storage, c, calls, tolerance, family_case};
 }
 
@@ -279,68 +281,42 @@ inline std::vector<LayerCase> layer_cases() {
       // bf16 compute of every bf16, FP8 and MXFP4 family checkpoint under both presets the family rows use
       // (deterministic: the invariant bf16 kernel; greedy: the fast one); bf16 storage, or fp32 storage
       // rounded to bf16 at load for some FP8 ones.
-      family(
-          "fam_mixtral_bf16c_deterministic", "mixtral_bf16", "deterministic", DType::kBF16,
-          [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }, 1, kBf16ComputeTolerance),
-      family("fam_mixtral_bf16c_greedy", "mixtral_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_qwen2_moe_bf16c_deterministic", "qwen2_moe_bf16", "deterministic", DType::kBF16, bf16c, 2,
-             kBf16ComputeTolerance),
-      family("fam_qwen2_moe_bf16c_greedy", "qwen2_moe_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_qwen3_moe_bf16c_deterministic", "qwen3_moe_bf16", "deterministic", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_qwen3_moe_bf16c_greedy", "qwen3_moe_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family(
-          "fam_qwen3_moe_fp8_bf16c_dropless", "qwen3_moe_fp8", "deterministic", DType::kF32,
-          [](MoELayerConfig c) { return bf16_compute(with(c, N, req)); }, 1, kBf16ComputeTolerance),
-      family("fam_qwen3_moe_fp8_bf16c_greedy", "qwen3_moe_fp8", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family(
-          "fam_olmoe_bf16c_request_reroute", "olmoe_bf16", "deterministic", DType::kBF16,
-          [](MoELayerConfig c) { return bf16_compute(with(c, R, req, reroute)); }, 1, kBf16ComputeTolerance),
-      family("fam_olmoe_bf16c_greedy", "olmoe_bf16", "greedy", DType::kBF16, bf16c, 1, kBf16ComputeTolerance),
+      family("fam_mixtral_bf16c_deterministic", "mixtral_bf16", "deterministic", DType::kBF16,
+             [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }),
+      family("fam_mixtral_bf16c_greedy", "mixtral_bf16", "greedy", DType::kBF16, bf16c),
+      family("fam_qwen2_moe_bf16c_deterministic", "qwen2_moe_bf16", "deterministic", DType::kBF16, bf16c, 2),
+      family("fam_qwen2_moe_bf16c_greedy", "qwen2_moe_bf16", "greedy", DType::kBF16, bf16c),
+      family("fam_qwen3_moe_bf16c_deterministic", "qwen3_moe_bf16", "deterministic", DType::kBF16, bf16c),
+      family("fam_qwen3_moe_bf16c_greedy", "qwen3_moe_bf16", "greedy", DType::kBF16, bf16c),
+      family("fam_qwen3_moe_fp8_bf16c_dropless", "qwen3_moe_fp8", "deterministic", DType::kF32,
+             [](MoELayerConfig c) { return bf16_compute(with(c, N, req)); }),
+      family("fam_qwen3_moe_fp8_bf16c_greedy", "qwen3_moe_fp8", "greedy", DType::kBF16, bf16c),
+      family("fam_olmoe_bf16c_request_reroute", "olmoe_bf16", "deterministic", DType::kBF16,
+             [](MoELayerConfig c) { return bf16_compute(with(c, R, req, reroute)); }),
+      family("fam_olmoe_bf16c_greedy", "olmoe_bf16", "greedy", DType::kBF16, bf16c),
       family("fam_deepseek_v2_bf16c_deterministic", "deepseek_v2_bf16", "deterministic", DType::kBF16, bf16c,
-             2, kBf16ComputeTolerance),
-      family("fam_deepseek_v2_bf16c_greedy", "deepseek_v2_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
+             2),
+      family("fam_deepseek_v2_bf16c_greedy", "deepseek_v2_bf16", "greedy", DType::kBF16, bf16c),
       family("fam_deepseek_v3_bf16c_deterministic", "deepseek_v3_bf16", "deterministic", DType::kBF16, bf16c,
-             1, kBf16ComputeTolerance),
-      family("fam_deepseek_v3_bf16c_greedy", "deepseek_v3_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
+             1),
+      family("fam_deepseek_v3_bf16c_greedy", "deepseek_v3_bf16", "greedy", DType::kBF16, bf16c),
       family(
           "fam_deepseek_v3_fp8_bf16c_causal", "deepseek_v3_fp8", "deterministic", DType::kBF16,
-          [](MoELayerConfig c) { return bf16_compute(threads(with(c, C, req), 2)); }, 2,
-          kBf16ComputeTolerance),
-      family(
-          "fam_deepseek_v3_fp8_bf16c_greedy", "deepseek_v3_fp8", "greedy", DType::kBF16,
-          [](MoELayerConfig c) { return bf16_compute(c); }, 1, kBf16ComputeTolerance),
-      family("fam_kimi_k2_fp8_bf16c_deterministic", "kimi_k2_fp8", "deterministic", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_kimi_k2_fp8_bf16c_greedy", "kimi_k2_fp8", "greedy", DType::kF32, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_glm4_moe_bf16c_deterministic", "glm4_moe_bf16", "deterministic", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_glm4_moe_bf16c_greedy", "glm4_moe_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_glm4_moe_fp8_bf16c_deterministic", "glm4_moe_fp8", "deterministic", DType::kF32, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_glm4_moe_fp8_bf16c_greedy", "glm4_moe_fp8", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_gpt_oss_bf16c_deterministic", "gpt_oss_bf16", "deterministic", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_gpt_oss_bf16c_greedy", "gpt_oss_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family(
-          "fam_gpt_oss_mxfp4_bf16c", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
-          [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }, 1, kBf16ComputeTolerance),
-      family("fam_gpt_oss_mxfp4_bf16c_greedy", "gpt_oss_mxfp4", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
-      family("fam_llama4_bf16c_sequence", "llama4_bf16", "deterministic", DType::kBF16, bf16c, 2,
-             kBf16ComputeTolerance),
-      family("fam_llama4_bf16c_greedy", "llama4_bf16", "greedy", DType::kBF16, bf16c, 1,
-             kBf16ComputeTolerance),
+          [](MoELayerConfig c) { return bf16_compute(threads(with(c, C, req), 2)); }, 2),
+      family("fam_deepseek_v3_fp8_bf16c_greedy", "deepseek_v3_fp8", "greedy", DType::kBF16, bf16c, 1),
+      family("fam_kimi_k2_fp8_bf16c_deterministic", "kimi_k2_fp8", "deterministic", DType::kBF16, bf16c),
+      family("fam_kimi_k2_fp8_bf16c_greedy", "kimi_k2_fp8", "greedy", DType::kF32, bf16c),
+      family("fam_glm4_moe_bf16c_deterministic", "glm4_moe_bf16", "deterministic", DType::kBF16, bf16c),
+      family("fam_glm4_moe_bf16c_greedy", "glm4_moe_bf16", "greedy", DType::kBF16, bf16c),
+      family("fam_glm4_moe_fp8_bf16c_deterministic", "glm4_moe_fp8", "deterministic", DType::kF32, bf16c),
+      family("fam_glm4_moe_fp8_bf16c_greedy", "glm4_moe_fp8", "greedy", DType::kBF16, bf16c),
+      family("fam_gpt_oss_bf16c_deterministic", "gpt_oss_bf16", "deterministic", DType::kBF16, bf16c),
+      family("fam_gpt_oss_bf16c_greedy", "gpt_oss_bf16", "greedy", DType::kBF16, bf16c),
+      family("fam_gpt_oss_mxfp4_bf16c", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
+             [](MoELayerConfig c) { return bf16_compute(threads(c, 2)); }),
+      family("fam_gpt_oss_mxfp4_bf16c_greedy", "gpt_oss_mxfp4", "greedy", DType::kBF16, bf16c),
+      family("fam_llama4_bf16c_sequence", "llama4_bf16", "deterministic", DType::kBF16, bf16c, 2),
+      family("fam_llama4_bf16c_greedy", "llama4_bf16", "greedy", DType::kBF16, bf16c),
   };
 }
 
