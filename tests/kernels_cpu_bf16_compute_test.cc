@@ -200,6 +200,31 @@ TEST(LinearBf16, BadInputThrows) {
   ExpectInvalid([&] { PackedBf16Weights(MatrixView{&h, DType::kBF16, 1, 2, 1}); }, "row_stride");
 }
 
+// An FFN case's random operands (seeds seed + 1 ... seed + 7) and its weights under an activation: gpt-oss's
+// clamped SwiGLU gets biases everywhere and a limit that clamps often.
+struct FfnOperands {
+  TestWeights w1, w3, w2;
+  std::vector<float> x, b1, b3, b2;
+  FfnOperands(int64_t d, int64_t ff, int64_t rows, uint32_t seed)
+      : w1(ff, d, 0, seed + 1),
+        w3(ff, d, 1, seed + 2),
+        w2(d, ff, 3, seed + 3),
+        x(random_floats(static_cast<size_t>(rows * d), seed + 4, -2.0f, 2.0f)),
+        b1(random_floats(static_cast<size_t>(ff), seed + 5, -0.5f, 0.5f)),
+        b3(random_floats(static_cast<size_t>(ff), seed + 6, -0.5f, 0.5f)),
+        b2(random_floats(static_cast<size_t>(d), seed + 7, -0.05f, 0.05f)) {}
+  FfnWeights weights(Activation act, DType dt) const {
+    FfnWeights fw{w1.view(dt), w3.view(dt), w2.view(dt)};
+    if (act == Activation::kClampedSwiGLU) {
+      fw.b1 = b1.data();
+      fw.b3 = b3.data();
+      fw.b2 = b2.data();
+      fw.swiglu_limit = 0.75f;
+    }
+    return fw;
+  }
+};
+
 TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
   ThreadPool pool1(1), pool2(2);
   struct Case {
@@ -207,20 +232,11 @@ TEST(FfnBf16, MatchesFloat64WithinTheRoundingOfH) {
   };
   double worst = 0.0, worst_norm = 0.0;
   for (const Case& c : {Case{1, 1, 3}, Case{17, 33, 20}, Case{256, 704, 9}, Case{1024, 2816, 2}}) {
-    const TestWeights w1(c.ff, c.d, 0, 11), w3(c.ff, c.d, 1, 12), w2(c.d, c.ff, 3, 13);
-    const auto x = random_floats(static_cast<size_t>(c.rows * c.d), 14, -2.0f, 2.0f);
-    const auto b1 = random_floats(static_cast<size_t>(c.ff), 15, -0.5f, 0.5f);
-    const auto b3 = random_floats(static_cast<size_t>(c.ff), 16, -0.5f, 0.5f);
-    const auto b2 = random_floats(static_cast<size_t>(c.d), 17, -0.05f, 0.05f);
+    const FfnOperands ops(c.d, c.ff, c.rows, 10);
+    const std::vector<float>& x = ops.x;
     for (Activation act : {Activation::kSwiGLU, Activation::kGELU, Activation::kClampedSwiGLU}) {
       for (DType dt : {DType::kBF16, DType::kF32}) {
-        FfnWeights fw{w1.view(dt), w3.view(dt), w2.view(dt)};
-        if (act == Activation::kClampedSwiGLU) {  // gpt-oss: biases everywhere, a limit that clamps often
-          fw.b1 = b1.data();
-          fw.b3 = b3.data();
-          fw.b2 = b2.data();
-          fw.swiglu_limit = 0.75f;
-        }
+        const FfnWeights fw = ops.weights(act, dt);
         const PackedFfnBf16 w(act, fw);
         std::vector<double> ref(static_cast<size_t>(c.rows * c.d)), scale(ref.size());
         ffn_bf16_reference_f64(act, x.data(), c.rows, fw, ref.data(), scale.data());
@@ -259,19 +275,10 @@ TEST(FfnBf16, HiddenRoundsAsTheOracleSaysItMay) {
   int64_t elements = 0, undetermined = 0, other_way = 0;
   double worst = 0.0;
   for (const Case& c : {Case{17, 33, 40}, Case{64, 32, 400}, Case{256, 704, 9}}) {
-    const TestWeights w1(c.ff, c.d, 0, 21), w3(c.ff, c.d, 1, 22), w2(c.d, c.ff, 3, 23);
-    const auto x = random_floats(static_cast<size_t>(c.rows * c.d), 24, -2.0f, 2.0f);
-    const auto b1 = random_floats(static_cast<size_t>(c.ff), 25, -0.5f, 0.5f);
-    const auto b3 = random_floats(static_cast<size_t>(c.ff), 26, -0.5f, 0.5f);
-    const auto b2 = random_floats(static_cast<size_t>(c.d), 27, -0.05f, 0.05f);
+    const FfnOperands ops(c.d, c.ff, c.rows, 20);
+    const std::vector<float>& x = ops.x;
     for (Activation act : {Activation::kSwiGLU, Activation::kGELU, Activation::kClampedSwiGLU}) {
-      FfnWeights fw{w1.view(DType::kBF16), w3.view(DType::kBF16), w2.view(DType::kBF16)};
-      if (act == Activation::kClampedSwiGLU) {
-        fw.b1 = b1.data();
-        fw.b3 = b3.data();
-        fw.b2 = b2.data();
-        fw.swiglu_limit = 0.75f;
-      }
+      const FfnWeights fw = ops.weights(act, DType::kBF16);
       std::vector<double> ref(static_cast<size_t>(c.rows * c.d)), scale(ref.size());
       std::vector<double> hidden(static_cast<size_t>(c.rows * c.ff));
       std::vector<UndeterminedHidden> choices;
