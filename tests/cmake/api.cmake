@@ -66,10 +66,6 @@ set_tests_properties(api_consumer_test PROPERTIES LABELS unit TIMEOUT 600 RUN_SE
 
 # Python: unittest suites under tests/python, run with the build's package on PYTHONPATH.
 if(TARGET moe_python)
-  set(moe_test_python /usr/bin/python3)
-  if(Python3_EXECUTABLE)
-    set(moe_test_python ${Python3_EXECUTABLE})
-  endif()
   add_test(NAME api_python_test
            COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/python/run_tests.py ${PROJECT_SOURCE_DIR}/tests/python)
   set_tests_properties(api_python_test PROPERTIES LABELS python TIMEOUT 600 FIXTURES_REQUIRED families

@@ -3,15 +3,11 @@
 # output fails its test. Label `docs` (not under the sanitizers: they run the release build's programs).
 # The runner's own test (doc_examples_self_test) checks that a changed output, exit status or set-up fails.
 if(TARGET moe-sim AND TARGET write_family_checkpoints)
-  set(moe_doc_python /usr/bin/python3)
-  if(Python3_EXECUTABLE)
-    set(moe_doc_python ${Python3_EXECUTABLE})
-  endif()
   foreach(doc README.md docs/cli.md docs/divergence.md docs/runtime.md docs/fuzzing.md docs/embedding.md)
     get_filename_component(name ${doc} NAME_WE)
     string(TOLOWER ${name} name)
     add_test(NAME doc_examples_${name}
-             COMMAND ${moe_doc_python} ${PROJECT_SOURCE_DIR}/scripts/doc-examples.py --build ${CMAKE_BINARY_DIR}
+             COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/scripts/doc-examples.py --build ${CMAKE_BINARY_DIR}
                      ${PROJECT_SOURCE_DIR}/${doc})
     # The corpus: moe-sim diverge reads build/share/moe/kjv, the fixture's directory.
     set_tests_properties(doc_examples_${name} PROPERTIES LABELS docs TIMEOUT 600 FIXTURES_REQUIRED kjv_corpus)
@@ -21,6 +17,6 @@ if(TARGET moe-sim AND TARGET write_family_checkpoints)
   # docs/embedding.md installs build/ (cmake --install writes build/install_manifest.txt, as install_test does).
   set_tests_properties(doc_examples_embedding PROPERTIES RESOURCE_LOCK build_install)
   add_test(NAME doc_examples_self_test
-           COMMAND ${moe_doc_python} ${PROJECT_SOURCE_DIR}/tests/doc_examples_test.py ${CMAKE_BINARY_DIR})
+           COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/doc_examples_test.py ${CMAKE_BINARY_DIR})
   set_tests_properties(doc_examples_self_test PROPERTIES LABELS docs TIMEOUT 120)
 endif()

@@ -6,16 +6,12 @@
 if(NOT TARGET moe-sim OR NOT TARGET moe_shared OR NOT TARGET moe_sim_diverge)
   return()
 endif()
-set(moe_install_test_python /usr/bin/python3)
-if(Python3_EXECUTABLE)
-  set(moe_install_test_python ${Python3_EXECUTABLE})
-endif()
 set(moe_install_test_mpirun)
 if(TARGET moe-sim-mpi)
   set(moe_install_test_mpirun ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
 endif()
 add_test(NAME install_test
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/install_test.sh ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}
-                 ${CMAKE_C_COMPILER} ${moe_install_test_python} ${moe_install_test_mpirun})
+                 ${CMAKE_C_COMPILER} ${moe_test_python} ${moe_install_test_mpirun})
 set_tests_properties(install_test PROPERTIES LABELS install TIMEOUT 300 SKIP_RETURN_CODE 77 PROCESSORS 2
                                               RESOURCE_LOCK build_install)

@@ -122,10 +122,6 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_staged AND TARGET moe_parallel
 endif()
 
 # cmake/find_nccl.cmake finds the NCCL wheel's layout (libnccl.so.2 only), or says NCCL was not found.
-set(moe_nccl_find_python /usr/bin/python3)
-if(Python3_EXECUTABLE)
-  set(moe_nccl_find_python ${Python3_EXECUTABLE})
-endif()
 add_test(NAME nccl_find_test COMMAND bash ${PROJECT_SOURCE_DIR}/tests/nccl_find_test.sh ${PROJECT_SOURCE_DIR}
-                                     ${CMAKE_BINARY_DIR}/nccl-find-test ${moe_nccl_find_python})
+                                     ${CMAKE_BINARY_DIR}/nccl-find-test ${moe_test_python})
 set_tests_properties(nccl_find_test PROPERTIES LABELS unit TIMEOUT 60)
