@@ -32,15 +32,15 @@ struct PromptClient : serving::EngineClient {
 // continue (a prompt chunk, or a decode row), then waiting ones start, while the budget lasts.
 TEST(Server, RunningFirstThenWaitingInArrivalOrder) {
   SchedulerConfig c;
-  c.token_budget = 4;
-  c.chunk_size = 4;
+  c.engine.token_budget = 4;
+  c.engine.chunk_size = 4;
   const std::vector<Request> reqs = {
       {2, 0, {20, 21, 22}, 2},
       {1, 0, {10, 11, 12, 13, 14}, 2},
       {3, 1, {30}, 1},
   };
   PromptClient client(reqs);
-  serving::Engine e(c.engine(), engine_requests(reqs), client);
+  serving::Engine e(c.engine, engine_requests(reqs), client);
   serving::StepPlan p;
   serving::StepResult r;
   auto step = [&] {
@@ -81,11 +81,11 @@ TEST(Server, RowsFollowRequestOrderUnderFcfs) {
   probe.max_new_tokens = 10;
   uint64_t probe_id = 0;
   SchedulerConfig c;
-  c.token_budget = 48;
-  c.chunk_size = 8;
+  c.engine.token_budget = 48;
+  c.engine.chunk_size = 8;
   const std::vector<Request> reqs = make_traffic(t, 64, 5, probe, &probe_id);
   PromptClient client(reqs);
-  serving::Engine e(c.engine(), engine_requests(reqs), client);
+  serving::Engine e(c.engine, engine_requests(reqs), client);
   serving::StepPlan p;
   serving::StepResult r;
   int checked = 0;
@@ -109,11 +109,16 @@ TEST(Server, RejectsBadRequestsAndConfigs) {
   SchedulerConfig c;
   EXPECT_THROW(engine_requests({{1, 0, {}, 1}}), std::invalid_argument);
   EXPECT_THROW(engine_requests({{1, 0, {1}, 0}}), std::invalid_argument);
-  c.token_budget = 0;
+  c.engine.token_budget = 0;
   EXPECT_THROW(c.validate(), std::invalid_argument);
   c = SchedulerConfig{};
-  c.prefix_cache = true;  // without a KV pool
+  c.engine.prefix_cache = true;  // without a KV pool
   EXPECT_THROW(c.validate(), std::invalid_argument);
+  c = SchedulerConfig{};
+  c.engine.chunk_size = 0;  // the engine's "budget only": the lab always chunks
+  EXPECT_NO_THROW(c.engine.validate());
+  EXPECT_THROW(c.validate(), std::invalid_argument);
+  EXPECT_NO_THROW(SchedulerConfig{}.validate());
 }
 
 // Prompt-lookup drafting: the tokens after the latest earlier occurrence of the last 3, 2 or 1 tokens.
@@ -177,8 +182,8 @@ DivergeOptions tiny_options() {
   o.trials = 8;
   o.probe_length = 12;
   o.gen_length = 16;
-  o.scheduler.token_budget = 32;
-  o.scheduler.chunk_size = 8;
+  o.scheduler.engine.token_budget = 32;
+  o.scheduler.engine.chunk_size = 8;
   o.traffic.arrival_rate = 0.6;
   o.traffic.prompt_max = 32;
   o.traffic.decode_max = 24;

@@ -151,9 +151,9 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens (random models: random tokens)")
       ->capture_default_str();
   cmd->add_option("--gen-length", o.gen_length, "tokens the probe generates")->capture_default_str();
-  cmd->add_option("--budget", o.scheduler.token_budget, "token budget per step (rows)")
+  cmd->add_option("--budget", o.scheduler.engine.token_budget, "token budget per step (rows)")
       ->capture_default_str();
-  cmd->add_option("--chunk", o.scheduler.chunk_size, "prefill chunk size")->capture_default_str();
+  cmd->add_option("--chunk", o.scheduler.engine.chunk_size, "prefill chunk size")->capture_default_str();
   cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */varied configs")
       ->delimiter(',')
       ->capture_default_str();

@@ -140,7 +140,7 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
 }
 
 int DivergeOptions::max_token_budget() const {
-  int budget = scheduler.token_budget;
+  int budget = scheduler.engine.token_budget;
   for (int b : vary_budgets) budget = std::max(budget, b);
   return budget;
 }
@@ -302,21 +302,22 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
     if (spec.varied) {
       const size_t nc = options.vary_chunks.size(), ns = options.vary_spec.size();
       const size_t t = static_cast<size_t>(trial);
-      sc.chunk_size = options.vary_chunks[t % nc];
-      sc.token_budget = options.vary_budgets[(t / nc) % options.vary_budgets.size()];
-      sc.spec_tokens = options.vary_spec[t % ns];
+      sc.engine.chunk_size = options.vary_chunks[t % nc];
+      sc.engine.token_budget = options.vary_budgets[(t / nc) % options.vary_budgets.size()];
+      sc.engine.spec_tokens = options.vary_spec[t % ns];
       const int cache_mode = options.vary_cache ? static_cast<int>((t / ns) % 4) : 0;
-      sc.prefix_cache = cache_mode > 0;
-      sc.kv_blocks = sc.prefix_cache ? options.cache_kv_blocks : 0;
-      if (options.vary_preemption && (t % 5 == 1 || t % 5 == 3)) sc.kv_blocks = options.tight_kv_blocks;
+      sc.engine.prefix_cache = cache_mode > 0;
+      sc.engine.kv_blocks = sc.engine.prefix_cache ? options.cache_kv_blocks : 0;
+      if (options.vary_preemption && (t % 5 == 1 || t % 5 == 3))
+        sc.engine.kv_blocks = options.tight_kv_blocks;
       if (cache_mode == 2) traffic.twin_tokens = probe_system_length + text_length / 2;
       if (cache_mode == 3) traffic.twin_tokens = static_cast<int>(probe_prompt.size());
       r.cache_modes[trial] = cache_mode;
     }
-    r.chunk_sizes[trial] = sc.chunk_size;
-    r.token_budgets[trial] = sc.token_budget;
-    r.spec_tokens[trial] = sc.spec_tokens;
-    r.kv_blocks[trial] = static_cast<int>(sc.kv_blocks);
+    r.chunk_sizes[trial] = sc.engine.chunk_size;
+    r.token_budgets[trial] = sc.engine.token_budget;
+    r.spec_tokens[trial] = sc.engine.spec_tokens;
+    r.kv_blocks[trial] = static_cast<int>(sc.engine.kv_blocks);
     uint64_t probe_id = 0;
     auto requests = make_traffic(traffic, PromptSource{weights->shape.vocab_size, heldout, system_prompts},
                                  trial_seed(options.seed, trial), probe, &probe_id);
@@ -411,12 +412,12 @@ std::string format_table(const DivergeReport& report) {
   }
   out += "probe: " + std::to_string(report.probe_prompt.size()) + " prompt tokens (" +
          std::to_string(report.probe_system.size()) + " of a system prompt " +
-         std::to_string(o.traffic.system_prompts > 0 ? 1 : 0) + " of " + std::to_string(o.traffic.system_prompts) +
-         " that strangers share), " +
+         std::to_string(o.traffic.system_prompts > 0 ? 1 : 0) + " of " +
+         std::to_string(o.traffic.system_prompts) + " that strangers share), " +
          std::to_string(o.gen_length) + " generated; " + std::to_string(o.trials) + " trials; budget " +
-         std::to_string(o.scheduler.token_budget) + " tokens/step, chunk " +
-         std::to_string(o.scheduler.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
-         std::string(kernels::to_string(o.compute)) + "\n";
+         std::to_string(o.scheduler.engine.token_budget) + " tokens/step, chunk " +
+         std::to_string(o.scheduler.engine.chunk_size) + "; seed " + std::to_string(o.seed) +
+         "; expert compute " + std::string(kernels::to_string(o.compute)) + "\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s\n", "config", "cf",
                 "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
@@ -577,8 +578,8 @@ std::string to_json(const DivergeReport& report) {
   j["trials"] = o.trials;
   j["probe_length"] = report.probe_prompt.size();
   j["gen_length"] = o.gen_length;
-  j["token_budget"] = o.scheduler.token_budget;
-  j["chunk_size"] = o.scheduler.chunk_size;
+  j["token_budget"] = o.scheduler.engine.token_budget;
+  j["chunk_size"] = o.scheduler.engine.chunk_size;
   j["vary_chunks"] = o.vary_chunks;
   j["vary_budgets"] = o.vary_budgets;
   j["vary_spec"] = o.vary_spec;
@@ -622,7 +623,7 @@ std::string svg_capacity_plot(const DivergeReport& report) {
   c.title = "Distinct completions of one probe vs capacity factor";
   c.note = std::to_string(o.trials) + " trials per point, invariant kernels, " +
            std::to_string(o.gen_length) + " generated tokens, budget " +
-           std::to_string(o.scheduler.token_budget) + ", seed " + std::to_string(o.seed);
+           std::to_string(o.scheduler.engine.token_budget) + ", seed " + std::to_string(o.seed);
   c.x_label = "capacity factor";
   c.y_label = "distinct completions";
   size_t i = 0;
@@ -643,7 +644,7 @@ std::string svg_length_plot(const DivergeReport& report) {
   Chart c;
   c.title = "Distinct completions vs generation length";
   c.note = std::to_string(o.trials) + " trials, capacity factor " + fmt("%.2f", o.capacity_factor) +
-           ", budget " + std::to_string(o.scheduler.token_budget) + ", seed " + std::to_string(o.seed);
+           ", budget " + std::to_string(o.scheduler.engine.token_budget) + ", seed " + std::to_string(o.seed);
   c.x_label = "generated tokens (log2 scale)";
   c.y_label = "distinct completions";
   c.log2_x = true;

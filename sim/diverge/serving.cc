@@ -41,29 +41,11 @@ class LabClient : public serving::EngineClient {
 }  // namespace
 
 void SchedulerConfig::validate() const {
-  auto check = [](bool ok, const char* name, int64_t v, const char* rule) {
-    if (!ok) {
-      throw std::invalid_argument(std::string("SchedulerConfig: ") + name + " (" + std::to_string(v) + ") " +
-                                  rule);
-    }
-  };
-  check(token_budget > 0, "token_budget", token_budget, "must be positive");
-  check(chunk_size > 0, "chunk_size", chunk_size, "must be positive");
-  check(max_running > 0, "max_running", max_running, "must be positive");
-  engine().validate();
-}
-
-serving::EngineConfig SchedulerConfig::engine() const {
-  serving::EngineConfig e;
-  e.token_budget = token_budget;
-  e.chunk_size = chunk_size;
-  e.max_running = max_running;
-  e.prefix_cache = prefix_cache;
-  e.block_size = block_size;
-  e.kv_blocks = kv_blocks;
-  e.spec_tokens = spec_tokens;
-  e.keep_request_stats = true;
-  return e;
+  if (engine.chunk_size <= 0) {
+    throw std::invalid_argument("SchedulerConfig: chunk_size (" + std::to_string(engine.chunk_size) +
+                                ") must be positive (the lab's server always chunks its prefill)");
+  }
+  engine.validate();
 }
 
 std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& requests) {
@@ -110,13 +92,16 @@ ServeOutcome serve(model::Model& model, std::vector<Request> requests, const Sch
   }
   if (model.num_requests() != 0) throw std::invalid_argument("serve: the model already holds live requests");
   const bool stateful = rules::carries_routing_state(model.options().policy);
-  if (stateful && (config.prefix_cache || config.spec_tokens > 0) && !model.options().record_routing) {
+  if (stateful && (config.engine.prefix_cache || config.engine.spec_tokens > 0) &&
+      !model.options().record_routing) {
     throw std::invalid_argument("serve: the prefix cache and speculation need a model that records routing "
                                 "(ModelOptions::record_routing)");
   }
   LabClient client(requests, model.options().policy, config.key_by_tokens);
-  serving::Engine engine(config.engine(), engine_requests(requests), client);
-  std::vector<model::Model::CachedBlock> cache(static_cast<size_t>(config.kv_blocks));
+  serving::EngineConfig engine_config = config.engine;
+  engine_config.keep_request_stats = true;
+  serving::Engine engine(engine_config, engine_requests(requests), client);
+  std::vector<model::Model::CachedBlock> cache(static_cast<size_t>(config.engine.kv_blocks));
 
   ServeOutcome out;
   serving::StepPlan plan;

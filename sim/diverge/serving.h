@@ -21,32 +21,27 @@ struct Request {
   int max_new_tokens = 1;
 };
 
-// The server's configuration: the engine's (docs/divergence.md, "The serving engine") and how its prefix
-// cache keys blocks.
-//   token_budget, chunk_size, max_running   continuous batching with chunked prefill (vLLM v1 style:
-//                                           running requests in start order, then waiting ones)
-//   prefix_cache, block_size, kv_blocks     the block prefix cache and the KV pool (0: unbounded, no
-//                                           preemption; the cache needs a pool)
-//   spec_tokens                             prompt-lookup speculative decoding: up to this many draft tokens
-//                                           (the tokens that followed the latest earlier occurrence of the
-//                                           request's last 3, 2 or 1 tokens), verified in one pass
-//   key_by_tokens                           the cache keys a block by its tokens alone, and a request
-//                                           restored from it takes the routing it holds as its own (an
-//                                           engine unaware of the routing); off: tokens and
-//                                           prefix_cache_salt of the model's dispatch rule
+// The server's configuration: the serving engine's (sim/serving/engine.h; docs/divergence.md, "The serving
+// engine": continuous batching with chunked prefill under a token budget, the block prefix cache and its KV
+// pool, recompute preemption, prompt-lookup speculative decoding), whose defaults it keeps but one - the lab
+// always chunks its prefill, in chunks of 16 by default (chunk_size must be positive) - and how the prefix
+// cache keys blocks:
+//   key_by_tokens   the cache keys a block by its tokens alone, and a request restored from it takes the
+//                   routing it holds as its own (an engine unaware of the routing); off: tokens and
+//                   prefix_cache_salt of the model's dispatch rule
+// serve() keeps every request's statistics whatever engine.keep_request_stats says (it reads the probe's
+// after it finished).
 struct SchedulerConfig {
-  int token_budget = 64;
-  int chunk_size = 16;
-  int max_running = 256;
-  bool prefix_cache = false;
-  int block_size = 16;
-  int64_t kv_blocks = 0;
-  int spec_tokens = 0;
+  serving::EngineConfig engine = lab_engine_defaults();
   bool key_by_tokens = false;
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
-  serving::EngineConfig engine() const;
+  static serving::EngineConfig lab_engine_defaults() {
+    serving::EngineConfig e;
+    e.chunk_size = 16;
+    return e;
+  }
 };
 
 // What the probe saw while the server ran.
