@@ -1,80 +1,17 @@
 // "The hot path allocates nothing": after one warm-up call, linear() and ffn_forward() must not call
-// operator new again, for either kind, dtype or thread count. This executable replaces the global
-// operator new/delete to count calls. (Eigen's GEMM allocates with malloc, which this does not see; see
-// linear.h.)
+// operator new again, for either kind, dtype or thread count. This executable links
+// tests/support/allocation_counter.cc, which replaces the global operator new/delete to count calls.
+// (Eigen's GEMM allocates with malloc, which this does not see; see linear.h.)
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <vector>
 
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "tests/support/allocation_counter.h"
 #include "tests/support/kernel_operands.h"
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_news{0};
-
-void* counted_alloc(size_t n, size_t align) {
-  if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = align <= alignof(std::max_align_t) ? std::malloc(n)
-                                               : std::aligned_alloc(align, (n + align - 1) / align * align);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(size_t n) {
-  return counted_alloc(n, 0);
-}
-void* operator new[](size_t n) {
-  return counted_alloc(n, 0);
-}
-void* operator new(size_t n, std::align_val_t a) {
-  return counted_alloc(n, static_cast<size_t>(a));
-}
-void* operator new[](size_t n, std::align_val_t a) {
-  return counted_alloc(n, static_cast<size_t>(a));
-}
-// GCC 12 at -O1 (make asan) takes the std::free inside these replacement deallocation functions for a
-// mismatch with the replaced operator new (-Wmismatched-new-delete); they are the matching pair by
-// definition.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, size_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, size_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace moe::kernels {
 namespace {
@@ -101,12 +38,11 @@ TEST(KernelsAlloc, NoOperatorNewAfterWarmUp) {
           }
         };
         run();  // warm-up: per-thread buffers grow here
-        g_news.store(0);
-        g_counting.store(true);
+        const long before = moe::testing::allocation_count();
         run();
         run();
-        g_counting.store(false);
-        EXPECT_EQ(g_news.load(), 0) << to_string(kind) << " " << to_string(dt) << " threads=" << threads;
+        const long news = moe::testing::allocation_count() - before;
+        EXPECT_EQ(news, 0) << to_string(kind) << " " << to_string(dt) << " threads=" << threads;
       }
     }
   }
@@ -135,12 +71,11 @@ TEST(KernelsAlloc, Bf16ComputeNoOperatorNewAfterWarmUp) {
         }
       };
       run();  // warm-up: the thread's workspace grows here
-      g_news.store(0);
-      g_counting.store(true);
+      const long before = moe::testing::allocation_count();
       run();
       run();
-      g_counting.store(false);
-      EXPECT_EQ(g_news.load(), 0) << to_string(dt) << " threads=" << threads;
+      const long news = moe::testing::allocation_count() - before;
+      EXPECT_EQ(news, 0) << to_string(dt) << " threads=" << threads;
     }
   }
 }

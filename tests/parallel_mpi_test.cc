@@ -2,33 +2,26 @@
 // Every rank runs every test; data patterns are a pure function of (source, destination, index),
 // so each rank checks what it received byte for byte. Rank 0 prints the usual gtest output; the
 // other ranks print only their failures, prefixed with their rank.
-// NOTES: this file replaces the global operator new/delete to count allocations; GCC then warns
-// (falsely) about free() on memory from operator new wherever the two are inlined together.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// Links tests/support/allocation_counter.cc (counts operator new) to check that a collective allocates
+// nothing after warm-up (MPI's own C allocations go through malloc and are not counted).
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "moe/parallel/mpi_communicator.h"
+#include "tests/support/allocation_counter.h"
 #include "tests/support/mpi_gtest.h"
 
 namespace moe::parallel {
-
-// Counts C++ heap allocations (operator new) so that tests can check that a collective allocates
-// nothing after warm-up. (MPI's own C allocations go through malloc and are not counted.)
-std::atomic<long> g_num_allocations{0};
 
 namespace {
 
@@ -134,7 +127,7 @@ TEST(MpiCommunicator, CollectivesAllocateNothingAfterConstruction) {
   const int n = comm.size();
   std::vector<size_t> bytes(n, 100), sizes(n);
   std::vector<uint8_t> send(100 * n, 3), recv(100 * n);
-  const long before = g_num_allocations.load();
+  const long before = moe::testing::allocation_count();
   for (int i = 0; i < 10; ++i) {
     comm.all_to_all_v(send.data(), bytes, recv.data(), bytes);
     comm.all_gather_v(send.data(), 100, recv.data(), bytes);
@@ -142,7 +135,7 @@ TEST(MpiCommunicator, CollectivesAllocateNothingAfterConstruction) {
     comm.broadcast(recv.data(), 100, i % n);
     comm.barrier();
   }
-  EXPECT_EQ(g_num_allocations.load() - before, 0) << "rank " << comm.rank();
+  EXPECT_EQ(moe::testing::allocation_count() - before, 0) << "rank " << comm.rank();
 }
 
 TEST(MpiCommunicator, AllZeroBytes) {
@@ -266,18 +259,6 @@ TEST(MpiCommunicator, TimeoutNamesTheRankAndBreaksTheCommunicator) {
 
 }  // namespace
 }  // namespace moe::parallel
-
-void* operator new(std::size_t bytes) {
-  moe::parallel::g_num_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
 
 int main(int argc, char** argv) {
   moe::parallel::MpiSession session(&argc, &argv);

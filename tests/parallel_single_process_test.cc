@@ -1,16 +1,12 @@
 // Unit tests of the Communicator contract on the single-process backend: semantics (copies in
 // rank order), argument validation shared by every backend, and the factory.
-// NOTES: this file replaces the global operator new/delete to count allocations; GCC then warns
-// (falsely) about free() on memory from operator new wherever the two are inlined together.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// Links tests/support/allocation_counter.cc (counts operator new) to check that a collective allocates
+// nothing.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -18,12 +14,9 @@
 
 #include "moe/parallel/make_communicator.h"
 #include "moe/parallel/single_process_communicator.h"
+#include "tests/support/allocation_counter.h"
 
 namespace moe::parallel {
-
-// Counts C++ heap allocations (operator new) so that tests can check that a collective allocates
-// nothing after warm-up. (MPI's own C allocations go through malloc and are not counted.)
-std::atomic<long> g_num_allocations{0};
 
 namespace {
 
@@ -172,7 +165,7 @@ TEST(SingleProcessCommunicator, CollectivesAllocateNothing) {
   std::vector<uint8_t> send(64, 1), recv(64);
   const size_t bytes[] = {64};
   size_t sizes[1];
-  const long before = g_num_allocations.load();
+  const long before = moe::testing::allocation_count();
   for (int i = 0; i < 10; ++i) {
     comm.all_to_all_v(send.data(), bytes, recv.data(), bytes);
     comm.all_gather_v(send.data(), 64, recv.data(), bytes);
@@ -180,10 +173,10 @@ TEST(SingleProcessCommunicator, CollectivesAllocateNothing) {
     comm.broadcast(recv.data(), 64, 0);
     comm.barrier();
   }
-  EXPECT_EQ(g_num_allocations.load() - before, 0);
+  EXPECT_EQ(moe::testing::allocation_count() - before, 0);
   // The counter itself works.
   std::vector<int> probe(10);
-  EXPECT_GT(g_num_allocations.load() - before, 0);
+  EXPECT_GT(moe::testing::allocation_count() - before, 0);
 }
 
 TEST(MakeCommunicator, SingleAndUnknown) {
@@ -207,15 +200,3 @@ TEST(MakeCommunicator, SingleAndUnknown) {
 
 }  // namespace
 }  // namespace moe::parallel
-
-void* operator new(std::size_t bytes) {
-  moe::parallel::g_num_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}

@@ -14,7 +14,7 @@ moe_add_test(NAME kernels_cpu_expert_ffn_test SOURCES ${PROJECT_SOURCE_DIR}/test
 moe_add_test(NAME kernels_cpu_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_invariance_test.cc
              LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)
 moe_add_test(NAME kernels_cpu_alloc_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_alloc_test.cc
-             LIBS moe_kernels_cpu LABELS unit)
+             ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc LIBS moe_kernels_cpu LABELS unit)
 # bf16 compute: the vdpbf16ps contract (emulation == hardware), accuracy of the bf16 kernels (unit), and
 # their invariance by exact bits (invariance).
 moe_add_test(NAME kernels_cpu_dpbf16_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_dpbf16_test.cc

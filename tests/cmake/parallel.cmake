@@ -43,6 +43,7 @@ endfunction()
 
 moe_add_test(NAME parallel_single_process_test
   SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_single_process_test.cc
+          ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
   LIBS moe_parallel moe_parallel_factory
   LABELS unit
   TIMEOUT 60)
@@ -50,7 +51,7 @@ moe_add_test(NAME parallel_single_process_test
 if(TARGET moe_parallel_mpi)
   # Functional tests: one gtest binary with its own main (MPI_Init/Finalize), at 1, 2 and 4 ranks.
   moe_add_mpi_program(NAME parallel_mpi_test SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_mpi_test.cc
-                      LIBS moe_parallel_mpi GTest::gtest)
+                      ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc LIBS moe_parallel_mpi GTest::gtest)
   moe_add_mpi_test(NAME parallel_mpi_test RANKS 1 2 4 COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_mpi_test>)
 
   # Fault tests (moe_add_mpi_fault_test): the last rank (@LAST@) is the one that fails.
