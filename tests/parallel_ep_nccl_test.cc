@@ -15,27 +15,16 @@
 #include "moe/parallel/host_staged_communicator.h"
 #include "moe/parallel/nccl_communicator.h"
 #include "moe/parallel/single_process_communicator.h"
+#include "tests/cuda_gpu_test_util.h"
 #include "tests/support/ep_fixtures.h"
 
 namespace moe::parallel {
 namespace {
 
-std::string why_no_gpu() {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    return std::string("no usable CUDA device: cudaGetDeviceCount returned error ") + std::to_string(error) +
-           " (" + cudaGetErrorName(error) + ": " + cudaGetErrorString(error) + ")";
-  }
-  if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0 devices";
-  return "";
-}
-
 class EpNcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string reason = why_no_gpu();
-    if (!reason.empty()) GTEST_SKIP() << reason;
+    MOE_REQUIRE_GPU();
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
     NcclConfig config;

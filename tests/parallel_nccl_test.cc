@@ -13,34 +13,17 @@
 
 #include "moe/parallel/nccl_communicator.h"
 #include "moe/parallel/single_process_communicator.h"
+#include "tests/cuda_gpu_test_util.h"
 
 namespace moe::parallel {
 namespace {
-
-// Empty when a device is usable, otherwise the reason to skip.
-std::string why_no_gpu() {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    return std::string("no usable CUDA device: cudaGetDeviceCount returned error ") + std::to_string(error) +
-           " (" + cudaGetErrorName(error) + ": " + cudaGetErrorString(error) + ")";
-  }
-  if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0 devices";
-  return "";
-}
-
-#define SKIP_WITHOUT_GPU()                       \
-  do {                                           \
-    const std::string reason = why_no_gpu();     \
-    if (!reason.empty()) GTEST_SKIP() << reason; \
-  } while (0)
 
 #define EXPECT_CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_GPU();
+    MOE_REQUIRE_GPU();
     EXPECT_CUDA_OK(cudaSetDevice(0));
     EXPECT_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     config_.device = 0;
