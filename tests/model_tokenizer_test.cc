@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -44,6 +47,115 @@ uint64_t fnv1a64_ids(const std::vector<int32_t>& ids) {
     for (int b = 0; b < 4; ++b) h = (h ^ ((u >> (8 * b)) & 0xFF)) * 0x100000001B3ull;
   }
   return h;
+}
+
+// The encoding rule of tokenizer.h written plainly over byte strings, from a tokenizer.json document: the
+// pieces, then per piece the lowest-rank adjacent pair merged at every occurrence, left to right without
+// overlap, until none is a merge (quadratic; the reference for Tokenizer::encode's heap).
+class PlainBpe {
+ public:
+  explicit PlainBpe(const nlohmann::json& doc) {
+    // GPT-2's bytes_to_unicode, inverted: printable bytes stand for themselves, the others for U+0100...
+    std::map<std::string, char> byte_of;
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      const int cp = printable ? b : next++;
+      std::string utf8;
+      if (cp < 0x80) {
+        utf8.push_back(static_cast<char>(cp));
+      } else {
+        utf8.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        utf8.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
+      byte_of[utf8] = static_cast<char>(b);
+    }
+    auto bytes = [&](const std::string& key) {
+      std::string out;
+      for (size_t i = 0; i < key.size();) {
+        const size_t len = static_cast<unsigned char>(key[i]) < 0x80 ? 1 : 2;
+        out.push_back(byte_of.at(key.substr(i, len)));
+        i += len;
+      }
+      return out;
+    };
+    for (const auto& [key, id] : doc["model"]["vocab"].items()) id_of_[bytes(key)] = id.get<int32_t>();
+    int32_t rank = 0;
+    for (const auto& m : doc["model"]["merges"]) {
+      const std::string text = m.get<std::string>();
+      const size_t sp = text.find(' ');
+      rank_[{bytes(text.substr(0, sp)), bytes(text.substr(sp + 1))}] = rank++;
+    }
+  }
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < text.size();) {
+      size_t k = i + (text[i] == ' ' && i + 1 < text.size() && letter(text[i + 1]) ? 1 : 0);
+      if (!letter(text[k])) {
+        out.push_back(id_of_.at(text.substr(i, 1)));
+        ++i;
+        continue;
+      }
+      while (k < text.size() && letter(text[k])) ++k;
+      std::vector<std::string> sym;
+      for (size_t j = i; j < k; ++j) sym.push_back(text.substr(j, 1));
+      for (;;) {
+        const std::pair<std::string, std::string>* best = nullptr;
+        int32_t best_rank = 0;
+        for (size_t j = 0; j + 1 < sym.size(); ++j) {
+          auto it = rank_.find({sym[j], sym[j + 1]});
+          if (it != rank_.end() && (!best || it->second < best_rank))
+            best = &it->first, best_rank = it->second;
+        }
+        if (!best) break;
+        std::vector<std::string> merged;
+        for (size_t j = 0; j < sym.size();) {
+          if (j + 1 < sym.size() && sym[j] == best->first && sym[j + 1] == best->second) {
+            merged.push_back(sym[j] + sym[j + 1]);
+            j += 2;
+          } else {
+            merged.push_back(sym[j++]);
+          }
+        }
+        sym = std::move(merged);
+      }
+      for (const std::string& t : sym) out.push_back(id_of_.at(t));
+      i = k;
+    }
+    return out;
+  }
+
+ private:
+  std::map<std::string, int32_t> id_of_;
+  std::map<std::pair<std::string, std::string>, int32_t> rank_;
+};
+
+// Letters mostly, with spaces, punctuation and newlines: long pieces, pieces with a leading space.
+std::string random_text(std::mt19937& rng, size_t n, int letters_in_32) {
+  const std::string other = " .,;:\n'!?0";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<int>(rng() % 32) < letters_in_32) {
+      const char base = rng() % 5 == 0 ? 'A' : 'a';
+      // Skewed towards a few letters, so that long merges apply.
+      s.push_back(static_cast<char>(base + (rng() % 3 == 0 ? rng() % 26 : "etaoinshr"[rng() % 9] - 'a')));
+    } else {
+      s.push_back(other[rng() % other.size()]);
+    }
+  }
+  return s;
+}
+
+// A tokenizer loaded from a document (written to a temporary directory and read back).
+Tokenizer load_document(const nlohmann::json& doc) {
+  const fs::path dir = fs::temp_directory_path() / ("moe_tok_doc_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << doc.dump();
+  Tokenizer t = Tokenizer::load(dir);
+  fs::remove_all(dir);
+  return t;
 }
 
 const Tokenizer& kjv() {
@@ -83,6 +195,75 @@ TEST(Tokenizer, EncodesTheHeldOutTextLikePython) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a64_ids(ids)));
   EXPECT_EQ(hex, doc["heldout"]["fnv1a64_ids"].get<std::string>());
+  EXPECT_EQ(kjv().decode(ids), text);
+}
+
+// The heap-based merge loop against the plain one: the trained tokenizer on random text (pieces up to
+// thousands of letters), and the same vocabulary with its merges shuffled, where a merge often needs a token
+// that a later-ranked merge makes (rank order unlike training's; the rule still says what happens).
+TEST(Tokenizer, HeapMergesEqualThePlainRule) {
+  const auto doc = nlohmann::json::parse(read_file(kSource / "models" / "kjv-moe" / "tokenizer.json"));
+  const PlainBpe plain(doc);
+  std::mt19937 rng(7);
+  for (int t = 0; t < 55; ++t) {
+    const std::string text = random_text(rng, 1 + rng() % (t < 50 ? 300 : 2000),
+                                         t % 3 == 0   ? 32
+                                         : t % 3 == 1 ? 31
+                                                      : 24);
+    ASSERT_EQ(kjv().encode(text), plain.encode(text)) << printable(text.substr(0, 200));
+  }
+  auto shuffled = doc;
+  std::shuffle(shuffled["model"]["merges"].begin(), shuffled["model"]["merges"].end(), rng);
+  const Tokenizer tok = load_document(shuffled);
+  const PlainBpe plain_shuffled(shuffled);
+  for (int t = 0; t < 60; ++t) {
+    const std::string text = random_text(rng, 1 + rng() % 400, t % 2 ? 32 : 28);
+    ASSERT_EQ(tok.encode(text), plain_shuffled.encode(text)) << printable(text.substr(0, 200));
+  }
+  // Only a pair of equal halves (the trained merges "l l", "c c", "p p") can overlap itself, so only runs of
+  // them tell "left to right" from any other order.
+  std::vector<std::string> texts = {"lll", "lllll", " llll", "ccc", "ppppppp", "allll", " the the the"};
+  for (int t = 0; t < 40; ++t) {
+    std::string run;
+    for (size_t n = 1 + rng() % 60; run.size() < n;) run.push_back("lllccpa"[rng() % 7]);
+    texts.push_back(run);
+  }
+  for (const std::string& text : texts) {
+    EXPECT_EQ(kjv().encode(text), plain.encode(text)) << text;
+    EXPECT_EQ(tok.encode(text), plain_shuffled.encode(text)) << text;
+  }
+}
+
+// A merge ranked before the merge that makes its left half ("ab a" before "a b"): in "abab" the plain rule
+// merges both "a b" first (ab ab); a loop that let the new pair (ab, a) jump ahead would give (aba b).
+TEST(Tokenizer, EveryOccurrenceOfARankBeforeTheNextRank) {
+  auto doc = nlohmann::json::parse(read_file(kSource / "models" / "kjv-moe" / "tokenizer.json"));
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const auto& [key, id] : doc["model"]["vocab"].items()) {
+    if (id.get<int>() < 256) vocab[key] = id;
+  }
+  vocab["ab"] = 256;
+  vocab["aba"] = 257;
+  doc["model"]["vocab"] = vocab;
+  doc["model"]["merges"] = nlohmann::json::array({"ab a", "a b"});
+  const Tokenizer tok = load_document(doc);
+  const PlainBpe plain(doc);
+  EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{256, 256}));
+  EXPECT_EQ(tok.encode("aba"), (std::vector<int32_t>{257}));  // ab a, then aba
+  std::mt19937 rng(11);
+  for (int t = 0; t < 50; ++t) {
+    std::string text;
+    for (size_t n = 1 + rng() % 40; text.size() < n;) text.push_back("ab"[rng() % 2]);
+    EXPECT_EQ(tok.encode(text), plain.encode(text)) << text;
+  }
+}
+
+// A megabyte-long run of letters (one piece) encodes and round-trips.
+TEST(Tokenizer, LongPiecesRoundTrip) {
+  std::mt19937 rng(3);
+  const std::string text = random_text(rng, 1 << 20, 32);
+  const std::vector<int32_t> ids = kjv().encode(text);
+  EXPECT_LT(ids.size(), text.size());
   EXPECT_EQ(kjv().decode(ids), text);
 }
 

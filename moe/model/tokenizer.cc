@@ -1,8 +1,11 @@
 #include "moe/model/tokenizer.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -174,38 +177,74 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path_in) {
   return {};
 }
 
+// The merge loop of the header's rule 2 in O(n log n) for a piece of n bytes (the plain loop rescans the
+// piece once per merge it applies, O(merges x n): 3.5 s for a megabyte of random letters with the trained
+// model's 768 merges, against 0.1 s here, and in proportion to the merges of a larger vocabulary). The piece
+// is a linked list of symbols; a min-heap holds (rank, position) for every adjacent pair that is a merge,
+// stale entries included. A round takes every entry of the lowest rank - all current occurrences of that one
+// pair - and merges them in position order, skipping those an earlier merge of the round consumed: the
+// header's "every occurrence, left to right without overlap". A merged symbol (A+B) is longer than A and B,
+// so a round never creates an occurrence of its own pair; the pairs it creates are pushed and compete in
+// later rounds, whatever their rank, as in the plain loop.
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  std::vector<int32_t> ids;
-  ids.reserve(piece.size());
-  for (char c : piece) ids.push_back(byte_token_[static_cast<unsigned char>(c)]);
-  while (ids.size() >= 2) {
-    const Merge* best = nullptr;
-    int32_t best_left = 0, best_right = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      auto it = merge_rank_.find(pair_key(ids[i], ids[i + 1]));
-      if (it != merge_rank_.end() && (!best || it->second.rank < best->rank)) {
-        best = &it->second;
-        best_left = ids[i];
-        best_right = ids[i + 1];
-      }
+  const int32_t n = static_cast<int32_t>(piece.size());
+  struct Symbol {
+    int32_t id;
+    int32_t prev;  // -1: first
+    int32_t next;  // n: last
+  };
+  std::vector<Symbol> sym(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) sym[i] = {byte_token_[static_cast<unsigned char>(piece[i])], i - 1, i + 1};
+  struct Candidate {
+    int32_t rank;
+    int32_t pos;   // the pair's left symbol
+    int32_t left;  // the ids it was pushed for (an entry is stale once either symbol changed)
+    int32_t right;
+    int32_t result;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Candidate> heap;
+  auto push = [&](int32_t pos) {
+    if (pos < 0 || sym[pos].next >= n) return;
+    const int32_t left = sym[pos].id, right = sym[sym[pos].next].id;
+    auto it = merge_rank_.find(pair_key(left, right));
+    if (it == merge_rank_.end()) return;
+    heap.push_back({it->second.rank, pos, left, right, it->second.result});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  auto current = [&](const Candidate& c) {
+    return sym[c.pos].id == c.left && sym[c.pos].next < n && sym[sym[c.pos].next].id == c.right;
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<Candidate> round;
+  while (!heap.empty()) {
+    // Popped in position order within the rank (the heap's tie-break).
+    const int32_t rank = heap.front().rank;
+    round.clear();
+    while (!heap.empty() && heap.front().rank == rank) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      round.push_back(heap.back());
+      heap.pop_back();
     }
-    if (!best) break;
-    // Every occurrence, left to right without overlap.
-    size_t w = 0;
-    for (size_t i = 0; i < ids.size();) {
-      if (i + 1 < ids.size() && ids[i] == best_left && ids[i + 1] == best_right) {
-        ids[w++] = best->result;
-        i += 2;
-      } else {
-        ids[w++] = ids[i++];
-      }
+    for (const Candidate& c : round) {
+      if (!current(c)) continue;  // stale, or consumed by the merge just before it
+      const int32_t gone = sym[c.pos].next;
+      sym[c.pos].id = c.result;
+      sym[c.pos].next = sym[gone].next;
+      if (sym[gone].next < n) sym[sym[gone].next].prev = c.pos;
+      sym[gone].id = -1;  // removed: never current again
+      push(sym[c.pos].prev);
+      push(c.pos);
     }
-    ids.resize(w);
   }
-  out.insert(out.end(), ids.begin(), ids.end());
+  for (int32_t i = 0; i < n; i = sym[i].next) out.push_back(sym[i].id);  // position 0 is never removed
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view data) const {
+  if (data.size() > static_cast<size_t>(INT32_MAX)) {
+    throw std::invalid_argument("tokenizer: a text of " + std::to_string(data.size()) +
+                                " bytes; encode takes at most 2^31 - 1");
+  }
   std::vector<int32_t> out;
   out.reserve(data.size() / 2 + 1);
   const size_t n = data.size();

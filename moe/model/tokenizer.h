@@ -36,6 +36,8 @@ class Tokenizer {
   // merge whose halves or result are not in the vocab).
   static Tokenizer load(const std::filesystem::path& path);
 
+  // Time O(n log n) for n bytes. Throws std::invalid_argument for a text over 2^31 - 1
+  // bytes.
   std::vector<int32_t> encode(std::string_view bytes) const;
   // The tokens' bytes, concatenated. Throws std::invalid_argument for an id outside [0, vocab_size).
   std::string decode(std::span<const int32_t> ids) const;
