@@ -414,7 +414,7 @@ def main():
         print("doc-examples: %s/bin/moe-sim not found: build first (make build)" % args.build, file=sys.stderr)
         return 2
     top = tempfile.mkdtemp(prefix="doc-examples-")
-    failed = updated = total = skipped = 0
+    failed = updated = total = skipped = unreached = 0
     for path in args.files:
         lines, blocks = parse(path)
         workdir = make_workdir(os.path.join(top, os.path.basename(path).replace(".", "_")), args.build)
@@ -428,7 +428,11 @@ def main():
                 if not b.output_only:
                     new_body.append(b.indent + "$ " + c.text)
                 if c.actual is None:
-                    skipped += 1
+                    # Heavy and not asked for, or after the step where the session ended (run_file failed it).
+                    if c.heavy and not args.heavy:
+                        skipped += 1
+                    else:
+                        unreached += 1
                     new_body.extend(b.indent + l if l else l for l in documented(c))
                     continue
                 total += 1
@@ -460,8 +464,8 @@ def main():
         print("doc-examples: work directories kept in %s" % top)
     else:
         shutil.rmtree(top, ignore_errors=True)
-    print("doc-examples: %d examples run, %d updated, %d heavy ones skipped, %d failed"
-          % (total, updated, skipped, failed))
+    print("doc-examples: %d examples run, %d updated, %d heavy ones skipped, %d failed%s"
+          % (total, updated, skipped, failed, ", %d not reached" % unreached if unreached else ""))
     return 1 if failed else 0
 
 

@@ -103,6 +103,13 @@ $ false
         self.assertEqual(status, 1)
         self.assertIn("a set-up block failed", err)
 
+    def test_a_session_that_ends_early_fails_and_counts_the_rest_unreached(self):
+        path = self.doc("~~~\n$ echo one\none\n$ exit 5\n$ echo two\ntwo\n~~~\n")
+        status, out, err = run(path)
+        self.assertEqual(status, 1)
+        self.assertIn("the session ended after 1 of 3 steps", err)
+        self.assertIn("1 examples run, 0 updated, 0 heavy ones skipped, 1 failed, 2 not reached", out)
+
     def test_update_rebaselines_and_keeps_placeholders(self):
         path = self.doc("~~~\n$ echo 'took 3 s, 7 rows'\ntook {{time}} s, 6 rows\n~~~\n")
         status, out, _ = run(path, update=True)
