@@ -12,26 +12,16 @@ set -euo pipefail
 sim=$(realpath "${1:-build/bin/moe-sim}")
 repeats=${REPEATS:-2}
 requests=${REQUESTS:-4000}
-mpirun=(${MPIRUN:-mpirun} --allow-run-as-root --oversubscribe)
+read -r -a mpirun <<<"${MPIRUN:-mpirun} --allow-run-as-root --oversubscribe"
+# shellcheck disable=SC2054 # the commas are the distributions' own syntax
 sweep=(sweep --preset deepseek-v3 --requests "$requests" --prompt-len lognormal:mean=1024,sigma=1,max=8192
   --decode-len uniform:64,256 --token-budget 16384 --arrival-rate 20 --modes greedy,stable,rank-only
   --capacity-factors 1,1.25,1.5,2 --json --quiet)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# best_wall OUT CMD...: the best wall time of $repeats runs of CMD (stdout to OUT).
-best_wall() {
-  local out=$1 best="" t0 t1 s
-  shift
-  for _ in $(seq "$repeats"); do
-    t0=$(date +%s.%N)
-    "$@" >"$out"
-    t1=$(date +%s.%N)
-    s=$(echo "$t1 - $t0" | bc -l)
-    if [ -z "$best" ] || [ "$(echo "$s < $best" | bc -l)" = 1 ]; then best=$s; fi
-  done
-  echo "$best"
-}
+# shellcheck source=bench/best_wall.sh
+source "$(dirname "$0")/best_wall.sh"
 
 pairs_and_points=$(cd "$tmp" && "$sim" "${sweep[@]}" --threads 1 | /usr/bin/python3 -c "
 import json, sys
@@ -42,9 +32,10 @@ echo "| how | ranks x threads | wall s | points/s | M pairs/s | speed-up | stdou
 echo "|---|---:|---:|---:|---:|---:|---|"
 base=""
 row() {
-  local how=$1 shape=$2 wall verdict
+  local how=$1 shape=$2 timing wall verdict
   shift 2
-  wall=$(best_wall "$tmp/out.json" "$@")
+  timing=$(best_wall "$repeats" "$tmp/out.json" "$@")
+  wall=${timing% *}
   [ -z "$base" ] && base=$wall && cp "$tmp/out.json" "$tmp/one.json"
   if cmp -s "$tmp/one.json" "$tmp/out.json"; then verdict="byte-identical"; else verdict="DIFFERS"; fi
   printf "| %s | %s | %.2f | %.2f | %.1f | %.2fx | %s |\n" "$how" "$shape" "$wall" \

@@ -16,27 +16,14 @@ sim=${1:-build/bin/moe-sim}
 base=${2:-}
 repeats=${REPEATS:-3}
 requests=${REQUESTS:-2000}
+# shellcheck disable=SC2054 # the commas are the distributions' own syntax
 workload=(run --preset deepseek-v3 --requests "$requests" --prompt-len lognormal:mean=1024,sigma=1,max=8192
   --decode-len uniform:64,512 --token-budget 16384 --arrival-rate 20 --mode stable --quiet --json)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# best_wall BINARY ARGS...: "WALL RSS_KB" of the best of $repeats runs; the JSON of the last in $tmp/out.json
-best_wall() {
-  local best="" rss=""
-  for _ in $(seq "$repeats"); do
-    local t0 t1 s
-    t0=$(date +%s.%N)
-    /usr/bin/time -f "%M" -o "$tmp/rss" "$@" >"$tmp/out.json"
-    t1=$(date +%s.%N)
-    s=$(echo "$t1 - $t0" | bc -l)
-    if [ -z "$best" ] || [ "$(echo "$s < $best" | bc -l)" = 1 ]; then
-      best=$s
-      rss=$(tail -1 "$tmp/rss")
-    fi
-  done
-  echo "$best $rss"
-}
+# shellcheck source=bench/best_wall.sh
+source "$(dirname "$0")/best_wall.sh"
 
 echo "| workload | binary | threads | pairs | wall s | M pairs/s | peak RSS MiB | baseline wall / wall |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
@@ -48,14 +35,16 @@ for shape in "E256 k8:" "E8 k2:--experts 8 --top-k 2"; do
   if [ -n "$base" ]; then
     base_args=()
     [ -n "${BASE_THREADS:-}" ] && base_args=(--threads "$BASE_THREADS")
-    read -r base_wall rss < <(best_wall "$base" "${workload[@]}" "${extra[@]}" "${base_args[@]}")
+    timing=$(best_wall "$repeats" "$tmp/out.json" "$base" "${workload[@]}" "${extra[@]}" "${base_args[@]}")
+    read -r base_wall rss <<<"$timing"
     pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
     rows+=("$(printf "| %s | %s | %s | %d | %.2f | %.1f | %.0f | 1.0 |" "$name" "$base" "${BASE_THREADS:-1}" \
       "$pairs" "$base_wall" \
       "$(echo "$pairs / $base_wall / 1000000" | bc -l)" "$(echo "$rss / 1024" | bc -l)")")
   fi
   for threads in 1 2; do
-    read -r wall rss < <(best_wall "$sim" "${workload[@]}" "${extra[@]}" --threads "$threads")
+    timing=$(best_wall "$repeats" "$tmp/out.json" "$sim" "${workload[@]}" "${extra[@]}" --threads "$threads")
+    read -r wall rss <<<"$timing"
     cp "$tmp/out.json" "$tmp/t$threads.json"
     pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
     ratio="-"
