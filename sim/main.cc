@@ -84,7 +84,7 @@ moe::sim::Overrides collect(const SubcommandOptions& sub) {
 }
 
 // The ranks of the MPI job this process belongs to, when an MPI launcher started it; `threads` the default
-// --threads of a rank (the machine's threads shared by its ranks).
+// --threads of a rank (the machine's threads shared by its ranks, at most the CPUs the rank is bound to).
 struct Job {
   moe::parallel::Communicator* comm = nullptr;
   int threads = 0;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "kernels/cpu/thread_pool.h"
+
 namespace moe::sim {
 
 MpiJob::MpiJob(int* argc, char*** argv) : session_(argc, argv) {
@@ -14,8 +16,10 @@ MpiJob::MpiJob(int* argc, char*** argv) : session_(argc, argv) {
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
   }
+  // The machine's threads shared by the ranks on it, and no more than the launcher bound this rank to.
   const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads_per_rank_ = std::max(1, hardware / std::max(1, local));
+  threads_per_rank_ =
+      std::max(1, std::min(kernels::ThreadPool::usable_cpus(), hardware / std::max(1, local)));
 }
 
 }  // namespace moe::sim

@@ -22,7 +22,8 @@ class MpiJob {
   MpiJob(int* argc, char*** argv);
 
   parallel::Communicator& comm() { return *comm_; }
-  // The threads a rank uses by default: the machine's hardware threads shared by the job's ranks on it.
+  // The threads a rank uses by default: the machine's hardware threads shared by the job's ranks on it, at
+  // most the CPUs the launcher bound the rank to.
   int threads_per_rank() const { return threads_per_rank_; }
 
  private:

@@ -9,7 +9,7 @@
 namespace moe::sim {
 
 int default_threads() {
-  return std::max(1u, std::thread::hardware_concurrency());
+  return kernels::ThreadPool::usable_cpus();
 }
 
 ItemRunner::ItemRunner(int threads) : pool_(threads < 1 ? default_threads() : threads) {}

@@ -9,7 +9,8 @@
 
 namespace moe::sim {
 
-// The thread count --threads 0 means: the machine's hardware threads (at least 1).
+// The thread count --threads 0 means: the CPUs this process may run on (kernels::ThreadPool::usable_cpus: the
+// machine's, or those an MPI launcher or a cpuset binds it to).
 int default_threads();
 
 // A persistent pool (kernels::ThreadPool: `threads` - 1 workers that spin briefly, then sleep, between

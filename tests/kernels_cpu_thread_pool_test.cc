@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -74,6 +75,29 @@ TEST(ThreadPool, ManyBackToBackCalls) {
     pool.parallel_for(4, [&](int64_t task, int) { sum.fetch_add(task + 1, std::memory_order_relaxed); });
   }
   EXPECT_EQ(sum.load(), 20000 * 10);
+}
+
+// Waiting threads spin only when every thread of the pool can have a CPU of its own (the affinity mask);
+// a pool with more threads than that (a rank bound to fewer cores) sleeps at once, and still runs every
+// task once on its static thread, back to back.
+TEST(ThreadPool, SpinsOnlyWithACpuPerThread) {
+  const int cpus = ThreadPool::usable_cpus();
+  ASSERT_GE(cpus, 1);
+  EXPECT_LE(cpus, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_TRUE(ThreadPool(1).spins());
+  EXPECT_TRUE(ThreadPool(cpus).spins());
+  ThreadPool crowded(cpus + 2);
+  EXPECT_FALSE(crowded.spins());
+  const int threads = crowded.num_threads();
+  std::vector<int> runs(64 * static_cast<size_t>(threads));
+  for (int call = 0; call < 2000; ++call) {
+    crowded.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t task, int thread) {
+      int64_t first = 0, last = 0;
+      ThreadPool::task_range(static_cast<int64_t>(runs.size()), threads, thread, &first, &last);
+      if (task >= first && task < last) ++runs[static_cast<size_t>(task)];
+    });
+  }
+  for (int r : runs) ASSERT_EQ(r, 2000);
 }
 
 TEST(ThreadPool, ExceptionsReachTheCaller) {

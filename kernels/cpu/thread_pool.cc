@@ -1,5 +1,8 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -17,13 +20,39 @@ namespace {
 thread_local const ThreadPool* tls_pool = nullptr;
 thread_local int tls_thread = 0;
 
-// Spin iterations before sleeping on a condition variable. Kernels call parallel_for back to back
-// (one per linear layer), so a short spin saves the wake-up latency of a futex between them.
-constexpr int kSpinIterations = 1 << 14;
+// Spinning before sleeping on a condition variable: kernels call parallel_for back to back (one per linear
+// layer), so a short spin saves the wake-up latency of a futex between them - when the awaited thread is
+// running. Each waiting thread adapts its budget: a wait that the spin ended doubles the next budget (up to
+// kMaxSpin, ~0.3 ms of pause instructions here), one that had to sleep halves it (down to kMinSpin). On an
+// oversubscribed machine (the ranks of an MPI job on fewer cores, other busy processes) the awaited thread
+// is often not running while one spins, and the budgets fall to the floor within a few calls instead of
+// burning the CPU it needs (an EP test at 4 ranks on 2 cores: 15 s with fixed spins, 2 s adaptive).
+constexpr int kMaxSpin = 1 << 14;
+constexpr int kMinSpin = 16;
+
+// Spins while `busy()` and the budget lasts, then adapts the budget for the next wait (above; 0 stays 0: a
+// pool that must not spin). Returns whether the spin saw the end.
+template <class Busy>
+bool spin_wait(int& budget, int max_budget, Busy busy) {
+  for (int i = 0; i < budget && busy(); ++i) MOE_CPU_RELAX();
+  const bool ended = !busy();
+  if (max_budget > 0) budget = ended ? std::min(max_budget, budget * 2) : std::max(kMinSpin, budget / 2);
+  return ended;
+}
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
+int ThreadPool::usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(num_threads),
+      max_spin_(num_threads <= usable_cpus() ? kMaxSpin : 0),
+      caller_spin_(max_spin_) {
   if (num_threads < 1) {
     throw std::invalid_argument("ThreadPool: num_threads (" + std::to_string(num_threads) + ") must be >= 1");
   }
@@ -78,8 +107,7 @@ void ThreadPool::run(int64_t num_tasks, TaskFn call, void* ctx) {
   run_share(0);
 
   // Wait for the workers: spin a little, then sleep.
-  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) MOE_CPU_RELAX();
-  if (pending_.load(std::memory_order_acquire) != 0) {
+  if (!spin_wait(caller_spin_, max_spin_, [this] { return pending_.load(std::memory_order_acquire) != 0; })) {
     std::unique_lock<std::mutex> lock(mutex_);
     done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
   }
@@ -94,13 +122,14 @@ void ThreadPool::run(int64_t num_tasks, TaskFn call, void* ctx) {
 
 void ThreadPool::worker_main(int thread) {
   uint64_t seen = 0;
+  int spin = max_spin_;
   for (;;) {
     // Wait for a new generation (or stop): spin a little, then sleep.
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int i = 0; i < kSpinIterations && gen == seen && !stop_.load(std::memory_order_relaxed); ++i) {
-      MOE_CPU_RELAX();
+    uint64_t gen = 0;
+    spin_wait(spin, max_spin_, [&] {
       gen = generation_.load(std::memory_order_acquire);
-    }
+      return gen == seen && !stop_.load(std::memory_order_relaxed);
+    });
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait(lock, [&] {

@@ -30,6 +30,15 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
+  // The CPUs this process may run on (its affinity mask, sched_getaffinity; std::thread::hardware_concurrency
+  // where that is not available), at least 1. Under mpirun's default binding a rank gets one core (or a few).
+  static int usable_cpus();
+  // Whether waiting threads may spin briefly before sleeping (with a budget each waiting thread adapts to
+  // how often its spins succeed, thread_pool.cc): only when the pool has no more threads than usable_cpus()
+  // at construction. With more (e.g. two threads in a rank bound to one core), a spinning thread would hold
+  // the very CPU the thread it waits for needs, so every wait sleeps at once.
+  bool spins() const { return max_spin_ > 0; }
+
   // Runs fn(task, thread) for every task in [0, num_tasks) and returns when all have finished.
   // `thread` is in [0, num_threads()) and is the same for a given (num_tasks, task) on every call, so
   // fn may index per-thread scratch with it. Each task runs exactly once; tasks of one thread run in
@@ -66,6 +75,8 @@ class ThreadPool {
   void worker_main(int thread);
 
   const int num_threads_;
+  const int max_spin_;  // most spin iterations before sleeping on a condition variable (0: sleep at once)
+  int caller_spin_;     // the calling thread's current budget (guarded by call_mutex_)
   std::vector<std::thread> workers_;
   std::vector<std::exception_ptr> errors_;  // one per thread, written only by that thread
 
