@@ -43,11 +43,12 @@ bench: build
 	bash scripts/bench.sh $(BUILD)
 
 # Unit and invariance tests under AddressSanitizer + UndefinedBehaviorSanitizer, except those labelled `heavy`
-# (long numerical runs of code that shorter tests already run under the sanitizers).
+# (long numerical runs of code that shorter tests already run under the sanitizers) or `build` (they only
+# compile code).
 asan: deps
 	@cmake -S . -B build-asan $(SANITIZER_FLAGS) $(call sanitizer_opt,-O1) -DMOE_SANITIZE=address,undefined > /dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu|heavy|install"
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu|heavy|install|build"
 
 # Threaded code (thread pool, kernels, layer, the simulator's streaming) under ThreadSanitizer: the tests labelled `threaded`. Without oneDNN
 # (its OpenMP runtime and JIT code are not instrumented): the bf16 fast kind then runs its Eigen fallback there.
