@@ -26,7 +26,7 @@ thread_local int tls_thread = 0;
 // kMaxSpin, ~0.3 ms of pause instructions here), one that had to sleep halves it (down to kMinSpin). On an
 // oversubscribed machine (the ranks of an MPI job on fewer cores, other busy processes) the awaited thread
 // is often not running while one spins, and the budgets fall to the floor within a few calls instead of
-// burning the CPU it needs (an EP test at 4 ranks on 2 cores: 15 s with fixed spins, 2 s adaptive).
+// burning the CPU it needs (an EP test at 4 ranks on 2 cores: 15 s with fixed spins, 2.7 s adaptive).
 constexpr int kMaxSpin = 1 << 14;
 constexpr int kMinSpin = 16;
 
