@@ -288,14 +288,14 @@ TEST(FfnBf16, HiddenRoundsAsTheOracleSaysItMay) {
       for (const UndeterminedHidden& u : choices) is_choice[static_cast<size_t>(u.row * c.ff + u.j)] = 1;
       elements += c.rows * c.ff;
       undetermined += static_cast<int64_t>(choices.size());
+      // x rounded as ffn_bf16_forward rounds it.
+      const std::vector<uint16_t> xb = bf16_rows(x.data(), c.rows, c.d, pool);
       for (const Bf16LinearMaker& make :
            {Bf16LinearMaker(make_invariant_bf16_linear), Bf16LinearMaker(make_eigen_bf16_linear)}) {
         const PackedFfnBf16 w(act, fw, make);
         std::vector<float> y(ref.size()), scratch(ffn_bf16_scratch_floats(c.rows, c.d, c.ff));
         ffn_bf16_forward(x.data(), c.rows, c.d, w, y.data(), c.d, scratch.data(), pool);
         // The kernel's h, by the steps of ffn_bf16_forward.
-        std::vector<uint16_t> xb(static_cast<size_t>(c.rows * 2 * bf16_pairs(c.d)));
-        round_rows_to_bf16(x.data(), c.rows, c.d, c.d, xb.data(), pool);
         std::vector<float> h1(static_cast<size_t>(c.rows * c.ff)), h3(h1.size());
         w.w1->forward_rounded(xb.data(), c.rows, h1.data(), c.ff, pool);
         if (w.w3) w.w3->forward_rounded(xb.data(), c.rows, h3.data(), c.ff, pool);

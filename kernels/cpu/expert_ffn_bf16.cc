@@ -198,23 +198,21 @@ void ffn_bf16_reference_f64(Activation act, const float* x, int64_t rows, const 
   const std::vector<double> w1 = widen(w.w1), w2 = widen(w.w2);
   const std::vector<double> w3 = is_gated(act) ? widen(w.w3) : std::vector<double>();
   std::vector<double> xr(static_cast<size_t>(d)), h(static_cast<size_t>(ff));
+  // sum += xr . wm[j], scale += sum_i |xr_i wm[j][i]| (the pre-activation and its scale).
+  const auto pre_activation = [&](const std::vector<double>& wm, int64_t j, double& sum, double& scale) {
+    for (int64_t i = 0; i < d; ++i) {
+      const double t = xr[static_cast<size_t>(i)] * wm[static_cast<size_t>(j * d + i)];
+      sum += t;
+      scale += std::fabs(t);
+    }
+  };
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < d; ++i) xr[static_cast<size_t>(i)] = round_to_bf16(x[r * d + i]);
     for (int64_t j = 0; j < ff; ++j) {
       double gate = w.b1 ? w.b1[j] : 0.0, up = w.b3 ? w.b3[j] : 0.0;
       double gate_scale = std::fabs(gate), up_scale = std::fabs(up);
-      for (int64_t i = 0; i < d; ++i) {
-        const double t = xr[static_cast<size_t>(i)] * w1[static_cast<size_t>(j * d + i)];
-        gate += t;
-        gate_scale += std::fabs(t);
-      }
-      if (is_gated(act)) {
-        for (int64_t i = 0; i < d; ++i) {
-          const double t = xr[static_cast<size_t>(i)] * w3[static_cast<size_t>(j * d + i)];
-          up += t;
-          up_scale += std::fabs(t);
-        }
-      }
+      pre_activation(w1, j, gate, gate_scale);
+      if (is_gated(act)) pre_activation(w3, j, up, up_scale);
       const double exact = activation_f64(act, w, gate, up);
       h[static_cast<size_t>(j)] = exact;
       if (!round_hidden) continue;
