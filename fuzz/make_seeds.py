@@ -6,10 +6,15 @@ import os
 import random
 import shutil
 import struct
+import sys
 
 import numpy
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "corpus")
+sys.path.insert(0, os.path.join(HERE, "..", "python", "train"))
+
+from bpe import bytes_to_unicode  # noqa: E402  (GPT-2's byte table, as the trained tokenizer was written)
 
 
 def put(target, name, data):
@@ -47,24 +52,11 @@ def f32(*shape, seed=0):
     return numpy.random.default_rng(seed).uniform(-0.5, 0.5, size=shape).astype("<f4").tobytes()
 
 
-def byte_to_unicode():
-    """GPT-2's bytes_to_unicode (moe/model/tokenizer.cc): printable bytes stand for themselves, the others for
-    U+0100, U+0101, ... in increasing order."""
-    table, nxt = {}, 256
-    for b in range(256):
-        if ord("!") <= b <= ord("~") or 0xA1 <= b <= 0xAC or b >= 0xAE:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(nxt)
-            nxt += 1
-    return table
-
-
 def tokenizer_json(merges=(), extra=None, drop_byte=None, add_results=True):
     """A byte-level BPE tokenizer.json as the loader accepts it: the 256 byte tokens (ids 0-255), the merges'
     results after them (unless not add_results), then `extra` entries; drop_byte leaves one byte without a
     token (the ids stay contiguous)."""
-    table = byte_to_unicode()
+    table = bytes_to_unicode()
     vocab = {table[b]: i for i, b in enumerate(b for b in range(256) if b != drop_byte)}
     for m in merges:
         halves = m.split(" ") if isinstance(m, str) else m
@@ -100,8 +92,7 @@ def main():
                                 '{"arrival_time": 3.5, "prompt_len": 2, "decode_len": 0, "request_id": 9}\n')
 
     # TOML scenarios
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "sim", "scenarios", "serving.toml"), "rb") as f:
+    with open(os.path.join(HERE, "..", "sim", "scenarios", "serving.toml"), "rb") as f:
         put("scenario", "serving.toml", f.read())
     put("scenario", "small.toml", 'experts = 8\ntop-k = 2\nmode = "stable"\nrequests = 4\n'
                                   'prompt-len = "uniform:1,8"\n[sweep]\naxis = ["top-k=1,2", "scope=batch,request"]\n')
@@ -119,7 +110,7 @@ def main():
     put("checkpoint_index", "one_shard.json", json.dumps({"weight_map": {"z": "b.safetensors"}}))
 
     # a Hugging Face config.json (the trained model's)
-    with open(os.path.join(here, "..", "models", "kjv-moe", "config.json"), "rb") as f:
+    with open(os.path.join(HERE, "..", "models", "kjv-moe", "config.json"), "rb") as f:
         put("hf_config", "kjv_moe.json", f.read())
 
     # moe-model files and their config (__metadata__)
@@ -149,7 +140,7 @@ def main():
 
     # tokenizer.json: the trained model's, a minimal valid one (the 256 byte tokens and merges in both forms),
     # and malformed ones that each break one rule of the loader.
-    with open(os.path.join(here, "..", "models", "kjv-moe", "tokenizer.json"), "rb") as f:
+    with open(os.path.join(HERE, "..", "models", "kjv-moe", "tokenizer.json"), "rb") as f:
         put("tokenizer", "kjv_moe.json", f.read())
     tiny = tokenizer_json(merges=[["t", "h"], "th e", ["Ġ", "the"]])
     put("tokenizer", "tiny.json", json.dumps(tiny))
