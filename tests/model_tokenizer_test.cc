@@ -49,42 +49,25 @@ uint64_t fnv1a64_ids(const std::vector<int32_t>& ids) {
   return h;
 }
 
-// The encoding rule of tokenizer.h written plainly over byte strings, from a tokenizer.json document: the
-// pieces, then per piece the lowest-rank adjacent pair merged at every occurrence, left to right without
-// overlap, until none is a merge (quadratic; the reference for Tokenizer::encode's heap).
+// The encoding rule of tokenizer.h written plainly, from a tokenizer.json document: the pieces, then per
+// piece the lowest-rank adjacent pair merged at every occurrence, left to right without overlap, until none
+// is a merge (quadratic; the reference for Tokenizer::encode's heap). The bytes' own tokens are taken from
+// `loaded` (the document loaded; its byte table is checked against Python by the tests above).
 class PlainBpe {
  public:
-  explicit PlainBpe(const nlohmann::json& doc) {
-    // GPT-2's bytes_to_unicode, inverted: printable bytes stand for themselves, the others for U+0100...
-    std::map<std::string, char> byte_of;
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      const int cp = printable ? b : next++;
-      std::string utf8;
-      if (cp < 0x80) {
-        utf8.push_back(static_cast<char>(cp));
-      } else {
-        utf8.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        utf8.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-      }
-      byte_of[utf8] = static_cast<char>(b);
+  PlainBpe(const nlohmann::json& doc, const Tokenizer& loaded) {
+    for (int32_t id = 0; id < loaded.vocab_size(); ++id) {
+      const std::string& bytes = loaded.token_bytes(id);
+      if (bytes.size() == 1) byte_id_[static_cast<unsigned char>(bytes[0])] = id;
     }
-    auto bytes = [&](const std::string& key) {
-      std::string out;
-      for (size_t i = 0; i < key.size();) {
-        const size_t len = static_cast<unsigned char>(key[i]) < 0x80 ? 1 : 2;
-        out.push_back(byte_of.at(key.substr(i, len)));
-        i += len;
-      }
-      return out;
-    };
-    for (const auto& [key, id] : doc["model"]["vocab"].items()) id_of_[bytes(key)] = id.get<int32_t>();
+    const auto& vocab = doc["model"]["vocab"];
     int32_t rank = 0;
     for (const auto& m : doc["model"]["merges"]) {
       const std::string text = m.get<std::string>();
       const size_t sp = text.find(' ');
-      rank_[{bytes(text.substr(0, sp)), bytes(text.substr(sp + 1))}] = rank++;
+      const std::string left = text.substr(0, sp), right = text.substr(sp + 1);
+      merges_[{vocab.at(left).get<int32_t>(), vocab.at(right).get<int32_t>()}] = {rank++,
+                                                                                  vocab.at(left + right)};
     }
   }
 
@@ -94,26 +77,24 @@ class PlainBpe {
     for (size_t i = 0; i < text.size();) {
       size_t k = i + (text[i] == ' ' && i + 1 < text.size() && letter(text[i + 1]) ? 1 : 0);
       if (!letter(text[k])) {
-        out.push_back(id_of_.at(text.substr(i, 1)));
+        out.push_back(byte_id_[static_cast<unsigned char>(text[i])]);
         ++i;
         continue;
       }
       while (k < text.size() && letter(text[k])) ++k;
-      std::vector<std::string> sym;
-      for (size_t j = i; j < k; ++j) sym.push_back(text.substr(j, 1));
+      std::vector<int32_t> sym;
+      for (size_t j = i; j < k; ++j) sym.push_back(byte_id_[static_cast<unsigned char>(text[j])]);
       for (;;) {
-        const std::pair<std::string, std::string>* best = nullptr;
-        int32_t best_rank = 0;
+        const std::pair<const std::pair<int32_t, int32_t>, std::pair<int32_t, int32_t>>* best = nullptr;
         for (size_t j = 0; j + 1 < sym.size(); ++j) {
-          auto it = rank_.find({sym[j], sym[j + 1]});
-          if (it != rank_.end() && (!best || it->second < best_rank))
-            best = &it->first, best_rank = it->second;
+          auto it = merges_.find({sym[j], sym[j + 1]});
+          if (it != merges_.end() && (!best || it->second.first < best->second.first)) best = &*it;
         }
         if (!best) break;
-        std::vector<std::string> merged;
+        std::vector<int32_t> merged;
         for (size_t j = 0; j < sym.size();) {
-          if (j + 1 < sym.size() && sym[j] == best->first && sym[j + 1] == best->second) {
-            merged.push_back(sym[j] + sym[j + 1]);
+          if (j + 1 < sym.size() && std::pair{sym[j], sym[j + 1]} == best->first) {
+            merged.push_back(best->second.second);
             j += 2;
           } else {
             merged.push_back(sym[j++]);
@@ -121,15 +102,16 @@ class PlainBpe {
         }
         sym = std::move(merged);
       }
-      for (const std::string& t : sym) out.push_back(id_of_.at(t));
+      out.insert(out.end(), sym.begin(), sym.end());
       i = k;
     }
     return out;
   }
 
  private:
-  std::map<std::string, int32_t> id_of_;
-  std::map<std::pair<std::string, std::string>, int32_t> rank_;
+  int32_t byte_id_[256] = {};
+  std::map<std::pair<int32_t, int32_t>, std::pair<int32_t, int32_t>>
+      merges_;  // (left, right) -> (rank, result)
 };
 
 // Letters mostly, with spaces, punctuation and newlines: long pieces, pieces with a leading space.
@@ -203,7 +185,7 @@ TEST(Tokenizer, EncodesTheHeldOutTextLikePython) {
 // that a later-ranked merge makes (rank order unlike training's; the rule still says what happens).
 TEST(Tokenizer, HeapMergesEqualThePlainRule) {
   const auto doc = nlohmann::json::parse(read_file(kSource / "models" / "kjv-moe" / "tokenizer.json"));
-  const PlainBpe plain(doc);
+  const PlainBpe plain(doc, kjv());
   std::mt19937 rng(7);
   for (int t = 0; t < 55; ++t) {
     const std::string text = random_text(rng, 1 + rng() % (t < 50 ? 300 : 2000),
@@ -215,7 +197,7 @@ TEST(Tokenizer, HeapMergesEqualThePlainRule) {
   auto shuffled = doc;
   std::shuffle(shuffled["model"]["merges"].begin(), shuffled["model"]["merges"].end(), rng);
   const Tokenizer tok = load_document(shuffled);
-  const PlainBpe plain_shuffled(shuffled);
+  const PlainBpe plain_shuffled(shuffled, tok);
   for (int t = 0; t < 60; ++t) {
     const std::string text = random_text(rng, 1 + rng() % 400, t % 2 ? 32 : 28);
     ASSERT_EQ(tok.encode(text), plain_shuffled.encode(text)) << printable(text.substr(0, 200));
@@ -247,7 +229,7 @@ TEST(Tokenizer, EveryOccurrenceOfARankBeforeTheNextRank) {
   doc["model"]["vocab"] = vocab;
   doc["model"]["merges"] = nlohmann::json::array({"ab a", "a b"});
   const Tokenizer tok = load_document(doc);
-  const PlainBpe plain(doc);
+  const PlainBpe plain(doc, tok);
   EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{256, 256}));
   EXPECT_EQ(tok.encode("aba"), (std::vector<int32_t>{257}));  // ab a, then aba
   std::mt19937 rng(11);
