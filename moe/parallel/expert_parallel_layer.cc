@@ -157,6 +157,8 @@ ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,
 
   active_experts_.reserve(local_experts_.size());
   local_slot_base_.assign(num_experts(), -1);
+  local_rows_.assign(num_experts(), 0);
+  home_index_.assign(P, 0);
   ensure_local(config_.max_tokens);
   ensure_global(static_cast<int64_t>(config_.max_tokens) * P);
 }
@@ -420,12 +422,18 @@ void ExpertParallelLayer::build_layout() {
   const int64_t my_tokens = token_offset_[me + 1] - my_first;
   std::fill(send_rows_.begin(), send_rows_.end(), 0);
   std::fill(recv_rows_.begin(), recv_rows_.end(), 0);
+  std::fill(local_rows_.begin(), local_rows_.end(), 0);
+  // Pass 1: row counts. home_index_[h] = how many kept pairs at e of home h came before (the replica rule).
   for (int e = 0; e < E; ++e) {
-    const int owner = placement_.owner(e);
+    std::fill(home_index_.begin(), home_index_.end(), 0);
     for (int32_t g = plan_.expert_offsets[e]; g < plan_.expert_offsets[e + 1]; ++g) {
       const int home = token_home_[plan_.slot_pairs[g] / k];
-      if (home == me) ++send_rows_[owner];
-      if (owner == me) ++recv_rows_[home];
+      const int dest = placement_.replica_rank(e, home, home_index_[home]++);
+      if (home == me) ++send_rows_[dest];
+      if (dest == me) {
+        ++recv_rows_[home];
+        ++local_rows_[e];
+      }
     }
   }
   send_row_offset_[0] = recv_row_offset_[0] = 0;
@@ -438,24 +446,27 @@ void ExpertParallelLayer::build_layout() {
   int64_t base = 0;
   for (int e : local_experts_) {
     local_slot_base_[e] = base;
-    base += plan_.expert_load[e];
+    base += local_rows_[e];
   }
+  // Pass 2: every row's place. A rank's rows of expert e are e's slots it computes, in slot order.
   std::fill(return_row_.begin(), return_row_.begin() + my_tokens * k, -1);
   for (int e = 0; e < E; ++e) {
-    const int owner = placement_.owner(e);
+    std::fill(home_index_.begin(), home_index_.end(), 0);
+    int64_t mine = 0;
     for (int32_t g = plan_.expert_offsets[e]; g < plan_.expert_offsets[e + 1]; ++g) {
       const int32_t pair = plan_.slot_pairs[g];
       const int32_t token = pair / k;
       const int home = token_home_[token];
+      const int dest = placement_.replica_rank(e, home, home_index_[home]++);
       if (home == me) {
-        const int64_t row = cursor_[owner]++;
+        const int64_t row = cursor_[dest]++;
         send_token_[row] = static_cast<int32_t>(token - my_first);
         send_pair_[row] = pair;
         return_row_[(token - my_first) * k + pair % k] = static_cast<int32_t>(row);
       }
-      if (owner == me) {
+      if (dest == me) {
         const int64_t row = cursor_[P + home]++;
-        recv_to_local_[row] = static_cast<int32_t>(local_slot_base_[e] + (g - plan_.expert_offsets[e]));
+        recv_to_local_[row] = static_cast<int32_t>(local_slot_base_[e] + mine++);
       }
     }
   }
@@ -465,13 +476,13 @@ void ExpertParallelLayer::run_experts() {
   active_experts_.clear();
   int64_t max_rows = 0;
   for (int e : local_experts_) {
-    if (plan_.expert_load[e] == 0) continue;
+    if (local_rows_[e] == 0) continue;
     active_experts_.push_back(e);
-    max_rows = std::max<int64_t>(max_rows, plan_.expert_load[e]);
+    max_rows = std::max<int64_t>(max_rows, local_rows_[e]);
   }
   auto run_expert = [&](int e, float* scratch) {
     const int64_t first = local_slot_base_[e];
-    ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
+    ffns_->run_expert(e, gathered_.data() + first * hidden_, local_rows_[e],
                       expert_out_.data() + first * hidden_, scratch, *pool_);
   };
   run_experts_scheduled(active_experts_, max_rows, *pool_, scratch_.data(), per_thread_scratch_, run_expert);

@@ -248,6 +248,8 @@ class ExpertParallelLayer final : public Layer {
 
   // Owner workspace (grown to the most rows this rank's experts received).
   std::vector<int64_t> local_slot_base_;  // [E] first local row of each owned expert (-1 if not owned)
+  std::vector<int64_t> local_rows_;       // [E] rows this rank computes for each expert (its replica's share)
+  std::vector<int64_t> home_index_;       // [P] kept pairs of each home seen so far at one expert
   std::vector<int32_t> recv_to_local_;    // [rows received] local row of each received row
   std::vector<float> owner_rows_;         // [rows, hidden] dispatch receive, then return send
   std::vector<float> gathered_;           // [rows, hidden] in (owned expert, slot) order

@@ -126,3 +126,11 @@ endif()
 add_test(NAME nccl_find_test COMMAND bash ${PROJECT_SOURCE_DIR}/tests/nccl_find_test.sh ${PROJECT_SOURCE_DIR}
                                      ${CMAKE_BINARY_DIR}/nccl-find-test ${moe_test_python})
 set_tests_properties(nccl_find_test PROPERTIES LABELS unit TIMEOUT 60)
+
+# Expert placement with redundant experts and DeepSeek's load balancer (moe_parallel_placement): pure functions.
+moe_add_test(NAME parallel_placement_test
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_placement_test.cc
+  LIBS moe_parallel_placement
+  LABELS unit
+  TIMEOUT 60)
+target_compile_definitions(parallel_placement_test PRIVATE MOE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
