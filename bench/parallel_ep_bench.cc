@@ -1,33 +1,49 @@
-// Expert-parallel layer step under mpirun: where the time goes and how many bytes move.
+// Expert-parallel layer step under mpirun: where the time goes, how many bytes move, how the load spreads
+// over the ranks, and how much memory each rank holds.
 //
 //   mpirun -np N build/bin/parallel_ep_bench [--hidden 1024] [--ff 1408] [--experts 16] [--top-k 2]
 //       [--tokens 256] [--steps 20] [--warmup 3] [--preset deterministic|greedy] [--threads 1] [--cf 1.25]
-//       [--global-tokens G] [--markdown-header]
+//       [--global-tokens G] [--planning global|home] [--zipf S] [--redundant F] [--storage f32|bf16]
+//       [--checkpoint DIR] [--mode step|balance|memory] [--markdown-header]
 //
 // A plain program with its own timing (Google Benchmark does not know about ranks). Every rank routes
 // --tokens tokens of its own (weak scaling: the global batch is N * tokens), or G / N of --global-tokens G
-// (strong scaling), in requests of 64 tokens. With one rank, a single-process MoELayer on the same batch is
-// timed too (the row "MoELayer"), which prices the expert-parallel machinery itself.
-// Before each step all ranks meet at a barrier; the step time is the slowest rank's forward(). Per phase
-// (ExpertParallelStepStats), the mean over steps of the slowest rank's time is printed; waiting for a
-// slower peer shows up in the phase whose collective waits (mostly "plan": its first collective is where
-// the ranks meet).
+// (strong scaling), in requests of 64 tokens that live on their rank. Before each step all ranks meet at a
+// barrier; the step time is the slowest rank's forward(). Per phase (ExpertParallelStepStats), the mean over
+// steps of the slowest rank's time is printed. Prints markdown table rows (rank 0); --markdown-header first
+// prints the header of the mode's table.
 //
-// Bytes: hidden rows travel as fp32. The minimum a token must move is hidden * 4 * k bytes each way (its k
-// pairs to their experts and back, if every expert is remote); the measured figure counts the rows of kept
-// pairs that this rank sent (all destinations, and other ranks only). Metadata is the all-gather of the
-// routing records (record_bytes per token, every rank receives all of them).
-// Prints one markdown table row (rank 0); --markdown-header prints the header first.
+// Modes:
+//   step     time per phase, bytes: hidden rows (fp32) of kept pairs sent per token (all destinations, other
+//            ranks only, and the minimum hidden * 4 * k), and the small exchanges per rank and step: the
+//            sizes' all-gather, the routing records' all-gather (global planning) or the O(E) counts (home).
+//            With one rank, a single-process MoELayer on the same batch is timed too ("MoELayer").
+//   balance  --zipf S skews the routing (expert of popularity rank i gets a gate bias -S ln(i + 1); ranks
+//            shuffled over the experts); the expert loads of the first step feed DeepSeek's EPLB (global
+//            policy) with --redundant F * E extra slots (rounded to a multiple of N); the rows each rank
+//            computes, max / mean over the ranks, with the contiguous placement and with EPLB's.
+//   memory   the layer is read from --checkpoint DIR (a Mixtral-style safetensors directory that rank 0
+//   writes
+//            first if it has no config.json), each rank only its experts; the rank's resident memory
+//            (/proc/self/status VmRSS, RssAnon, RssFile) before the layer, after building it and after the
+//            steps, against the bytes of its part (its experts + the router gate) and its workspace.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "moe/io/pretrained.h"
+#include "moe/parallel/eplb.h"
 #include "moe/parallel/expert_parallel_layer.h"
 #include "moe/parallel/mpi_communicator.h"
 
@@ -45,6 +61,12 @@ struct Args {
   int threads = 1;
   double cf = 1.25;
   int global_tokens = 0;
+  std::string planning = "global";
+  double zipf = 0.0;
+  double redundant = 0.0;
+  std::string storage = "f32";
+  std::string checkpoint;
+  std::string mode = "step";
   bool header = false;
 };
 
@@ -78,17 +100,75 @@ Args parse(int argc, char** argv) {
       a.cf = std::stod(next());
     else if (k == "--global-tokens")
       a.global_tokens = std::stoi(next());
+    else if (k == "--planning")
+      a.planning = next();
+    else if (k == "--zipf")
+      a.zipf = std::stod(next());
+    else if (k == "--redundant")
+      a.redundant = std::stod(next());
+    else if (k == "--storage")
+      a.storage = next();
+    else if (k == "--checkpoint")
+      a.checkpoint = next();
+    else if (k == "--mode")
+      a.mode = next();
     else if (k == "--markdown-header")
       a.header = true;
     else
       throw std::invalid_argument("unknown argument " + k);
   }
+  if (a.mode != "step" && a.mode != "balance" && a.mode != "memory") {
+    throw std::invalid_argument("--mode must be step, balance or memory");
+  }
+  if (a.storage != "f32" && a.storage != "bf16") throw std::invalid_argument("--storage must be f32 or bf16");
+  if (a.mode == "memory" && a.checkpoint.empty())
+    throw std::invalid_argument("--mode memory needs --checkpoint");
   return a;
 }
 
 // Phase times of one step on one rank: route, metadata, plan, dispatch, experts, return, shared, combine,
 // total.
 constexpr int kPhases = 9;
+
+// /proc/self/status fields in bytes: VmRSS, RssAnon, RssFile.
+struct Rss {
+  double total = 0, anon = 0, file = 0;
+};
+Rss read_rss() {
+  Rss r;
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key) {
+    if (key == "VmRSS:" || key == "RssAnon:" || key == "RssFile:") {
+      f >> kb >> unit;
+      (key == "VmRSS:" ? r.total : key == "RssAnon:" ? r.anon : r.file) = kb * 1024.0;
+    } else {
+      std::getline(f, unit);
+    }
+  }
+  return r;
+}
+
+double gb(double bytes) {
+  return bytes / 1e9;
+}
+
+// The per-rank values of `v`, gathered (every rank calls).
+std::vector<double> gather(moe::parallel::Communicator& comm, double v) {
+  std::vector<double> all(comm.size());
+  const std::vector<size_t> bytes(comm.size(), sizeof(double));
+  comm.all_gather_v(&v, sizeof(double), all.data(), bytes);
+  return all;
+}
+
+double max_of(const std::vector<double>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+double mean_of(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
 
 }  // namespace
 
@@ -112,19 +192,59 @@ int main(int argc, char** argv) {
     }
     args.tokens = args.global_tokens / P;
   }
+  const kernels::DType storage = args.storage == "bf16" ? kernels::DType::kBF16 : kernels::DType::kF32;
+  const Rss rss_start = read_rss();
 
   io::LayerShape shape;
   shape.hidden = args.hidden;
   shape.expert_ff = args.ff;
   shape.num_experts = args.experts;
-  auto weights = std::make_shared<const io::LayerWeights>(io::random_layer(shape, kernels::DType::kF32, 7));
   MoELayerConfig config = MoELayerConfig::preset(args.preset, io::Architecture::kMixtral);
   config.router.num_experts = args.experts;
   config.router.top_k = args.top_k;
   config.policy.capacity_factor = args.cf;
   config.num_threads = args.threads;
   config.max_tokens = args.tokens;
-  parallel::ExpertParallelLayer layer(config, weights, comm);
+  parallel::ExpertParallelOptions options;
+  options.planning = parallel::parse_ep_planning(args.planning);
+
+  // Zipf skew: the router gate's column 0 carries -S ln(popularity rank + 1), and every token's x[0] = 1.
+  std::vector<int> popularity(args.experts);
+  std::iota(popularity.begin(), popularity.end(), 0);
+  std::shuffle(popularity.begin(), popularity.end(), std::mt19937_64(5));
+  std::shared_ptr<const io::LayerWeights> weights;
+  if (args.mode != "memory") {
+    io::LayerWeights w = io::random_layer(shape, storage, 7);
+    if (args.zipf > 0) {
+      std::vector<float> gate(static_cast<const float*>(w.router_gate().data),
+                              static_cast<const float*>(w.router_gate().data) + args.experts * args.hidden);
+      for (int e = 0; e < args.experts; ++e) {
+        gate[static_cast<size_t>(e) * args.hidden] =
+            static_cast<float>(-args.zipf * std::log(popularity[e] + 1.0));
+      }
+      io::LayerViews views;
+      views.router_gate =
+          kernels::MatrixView{gate.data(), kernels::DType::kF32, args.experts, args.hidden, args.hidden};
+      views.experts.assign(w.experts().begin(), w.experts().end());
+      w = io::weights_from_views(shape, views, storage, io::Ownership::kCopy);
+    }
+    weights = std::make_shared<const io::LayerWeights>(std::move(w));
+  } else if (me == 0 && !std::filesystem::exists(std::filesystem::path(args.checkpoint) / "config.json")) {
+    // A Mixtral checkpoint of this shape, written expert by expert.
+    std::filesystem::create_directories(args.checkpoint);
+    const io::LayerWeights w = io::random_layer(shape, storage, 7);
+    io::save_layer(w, io::Architecture::kMixtral, 0,
+                   std::filesystem::path(args.checkpoint) / "model.safetensors");
+    std::ofstream(std::filesystem::path(args.checkpoint) / "config.json")
+        << "{\"model_type\": \"mixtral\", \"hidden_size\": " << args.hidden
+        << ", \"intermediate_size\": " << args.ff << ", \"num_local_experts\": " << args.experts
+        << ", \"num_experts_per_tok\": " << args.top_k
+        << ", \"num_hidden_layers\": 1, \"vocab_size\": 32, \"num_attention_heads\": 8, "
+           "\"num_key_value_heads\": 8,"
+           " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"hidden_act\": \"silu\"}";
+  }
+  comm.barrier();
+  const Rss rss_before = read_rss();
 
   // This rank's tokens: requests of 64 tokens with ids unique across ranks; values uniform in [-1, 1).
   const int T = args.tokens;
@@ -134,68 +254,168 @@ int main(int argc, char** argv) {
     h = h * 6364136223846793005ull + 1442695040888963407ull;
     v = static_cast<float>(static_cast<int64_t>(h >> 40) - (1ll << 23)) / static_cast<float>(1 << 23);
   }
+  if (args.zipf > 0) {
+    for (int t = 0; t < T; ++t) x[static_cast<size_t>(t) * args.hidden] = 1.0f;
+  }
   std::vector<TokenMeta> meta;
   for (int t = 0; t < T; ++t) {
     meta.push_back(
         {static_cast<uint64_t>(me) * 1000000 + static_cast<uint64_t>(t / 64), static_cast<uint32_t>(t % 64)});
   }
-
-  std::vector<double> sums(kPhases, 0.0), mine(kPhases), all(static_cast<size_t>(kPhases) * P);
-  const std::vector<size_t> bytes(P, kPhases * sizeof(double));
-  for (int s = 0; s < args.warmup + args.steps; ++s) {
-    comm.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    layer.forward(x.data(), T, meta, y.data());
-    const double total =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const parallel::ExpertParallelStepStats& st = layer.last_step();
-    mine = {st.route_ms,  st.metadata_ms, st.plan_ms,    st.dispatch_ms, st.experts_ms,
-            st.return_ms, st.shared_ms,   st.combine_ms, total};
-    comm.all_gather_v(mine.data(), kPhases * sizeof(double), all.data(), bytes);
-    if (s < args.warmup) continue;
-    for (int p = 0; p < kPhases; ++p) {
-      double worst = 0;
-      for (int r = 0; r < P; ++r) worst = std::max(worst, all[static_cast<size_t>(r) * kPhases + p]);
-      sums[p] += worst;
+  // The steps: per phase, the slowest rank's time. No routing state: each request's rows are its whole prompt
+  // (sequence and prefix scopes) or start at position 0 (causal).
+  auto run_steps = [&](parallel::ExpertParallelLayer& layer, std::vector<double>& sums,
+                       std::vector<double>& rows) {
+    sums.assign(kPhases, 0.0);
+    rows.assign(P, 0.0);
+    std::vector<double> mine(kPhases), all(static_cast<size_t>(kPhases) * P);
+    const std::vector<size_t> bytes(P, kPhases * sizeof(double));
+    for (int s = 0; s < args.warmup + args.steps; ++s) {
+      comm.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      layer.forward(x.data(), T, meta, y.data());
+      const double total =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      const parallel::ExpertParallelStepStats& st = layer.last_step();
+      mine = {st.route_ms,  st.metadata_ms, st.plan_ms,    st.dispatch_ms, st.experts_ms,
+              st.return_ms, st.shared_ms,   st.combine_ms, total};
+      comm.all_gather_v(mine.data(), kPhases * sizeof(double), all.data(), bytes);
+      const std::vector<double> computed = gather(comm, static_cast<double>(st.rows_computed));
+      if (s < args.warmup) continue;
+      for (int p = 0; p < kPhases; ++p) {
+        double worst = 0;
+        for (int r = 0; r < P; ++r) worst = std::max(worst, all[static_cast<size_t>(r) * kPhases + p]);
+        sums[p] += worst / args.steps;
+      }
+      for (int r = 0; r < P; ++r) rows[r] += computed[r] / args.steps;
     }
-  }
-  for (double& v : sums) v /= args.steps;
+  };
 
-  // Bytes of the last step, summed over ranks.
-  const parallel::ExpertParallelStepStats& st = layer.last_step();
-  std::vector<size_t> rows(P), remote(P), meta_in(P);
-  comm.all_gather_sizes(static_cast<size_t>(st.rows_sent), rows);
-  comm.all_gather_sizes(static_cast<size_t>(st.rows_sent_remote), remote);
-  comm.all_gather_sizes(static_cast<size_t>(st.metadata_bytes_received), meta_in);
-  double rows_total = 0, remote_total = 0, meta_total = 0;
-  for (int r = 0; r < P; ++r) {
-    rows_total += static_cast<double>(rows[r]);
-    remote_total += static_cast<double>(remote[r]);
-    meta_total += static_cast<double>(meta_in[r]);
+  if (args.mode == "memory") {
+    auto layer = parallel::ExpertParallelLayer::from_pretrained(args.checkpoint, 0, args.preset, comm,
+                                                                std::nullopt, options, storage);
+    const Rss rss_built = read_rss();
+    std::vector<double> sums, rows;
+    run_steps(*layer, sums, rows);
+    const Rss rss_after = read_rss();
+    const io::LayerWeights& w = layer->weights();
+    const double expert_bytes =
+        3.0 * static_cast<double>(args.hidden) * args.ff * kernels::dtype_size(storage);
+    const double part = static_cast<double>(w.held().list().size()) * expert_bytes +
+                        static_cast<double>(args.experts) * args.hidden * 4.0;
+    const double layer_bytes =
+        args.experts * expert_bytes + static_cast<double>(args.experts) * args.hidden * 4.0;
+    const double work = static_cast<double>(layer->workspace_bytes());
+    const std::vector<double> d_built = gather(comm, rss_built.total - rss_before.total);
+    const std::vector<double> d_after = gather(comm, rss_after.total - rss_before.total);
+    const std::vector<double> file = gather(comm, rss_after.file - rss_before.file);
+    const std::vector<double> anon = gather(comm, rss_after.anon - rss_before.anon);
+    const std::vector<double> parts = gather(comm, part), works = gather(comm, work);
+    const std::vector<double> totals = gather(comm, rss_after.total);
+    if (me == 0) {
+      if (args.header) {
+        std::printf(
+            "| ranks | layer GB | planning | storage | part GB (its experts + gate) | workspace GB | RSS "
+            "delta after "
+            "load GB | RSS delta after steps GB (file / anon) | RSS delta / (part + workspace) | process RSS "
+            "GB | step "
+            "ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      }
+      for (int r = 0; r < P; ++r) {
+        std::printf(
+            "| %d (rank %d) | %.2f | %s | %s | %.3f | %.3f | %.3f | %.3f (%.3f / %.3f) | %.3f | %.3f | %.1f "
+            "|\n",
+            P, r, gb(layer_bytes), args.planning.c_str(), args.storage.c_str(), gb(parts[r]), gb(works[r]),
+            gb(d_built[r]), gb(d_after[r]), gb(file[r]), gb(anon[r]), d_after[r] / (parts[r] + works[r]),
+            gb(totals[r]), sums[8]);
+      }
+      std::printf("<!-- process RSS at start %.3f GB (rank 0) -->\n", gb(rss_start.total));
+      std::fflush(stdout);
+    }
+    return 0;
   }
+
+  if (args.mode == "balance") {
+    // The contiguous placement first; its first step's expert loads feed EPLB.
+    parallel::ExpertParallelLayer plain(config, weights, comm, std::nullopt, options);
+    MoEStats stats;
+    plain.forward(x.data(), T, meta, y.data(), nullptr, &stats);
+    std::vector<float> load(args.experts, 0.0f);
+    for (int e = 0; e < args.experts; ++e) {
+      const std::vector<double> per_rank =
+          gather(comm, plain.plans_locally() || me == 0 ? stats.expert_load[e] : 0);
+      load[e] = static_cast<float>(std::accumulate(per_rank.begin(), per_rank.end(), 0.0));
+    }
+    int slots = args.experts + static_cast<int>(std::lround(args.redundant * args.experts));
+    slots = (slots + P - 1) / P * P;
+    const parallel::ExpertReplication replication = parallel::eplb::rebalance_global(load, slots, P);
+    const parallel::ExpertPlacement eplb = parallel::ExpertPlacement::from_replication(replication);
+    parallel::ExpertParallelLayer balanced(config, weights, comm, eplb, options);
+    std::vector<double> sums_plain, rows_plain, sums_eplb, rows_eplb;
+    run_steps(plain, sums_plain, rows_plain);
+    run_steps(balanced, sums_eplb, rows_eplb);
+    const std::vector<double> model_eplb = parallel::eplb::gpu_loads(load, replication);
+    if (me == 0) {
+      double max_load = 0, sum_load = 0;
+      for (float l : load) {
+        max_load = std::max<double>(max_load, l);
+        sum_load += l;
+      }
+      if (args.header) {
+        std::printf(
+            "| ranks | zipf s | hottest expert's share | placement | slots / rank | rows per rank max / mean "
+            "(measured) | EPLB's model max / mean | step ms | experts ms (slowest rank) |\n"
+            "|---|---|---|---|---|---|---|---|---|\n");
+      }
+      std::printf("| %d | %.2f | %.1f %% | contiguous | %d | %.3f | - | %.1f | %.1f |\n", P, args.zipf,
+                  100.0 * max_load / sum_load, (args.experts + P - 1) / P,
+                  max_of(rows_plain) / mean_of(rows_plain), sums_plain[8], sums_plain[4]);
+      std::printf("| %d | %.2f | %.1f %% | EPLB global, %d redundant | %d | %.3f | %.3f | %.1f | %.1f |\n", P,
+                  args.zipf, 100.0 * max_load / sum_load, slots - args.experts, slots / P,
+                  max_of(rows_eplb) / mean_of(rows_eplb), parallel::eplb::imbalance(model_eplb), sums_eplb[8],
+                  sums_eplb[4]);
+      std::fflush(stdout);
+    }
+    return 0;
+  }
+
+  parallel::ExpertParallelLayer layer(config, weights, comm, std::nullopt, options);
+  std::vector<double> sums, rows;
+  run_steps(layer, sums, rows);
+
+  // Bytes of the last step, summed (rows, metadata) or per rank (small exchanges) over ranks.
+  const parallel::ExpertParallelStepStats& st = layer.last_step();
+  const std::vector<double> rows_sent = gather(comm, static_cast<double>(st.rows_sent));
+  const std::vector<double> remote = gather(comm, static_cast<double>(st.rows_sent_remote));
+  const std::vector<double> small = gather(
+      comm, static_cast<double>(st.size_bytes_sent + st.size_bytes_received + st.metadata_bytes_sent +
+                                st.metadata_bytes_received + st.count_bytes_sent + st.count_bytes_received));
   if (me == 0) {
     const double global_tokens = static_cast<double>(T) * P;
     const double row_bytes = static_cast<double>(args.hidden) * sizeof(float);
     const double min_per_token = row_bytes * args.top_k;
+    const double rows_total = std::accumulate(rows_sent.begin(), rows_sent.end(), 0.0);
+    const double remote_total = std::accumulate(remote.begin(), remote.end(), 0.0);
     const double sent_per_token = rows_total * row_bytes / global_tokens;
     const double remote_per_token = remote_total * row_bytes / global_tokens;
-    const double meta_per_token = meta_total / global_tokens;  // all ranks' receipts per token
-    const double payload = rows_total * row_bytes * 2;         // dispatch + return
+    const double payload_per_rank = rows_total * row_bytes * 2 / P;  // dispatch + return, sent + received
     if (args.header) {
       std::printf(
-          "| ranks | preset | T/rank | step ms | tokens/s | route | metadata | plan | dispatch a2a | experts "
-          "|"
-          " return a2a | shared + combine | B/token each way (all / remote / min) | metadata B/token |"
-          " metadata / payload |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+          "| ranks | preset | planning | T/rank | step ms | tokens/s | route | metadata | plan | dispatch "
+          "a2a | "
+          "experts | return a2a | shared + combine | B/token each way (all / remote / min) | small exchanges "
+          "B per "
+          "rank per step (sent + received) | small / payload |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     std::printf(
-        "| %d | %s | %d | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f / %.0f / %.0f "
-        "| "
-        "%.0f (%zu x %d ranks) | %.4f |\n",
-        P, args.preset.c_str(), T, sums[8], global_tokens / sums[8] * 1e3, sums[0], sums[1], sums[2], sums[3],
-        sums[4], sums[5], sums[6] + sums[7], sent_per_token, remote_per_token, min_per_token, meta_per_token,
-        layer.record_bytes(), P, meta_total / payload);
+        "| %d | %s | %s%s | %d | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f / %.0f "
+        "/ %.0f "
+        "| %.0f | %.5f |\n",
+        P, args.preset.c_str(), args.planning.c_str(), layer.plans_locally() || P == 1 ? "" : " (gathers)", T,
+        sums[8], global_tokens / sums[8] * 1e3, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
+        sums[6] + sums[7], sent_per_token, remote_per_token, min_per_token, max_of(small),
+        max_of(small) / payload_per_rank);
     if (P == 1) {
       // The same batch through a single-process MoELayer: what the expert-parallel machinery costs.
       MoELayer single(config, weights);
@@ -210,8 +430,8 @@ int main(int argc, char** argv) {
         }
       }
       total /= args.steps;
-      std::printf("| 1 (MoELayer) | %s | %d | %.1f | %.0f | | | | | | | | | | %s |\n", args.preset.c_str(), T,
-                  total, T / total * 1e3,
+      std::printf("| 1 (MoELayer) | %s | | %d | %.1f | %.0f | | | | | | | | | | %s |\n", args.preset.c_str(),
+                  T, total, T / total * 1e3,
                   std::memcmp(y.data(), y_single.data(), y.size() * sizeof(float)) == 0 ? "bits equal"
                                                                                         : "bits differ");
     }

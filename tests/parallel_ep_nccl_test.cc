@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/parallel/eplb.h"
 #include "moe/parallel/expert_parallel_layer.h"
 #include "moe/parallel/host_staged_communicator.h"
 #include "moe/parallel/nccl_communicator.h"
@@ -80,6 +81,35 @@ TEST_F(EpNcclTest, LayerOverNcclEqualsMoELayerBits) {
     ref.forward(g.batch.x.data(), T, g.batch.meta, y_ref.data());
     EXPECT_TRUE(moe::testing::SliceBitEqual(y, y_ref, 0, T, 64)) << "seed " << seed;
     EXPECT_EQ(plan_hash(ep.last_plan()), plan_hash(ref.last_plan()));
+  }
+}
+
+// The scalable design over NCCL: home-rank planning (per-request and batch scope, the O(E) count exchanges go
+// through NCCL's grouped send/recv too), the rank holding only its part, EPLB's redundant copies.
+TEST_F(EpNcclTest, HomePlanningWithPartsOverNcclEqualsMoELayerBits) {
+  const io::LayerShape shape = moe::testing::SmallShape(64, 64, 8);
+  auto whole = moe::testing::RandomWeights(shape, kernels::DType::kF32, 11);
+  const std::vector<float> load = {500, 40, 300, 20, 80, 900, 60, 100};
+  const ExpertPlacement placement = ExpertPlacement::from_replication(eplb::rebalance_global(load, 10, 1));
+  auto part = std::make_shared<const io::LayerWeights>(
+      io::random_layer(shape, kernels::DType::kF32, 11, io::ExpertSet::only(placement.experts_of(0))));
+  for (const char* preset : {"deterministic", "greedy"}) {
+    MoELayerConfig config = moe::testing::SmallConfig(preset, 8, 2);
+    config.expert_kernel = config.gate_kernel = kernels::KernelKind::kInvariant;
+    ExpertParallelOptions options;
+    options.planning = EpPlanning::kHome;
+    ExpertParallelLayer ep(config, part, *staged_, placement, options);
+    EXPECT_TRUE(ep.plans_locally());
+    MoELayer ref(config, whole);
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      const moe::testing::GlobalBatch g = moe::testing::MakeGlobalBatch(seed, 1, 64);
+      const int T = static_cast<int>(g.batch.meta.size());
+      std::vector<float> y(g.batch.x.size()), y_ref(g.batch.x.size());
+      ep.forward(g.batch.x.data(), T, g.batch.meta, y.data());
+      ref.forward(g.batch.x.data(), T, g.batch.meta, y_ref.data());
+      EXPECT_TRUE(moe::testing::SliceBitEqual(y, y_ref, 0, T, 64)) << preset << " seed " << seed;
+      EXPECT_EQ(ep.last_step().metadata_bytes_received, 0);
+    }
   }
 }
 

@@ -196,7 +196,27 @@ LayerOptions pretrained_options(LayerOptions o, const io::PretrainedConfig& conf
   return o;
 }
 
+void LayerOptions::set_expert_parallel(const std::string& backend, const std::string& planning) {
+  ExpertParallelSpec::check(backend, planning);
+  expert_parallel.backend = backend;
+  expert_parallel.planning = planning;
+}
+
+void LayerOptions::set_expert_placement(std::vector<int32_t> physical_to_logical) {
+  for (size_t s = 0; s < physical_to_logical.size(); ++s) {
+    if (physical_to_logical[s] < 0) {
+      throw std::invalid_argument("expert placement: slot " + std::to_string(s) + " holds expert " +
+                                  std::to_string(physical_to_logical[s]));
+    }
+  }
+  expert_parallel.physical_to_logical = std::move(physical_to_logical);
+}
+
 MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weights) {
+  return make_config(o, weights.shape().num_experts);
+}
+
+MoELayerConfig make_config(const LayerOptions& o, int num_experts) {
   MoELayerConfig c;
   if (o.pretrained) {
     c = MoELayerConfig::pretrained(o.preset, *o.pretrained);
@@ -210,7 +230,7 @@ MoELayerConfig make_config(const LayerOptions& o, const io::LayerWeights& weight
     c = MoELayerConfig::preset(o.preset, arch.value_or(io::Architecture::kMixtral));
     c.router = MoELayerConfig::router_named(o.router);
   }
-  c.router.num_experts = weights.shape().num_experts;
+  c.router.num_experts = num_experts;
   if (o.top_k) {
     c.router.top_k = *o.top_k;
   } else if (c.router.top_k > c.router.num_experts) {

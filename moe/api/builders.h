@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/tensor.h"
+#include "moe/api/ep_factory.h"
 #include "moe/io/layer_weights.h"
 #include "moe/io/pretrained.h"
 #include "moe/layer/moe_layer_config.h"
@@ -59,6 +60,7 @@ struct LayerOptions {
   std::optional<int> max_tokens;
   std::optional<kernels::DType> storage;  // of the weights a pretrained layer loads (nullopt: the file's)
   std::string device = "cpu";
+  ExpertParallelSpec expert_parallel;  // none unless set (moe/api/ep_factory.h)
 
   void set_preset(const std::string& name);
   void set_router(const std::string& name);
@@ -78,6 +80,11 @@ struct LayerOptions {
   void set_num_threads(int n);
   void set_max_tokens(int n);
   void set_device(const std::string& name);
+  // backend "" (none), "single", "mpi"; planning "global" | "home" (ExpertParallelSpec::check).
+  void set_expert_parallel(const std::string& backend, const std::string& planning);
+  // EPLB's physical_to_logical (slot s on rank s / (slots / world size)); empty: contiguous. Checked against
+  // the layer (experts, world size) when it is created.
+  void set_expert_placement(std::vector<int32_t> physical_to_logical);
 };
 
 // `options` for a layer of a Hugging Face checkpoint: the router and expert semantics config.json describes
@@ -87,5 +94,6 @@ LayerOptions pretrained_options(LayerOptions options, const io::PretrainedConfig
 // The config of `options` for `weights` (num_experts from the weights). Validated; throws
 // std::invalid_argument naming the bad option.
 MoELayerConfig make_config(const LayerOptions& options, const io::LayerWeights& weights);
+MoELayerConfig make_config(const LayerOptions& options, int num_experts);
 
 }  // namespace moe::api

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "moe/api/builders.h"
+#include "moe/api/ep_factory.h"
 #include "moe/api/layer_factory.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/io_error.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer.h"
+#include "moe/parallel/eplb.h"
 #include "router/routing_state.h"
 #include "router/token_meta.h"
 
@@ -79,6 +81,14 @@ moe_status_t guarded(const char* where, Fn&& fn) noexcept {
     return set_error(MOE_RUNTIME_ERROR, std::string(where) + ": " + e.what());
   } catch (...) {
     return set_error(MOE_RUNTIME_ERROR, std::string(where) + ": unknown error");
+  }
+}
+
+// Expert parallelism runs the CPU layer on every rank.
+void check_ep_device(const moe::api::LayerOptions& o) {
+  if (o.device != "cpu") {
+    throw std::invalid_argument("expert parallelism runs the CPU layer (device \"cpu\"), not \"" + o.device +
+                                "\"");
   }
 }
 
@@ -402,6 +412,57 @@ moe_status_t moe_layer_config_set_device(moe_layer_config_t* c, const char* v) {
                   [](auto& o, const std::string& s) { o.set_device(s); });
 }
 
+moe_status_t moe_layer_config_set_expert_parallel(moe_layer_config_t* config, const char* backend,
+                                                  const char* planning) {
+  static constexpr const char* kWhere = "moe_layer_config_set_expert_parallel";
+  if (config == nullptr) return null_arg(kWhere, "config");
+  return guarded(kWhere, [&] {
+    config->options.set_expert_parallel(backend ? backend : "", planning ? planning : "global");
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_layer_config_set_expert_placement(moe_layer_config_t* config,
+                                                   const int32_t* physical_to_logical, int64_t num_slots) {
+  static constexpr const char* kWhere = "moe_layer_config_set_expert_placement";
+  if (config == nullptr) return null_arg(kWhere, "config");
+  if (num_slots < 0) return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_slots is negative");
+  if (num_slots > 0 && physical_to_logical == nullptr) return null_arg(kWhere, "physical_to_logical");
+  return guarded(kWhere, [&] {
+    config->options.set_expert_placement(
+        num_slots > 0 ? std::vector<int32_t>(physical_to_logical, physical_to_logical + num_slots)
+                      : std::vector<int32_t>{});
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_eplb_rebalance(const float* load, int32_t num_experts, int32_t num_replicas,
+                                int32_t num_groups, int32_t num_nodes, int32_t num_gpus,
+                                int32_t* physical_to_logical) {
+  static constexpr const char* kWhere = "moe_eplb_rebalance";
+  if (load == nullptr) return null_arg(kWhere, "load");
+  if (physical_to_logical == nullptr) return null_arg(kWhere, "physical_to_logical");
+  if (num_experts < 1)
+    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_experts must be >= 1");
+  return guarded(kWhere, [&] {
+    const moe::parallel::ExpertReplication r =
+        moe::parallel::eplb::rebalance(std::span<const float>(load, static_cast<size_t>(num_experts)),
+                                       num_replicas, num_groups, num_nodes, num_gpus);
+    std::copy(r.physical_to_logical.begin(), r.physical_to_logical.end(), physical_to_logical);
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_layer_expert_parallel(const moe_layer_t* layer, int32_t* rank, int32_t* world_size,
+                                       int32_t* plans_locally) {
+  if (layer == nullptr) return null_arg("moe_layer_expert_parallel", "layer");
+  const std::optional<moe::api::ExpertParallelInfo> info = moe::api::expert_parallel_info(*layer->layer);
+  if (rank) *rank = info ? info->rank : 0;
+  if (world_size) *world_size = info ? info->world_size : 0;
+  if (plans_locally) *plans_locally = info && info->plans_locally ? 1 : 0;
+  return MOE_OK;
+}
+
 moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
                               moe_layer_t** out) {
   static constexpr const char* kWhere = "moe_layer_create";
@@ -411,8 +472,14 @@ moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_conf
   return guarded(kWhere, [&] {
     const moe::api::LayerOptions o = config ? config->options : moe::api::LayerOptions{};
     auto handle = std::make_unique<moe_layer>();
-    handle->layer =
-        moe::api::make_layer(o.device, moe::api::make_config(o, *weights->weights), weights->weights);
+    if (o.expert_parallel.enabled()) {
+      check_ep_device(o);
+      handle->layer = moe::api::make_expert_parallel_layer(
+          o.expert_parallel, moe::api::make_config(o, *weights->weights), weights->weights);
+    } else {
+      handle->layer =
+          moe::api::make_layer(o.device, moe::api::make_config(o, *weights->weights), weights->weights);
+    }
     handle->meta.reserve(handle->layer->config().max_tokens);
     handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
     *out = handle.release();
@@ -427,6 +494,15 @@ moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
   *out = nullptr;
   if (dir == nullptr) return null_arg(kWhere, "dir");
   return guarded(kWhere, [&] {
+    if (config != nullptr && config->options.expert_parallel.enabled()) {  // each rank reads its part
+      check_ep_device(config->options);
+      auto handle = std::make_unique<moe_layer>();
+      handle->layer = moe::api::make_expert_parallel_layer(config->options, dir, layer_index);
+      handle->meta.reserve(handle->layer->config().max_tokens);
+      handle->stats.expert_load.assign(handle->layer->num_experts(), 0);
+      *out = handle.release();
+      return MOE_OK;
+    }
     const moe::io::Pretrained p = moe::io::open_pretrained(dir);
     const moe::api::LayerOptions o =
         moe::api::pretrained_options(config ? config->options : moe::api::LayerOptions{}, p.config);

@@ -248,6 +248,40 @@ moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_conf
 moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
                                          const moe_layer_config_t* config, moe_layer_t** out);
 
+/* ---- Expert parallelism (docs/expert-parallel.md) -------------------------------------------------------
+ * With an expert-parallel config, moe_layer_create and moe_layer_create_pretrained make this process one rank
+ * of a layer whose routed experts are split over the ranks; every rank then calls them, and
+ * moe_layer_forward, at the same time (collective calls: each rank passes its own rows, num_tokens may be 0;
+ * the outputs are bitwise those of one process on the ranks' rows concatenated in rank order, with the
+ * "deterministic" preset). moe_layer_create_pretrained reads on each rank only the experts it holds (plus the
+ * router gate and the shared expert); moe_layer_create takes the whole layer or this rank's part. The layer
+ * runs on the CPU (device "cpu"). backend   "mpi" (MPI_COMM_WORLD: run under mpirun; MPI is initialised if
+ * the program has not done it), "single" (one process), NULL or "" (no expert parallelism: the default)
+ *   planning  "global" (every rank plans the whole batch; a routing state holds every request and every rank
+ *             admits every request) or "home" (every rank plans its own rows: each request's rows of a call
+ * on one rank, its routing state on that rank - admit it there); NULL = "global" Errors: MOE_INVALID_ARGUMENT
+ * for an unknown backend ("mpi" in a build without MPI) or planning. */
+moe_status_t moe_layer_config_set_expert_parallel(moe_layer_config_t* config, const char* backend,
+                                                  const char* planning);
+/* The placement of the experts on the ranks, as physical slots (DeepSeek EPLB's phy2log, moe_eplb_rebalance):
+ * slot s holds expert physical_to_logical[s] and lives on rank s / (num_slots / world size); an expert in
+ * several slots has replicas. NULL and 0: contiguous blocks (the default). Checked when the layer is created
+ * (num_slots a multiple of the world size, every expert in some slot). */
+moe_status_t moe_layer_config_set_expert_placement(moe_layer_config_t* config,
+                                                   const int32_t* physical_to_logical, int64_t num_slots);
+/* DeepSeek's expert-parallelism load balancer (moe/parallel/eplb.h; equal to the published eplb.py): from the
+ * per-expert loads load[0 .. num_experts), the expert of each of num_replicas slots (physical_to_logical,
+ * room for num_replicas values) on num_gpus ranks of num_nodes nodes - hierarchical (groups packed onto
+ * nodes) when num_nodes divides num_groups, else global. Errors: MOE_INVALID_ARGUMENT naming what does not
+ * fit. */
+moe_status_t moe_eplb_rebalance(const float* load, int32_t num_experts, int32_t num_replicas,
+                                int32_t num_groups, int32_t num_nodes, int32_t num_gpus,
+                                int32_t* physical_to_logical);
+/* This process's rank and the world size of an expert-parallel layer (0 and 0 for another layer), and whether
+ * it plans its own rows (planning "home" with a policy that allows it). Any output may be NULL. */
+moe_status_t moe_layer_expert_parallel(const moe_layer_t* layer, int32_t* rank, int32_t* world_size,
+                                       int32_t* plans_locally);
+
 /* NULL is ignored. Must not be called while another thread is inside a call on the same layer. */
 void moe_layer_destroy(moe_layer_t* layer);
 

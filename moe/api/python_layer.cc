@@ -17,12 +17,14 @@
 #include <vector>
 
 #include "moe/api/builders.h"
+#include "moe/api/ep_factory.h"
 #include "moe/api/layer_factory.h"
 #include "moe/api/python_bindings.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/layer_weights.h"
 #include "moe/io/pretrained.h"
 #include "moe/layer/moe_layer.h"
+#include "moe/parallel/eplb.h"
 #include "router/plan_checks.h"
 
 namespace moe::api {
@@ -262,6 +264,16 @@ LayerOptions make_options(const std::string& preset, const std::string& router, 
   return o;
 }
 
+void set_expert_parallel(LayerOptions& o, const std::string& backend, const std::string& planning,
+                         const std::optional<std::vector<int32_t>>& placement) {
+  if (o.device != "cpu") {
+    throw std::invalid_argument("expert parallelism runs the CPU layer (device \"cpu\"), not \"" + o.device +
+                                "\"");
+  }
+  o.set_expert_parallel(backend, planning);
+  if (placement) o.set_expert_placement(*placement);
+}
+
 py::array_t<float> layer_forward(PyLayer& self, const py::handle& x_obj, const py::handle& request_ids,
                                  const py::handle& positions, const py::object& out, PyRoutingState* state) {
   const int64_t hidden = self.layer->hidden();
@@ -297,6 +309,18 @@ py::array_t<float> layer_forward(PyLayer& self, const py::handle& x_obj, const p
 }  // namespace
 
 void bind_layer(py::module_& m) {
+  m.def(
+      "eplb_rebalance",
+      [](const std::vector<float>& load, int num_replicas, int num_groups, int num_nodes, int num_gpus) {
+        return parallel::eplb::rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
+            .physical_to_logical;
+      },
+      py::arg("load"), py::arg("num_replicas"), py::arg("num_groups"), py::arg("num_nodes"),
+      py::arg("num_gpus"),
+      "DeepSeek's expert-parallelism load balancer (EPLB; equal to the published eplb.py): the expert of "
+      "each of "
+      "num_replicas slots, slot s on GPU (rank) s // (num_replicas // num_gpus); hierarchical when num_nodes "
+      "divides num_groups, else global. ValueError for what does not fit.");
   m.def(
       "pretrained_config",
       [](const std::string& dir) {
@@ -515,13 +539,21 @@ void bind_layer(py::module_& m) {
                        const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
                        const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
                        int num_threads, int max_tokens, const std::string& device,
-                       std::optional<int64_t> lookahead, const std::optional<std::string>& pretrained) {
+                       std::optional<int64_t> lookahead, const std::optional<std::string>& pretrained,
+                       const std::optional<std::string>& expert_parallel, const std::string& planning,
+                       const std::optional<std::vector<int32_t>>& placement) {
              auto self = std::make_unique<PyLayer>();
-             const LayerOptions o = make_options(preset, router, top_k, renormalize, num_groups, topk_groups,
-                                                 capacity_factor, scope, priority, overflow, kernel, compute,
-                                                 num_threads, max_tokens, device, lookahead, pretrained);
+             LayerOptions o = make_options(preset, router, top_k, renormalize, num_groups, topk_groups,
+                                           capacity_factor, scope, priority, overflow, kernel, compute,
+                                           num_threads, max_tokens, device, lookahead, pretrained);
              self->weights = w.weights;
-             self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
+             if (expert_parallel) {
+               set_expert_parallel(o, *expert_parallel, planning, placement);
+               py::gil_scoped_release release;  // collective: the other ranks may take a while
+               self->layer = api::make_expert_parallel_layer(o.expert_parallel, make_config(o, *w.weights), w.weights);
+             } else {
+               self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
+             }
              return self;
            }),
            py::arg("weights"), py::arg("preset") = "deterministic", py::arg("router") = "mixtral",
@@ -530,12 +562,57 @@ void bind_layer(py::module_& m) {
            py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
            py::arg("compute") = py::none(), py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
            py::arg("device") = "cpu", py::arg("lookahead") = py::none(), py::arg("pretrained") = py::none(),
+           py::arg("expert_parallel") = py::none(), py::arg("planning") = "global",
+           py::arg("placement") = py::none(),
+           "expert_parallel: \"mpi\" or \"single\": this process is one rank of an expert-parallel layer "
+           "(collective construction and forward; docs/expert-parallel.md); planning \"global\" | \"home\"; "
+           "placement: EPLB's physical_to_logical slots (moe.eplb_rebalance). "
            "pretrained: a checkpoint directory (or its config.json) whose router and expert semantics the "
            "layer takes (every routing key of its family; top_k= and renormalize= still override). "
            "device: \"cpu\", or \"cuda\" / \"cuda:N\" for the same layer on a CUDA device (host arrays in "
            "and out); RuntimeError naming the reason when no device is usable. compute: \"fp32\" (default) "
            "or \"bf16\" (expert GEMM inputs rounded to bf16, bf16 weights, fp32 accumulation; gates stay "
            "fp32; CPU only).")
+      .def_static(
+          "from_pretrained_parts",
+          [](const std::string& dir, int layer_index, const std::optional<std::string>& storage,
+             const std::string& expert_parallel, const std::string& planning,
+             const std::optional<std::vector<int32_t>>& placement, const std::string& preset, int top_k,
+             double capacity_factor, const std::optional<std::string>& scope,
+             const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
+             const std::optional<std::string>& kernel, const std::optional<std::string>& compute, int num_threads,
+             int max_tokens) {
+            auto self = std::make_unique<PyLayer>();
+            LayerOptions o = make_options(preset, "mixtral", top_k, std::nullopt, 0, 0, capacity_factor, scope,
+                                          priority, overflow, kernel, compute, num_threads, max_tokens, "cpu",
+                                          std::nullopt, std::nullopt);
+            o.storage = parse_storage(storage);
+            set_expert_parallel(o, expert_parallel, planning, placement);
+            {
+              py::gil_scoped_release release;  // collective
+              self->layer = api::make_expert_parallel_layer(o, dir, layer_index);
+            }
+            self->weights = api::expert_parallel_info(*self->layer)->weights;
+            return self;
+          },
+          py::arg("dir"), py::arg("layer"), py::arg("storage") = py::none(), py::arg("expert_parallel") = "mpi",
+          py::arg("planning") = "global", py::arg("placement") = py::none(), py::arg("preset") = "deterministic",
+          py::arg("top_k") = 0, py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(),
+          py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
+          py::arg("compute") = py::none(), py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
+          "An expert-parallel layer of a checkpoint directory, this process one rank reading only its experts "
+          "(plus the router gate and the shared expert). Collective.")
+      .def_property_readonly("expert_parallel",
+                             [](const PyLayer& self) -> py::object {
+                               const auto info = api::expert_parallel_info(*self.layer);
+                               if (!info) return py::none();
+                               py::dict d;
+                               d["rank"] = info->rank;
+                               d["world_size"] = info->world_size;
+                               d["plans_locally"] = info->plans_locally;
+                               d["experts"] = info->experts;
+                               return d;
+                             })
       .def("forward", &layer_forward, py::arg("x"), py::arg("request_ids"), py::arg("positions"),
            py::arg("out") = py::none(), py::arg("state") = nullptr,
            "y = layer(x): x C-contiguous float32 [T, hidden] (read in place), request_ids and positions "

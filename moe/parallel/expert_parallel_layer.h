@@ -225,6 +225,8 @@ class ExpertParallelLayer final : public Layer {
 
   const MoELayerConfig& config() const override { return config_; }
   const io::LayerWeights& weights() const override { return *weights_; }
+  // This rank's weights (its part, or the whole layer), shared.
+  const std::shared_ptr<const io::LayerWeights>& weights_ptr() const { return weights_; }
   const ExpertPlacement& placement() const { return placement_; }
   Communicator& communicator() const { return comm_; }
   int64_t hidden() const override { return hidden_; }

@@ -88,6 +88,28 @@ ExpertPlacement ExpertPlacement::from_replication(const ExpertReplication& repli
   return from_replicas(std::move(replicas), replication.num_gpus);
 }
 
+ExpertPlacement ExpertPlacement::from_physical(std::span<const int32_t> physical_to_logical, int num_experts,
+                                               int world_size) {
+  check_world(world_size);
+  if (num_experts < 1) fail("num_experts (" + std::to_string(num_experts) + ") must be >= 1");
+  const size_t slots = physical_to_logical.size();
+  if (slots == 0 || slots % static_cast<size_t>(world_size) != 0) {
+    fail(std::to_string(slots) + " physical slots do not split evenly over " + std::to_string(world_size) +
+         " ranks");
+  }
+  const size_t per_rank = slots / static_cast<size_t>(world_size);
+  std::vector<std::vector<int>> replicas(num_experts);
+  for (size_t s = 0; s < slots; ++s) {
+    const int32_t e = physical_to_logical[s];
+    if (e < 0 || e >= num_experts) {
+      fail("slot " + std::to_string(s) + " holds expert " + std::to_string(e) + ", outside [0, " +
+           std::to_string(num_experts) + ")");
+    }
+    replicas[e].push_back(static_cast<int>(s / per_rank));
+  }
+  return from_replicas(std::move(replicas), world_size);
+}
+
 std::vector<int> ExpertPlacement::owners() const {
   std::vector<int> out(replicas_.size());
   for (size_t e = 0; e < replicas_.size(); ++e) out[e] = replicas_[e][0];

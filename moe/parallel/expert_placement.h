@@ -38,6 +38,11 @@ class ExpertPlacement {
   // logical_to_physical[e], world_size = replication.num_gpus. Throws std::invalid_argument for a malformed
   // replication (a slot outside the slots, a replica count that does not match).
   static ExpertPlacement from_replication(const ExpertReplication& replication);
+  // Physical slots (EPLB's phy2log layout): slot s holds expert physical_to_logical[s] and lives on rank
+  // s / (slots / world_size); an expert's replicas in slot order. Throws std::invalid_argument when the slots
+  // do not split evenly over the ranks, name an expert outside [0, num_experts), or leave an expert out.
+  static ExpertPlacement from_physical(std::span<const int32_t> physical_to_logical, int num_experts,
+                                       int world_size);
 
   int num_experts() const { return static_cast<int>(replicas_.size()); }
   int world_size() const { return world_size_; }

@@ -27,11 +27,12 @@ import textwrap as _textwrap
 import numpy as _np
 
 from . import _moe
-from ._moe import RoutingState, Weights, plan, preset_description, preset_names
+from ._moe import RoutingState, Weights, eplb_rebalance, plan, preset_description, preset_names
 
 __version__ = _moe.__version__
 
-__all__ = ["Layer", "RoutingState", "Weights", "plan", "preset_description", "preset_names", "__version__"]
+__all__ = ["Layer", "RoutingState", "Weights", "eplb_rebalance", "plan", "preset_description", "preset_names",
+           "__version__"]
 
 
 def _torch():
@@ -82,6 +83,12 @@ class Layer:
                      batch-invariant; CPU only: device "cuda" raises ValueError).
     device           "cpu" (default), or "cuda" / "cuda:N": the same layer on a CUDA device (numpy arrays in
                      and out; builds with CUDA; RuntimeError naming the reason when no device is usable).
+    expert_parallel  "mpi" (run under mpirun) or "single": this process is one rank of an expert-parallel
+                     layer (docs/expert-parallel.md): construction and forward are collective, each rank passes
+                     its own rows. planning "global" (default) | "home" (each rank plans its own rows; a
+                     request's rows on one rank, its RoutingState there). placement: EPLB's slots
+                     (``moe.eplb_rebalance``). ``Layer.from_pretrained(..., expert_parallel=...)`` reads on
+                     each rank only its experts; ``layer.expert_parallel`` gives rank, world size and experts.
     """
 
     def __init__(self, weights, **config):
@@ -117,7 +124,14 @@ class Layer:
         unsupported key value raises ValueError naming it, a dense layer ValueError listing the MoE layers,
         weights that do not fit the memory available MemoryError. storage: 'f32', 'bf16' or None (the
         file's dtype; FP8 and MXFP4 checkpoints are dequantized exactly, to bf16 by default).
-        Config keywords as for Layer() (top_k= and renormalize= override config.json's)."""
+        Config keywords as for Layer() (top_k= and renormalize= override config.json's).
+        expert_parallel="mpi" (or "single"): this process is one rank and reads only its experts, the router
+        gate and the shared expert (collective); with it the keywords are preset, top_k, capacity_factor,
+        scope, priority, overflow, kernel, compute, num_threads, max_tokens, planning and placement."""
+        if config.get("expert_parallel"):  # each rank reads only its experts
+            obj = cls.__new__(cls)
+            obj._impl = _moe.Layer.from_pretrained_parts(str(path), layer, storage, **config)
+            return obj
         w = Weights.load_pretrained(str(path), layer, storage)
         config.setdefault("pretrained", str(path))
         return cls(w, **config)
@@ -200,6 +214,11 @@ class Layer:
         """The last forward's plan: numpy arrays expert/slot/weight/status [T, top_k] (status 0 kept, 1 rerouted,
         2 dropped), expert_load/expert_capacity [E] and counts."""
         return self._impl.last_plan()
+
+    @property
+    def expert_parallel(self):
+        """None, or {"rank", "world_size", "plans_locally", "experts"} of an expert-parallel layer."""
+        return self._impl.expert_parallel
 
     def fingerprint(self):
         """Provenance (config hash, weights hash, version, build, kernel, dispatch, device, threads) as JSON."""

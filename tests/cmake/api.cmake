@@ -26,6 +26,15 @@ target_link_libraries(write_family_checkpoints PRIVATE moe_io nlohmann_json::nlo
 set(moe_family_dir ${CMAKE_BINARY_DIR}/test_data/families)
 add_test(NAME family_checkpoints_setup COMMAND write_family_checkpoints ${moe_family_dir})
 set_tests_properties(family_checkpoints_setup PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_SETUP families)
+# Expert parallelism from C under mpirun (the library starts MPI): each rank reads only its experts.
+if(TARGET moe_parallel_mpi)
+  add_executable(api_c_ep_test ${PROJECT_SOURCE_DIR}/tests/api_c_ep_test.c)
+  set_target_properties(api_c_ep_test PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+  target_compile_options(api_c_ep_test PRIVATE -Wall -Wextra $<$<BOOL:${MOE_WERROR}>:-Werror>)
+  target_link_libraries(api_c_ep_test PRIVATE moe_api_c m)
+  target_compile_definitions(api_c_ep_test PRIVATE MOE_KJV_DIR="${PROJECT_SOURCE_DIR}/models/kjv-moe")
+  moe_add_mpi_test(NAME api_c_ep_test RANKS 1 2 4 COMMAND @MPIRUN_NP@ $<TARGET_FILE:api_c_ep_test>)
+endif()
 add_test(NAME api_c_test COMMAND api_c_test ${moe_family_dir})
 set_tests_properties(api_c_test PROPERTIES FIXTURES_REQUIRED families)
 # TMPDIR points nowhere: moe_weights_from_buffers must build weights memory to memory (no staging file).
@@ -71,4 +80,12 @@ if(TARGET moe_python)
            COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/python/run_tests.py ${PROJECT_SOURCE_DIR}/tests/python)
   set_tests_properties(api_python_test PROPERTIES LABELS python TIMEOUT 600 FIXTURES_REQUIRED families
                        ENVIRONMENT "PYTHONPATH=${MOE_PYTHON_DIR};OMP_NUM_THREADS=1;MOE_FAMILY_DIR=${moe_family_dir}")
+  # moe.Layer as one rank of an expert-parallel layer, under mpirun (the module starts MPI).
+  if(TARGET moe_parallel_mpi)
+    moe_add_mpi_test(NAME api_python_ep_test RANKS 2 4 LABELS python mpi
+                     COMMAND @MPIRUN_NP@ ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/python/expert_parallel_mpi.py)
+    foreach(np 2 4)
+      set_tests_properties(api_python_ep_test_np${np} PROPERTIES ENVIRONMENT "PYTHONPATH=${MOE_PYTHON_DIR};OMP_NUM_THREADS=1")
+    endforeach()
+  endif()
 endif()
