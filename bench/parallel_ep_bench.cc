@@ -130,9 +130,9 @@ Args parse(int argc, char** argv) {
 // total.
 constexpr int kPhases = 9;
 
-// /proc/self/status fields in bytes: VmRSS, RssAnon, RssFile.
+// /proc/self/status fields in bytes: VmRSS, RssAnon, RssFile, VmHWM (the peak of VmRSS).
 struct Rss {
-  double total = 0, anon = 0, file = 0;
+  double total = 0, anon = 0, file = 0, peak = 0;
 };
 Rss read_rss() {
   Rss r;
@@ -141,14 +141,86 @@ Rss read_rss() {
   double kb = 0;
   std::string unit;
   while (f >> key) {
-    if (key == "VmRSS:" || key == "RssAnon:" || key == "RssFile:") {
+    double* field = key == "VmRSS:"     ? &r.total
+                    : key == "RssAnon:" ? &r.anon
+                    : key == "RssFile:" ? &r.file
+                    : key == "VmHWM:"   ? &r.peak
+                                        : nullptr;
+    if (field != nullptr) {
       f >> kb >> unit;
-      (key == "VmRSS:" ? r.total : key == "RssAnon:" ? r.anon : r.file) = kb * 1024.0;
+      *field = kb * 1024.0;
     } else {
       std::getline(f, unit);
     }
   }
   return r;
+}
+
+// A Mixtral-style checkpoint directory of any size (config.json + model.safetensors), written tensor by
+// tensor without holding the layer: the F32 router gate, then each expert's w1, w3, w2 in `storage` (values
+// uniform in
+// +-1/sqrt(in), bf16 by truncation), so that a layer larger than this host's memory can be written.
+void write_checkpoint(const std::filesystem::path& dir, const Args& a, moe::kernels::DType storage) {
+  std::filesystem::create_directories(dir);
+  const int64_t E = a.experts, d = a.hidden, ff = a.ff;
+  const size_t es = moe::kernels::dtype_size(storage);
+  const std::string dtype = storage == moe::kernels::DType::kBF16 ? "BF16" : "F32";
+  struct Entry {
+    std::string name;
+    int64_t rows, cols;
+    bool gate;
+  };
+  std::vector<Entry> entries = {{"model.layers.0.block_sparse_moe.gate.weight", E, d, true}};
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string base = "model.layers.0.block_sparse_moe.experts." + std::to_string(e) + ".";
+    entries.push_back({base + "w1.weight", ff, d, false});
+    entries.push_back({base + "w3.weight", ff, d, false});
+    entries.push_back({base + "w2.weight", d, ff, false});
+  }
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t offset = 0;
+  for (const Entry& t : entries) {
+    const uint64_t bytes = static_cast<uint64_t>(t.rows * t.cols) * (t.gate ? 4 : es);
+    header += ",\"" + t.name + "\":{\"dtype\":\"" + (t.gate ? std::string("F32") : dtype) + "\",\"shape\":[" +
+              std::to_string(t.rows) + "," + std::to_string(t.cols) + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream out(dir / "model.safetensors", std::ios::binary | std::ios::trunc);
+  const uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(header.data(), static_cast<std::streamsize>(n));
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  std::vector<char> buf;
+  for (const Entry& t : entries) {
+    const size_t count = static_cast<size_t>(t.rows * t.cols), size = t.gate ? 4 : es;
+    buf.resize(count * size);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(t.cols));
+    for (size_t i = 0; i < count; ++i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      const float v = (static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f) * bound;
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      if (size == 4) {
+        std::memcpy(buf.data() + i * 4, &v, 4);
+      } else {
+        const uint16_t top = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(buf.data() + i * 2, &top, 2);
+      }
+    }
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  }
+  out.close();
+  std::ofstream(dir / "config.json")
+      << "{\"model_type\": \"mixtral\", \"hidden_size\": " << d << ", \"intermediate_size\": " << ff
+      << ", \"num_local_experts\": " << E << ", \"num_experts_per_tok\": " << a.top_k
+      << ", \"num_hidden_layers\": 1, \"vocab_size\": 32, \"num_attention_heads\": 8, "
+         "\"num_key_value_heads\": 8,"
+         " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"hidden_act\": \"silu\"}";
 }
 
 double gb(double bytes) {
@@ -175,7 +247,9 @@ double mean_of(const std::vector<double>& v) {
 int main(int argc, char** argv) {
   using namespace moe;
   parallel::MpiSession session(&argc, &argv);
-  parallel::MpiCommunicator comm(MPI_COMM_WORLD);
+  parallel::CommOptions comm_options;
+  comm_options.timeout = std::chrono::hours(1);  // rank 0 may write a large checkpoint while the others wait
+  parallel::MpiCommunicator comm(MPI_COMM_WORLD, comm_options);
   Args args;
   try {
     args = parse(argc, argv);
@@ -230,18 +304,7 @@ int main(int argc, char** argv) {
     }
     weights = std::make_shared<const io::LayerWeights>(std::move(w));
   } else if (me == 0 && !std::filesystem::exists(std::filesystem::path(args.checkpoint) / "config.json")) {
-    // A Mixtral checkpoint of this shape, written expert by expert.
-    std::filesystem::create_directories(args.checkpoint);
-    const io::LayerWeights w = io::random_layer(shape, storage, 7);
-    io::save_layer(w, io::Architecture::kMixtral, 0,
-                   std::filesystem::path(args.checkpoint) / "model.safetensors");
-    std::ofstream(std::filesystem::path(args.checkpoint) / "config.json")
-        << "{\"model_type\": \"mixtral\", \"hidden_size\": " << args.hidden
-        << ", \"intermediate_size\": " << args.ff << ", \"num_local_experts\": " << args.experts
-        << ", \"num_experts_per_tok\": " << args.top_k
-        << ", \"num_hidden_layers\": 1, \"vocab_size\": 32, \"num_attention_heads\": 8, "
-           "\"num_key_value_heads\": 8,"
-           " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"hidden_act\": \"silu\"}";
+    write_checkpoint(args.checkpoint, args, storage);
   }
   comm.barrier();
   const Rss rss_before = read_rss();
@@ -312,22 +375,23 @@ int main(int argc, char** argv) {
     const std::vector<double> anon = gather(comm, rss_after.anon - rss_before.anon);
     const std::vector<double> parts = gather(comm, part), works = gather(comm, work);
     const std::vector<double> totals = gather(comm, rss_after.total);
+    const std::vector<double> peaks = gather(comm, rss_after.peak);
     if (me == 0) {
       if (args.header) {
         std::printf(
             "| ranks | layer GB | planning | storage | part GB (its experts + gate) | workspace GB | RSS "
-            "delta after "
-            "load GB | RSS delta after steps GB (file / anon) | RSS delta / (part + workspace) | process RSS "
-            "GB | step "
-            "ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+            "delta "
+            "after load GB | RSS delta after steps GB (file / anon) | RSS delta / (part + workspace) | "
+            "process "
+            "RSS GB (peak) | step ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
       }
       for (int r = 0; r < P; ++r) {
         std::printf(
-            "| %d (rank %d) | %.2f | %s | %s | %.3f | %.3f | %.3f | %.3f (%.3f / %.3f) | %.3f | %.3f | %.1f "
-            "|\n",
+            "| %d (rank %d) | %.2f | %s | %s | %.3f | %.3f | %.3f | %.3f (%.3f / %.3f) | %.3f | %.3f "
+            "(%.3f) | %.1f |\n",
             P, r, gb(layer_bytes), args.planning.c_str(), args.storage.c_str(), gb(parts[r]), gb(works[r]),
             gb(d_built[r]), gb(d_after[r]), gb(file[r]), gb(anon[r]), d_after[r] / (parts[r] + works[r]),
-            gb(totals[r]), sums[8]);
+            gb(totals[r]), gb(peaks[r]), sums[8]);
       }
       std::printf("<!-- process RSS at start %.3f GB (rank 0) -->\n", gb(rss_start.total));
       std::fflush(stdout);
@@ -412,7 +476,8 @@ int main(int argc, char** argv) {
         "| %d | %s | %s%s | %d | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f / %.0f "
         "/ %.0f "
         "| %.0f | %.5f |\n",
-        P, args.preset.c_str(), args.planning.c_str(), layer.plans_locally() || P == 1 ? "" : " (gathers)", T,
+        P, args.preset.c_str(), args.planning.c_str(),
+        args.planning == "home" && !layer.plans_locally() ? " (gathers: the policy needs the batch)" : "", T,
         sums[8], global_tokens / sums[8] * 1e3, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
         sums[6] + sums[7], sent_per_token, remote_per_token, min_per_token, max_of(small),
         max_of(small) / payload_per_rank);
