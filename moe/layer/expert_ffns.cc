@@ -33,22 +33,23 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
       hidden_(weights.shape().hidden),
       expert_ff_(weights.shape().expert_ff),
       shared_ff_(weights.shape().shared_ff) {
-  for (const io::ExpertTensors& t : weights.experts()) {
-    experts_.push_back(expert_ffn_weights(t, config));
+  experts_.resize(weights.experts().size());  // the served experts' views (the others stay empty)
+  for (int e : experts) {
+    if (e < 0 || e >= static_cast<int>(experts_.size()) || !weights.holds_expert(e)) {
+      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) +
+                                  " is out of range or not held by these weights (they hold " +
+                                  weights.held().describe() + ")");
+    }
+    experts_[static_cast<size_t>(e)] = expert_ffn_weights(weights.experts()[static_cast<size_t>(e)], config);
     int64_t d = 0, ff = 0;
-    kernels::validate_ffn_weights(act_, experts_.back(), &d, &ff, true);
-    quantized_ = quantized_ || kernels::ffn_has_quantized(act_, experts_.back());
+    kernels::validate_ffn_weights(act_, experts_[static_cast<size_t>(e)], &d, &ff, true);
+    quantized_ = quantized_ || kernels::ffn_has_quantized(act_, experts_[static_cast<size_t>(e)]);
   }
   if (weights.shared()) {
     shared_ = expert_ffn_weights(*weights.shared(), config);
     int64_t d = 0, ff = 0;
     kernels::validate_ffn_weights(act_, shared_, &d, &ff, true);
     has_shared_ = true;
-  }
-  for (int e : experts) {
-    if (e < 0 || e >= static_cast<int>(experts_.size())) {
-      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is out of range");
-    }
   }
   // Quantized FFNs run their own kernels; the plain ones follow `compute`.
   quant_.resize(experts_.size());
@@ -114,10 +115,9 @@ const kernels::PackedFfnBf16& ExpertFfns::packed_expert(int e) const {
 
 void ExpertFfns::run_expert(int e, const float* x, int64_t rows, float* y, float* scratch,
                             kernels::ThreadPool& pool) const {
-  if (kernels::ffn_has_quantized(act_, experts_.at(static_cast<size_t>(e)))) {
-    const kernels::PackedFfnQuant* q = quant_[static_cast<size_t>(e)].get();
-    if (q == nullptr)
-      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is not served here");
+  const kernels::PackedFfnQuant* q =
+      e >= 0 && e < static_cast<int>(quant_.size()) ? quant_[static_cast<size_t>(e)].get() : nullptr;
+  if (q != nullptr) {
     run(experts_[static_cast<size_t>(e)], nullptr, q, x, rows, y, scratch, pool);
     return;
   }
