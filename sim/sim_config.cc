@@ -372,6 +372,14 @@ const char* command_name(Command c) {
   }
 }
 
+bool SimConfig::models_deployment() const {
+  if (deploy.enabled()) return true;
+  for (const std::string& a : sweep.axes) {
+    if (a.rfind("ep-size=", 0) == 0) return true;
+  }
+  return false;
+}
+
 bool SimConfig::is_explicit(const std::string& name) const {
   return std::find(explicit_settings.begin(), explicit_settings.end(), name) != explicit_settings.end();
 }
@@ -447,7 +455,7 @@ std::string config_line(const SimConfig& config, Command command) {
   std::string out;
   for (const Setting& s : settings()) {
     if (!s.in_config || !(s.commands & command) || s.name == "scopes") continue;
-    if (s.deployment && !config.deploy.enabled()) continue;
+    if (s.deployment && !config.models_deployment()) continue;
     if (!out.empty()) out += " ";
     out += s.name;
     out += "=";
@@ -528,7 +536,7 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
     scores["topic_rho"] = c.scores.topic_rho;
     scores["noise_std"] = c.scores.noise_std;
     j["score_model"] = scores;
-    if (c.deploy.enabled()) j["deployment"] = deploy::config_json(c.deploy);
+    if (c.models_deployment()) j["deployment"] = deploy::config_json(c.deploy);
   } else {
     j["logits"] = c.replay.logits_path;
     j["meta"] = c.replay.meta_path.empty() ? nlohmann::ordered_json(nullptr)

@@ -69,6 +69,8 @@ struct SimConfig {
   std::vector<std::string> explicit_settings;
 
   bool is_explicit(const std::string& name) const;
+  // Whether a deployment is accounted: ep-size > 0, or a sweep axis over ep-size.
+  bool models_deployment() const;
   // The modes to compare (see `modes`).
   std::vector<std::string> compared_modes() const;
 };

@@ -42,7 +42,8 @@ struct Step {
   DispatchPlan plan;
 };
 
-Step planned(const std::vector<std::vector<int>>& experts, int E, DispatchPolicy policy = DispatchPolicy::mode("greedy")) {
+Step planned(const std::vector<std::vector<int>>& experts, int E,
+             DispatchPolicy policy = DispatchPolicy::mode("greedy")) {
   Step s;
   const int T = static_cast<int>(experts.size()), k = static_cast<int>(experts[0].size());
   s.routes.resize(T, E, k, k);
@@ -136,7 +137,8 @@ TEST(SimDeploy, ValidateNamesTheProblem) {
   EXPECT_NE(message(c, 16, 1).find("needs an EPLB placement"), std::string::npos);
   c.placement = Placement::kGlobal;
   c.redundant_experts = 3;
-  EXPECT_NE(message(c, 16, 1).find("19 physical experts do not split evenly over 4 ranks"), std::string::npos);
+  EXPECT_NE(message(c, 16, 1).find("19 physical experts do not split evenly over 4 ranks"),
+            std::string::npos);
   c.redundant_experts = 4;
   EXPECT_NE(message(c, 16, 1).find("--warmup-steps"), std::string::npos);
   c.warmup_steps = 2;
@@ -157,7 +159,8 @@ TEST(SimDeploy, Placements) {
   c.redundant_experts = 4;
   const std::vector<float> load = {90, 10, 10, 10, 10, 10, 10, 10};
   const auto g = make_placement(c, 8, 1, load);
-  const auto expected = parallel::ExpertPlacement::from_replication(parallel::eplb::rebalance_global(load, 12, 4));
+  const auto expected =
+      parallel::ExpertPlacement::from_replication(parallel::eplb::rebalance_global(load, 12, 4));
   EXPECT_EQ(g.hash(), expected.hash());
   EXPECT_GT(g.num_replicas(0), 1);
   c.placement = Placement::kHierarchical;  // 2 nodes over 1 group: the policy refuses, by name
@@ -173,7 +176,8 @@ TEST(SimDeploy, ReadsLoads) {
   };
   EXPECT_EQ(read_loads(write("a.json", R"({"version":"x","routing":{"choices_per_expert":[3,1,2]}})"), 3),
             (std::vector<float>{3, 1, 2}));
-  EXPECT_EQ(read_loads(write("b.json", R"({"points":[{"expert_load":[1,2,3]}]})"), 3), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(read_loads(write("b.json", R"({"points":[{"expert_load":[1,2,3]}]})"), 3),
+            (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(read_loads(write("c.json", "[4, 5, 6]"), 3), (std::vector<float>{4, 5, 6}));
   EXPECT_EQ(read_loads(write("d.txt", "# loads\n1, 2\n3.5 # last\n"), 3), (std::vector<float>{1, 2, 3.5}));
   auto message = [&](const std::string& path, int E) {
@@ -184,7 +188,8 @@ TEST(SimDeploy, ReadsLoads) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(write("e.txt", "1 2"), 3).find("has 2 loads, the router has 3 experts"), std::string::npos);
+  EXPECT_NE(message(write("e.txt", "1 2"), 3).find("has 2 loads, the router has 3 experts"),
+            std::string::npos);
   EXPECT_NE(message(write("f.txt", "1 -2 3"), 3).find("expert 1's load -2"), std::string::npos);
   EXPECT_NE(message(write("g.txt", "1 x 3"), 3).find("expected a number"), std::string::npos);
   EXPECT_NE(message(write("h.json", "{\"a\": 1}"), 3).find("no per-expert loads"), std::string::npos);

@@ -30,8 +30,8 @@ DeployAccounter::DeployAccounter(const DeployConfig& config, int num_experts, in
                                  const DispatchPolicy& policy)
     : config_(config), num_experts_(num_experts), top_k_(top_k), num_groups_(num_groups), policy_(policy) {
   const size_t P = static_cast<size_t>(config_.ep_size);
-  for (auto* v : {&tokens_, &rows_, &local_, &nv_send_, &nv_recv_, &rd_send_, &rd_recv_, &active_, &home_index_,
-                  &rank_used_}) {
+  for (auto* v : {&tokens_, &rows_, &local_, &nv_send_, &nv_recv_, &rd_send_, &rd_recv_, &active_,
+                  &home_index_, &rank_used_}) {
     v->assign(P, 0);
   }
   node_rows_.assign(static_cast<size_t>(config_.nodes()), 0);
@@ -81,7 +81,8 @@ void DeployAccounter::set_placement(std::span<const float> loads) {
   cell_rows_.assign(static_cast<size_t>(cells), 0);
 }
 
-void DeployAccounter::add(std::span<const TokenMeta> rows, const TokenRoutes& routes, const DispatchPlan& plan) {
+void DeployAccounter::add(std::span<const TokenMeta> rows, const TokenRoutes& routes,
+                          const DispatchPlan& plan) {
   const int T = plan.num_tokens;
   if (!placement_) {
     // Warm-up: the router's choices are the experts' loads.
@@ -110,7 +111,8 @@ void DeployAccounter::assign_homes(std::span<const TokenMeta> rows, int T) {
   const int P = config_.ep_size;
   home_.resize(static_cast<size_t>(T));
   if (config_.homes == TokenHomes::kRequests) {
-    for (int t = 0; t < T; ++t) home_[t] = static_cast<int32_t>(rows[t].request_id % static_cast<uint64_t>(P));
+    for (int t = 0; t < T; ++t)
+      home_[t] = static_cast<int32_t>(rows[t].request_id % static_cast<uint64_t>(P));
     return;
   }
   for (int h = 0; h < P; ++h) {  // rank h holds rows [T h / P, T (h + 1) / P)
@@ -277,8 +279,8 @@ void DeployAccounter::fold_step(int T) {
     const LinkRows link{nv_send_[r], nv_recv_[r], rd_send_[r], rd_recv_[r]};
     const double d = a2a_seconds(link, s.dispatch_row_bytes, hw);
     const double c = a2a_seconds(link, s.combine_row_bytes, hw);
-    const double g = gemm_seconds(RankWork{rows_[r], active_[r], tokens_[r]}, config_.model, s.dispatch_row_bytes,
-                                  s.combine_row_bytes, hw);
+    const double g = gemm_seconds(RankWork{rows_[r], active_[r], tokens_[r]}, config_.model,
+                                  s.dispatch_row_bytes, s.combine_row_bytes, hw);
     dispatch = std::max(dispatch, d);
     combine = std::max(combine, c);
     gemm = std::max(gemm, g);

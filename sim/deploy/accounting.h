@@ -62,8 +62,8 @@ class DeployAccounter {
   std::vector<int32_t> cell_base_;
   std::vector<int32_t> replicated_;  // the experts with more than one copy
   // Per step, reused.
-  std::vector<int32_t> home_;       // [T] the token's home rank
-  std::vector<int32_t> pair_rank_;  // [T * k] the rank computing the pair (-1: not computed)
+  std::vector<int32_t> home_;        // [T] the token's home rank
+  std::vector<int32_t> pair_rank_;   // [T * k] the rank computing the pair (-1: not computed)
   std::vector<int64_t> home_index_;  // [P] the replica rule's index i of the next pair of each home
   std::vector<int32_t> cell_rows_;   // [(expert, rank) cells] rows of the step
   struct Key {

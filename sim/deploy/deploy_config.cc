@@ -44,7 +44,8 @@ void check(bool ok, const std::string& what) {
 }
 
 void check_positive(double v, const char* setting) {
-  check(std::isfinite(v) && v > 0, std::string(setting) + " must be finite and > 0 (got " + std::to_string(v) + ")");
+  check(std::isfinite(v) && v > 0,
+        std::string(setting) + " must be finite and > 0 (got " + std::to_string(v) + ")");
 }
 
 void check_non_negative(double v, const char* setting) {
@@ -142,19 +143,23 @@ void DeployConfig::validate(int num_experts, int num_groups) const {
   check(ep_size <= ranks_per_node || ep_size % ranks_per_node == 0,
         "ep-size " + P + " is not a whole number of nodes of " + std::to_string(ranks_per_node) +
             " ranks (ranks-per-node)");
-  check(redundant_experts >= 0, "redundant-experts must be >= 0 (got " + std::to_string(redundant_experts) + ")");
+  check(redundant_experts >= 0,
+        "redundant-experts must be >= 0 (got " + std::to_string(redundant_experts) + ")");
   const bool eplb = placement == Placement::kEplb || placement == Placement::kHierarchical ||
                     placement == Placement::kGlobal;
   if (!eplb) {
-    check(redundant_experts == 0, "redundant-experts needs an EPLB placement (eplb, hierarchical or global); " +
-                                      std::string(to_string(placement)) + " places each expert once");
+    check(redundant_experts == 0,
+          "redundant-experts needs an EPLB placement (eplb, hierarchical or global); " +
+              std::string(to_string(placement)) + " places each expert once");
   } else {
     const int physical = num_experts + redundant_experts;
-    check(physical % ep_size == 0, "placement " + std::string(to_string(placement)) + ": " +
-                                       std::to_string(num_experts) + " experts + " +
-                                       std::to_string(redundant_experts) + " redundant = " +
-                                       std::to_string(physical) + " physical experts do not split evenly over " +
-                                       P + " ranks (ep-size)");
+    const int next = (physical + ep_size - 1) / ep_size * ep_size - num_experts;  // the next R that splits
+    check(physical % ep_size == 0,
+          "placement " + std::string(to_string(placement)) + ": " + std::to_string(num_experts) +
+              " experts + " + std::to_string(redundant_experts) + " redundant = " + std::to_string(physical) +
+              " physical experts do not split evenly over " + P +
+              " ranks (ep-size; EPLB gives every rank as many; redundant-experts " + std::to_string(next) +
+              " does)");
     if (placement == Placement::kHierarchical) {
       check(num_experts % num_groups == 0, "placement hierarchical: " + std::to_string(num_experts) +
                                                " experts do not split into " + std::to_string(num_groups) +
@@ -170,10 +175,12 @@ void DeployConfig::validate(int num_experts, int num_groups) const {
   }
   check(warmup_steps >= 0, "warmup-steps must be >= 0 (got " + std::to_string(warmup_steps) + ")");
   check_non_negative(rank_capacity_factor, "rank-capacity-factor");
-  check(model.hidden > 0 && model.intermediate > 0,
-        "the deployment model needs the experts' shape: give --hidden and --expert-intermediate (or a --preset "
-        "whose model is known)");
-  check(model.shared_experts >= 0, "shared-experts must be >= 0 (got " + std::to_string(model.shared_experts) + ")");
+  check(
+      model.hidden > 0 && model.intermediate > 0,
+      "the deployment model needs the experts' shape: give --hidden and --expert-intermediate (or a --preset "
+      "whose model is known)");
+  check(model.shared_experts >= 0,
+        "shared-experts must be >= 0 (got " + std::to_string(model.shared_experts) + ")");
   check(dispatch != Dtype::kMxfp4 && combine != Dtype::kMxfp4,
         "dispatch-dtype and combine-dtype are fp8, bf16 or fp32 (mxfp4 is a weight format)");
   const HardwareProfile& h = hardware;

@@ -18,7 +18,8 @@ namespace moe::sim::deploy {
 //   kHierarchical, kGlobal  its two policies, chosen explicitly
 enum class Placement { kContiguous, kRoundRobin, kEplb, kHierarchical, kGlobal };
 // How a step's tokens are given to ranks (their home rank, which routes, dispatches and combines them):
-//   kRows      contiguous blocks of the step's rows: rank h holds rows [T h / P, T (h + 1) / P) (data-parallel
+//   kRows      contiguous blocks of the step's rows: rank h holds rows [T h / P, T (h + 1) / P)
+//   (data-parallel
 //              attention with an even split)
 //   kRequests  a request's tokens live on rank (request id mod P)
 enum class TokenHomes { kRows, kRequests };
@@ -47,8 +48,8 @@ Dtype parse_dtype(std::string_view s, std::string_view what);
 
 // One routed expert's FFN and the shared experts beside it (every rank runs those on its own tokens).
 struct ModelShape {
-  int hidden = 0;        // model dimension H
-  int intermediate = 0;  // one routed expert's intermediate size I
+  int hidden = 0;          // model dimension H
+  int intermediate = 0;    // one routed expert's intermediate size I
   int shared_experts = 0;  // shared experts, each of a routed expert's size (Qwen's 4x-wide one counts 4)
   bool gated = true;       // gate, up and down projections (SwiGLU); false: up and down only
   Dtype weights = Dtype::kBf16;
@@ -68,7 +69,7 @@ int64_t row_bytes(Dtype d, int hidden);
 double element_bytes(Dtype d);
 
 struct DeployConfig {
-  int ep_size = 0;  // expert-parallel ranks P; 0: no deployment model
+  int ep_size = 0;         // expert-parallel ranks P; 0: no deployment model
   int ranks_per_node = 8;  // GPUs of one NVLink domain (an HGX board); P < this: one node of P
   Placement placement = Placement::kContiguous;
   int redundant_experts = 0;  // R: physical experts beyond E (EPLB placements only)

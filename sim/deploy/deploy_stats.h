@@ -16,8 +16,9 @@ struct DeployStats {
   bool enabled = false;
   int64_t ranks_per_node = 0;
   int64_t dispatch_row_bytes = 0, combine_row_bytes = 0;  // one dispatched / combined row
-  std::vector<std::vector<int>> replicas;  // per expert: the ranks of its copies (the measured steps' placement)
-  int64_t warmup_steps = 0;                // steps whose choices chose the placement (not accounted)
+  std::vector<std::vector<int>>
+      replicas;              // per expert: the ranks of its copies (the measured steps' placement)
+  int64_t warmup_steps = 0;  // steps whose choices chose the placement (not accounted)
   // The accounted steps and their pairs: dropped by the experts' capacity, by the ranks' capacity, computed.
   int64_t steps = 0, tokens = 0, pairs = 0;
   int64_t expert_dropped = 0, rank_dropped = 0, computed = 0;

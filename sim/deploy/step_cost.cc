@@ -10,8 +10,10 @@ double a2a_seconds(const LinkRows& rows, int64_t row_bytes, const HardwareProfil
   if (nvlink == 0 && rdma == 0) return 0.0;
   const double bytes = static_cast<double>(row_bytes);
   double t = 0.0;
-  if (nvlink > 0) t = static_cast<double>(nvlink) * bytes / (hw.nvlink_gbps * 1e9) + hw.nvlink_latency_us * 1e-6;
-  if (rdma > 0) t = std::max(t, static_cast<double>(rdma) * bytes / (hw.rdma_gbps * 1e9) + hw.rdma_latency_us * 1e-6);
+  if (nvlink > 0)
+    t = static_cast<double>(nvlink) * bytes / (hw.nvlink_gbps * 1e9) + hw.nvlink_latency_us * 1e-6;
+  if (rdma > 0)
+    t = std::max(t, static_cast<double>(rdma) * bytes / (hw.rdma_gbps * 1e9) + hw.rdma_latency_us * 1e-6);
   return hw.a2a_base_us * 1e-6 + t;
 }
 
@@ -24,8 +26,8 @@ double gemm_flops_per_second(Dtype weights, const HardwareProfile& hw) {
   return tflops * 1e12;
 }
 
-double gemm_seconds(const RankWork& work, const ModelShape& model, int64_t in_row_bytes, int64_t out_row_bytes,
-                    const HardwareProfile& hw) {
+double gemm_seconds(const RankWork& work, const ModelShape& model, int64_t in_row_bytes,
+                    int64_t out_row_bytes, const HardwareProfile& hw) {
   const double shared = model.shared_experts;
   const double rows = static_cast<double>(work.rows) + shared * static_cast<double>(work.home_tokens);
   if (rows == 0.0) return 0.0;

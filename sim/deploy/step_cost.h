@@ -40,7 +40,7 @@ double gemm_flops_per_second(Dtype weights, const HardwareProfile& hw);
 //           + (rows + shared x home_tokens) x (in_row_bytes + out_row_bytes)
 //   gemm  = max(flops / rate, bytes / HBM bandwidth)
 // in_row_bytes / out_row_bytes: a dispatched row read, a combined row written.
-double gemm_seconds(const RankWork& work, const ModelShape& model, int64_t in_row_bytes, int64_t out_row_bytes,
-                    const HardwareProfile& hw);
+double gemm_seconds(const RankWork& work, const ModelShape& model, int64_t in_row_bytes,
+                    int64_t out_row_bytes, const HardwareProfile& hw);
 
 }  // namespace moe::sim::deploy

@@ -19,6 +19,10 @@ if(TARGET moe-sim)
   add_test(NAME sim_cli_test
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/sim_cli_test.sh $<TARGET_FILE:moe-sim>)
   set_tests_properties(sim_cli_test PROPERTIES LABELS unit TIMEOUT 120)
+  # The deployment model against DeepEP's published low-latency dispatch and combine times: within 2x.
+  add_test(NAME sim_deepep_check_test
+    COMMAND bash ${PROJECT_SOURCE_DIR}/bench/deepep_check.sh $<TARGET_FILE:moe-sim>)
+  set_tests_properties(sim_deepep_check_test PROPERTIES LABELS unit TIMEOUT 60)
 endif()
 
 # moe-sim under mpirun at 1, 2 and 4 ranks: sweep and run --seeds write the same bytes as one process.
