@@ -133,9 +133,18 @@ Pretrained open_pretrained(const std::filesystem::path& dir);
 // memory rules (storage nullopt: the file's dtype; quantized files: bf16). A layer index outside
 // [0, num_hidden_layers) or a dense layer is std::invalid_argument naming the MoE layers ("layer 2 of
 // /path is a dense MLP layer (first_k_dense_replace = 3); the MoE layers are 3-60").
+// `experts`: a rank's part (load_layer's ExpertSet: the router gate, its biases, the shared expert and only
+// these experts are read).
 LayerWeights load_pretrained_layer(const Pretrained& pretrained, int layer_index,
-                                   std::optional<kernels::DType> storage = std::nullopt);
+                                   std::optional<kernels::DType> storage = std::nullopt,
+                                   const ExpertSet& experts = ExpertSet::all());
 LayerWeights load_pretrained_layer(const std::filesystem::path& dir, int layer_index,
-                                   std::optional<kernels::DType> storage = std::nullopt);
+                                   std::optional<kernels::DType> storage = std::nullopt,
+                                   const ExpertSet& experts = ExpertSet::all());
+
+// "Load these experts of layer `layer_index`" of a checked checkpoint directory (LayerPartReader,
+// moe/io/layer_weights.h): what an ExpertParallelLayer built from the directory calls on each rank.
+LayerPartReader pretrained_part_reader(Pretrained pretrained, int layer_index,
+                                       std::optional<kernels::DType> storage = std::nullopt);
 
 }  // namespace moe::io

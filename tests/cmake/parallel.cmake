@@ -134,3 +134,13 @@ moe_add_test(NAME parallel_placement_test
   LABELS unit
   TIMEOUT 60)
 target_compile_definitions(parallel_placement_test PRIVATE MOE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# Expert parallelism at scale: home-rank planning, redundant experts under it, ranks holding only their part.
+if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
+  moe_add_mpi_program(NAME parallel_ep_home_test
+                      SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_home_test.cc
+                              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
+                      LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest)
+  moe_add_mpi_test(NAME parallel_ep_home_test RANKS 1 2 4 TIMEOUT 180
+                   COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_home_test>)
+endif()
