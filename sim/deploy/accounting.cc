@@ -30,10 +30,12 @@ DeployAccounter::DeployAccounter(const DeployConfig& config, int num_experts, in
                                  const DispatchPolicy& policy)
     : config_(config), num_experts_(num_experts), top_k_(top_k), num_groups_(num_groups), policy_(policy) {
   const size_t P = static_cast<size_t>(config_.ep_size);
-  for (auto* v : {&tokens_, &rows_, &local_, &nv_send_, &nv_recv_, &rd_send_, &rd_recv_, &active_,
-                  &home_index_, &rank_used_}) {
-    v->assign(P, 0);
-  }
+  for (auto* v : {&tokens_, &rows_, &active_, &home_index_, &rank_used_}) v->assign(P, 0);
+  send_.assign(3 * P, 0);
+  recv_.assign(3 * P, 0);
+  node_of_.resize(P);
+  for (size_t r = 0; r < P; ++r)
+    node_of_[r] = static_cast<int32_t>(r / static_cast<size_t>(config_.ranks_per_node));
   node_rows_.assign(static_cast<size_t>(config_.nodes()), 0);
   s_.enabled = true;
   s_.ranks_per_node = config_.ranks_per_node;
@@ -57,9 +59,10 @@ DeployAccounter::DeployAccounter(const DeployConfig& config, int num_experts, in
 void DeployAccounter::set_placement(std::span<const float> loads) {
   placement_ = make_placement(config_, num_experts_, num_groups_, loads);
   const int E = num_experts_;
-  single_rank_.assign(E, -1);
+  single_cell_.assign(E, -1);
   distinct_ranks_.assign(E, {});
   cell_base_.assign(E, 0);
+  cell_rank_.clear();
   replicated_.clear();
   s_.replicas.clear();
   int32_t cells = 0;
@@ -71,12 +74,13 @@ void DeployAccounter::set_placement(std::span<const float> loads) {
       if (std::find(d.begin(), d.end(), rank) == d.end()) d.push_back(rank);
     }
     if (r.size() == 1) {
-      single_rank_[e] = r[0];
+      single_cell_[e] = cells;
     } else {
       replicated_.push_back(e);
     }
     cell_base_[e] = cells;
     cells += static_cast<int32_t>(d.size());
+    cell_rank_.insert(cell_rank_.end(), d.begin(), d.end());
   }
   cell_rows_.assign(static_cast<size_t>(cells), 0);
 }
@@ -103,7 +107,7 @@ void DeployAccounter::add(std::span<const TokenMeta> rows, const TokenRoutes& ro
   assign_homes(rows, T);
   assign_ranks(plan);
   if (config_.rank_capacity_factor > 0) apply_rank_capacity(rows, routes, T);
-  count_traffic(plan, T);
+  count_traffic(T);
   fold_step(T);
 }
 
@@ -124,20 +128,24 @@ void DeployAccounter::assign_homes(std::span<const TokenMeta> rows, int T) {
 void DeployAccounter::assign_ranks(const DispatchPlan& plan) {
   const int k = top_k_;
   const int64_t pairs = plan.num_pairs();
-  pair_rank_.resize(static_cast<size_t>(pairs));
+  pair_cell_.resize(static_cast<size_t>(pairs));
   const int32_t* expert = plan.pair_expert.data();
-  const int32_t* single = single_rank_.data();
+  const int32_t* single = single_cell_.data();
+  int32_t* cell = pair_cell_.data();
   for (int64_t p = 0; p < pairs; ++p) {
     const int32_t e = expert[p];
-    pair_rank_[p] = e >= 0 ? single[e] : -1;
+    cell[p] = e >= 0 ? single[e] : -1;
   }
-  // Replicated experts: the replica rule over each home's kept pairs at the expert in slot order.
+  // Replicated experts: the replica rule over each home's kept pairs at the expert in slot order, then the
+  // (expert, rank) cell of the rank it gives.
   for (int32_t e : replicated_) {
     const int32_t* slot = plan.slot_pairs.data() + plan.expert_offsets[e];
     const int32_t load = plan.expert_load[e];
+    const std::vector<int32_t>& d = distinct_ranks_[e];
     for (int32_t s = 0; s < load; ++s) {
       const int32_t h = home_[slot[s] / k];
-      pair_rank_[slot[s]] = placement_->replica_rank(e, h, home_index_[h]++);
+      const int rank = placement_->replica_rank(e, h, home_index_[h]++);
+      cell[slot[s]] = cell_base_[e] + static_cast<int32_t>(std::find(d.begin(), d.end(), rank) - d.begin());
     }
     for (int32_t s = 0; s < load; ++s) home_index_[home_[slot[s] / k]] = 0;
   }
@@ -180,87 +188,88 @@ void DeployAccounter::apply_rank_capacity(std::span<const TokenMeta> rows, const
   zero(rank_used_);
   for (int j = 0; j < k; ++j) {
     for (const Key& key : order_) {
-      int32_t& r = pair_rank_[static_cast<int64_t>(key.token) * k + j];
-      if (r < 0) continue;
-      if (rank_used_[r] < capacity) {
-        ++rank_used_[r];
+      int32_t& cell = pair_cell_[static_cast<int64_t>(key.token) * k + j];
+      if (cell < 0) continue;
+      int64_t& used = rank_used_[cell_rank_[cell]];
+      if (used < capacity) {
+        ++used;
       } else {
-        r = -1;
+        cell = -1;
         ++s_.rank_dropped;
       }
     }
   }
 }
 
-void DeployAccounter::count_traffic(const DispatchPlan& plan, int T) {
-  const int k = top_k_, G = config_.ranks_per_node;
-  for (auto* v : {&tokens_, &rows_, &local_, &nv_send_, &nv_recv_, &rd_send_, &rd_recv_, &active_}) zero(*v);
+void DeployAccounter::count_traffic(int T) {
+  const int k = top_k_, P = config_.ep_size, G = config_.ranks_per_node;
+  for (auto* v : {&tokens_, &send_, &recv_, &active_}) zero(*v);
   std::fill(cell_rows_.begin(), cell_rows_.end(), 0);
-  const bool low_latency = config_.a2a == A2aKind::kLowLatency;
-  const bool intranode_nvlink = !config_.intranode_rdma;
-  const int32_t* expert = plan.pair_expert.data();
-  for (int t = 0; t < T; ++t) {
-    const int32_t h = home_[t];
-    const int hn = h / G;
-    ++tokens_[h];
-    dest_.clear();
-    for (int j = 0; j < k; ++j) {
-      const int64_t p = static_cast<int64_t>(t) * k + j;
-      const int32_t r = pair_rank_[p];
-      if (r < 0) continue;
-      ++rows_[r];
-      const int32_t e = expert[p];
-      int32_t cell = cell_base_[e];
-      if (single_rank_[e] < 0) {
-        const std::vector<int32_t>& d = distinct_ranks_[e];
-        cell += static_cast<int32_t>(std::find(d.begin(), d.end(), r) - d.begin());
-      }
-      ++cell_rows_[cell];
-      if (low_latency) {
-        if (r == h) {
-          ++local_[h];
-        } else if (intranode_nvlink && r / G == hn) {
-          ++nv_send_[h];
-          ++nv_recv_[r];
-        } else {
-          ++rd_send_[h];
-          ++rd_recv_[r];
-        }
-      } else if (std::find(dest_.begin(), dest_.end(), r) == dest_.end()) {
-        dest_.push_back(r);
+  const int32_t* node = node_of_.data();
+  const int32_t* cell_rank = cell_rank_.data();
+  int64_t* send = send_.data();
+  int64_t* recv = recv_.data();
+  if (config_.a2a == A2aKind::kLowLatency) {
+    // A message per computed pair, of class 0 (its home), 1 (NVLink: its node) or 2 (RDMA), without
+    // branches on the class.
+    const int32_t remote_same_node = config_.intranode_rdma ? 2 : 1;
+    for (int t = 0; t < T; ++t) {
+      const int32_t h = home_[t];
+      const int32_t hn = node[h];
+      ++tokens_[h];
+      for (int j = 0; j < k; ++j) {
+        const int32_t c = pair_cell_[static_cast<int64_t>(t) * k + j];
+        if (c < 0) continue;
+        const int32_t r = cell_rank[c];
+        ++cell_rows_[c];
+        const int32_t cls = r == h ? 0 : (node[r] == hn ? remote_same_node : 2);
+        ++send[cls * P + h];
+        ++recv[cls * P + r];
       }
     }
-    if (low_latency) continue;
+  } else {
     // Normal kernels: once to each destination rank of the home's node, once over RDMA to each other
     // destination node (to its rank with the home's local index), forwarded there over NVLink.
-    for (size_t i = 0; i < dest_.size(); ++i) {
-      const int32_t r = dest_[i];
-      if (r == h) {
-        ++local_[h];
-        continue;
+    for (int t = 0; t < T; ++t) {
+      const int32_t h = home_[t];
+      const int32_t hn = node[h];
+      ++tokens_[h];
+      dest_.clear();
+      for (int j = 0; j < k; ++j) {
+        const int32_t c = pair_cell_[static_cast<int64_t>(t) * k + j];
+        if (c < 0) continue;
+        ++cell_rows_[c];
+        const int32_t r = cell_rank[c];
+        if (std::find(dest_.begin(), dest_.end(), r) == dest_.end()) dest_.push_back(r);
       }
-      const int n = r / G;
-      if (n == hn) {
-        ++nv_send_[h];
-        ++nv_recv_[r];
-        continue;
-      }
-      const int32_t proxy = n * G + h % G;
-      bool node_seen = false;
-      for (size_t q = 0; q < i; ++q) node_seen |= dest_[q] / G == n;
-      if (!node_seen) {
-        ++rd_send_[h];
-        ++rd_recv_[proxy];
-      }
-      if (r != proxy) {
-        ++nv_send_[proxy];
-        ++nv_recv_[r];
+      for (size_t i = 0; i < dest_.size(); ++i) {
+        const int32_t r = dest_[i];
+        const int32_t n = node[r];
+        if (r == h || n == hn) {
+          const int cls = r == h ? 0 : 1;
+          ++send[cls * P + h];
+          ++recv[cls * P + r];
+          continue;
+        }
+        const int32_t proxy = n * G + h % G;
+        bool node_seen = false;
+        for (size_t q = 0; q < i; ++q) node_seen |= node[dest_[q]] == n;
+        if (!node_seen) {
+          ++send[2 * P + h];
+          ++recv[2 * P + proxy];
+        }
+        if (r != proxy) {
+          ++send[P + proxy];
+          ++recv[P + r];
+        }
       }
     }
   }
-  for (int e = 0; e < num_experts_; ++e) {
-    const std::vector<int32_t>& d = distinct_ranks_[e];
-    for (size_t q = 0; q < d.size(); ++q) active_[d[q]] += cell_rows_[cell_base_[e] + q] > 0 ? 1 : 0;
+  // Rows and distinct experts per rank from the (expert, rank) cells.
+  zero(rows_);
+  for (size_t c = 0; c < cell_rows_.size(); ++c) {
+    rows_[cell_rank[c]] += cell_rows_[c];
+    active_[cell_rank[c]] += cell_rows_[c] > 0 ? 1 : 0;
   }
 }
 
@@ -276,7 +285,9 @@ void DeployAccounter::fold_step(int T) {
   int64_t computed = 0, max_tokens = 0, max_rows = 0, max_nv = 0, max_rd = 0;
   zero(node_rows_);
   for (int r = 0; r < P; ++r) {
-    const LinkRows link{nv_send_[r], nv_recv_[r], rd_send_[r], rd_recv_[r]};
+    const int64_t nv_send = send_[P + r], nv_recv = recv_[P + r], rd_send = send_[2 * P + r],
+                  rd_recv = recv_[2 * P + r];
+    const LinkRows link{nv_send, nv_recv, rd_send, rd_recv};
     const double d = a2a_seconds(link, s.dispatch_row_bytes, hw);
     const double c = a2a_seconds(link, s.combine_row_bytes, hw);
     const double g = gemm_seconds(RankWork{rows_[r], active_[r], tokens_[r]}, config_.model,
@@ -288,16 +299,16 @@ void DeployAccounter::fold_step(int T) {
     computed += rows_[r];
     max_tokens = std::max(max_tokens, tokens_[r]);
     max_rows = std::max(max_rows, rows_[r]);
-    max_nv = std::max(max_nv, nv_send_[r]);
-    max_rd = std::max(max_rd, rd_send_[r]);
-    node_rows_[node_of(r)] += rows_[r];
+    max_nv = std::max(max_nv, nv_send);
+    max_rd = std::max(max_rd, rd_send);
+    node_rows_[node_of_[r]] += rows_[r];
     s.rank_tokens[r] += tokens_[r];
     s.rank_rows[r] += rows_[r];
-    s.rank_local[r] += local_[r];
-    s.rank_nvlink_send[r] += nv_send_[r];
-    s.rank_nvlink_recv[r] += nv_recv_[r];
-    s.rank_rdma_send[r] += rd_send_[r];
-    s.rank_rdma_recv[r] += rd_recv_[r];
+    s.rank_local[r] += send_[r];
+    s.rank_nvlink_send[r] += nv_send;
+    s.rank_nvlink_recv[r] += nv_recv;
+    s.rank_rdma_send[r] += rd_send;
+    s.rank_rdma_recv[r] += rd_recv;
     s.rank_gemm_s[r] += g;
   }
   s.computed += computed;

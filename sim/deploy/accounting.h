@@ -44,9 +44,8 @@ class DeployAccounter {
   void assign_homes(std::span<const TokenMeta> rows, int T);
   void assign_ranks(const DispatchPlan& plan);
   void apply_rank_capacity(std::span<const TokenMeta> rows, const TokenRoutes& routes, int T);
-  void count_traffic(const DispatchPlan& plan, int T);
+  void count_traffic(int T);
   void fold_step(int T);
-  int node_of(int rank) const { return rank / config_.ranks_per_node; }
 
   DeployConfig config_;
   int num_experts_, top_k_, num_groups_;
@@ -55,15 +54,14 @@ class DeployAccounter {
   std::vector<float> file_loads_;   // the loads of config.loads when it names a file
   std::vector<int64_t> warm_load_;  // the router's choices per expert during the warm-up
   int64_t warm_steps_ = 0;
-  // The placement in the accounting's form: per expert its only rank (-1: replicated), its distinct ranks and
-  // the index of its first (expert, rank) cell in cell_rows_.
-  std::vector<int32_t> single_rank_;
+  // The placement in the accounting's form, as (expert, rank) cells: per expert its distinct ranks, the index
+  // of its first cell and its only cell (-1: replicated); per cell its rank; per rank its node.
   std::vector<std::vector<int32_t>> distinct_ranks_;
-  std::vector<int32_t> cell_base_;
+  std::vector<int32_t> cell_base_, single_cell_, cell_rank_, node_of_;
   std::vector<int32_t> replicated_;  // the experts with more than one copy
   // Per step, reused.
   std::vector<int32_t> home_;        // [T] the token's home rank
-  std::vector<int32_t> pair_rank_;   // [T * k] the rank computing the pair (-1: not computed)
+  std::vector<int32_t> pair_cell_;   // [T * k] the (expert, rank) cell computing the pair (-1: not computed)
   std::vector<int64_t> home_index_;  // [P] the replica rule's index i of the next pair of each home
   std::vector<int32_t> cell_rows_;   // [(expert, rank) cells] rows of the step
   struct Key {
@@ -71,8 +69,10 @@ class DeployAccounter {
     int32_t token;
   };
   std::vector<Key> order_;
-  std::vector<int64_t> tokens_, rows_, local_, nv_send_, nv_recv_, rd_send_, rd_recv_, active_, node_rows_,
-      rank_used_;
+  std::vector<int64_t> tokens_, rows_, active_, node_rows_, rank_used_;
+  // [3][P] the dispatch's rows each rank sends and receives by class: 0 its own (send = receive), 1 NVLink,
+  // 2 RDMA.
+  std::vector<int64_t> send_, recv_;
   std::vector<int32_t> dest_;  // one token's distinct destination ranks (normal a2a)
   DeployStats s_;
 };
