@@ -7,7 +7,7 @@ set -euo pipefail
 sim="$1"
 families="$2"
 fail() { echo "sim_inspect_test: FAILED: $*" >&2; exit 1; }
-while read -r name model_type quant layer tokens hidden; do
+while read -r name model_type quant layer tokens hidden tolerance; do
   out=$("$sim" inspect "$families/$name") || fail "$name: exit status $?"
   grep -q "^family      $model_type " <<< "$out" || fail "$name: no family line for $model_type: $out"
   grep -q "^layers .* MoE " <<< "$out" || fail "$name: no MoE layer list"

@@ -115,8 +115,9 @@ class Layer:
         deepseek_v3, glm4_moe, gpt_oss, llama4, llama4_text): no shape arguments. The shape, the router and
         the expert semantics come from config.json and are checked against the tensors; a mismatch or an
         unsupported key value raises ValueError naming it, a dense layer ValueError listing the MoE layers,
-        weights that do not fit the memory available MemoryError. storage: 'f32', 'bf16' or None (the
-        file's dtype; FP8 and MXFP4 checkpoints are dequantized exactly, to bf16 by default).
+        weights that do not fit the memory available MemoryError. storage: None (the file's dtype; FP8 and
+        MXFP4 checkpoints as stored, run by the quantized kernels: docs/runtime.md), 'f32' or 'bf16'
+        (quantized weights dequantized exactly), or 'fp8' / 'mxfp4' (the file's own format, else ValueError).
         Config keywords as for Layer() (top_k= and renormalize= override config.json's)."""
         w = Weights.load_pretrained(str(path), layer, storage)
         config.setdefault("pretrained", str(path))
