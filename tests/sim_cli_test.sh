@@ -125,6 +125,11 @@ $PY -c "import xml.dom.minidom,sys; d=xml.dom.minidom.parse('$TMP/dep.svg'); sys
   && pass "deploy-svg: a line per mode and redundancy" || fail "deploy-svg"
 expect_ok "deployment scenario" run --scenario "$(dirname "$0")/../sim/scenarios/deepseek-v3-ep.toml" --requests 40 --prompt-len fixed:300 --json
 json_check "deployment scenario json" "j['config']['deployment']['ep_size']==32 and j['deployment']['placement']['physical_experts']==288 and j['deployment']['warmup_steps']==16"
+# EPLB from a recorded run's statistics (its routing.choices_per_expert), e.g. moe-sim replay of real logits.
+"$SIM" run --preset deepseek-v3 --requests 8 --prompt-len fixed:64 --json --quiet >"$TMP/loads.json"
+expect_ok "placement from a loads file" run --preset deepseek-v3 --requests 8 --prompt-len fixed:64 --ep-size 8 \
+  --placement hierarchical --redundant-experts 8 --placement-loads "$TMP/loads.json" --json --quiet
+json_check "loads file: replicated experts, no warm-up" "j['deployment']['placement']['physical_experts']==264 and j['deployment']['placement']['replicated_experts']>0 and j['deployment']['warmup_steps']==0 and j['deployment']['steps']==1"
 expect_error "redundant needs eplb" 2 "redundant-experts needs an EPLB placement" run --preset deepseek-v3 --ep-size 8 --redundant-experts 8
 expect_error "physical split" 2 "256 experts + 7 redundant = 263 physical experts do not split evenly over 8 ranks" run --preset deepseek-v3 --ep-size 8 --placement global --redundant-experts 7 --warmup-steps 1
 expect_error "eplb needs loads" 2 "--warmup-steps N" run --preset deepseek-v3 --ep-size 8 --placement eplb

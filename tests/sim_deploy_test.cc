@@ -267,6 +267,21 @@ TEST(SimDeploy, StepTimeIsTheSlowestRankPerPhase) {
   EXPECT_EQ(r.computed, 8);
 }
 
+TEST(SimDeploy, TokenHomesByRequest) {
+  DeployConfig c = config(2, 2);
+  c.homes = TokenHomes::kRequests;
+  Step s = planned({{0, 1}, {0, 1}, {2, 3}, {2, 3}}, 4, dropless());
+  s.rows = {TokenMeta{5, 0}, TokenMeta{5, 1}, TokenMeta{6, 0}, TokenMeta{7, 0}};  // homes 1, 1, 0, 1
+  DeployAccounter a(c, 4, 2, 1, dropless());
+  a.add(s.rows, s.routes, s.plan);
+  const DeployStats r = a.result();
+  EXPECT_EQ(r.rank_tokens, (std::vector<int64_t>{1, 3}));
+  // Tokens 0 and 1 (rank 1's) go to rank 0's experts 0, 1; token 2 (rank 0's) to rank 1's experts 2, 3.
+  EXPECT_EQ(r.rank_nvlink_send, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(r.rank_local, (std::vector<int64_t>{0, 2}));
+  EXPECT_DOUBLE_EQ(r.token_balance.max, 1.5);
+}
+
 // Random routes over E experts, k per token (distinct), T tokens.
 std::vector<std::vector<int>> random_routes(Rng& rng, int T, int E, int k, double hot) {
   std::vector<std::vector<int>> out(T);
