@@ -138,6 +138,9 @@ void BlockRouter::rank_candidates(int E, const float* select) {
   for (int e = 0; e < E; ++e) {
     FloatVec c;
     __builtin_memcpy(&c, select + static_cast<int64_t>(e) * L, sizeof c);
+    // A candidate no lane ranks above its list's last entry changes nothing (the lists are sorted): skip
+    // the insertion. Once the lists fill, most candidates are such.
+    if (!any_lane(c > w[kList - 1])) continue;
     const IntVec ev = IntVec{} + e;
     for (int r = kList - 1; r > 0; --r) {
       const IntVec above = c > w[r];
