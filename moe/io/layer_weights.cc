@@ -750,6 +750,7 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
 
   // Everything checked: build.
   b.set_keep_alive(std::move(keep_alive));
+  if (views.mapped && !copy) b.mark_zero_copy();
   b.set_router_gate(b.caller_matrix(views.router_gate, DType::kF32, ownership));
   if (shape.score_bias)
     b.set_score_bias(std::vector<float>(views.score_bias.begin(), views.score_bias.end()));

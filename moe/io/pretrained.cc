@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "moe/io/gguf_config.h"
+#include "moe/io/gguf_layer.h"
 #include "moe/io/io_error.h"
 
 namespace moe::io {
@@ -384,6 +386,10 @@ std::string_view to_string(Quantization q) {
   return "?";
 }
 
+std::string_view to_string(CheckpointFormat f) {
+  return f == CheckpointFormat::kGguf ? "gguf" : "safetensors";
+}
+
 bool PretrainedConfig::is_moe_layer(int i) const {
   return std::binary_search(moe_layers.begin(), moe_layers.end(), i);
 }
@@ -419,6 +425,7 @@ std::filesystem::path pretrained_dir(const std::filesystem::path& dir_or_config)
 }
 
 PretrainedConfig read_pretrained_config(const std::filesystem::path& dir) {
+  if (is_gguf_path(dir)) return read_gguf_config(GgufModel(dir));
   const std::filesystem::path path = config_path(dir);
   std::ifstream f(path);
   if (!f) throw IoError("cannot open " + path.string() + " (a checkpoint directory needs config.json)");
@@ -545,6 +552,12 @@ void check_pretrained(const PretrainedConfig& c, const Checkpoint& ckpt) {
 
 Pretrained open_pretrained(const std::filesystem::path& dir) {
   Pretrained p;
+  if (is_gguf_path(dir)) {
+    p.gguf = GgufModel::open(dir);
+    p.config = read_gguf_config(*p.gguf);
+    check_gguf(p.config, *p.gguf);
+    return p;
+  }
   p.config = read_pretrained_config(dir);
   p.checkpoint = Checkpoint::open(pretrained_dir(dir));
   check_pretrained(p.config, *p.checkpoint);
@@ -554,18 +567,23 @@ Pretrained open_pretrained(const std::filesystem::path& dir) {
 LayerWeights load_pretrained_layer(const Pretrained& p, int layer_index,
                                    std::optional<kernels::DType> storage) {
   const PretrainedConfig& c = p.config;
+  const bool gguf = c.format == CheckpointFormat::kGguf;
   if (layer_index < 0 || layer_index >= c.num_layers) {
-    throw std::invalid_argument(
-        "layer " + std::to_string(layer_index) + " is out of range: config.json says " +
-        "num_hidden_layers = " + std::to_string(c.num_layers) + " (" + p.checkpoint->path().string() +
-        "; the MoE layers are " + c.moe_layer_list() + ")");
+    const std::string says =
+        gguf ? c.model_type + ".block_count = " + std::to_string(c.num_layers + c.num_extra_layers) +
+                   (c.num_extra_layers > 0
+                        ? " (of which " + std::to_string(c.num_extra_layers) + " MTP layers after the last)"
+                        : std::string())
+             : "config.json says num_hidden_layers = " + std::to_string(c.num_layers);
+    throw std::invalid_argument("layer " + std::to_string(layer_index) + " is out of range: " + says + " (" +
+                                p.path().string() + "; the MoE layers are " + c.moe_layer_list() + ")");
   }
   if (!c.is_moe_layer(layer_index)) {
-    throw std::invalid_argument("layer " + std::to_string(layer_index) + " of " +
-                                p.checkpoint->path().string() +
+    throw std::invalid_argument("layer " + std::to_string(layer_index) + " of " + p.path().string() +
                                 " is a dense MLP layer, not an MoE layer; the MoE layers of this " +
                                 c.model_type + " checkpoint are " + c.moe_layer_list());
   }
+  if (gguf) return load_gguf_layer(p.gguf, c, layer_index, storage);
   return load_layer(p.checkpoint, c.architecture, layer_index, c.layer, storage, c.fp8_block);
 }
 
