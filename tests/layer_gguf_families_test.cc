@@ -284,6 +284,10 @@ TEST(GgufRefusals, UnsupportedOrInconsistentFilesAreNamed) {
          w.tensor("blk.1.ffn_down_exps.weight")->data.resize(32 * 64 * 4 * 4);
        },
        "blk.1.ffn_down_exps.weight: shape [32, 64, 4] but expected [32, 64, 8]"},
+      {"olmoe_f32", [](GgufWriter& w) { w.set("olmoe.block_count", gguf_u64(uint64_t{1} << 40)); },
+       "olmoe.block_count = 1099511627776 is out of range (1-1048576)"},
+      {"olmoe_f32", [](GgufWriter& w) { w.set("olmoe.block_count", gguf_u32(100000)); },
+       "olmoe.block_count = 100000 but the file has only 14 tensors"},
       {"llama4_bf16", [](GgufWriter& w) { w.set("llama4.interleave_moe_layer_step", gguf_u32(0)); },
        "llama4.interleave_moe_layer_step = 0 is out of range"},
   };

@@ -436,7 +436,13 @@ PretrainedConfig read_gguf_config(const GgufModel& m) {
     k.fail("is a dense " + std::string(family->name) + " model (" + k.key("expert_count") +
            (k.has("expert_count") ? " = 0" : " is absent") + "): this project loads MoE layers only");
   }
-  const int64_t block_count = k.integer("block_count");
+  // Every block has tensors (its router or its dense MLP at least): a count above the tensors' is refused
+  // before anything of its size exists.
+  const int64_t block_count = k.integer("block_count", std::nullopt, 1, 1 << 20);
+  if (static_cast<uint64_t>(block_count) > m.tensor_count()) {
+    k.fail(k.key("block_count") + " = " + std::to_string(block_count) + " but the file has only " +
+           std::to_string(m.tensor_count()) + " tensors");
+  }
   c.layer.hidden = k.integer("embedding_length");
   c.layer.num_experts = static_cast<int>(k.integer("expert_count", std::nullopt, 1, 1 << 20));
   c.router.num_experts = c.layer.num_experts;
