@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "router/plan_checks.h"
 #include "router/rules/capacity.h"
 #include "router/rules/plan_rules.h"
+#include "router/rules/slice_rules.h"
 #include "router/rules/sort_keys.h"
 
 namespace moe {
@@ -340,30 +343,66 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
   return end - first_decode;
 }
 
-void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
-                           DispatchPlan& out) {
+void DispatchPlanner::check(const TokenRoutes& routes, std::span<const TokenMeta> meta,
+                            const RoutingState* state) {
   check_plan_inputs(num_experts_, top_k_, policy_, routes, meta.size(), state);
-  const int T = routes.num_tokens;
-
-  // Claiming order and pools; every check before anything is written.
   order_tokens(routes, meta);
   if (rules::orders_by_request(policy_) && !rows_distinct_) throw_if_plan_error(find_duplicate(meta));
   split_groups(meta);
-  const int num_groups = static_cast<int>(group_begin_.size()) - 1;
   if (rules::carries_routing_state(policy_)) throw_if_plan_error(find_state_error(meta, state));
+}
 
-  // Output shape.
+namespace {
+
+// An empty plan of T tokens (every pair dropped), before the rules place pairs.
+void reset_plan(DispatchPlan& out, int T, int top_k, int num_experts) {
   out.num_tokens = T;
-  out.top_k = top_k_;
-  out.num_experts = num_experts_;
-  const size_t pairs = static_cast<size_t>(T) * top_k_;
+  out.top_k = top_k;
+  out.num_experts = num_experts;
+  const size_t pairs = static_cast<size_t>(T) * top_k;
   out.pair_expert.assign(pairs, -1);
   out.pair_slot.assign(pairs, -1);
   out.pair_weight.assign(pairs, 0.0f);
   out.pair_status.assign(pairs, PairStatus::kDropped);
-  out.expert_load.assign(num_experts_, 0);
-  out.expert_capacity.assign(num_experts_, 0);
+  out.expert_load.assign(num_experts, 0);
+  out.expert_capacity.assign(num_experts, 0);
   out.batch_capacity = -1;
+}
+
+}  // namespace
+
+void DispatchPlanner::plan_slice(const TokenRoutes& routes, std::span<const TokenMeta> meta,
+                                 const int64_t* claims_before, int64_t capacity, DispatchPlan& out) {
+  if (!rules::plans_in_slices(policy_)) {
+    throw std::invalid_argument(
+        "dispatch planner: plan_slice needs batch scope, arrival priority and drop (this planner's policy "
+        "is " +
+        std::string(to_string(policy_.scope)) + "/" + std::string(to_string(policy_.priority)) + "/" +
+        std::string(to_string(policy_.overflow)) + ")");
+  }
+  if (claims_before == nullptr)
+    throw std::invalid_argument("dispatch planner: plan_slice needs claims_before");
+  check_plan_inputs(num_experts_, top_k_, policy_, routes, meta.size(), nullptr);
+  const int T = routes.num_tokens;
+  reset_plan(out, T, top_k_, num_experts_);
+  out.batch_capacity = capacity;
+  out.expert_capacity.assign(num_experts_, capacity);
+  slice_seen_.assign(static_cast<size_t>(top_k_) * num_experts_, 0);
+  SlotPlacer place{out};  // slots in this slice's claiming order: the whole batch's order of these pairs
+  rules::decide_slice(route_arrays(routes), T, num_experts_, claims_before, capacity, slice_seen_.data(),
+                      place);
+  finish(routes, out);
+}
+
+void DispatchPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
+                           DispatchPlan& out) {
+  // Claiming order and pools; every check before anything is written.
+  check(routes, meta, state);
+  const int T = routes.num_tokens;
+  const int num_groups = static_cast<int>(group_begin_.size()) - 1;
+
+  // Output shape.
+  reset_plan(out, T, top_k_, num_experts_);
 
   switch (policy_.scope) {
     case CapacityScope::kBatch: {

@@ -53,6 +53,20 @@ class DispatchPlanner {
   void plan(const TokenRoutes& routes, std::span<const TokenMeta> meta, RoutingState* state,
             DispatchPlan& out);
 
+  // The checks of plan() alone: throws what plan() would throw for these arguments, changes nothing (a caller
+  // that must agree with others before any state changes - expert parallelism - checks first, then plans).
+  void check(const TokenRoutes& routes, std::span<const TokenMeta> meta, const RoutingState* state);
+
+  // Batch scope, arrival priority, drop (rules::plans_in_slices): the plan of these rows as one slice of a
+  // larger batch (router/rules/slice_rules.h). claims_before[j * E + e]: the pairs of the whole batch that
+  // claim expert e before this slice's rank-j pairs (rules::slice_claims_before); capacity: the whole batch's
+  // (rules::batch_capacity of its token count). The plan covers this slice's rows: pair_expert, pair_weight,
+  // pair_status as the whole batch's plan has them for these rows; pair_slot, expert_load, expert_offsets
+  // and slot_pairs count this slice's kept pairs (in the whole batch's slot order); batch_capacity and
+  // expert_capacity are `capacity`. Throws std::invalid_argument for another policy or bad shapes.
+  void plan_slice(const TokenRoutes& routes, std::span<const TokenMeta> meta, const int64_t* claims_before,
+                  int64_t capacity, DispatchPlan& out);
+
  private:
   struct OrderKey {
     uint64_t major;
@@ -95,7 +109,8 @@ class DispatchPlanner {
   std::vector<int32_t> scratch_held_;
   // [top_k * num_experts] sequence: the choice counts of a request planned without a state
   std::vector<int32_t> scratch_counts_;
-  bool rows_distinct_ = false;  // order_tokens() found the rows in strict (request, position) order
+  std::vector<int64_t> slice_seen_;  // [top_k * num_experts] plan_slice's claims so far
+  bool rows_distinct_ = false;       // order_tokens() found the rows in strict (request, position) order
   // Prefix and causal scopes: request_capacity(policy_, n) for n < kCapacityTableSize (their per-row budgets;
   // longer prompts' rows beyond it compute the formula), filled by the constructor.
   static constexpr int64_t kCapacityTableSize = 4097;

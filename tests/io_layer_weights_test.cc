@@ -764,3 +764,101 @@ TEST(WeightsFromViews, ErrorsNameTheTensor) {
 
 }  // namespace
 }  // namespace moe::io
+
+namespace moe::io {
+namespace {
+
+// A rank's part of a layer (expert parallelism): only the listed experts are read - from a checkpoint whose
+// other experts' tensors do not even exist - and a part hashes its pieces as the whole layer does.
+TEST(LayerParts, LoadOnlyTheListedExperts) {
+  TempDir dir;
+  for (Architecture arch : {Architecture::kMixtral, Architecture::kDeepseekV3, Architecture::kGptOss}) {
+    SCOPED_TRACE(std::string(to_string(arch)));
+    const LayerShape s = shape_for(arch);
+    const LayerWeights whole = random_layer(s, DType::kBF16, 21);
+    save_layer(whole, arch, 2, dir / "w.safetensors");
+    const auto ckpt = Checkpoint::open(dir / "w.safetensors");
+    const LayerWeights part = load_layer(ckpt, arch, 2, s, std::nullopt, {}, ExpertSet::only({3, 1}));
+    EXPECT_FALSE(part.holds_all_experts());
+    EXPECT_EQ(part.held().list(), (std::vector<int>{1, 3}));
+    EXPECT_TRUE(part.holds_expert(3));
+    EXPECT_FALSE(part.holds_expert(0));
+    EXPECT_EQ(part.experts()[0].gate_proj.data, nullptr);
+    EXPECT_EQ(part.expert_hash(1), whole.expert_hash(1));
+    EXPECT_EQ(part.expert_hash(3), whole.expert_hash(3));
+    EXPECT_NE(whole.expert_hash(1), whole.expert_hash(3));
+    EXPECT_EQ(part.replicated_hash(), whole.replicated_hash());
+    EXPECT_NE(part.content_hash(), whole.content_hash()) << "a part never hashes like the whole layer";
+    EXPECT_EQ(load_layer(ckpt, arch, 2, s).content_hash(), whole.content_hash());
+    EXPECT_NE(thrown_message<std::invalid_argument>([&] {
+                (void)part.expert_hash(0);
+              }).find("do not hold expert 0"),
+              std::string::npos);
+    // A part without experts: the router gate and the shared expert only.
+    const LayerWeights none = load_layer(ckpt, arch, 2, s, std::nullopt, {}, ExpertSet::only({}));
+    EXPECT_EQ(none.held().describe(), "none");
+    EXPECT_EQ(none.replicated_hash(), whole.replicated_hash());
+    EXPECT_NE(thrown_message<std::invalid_argument>([&] {
+                load_layer(ckpt, arch, 2, s, std::nullopt, {}, ExpertSet::only({4}));
+              }).find("expert 4 asked for, outside the layer's [0, 4)"),
+              std::string::npos);
+  }
+  // Expert 2's tensors removed from the file: a part without expert 2 still loads; the whole layer does not.
+  const LayerShape s = shape_for(Architecture::kMixtral);
+  const LayerWeights whole = random_layer(s, DType::kF32, 22);
+  std::vector<std::vector<std::byte>> scratch;
+  std::vector<TensorToWrite> tensors = layer_tensors(whole, Architecture::kMixtral, 0, scratch);
+  std::erase_if(tensors,
+                [](const TensorToWrite& t) { return t.name.find("experts.2.") != std::string::npos; });
+  write_safetensors(dir / "part.safetensors", tensors);
+  const auto ckpt = Checkpoint::open(dir / "part.safetensors");
+  const LayerWeights part =
+      load_layer(ckpt, Architecture::kMixtral, 0, s, DType::kF32, {}, ExpertSet::only({0, 1, 3}));
+  EXPECT_EQ(part.expert_hash(3), whole.expert_hash(3));
+  EXPECT_NE(thrown_message<std::invalid_argument>([&] {
+              load_layer(ckpt, Architecture::kMixtral, 0, s);
+            }).find("experts.2.w1.weight missing"),
+            std::string::npos);
+  // file_part_reader serves the same request.
+  EXPECT_EQ(
+      file_part_reader(ckpt, Architecture::kMixtral, 0, s, DType::kF32)(ExpertSet::only({1})).expert_hash(1),
+      whole.expert_hash(1));
+}
+
+TEST(LayerParts, RandomAndFromViews) {
+  const LayerShape s = shape_for(Architecture::kQwen2Moe);
+  const LayerWeights whole = random_layer(s, DType::kF32, 5);
+  const LayerWeights part = random_layer(s, DType::kF32, 5, ExpertSet::only({2}));
+  EXPECT_EQ(part.expert_hash(2), whole.expert_hash(2));
+  EXPECT_EQ(part.replicated_hash(), whole.replicated_hash());
+  // The combination of the pieces is the same for any split.
+  std::vector<uint64_t> hashes;
+  for (int e = 0; e < s.num_experts; ++e) hashes.push_back(whole.expert_hash(e));
+  const uint64_t combined = sharded_hash(whole.replicated_hash(), hashes);
+  hashes[1] ^= 1;
+  EXPECT_NE(sharded_hash(whole.replicated_hash(), hashes), combined);
+  // From views: experts[i] is expert part.list()[i].
+  LayerViews views = views_of(whole);
+  views.part = ExpertSet::only({3, 0});
+  views.experts = {whole.experts()[0], whole.experts()[3]};
+  const LayerWeights from_views = weights_from_views(s, views, DType::kF32, Ownership::kCopy);
+  EXPECT_EQ(from_views.held().list(), (std::vector<int>{0, 3}));
+  EXPECT_EQ(from_views.expert_hash(0), whole.expert_hash(0));
+  EXPECT_EQ(from_views.expert_hash(3), whole.expert_hash(3));
+  views.experts.pop_back();
+  EXPECT_NE(thrown_message<std::invalid_argument>([&] {
+              weights_from_views(s, views, DType::kF32, Ownership::kCopy);
+            }).find("1 experts given, the part lists 2 (0, 3)"),
+            std::string::npos);
+  // What needs the whole layer says so.
+  EXPECT_NE(thrown_message<std::invalid_argument>([&] {
+              save_layer(part, Architecture::kQwen2Moe, 0, "/tmp/x");
+            }).find("save_layer needs every expert's weights; these hold 1 of 4 (experts 2"),
+            std::string::npos);
+  EXPECT_EQ(ExpertSet::only({5, 1, 2, 3, 5}).describe(), "1-3, 5");
+  EXPECT_EQ(ExpertSet::all().describe(), "all");
+  EXPECT_TRUE(ExpertSet::all().contains(1000));
+}
+
+}  // namespace
+}  // namespace moe::io

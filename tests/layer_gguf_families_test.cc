@@ -196,6 +196,34 @@ TEST(GgufLayer, MatchingTypesAreZeroCopyViewsIntoTheMapping) {
             static_cast<float>(w.ref.experts[0].gate[5]));
 }
 
+// A rank's part (expert parallelism): the router and the shared expert, and only the listed experts, with the
+// hashes the whole layer gives them; the memory check counts only what is read.
+TEST(GgufLayer, APartHoldsOnlyItsExperts) {
+  TempDir dir;
+  for (const char* name : {"kimi_k2_bf16", "llama_per_expert_bf16"}) {
+    const WrittenCheckpoint w = write_family_gguf(gguf_family_case(name), dir / name);
+    const io::Pretrained p = io::open_pretrained(w.dir);
+    const io::LayerWeights whole = io::load_pretrained_layer(p, w.layer, DType::kF32);
+    const io::LayerWeights part = io::load_pretrained_layer(p, w.layer, DType::kF32, io::ExpertSet::only({5, 2}));
+    EXPECT_EQ(part.held().list(), (std::vector<int>{2, 5})) << name;
+    EXPECT_TRUE(part.holds_expert(5));
+    EXPECT_FALSE(part.holds_expert(0));
+    EXPECT_EQ(part.replicated_hash(), whole.replicated_hash()) << name;
+    EXPECT_EQ(part.expert_hash(2), whole.expert_hash(2)) << name;
+    EXPECT_EQ(part.expert_hash(5), whole.expert_hash(5)) << name;
+    // f32 copies of 2 of 8 (or 16) experts fit where the whole layer's do not.
+    const uint64_t one_expert = 3 * 32 * 64 * 4;
+    ::setenv("MOE_MEMORY_LIMIT_BYTES", std::to_string(3 * one_expert + 16 * 64 * 4).c_str(), 1);
+    EXPECT_NO_THROW(io::load_pretrained_layer(p, w.layer, DType::kF32, io::ExpertSet::only({1, 3})));
+    EXPECT_THROW(io::load_pretrained_layer(p, w.layer, DType::kF32), io::OutOfMemory);
+    ::unsetenv("MOE_MEMORY_LIMIT_BYTES");
+  }
+  const WrittenCheckpoint w = write_family_gguf(gguf_family_case("olmoe_f32"), dir / "olmoe");
+  const std::string msg = thrown_message<std::invalid_argument>(
+      [&] { io::load_pretrained_layer(w.dir, w.layer, std::nullopt, io::ExpertSet::only({8})); });
+  EXPECT_NE(msg.find("8"), std::string::npos) << msg;
+}
+
 // A split model loads the same layer as the single file, from whichever shard it is named by.
 TEST(GgufLayer, SplitFilesLoadTheSameLayer) {
   TempDir dir;

@@ -166,6 +166,31 @@ TEST(ExpertParallel, ExplicitPlacementsGiveTheSameBits) {
   }
 }
 
+// Redundant experts: EPLB's placements of skewed loads (hot experts with replicas on several ranks, some rank
+// holding two replicas of one expert), and every expert on every rank: the same bits and plans, every case.
+TEST(ExpertParallel, ReplicatedExpertsGiveTheSameBits) {
+  MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());
+  const int P = comm.size();
+  for (const Case& c : Cases()) {
+    const int E = c.shape.num_experts;
+    std::vector<float> load(E);  // skewed, hottest experts scattered
+    for (int e = 0; e < E; ++e) load[e] = std::floor(1000.0f / static_cast<float>(1 + (e * 5) % E));
+    std::vector<std::vector<int>> everywhere(E);
+    for (int e = 0; e < E; ++e) {
+      for (int r = 0; r <= P; ++r) everywhere[e].push_back((e + r) % P);  // one rank twice
+    }
+    const ExpertPlacement placements[] = {
+        ExpertPlacement::from_replication(eplb::rebalance_global(load, E + 2 * P, P)),
+        ExpertPlacement::from_replication(eplb::rebalance(load, E + 4 * P, 4, P % 2 == 0 ? 2 : 1, P)),
+        ExpertPlacement::from_replicas(everywhere, P)};
+    for (const ExpertPlacement& placement : placements) {
+      ASSERT_TRUE(placement.has_redundancy()) << placement.describe();
+      const Outcome o = RunAgainstReference(comm, c, 2, 300, placement);
+      EXPECT_EQ(o.mismatched_batches, 0) << c.name << " with " << placement.describe();
+    }
+  }
+}
+
 // The same global batches through communicators of 1, 2 and 4 ranks in one job: every world size's
 // output equals the reference bits (hence each other's).
 TEST(ExpertParallel, WorldSizes124) {

@@ -150,3 +150,42 @@ TEST(ExpertParallelLayer, BadInputIsInvalidArgument) {
 
 }  // namespace
 }  // namespace moe::parallel
+
+namespace moe::parallel {
+namespace {
+
+// A part of a layer (a rank's experts) is for an expert-parallel layer; the single-process layer refuses it.
+TEST(ExpertParallelLayer, SingleProcessLayersRefuseParts) {
+  const io::LayerShape shape = moe::testing::SmallShape(32, 48, 8);
+  auto part = std::make_shared<const io::LayerWeights>(
+      io::random_layer(shape, kernels::DType::kF32, 1, io::ExpertSet::only({0, 1, 2})));
+  moe::testing::ExpectInvalid([&] { MoELayer(moe::testing::SmallConfig("deterministic", 8, 2), part); },
+                              "MoELayer needs every expert's weights; these hold 3 of 8 (experts 0-2");
+}
+
+// Home planning at world size 1 is the single-process layer, bit for bit, plans included.
+TEST(ExpertParallelLayer, OneRankHomePlanningEqualsMoELayerBits) {
+  SingleProcessCommunicator comm;
+  auto weights = moe::testing::RandomWeights(moe::testing::SmallShape(32, 48, 8));
+  for (const char* preset : {"deterministic", "greedy"}) {
+    const MoELayerConfig config = moe::testing::SmallConfig(preset, 8, 2);
+    ExpertParallelOptions options;
+    options.planning = EpPlanning::kHome;
+    ExpertParallelLayer ep(config, weights, comm, std::nullopt, options);
+    EXPECT_TRUE(ep.plans_locally());
+    MoELayer ref(config, weights);
+    std::vector<TokenMeta> meta;
+    for (uint32_t i = 0; i < 40; ++i) meta.push_back({i % 5, i / 5});
+    const moe::testing::Batch b = moe::testing::MakeBatch(meta, 32);
+    std::vector<float> y(b.x.size()), y_ref(b.x.size());
+    ep.forward(b.x.data(), 40, meta, y.data());
+    ref.forward(b.x.data(), 40, meta, y_ref.data());
+    EXPECT_EQ(std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)), 0) << preset;
+    EXPECT_EQ(plan_hash(ep.last_plan()), plan_hash(ref.last_plan())) << preset;
+  }
+  EXPECT_EQ(parse_ep_planning("home"), EpPlanning::kHome);
+  moe::testing::ExpectInvalid([] { parse_ep_planning("local"); }, "'local' is not one of: global, home");
+}
+
+}  // namespace
+}  // namespace moe::parallel

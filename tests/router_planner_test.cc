@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "router/dispatch_planner.h"
 #include "router/rules/plan_rules.h"
+#include "router/rules/slice_rules.h"
 #include "tests/support/allocation_counter.h"
 #include "tests/support/expect_invalid.h"
 
@@ -571,6 +573,92 @@ TEST(Planner, SurvivorRenormalisationIsOptIn) {
   EXPECT_FLOAT_EQ(renorm.pair_weight[0], 1.0f);
   EXPECT_FLOAT_EQ(renorm.pair_weight[2], 1.0f);
   EXPECT_EQ(renorm.pair_weight[1], 0.0f);
+}
+
+// Batch scope planned in slices (router/rules/slice_rules.h): random batches (with unavailable ranks and
+// renormalisation) cut into random slices; each slice planned from its rows and the exclusive scan of the
+// slices' claim counts alone equals the whole batch's plan on its rows (expert, weight bits, status), its
+// kept pairs in the whole batch's slot order; and the claim indices are the whole batch's slots.
+TEST(Planner, BatchScopeInSlicesEqualsTheWholeBatch) {
+  std::mt19937_64 rng(34);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int E = 2 + static_cast<int>(rng() % 9), k = 1 + static_cast<int>(rng() % std::min(E, 4));
+    const int T = static_cast<int>(rng() % 60);
+    DispatchPolicy policy = Policy(CapacityScope::kBatch, Priority::kArrival, 0.5 + (rng() % 8) * 0.25);
+    policy.renormalize_survivors = trial % 3 == 0;
+    std::vector<std::vector<int32_t>> ranked(T);
+    std::vector<std::vector<float>> weights(T);
+    for (int t = 0; t < T; ++t) {
+      std::vector<int32_t> all(E);
+      for (int e = 0; e < E; ++e) all[e] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      ranked[t].assign(all.begin(), all.begin() + k);
+      if (rng() % 7 == 0) ranked[t][k - 1] = -1;  // an unavailable rank
+      for (int j = 0; j < k; ++j) weights[t].push_back(static_cast<float>(rng() % 100 + 1) / 100.0f);
+    }
+    std::vector<TokenMeta> meta(T);
+    for (int t = 0; t < T; ++t) meta[t] = {static_cast<uint64_t>(rng() % 5), static_cast<uint32_t>(t)};
+    const TokenRoutes whole = T > 0 ? MakeRoutes(E, k, ranked, weights) : TokenRoutes{0, E, k, k, {}, {}, {}};
+    const DispatchPlan want = Plan(policy, whole, meta);
+    // Slices and their claims.
+    const int S = 1 + static_cast<int>(rng() % 4);
+    std::vector<int> cut = {0, T};
+    for (int s = 1; s < S; ++s) cut.push_back(static_cast<int>(rng() % (T + 1)));
+    std::sort(cut.begin(), cut.end());
+    std::vector<TokenRoutes> slices;
+    std::vector<int64_t> claims(static_cast<size_t>(S) * k * E, 0);  // [s][j][e]
+    for (int s = 0; s < S; ++s) {
+      std::vector<std::vector<int32_t>> r(ranked.begin() + cut[s], ranked.begin() + cut[s + 1]);
+      std::vector<std::vector<float>> w(weights.begin() + cut[s], weights.begin() + cut[s + 1]);
+      slices.push_back(r.empty() ? TokenRoutes{0, E, k, k, {}, {}, {}} : MakeRoutes(E, k, r, w));
+      const rules::RouteArrays a{slices[s].experts.data(), slices[s].weights.data(), k, k};
+      rules::count_slice_claims(a, cut[s + 1] - cut[s], E, &claims[static_cast<size_t>(s) * k * E]);
+    }
+    std::vector<int64_t> before(claims.size());
+    for (int e = 0; e < E; ++e) {  // per expert: [s][j] in, [s][j] out
+      std::vector<int64_t> c(static_cast<size_t>(S) * k), b(c.size());
+      for (int s = 0; s < S; ++s)
+        for (int j = 0; j < k; ++j) c[s * k + j] = claims[(static_cast<size_t>(s) * k + j) * E + e];
+      rules::slice_claims_before(c.data(), S, k, b.data());
+      for (int s = 0; s < S; ++s)
+        for (int j = 0; j < k; ++j) before[(static_cast<size_t>(s) * k + j) * E + e] = b[s * k + j];
+    }
+    DispatchPlanner planner(E, k, policy);
+    for (int s = 0; s < S; ++s) {
+      DispatchPlan got;
+      const std::vector<TokenMeta> m(meta.begin() + cut[s], meta.begin() + cut[s + 1]);
+      planner.plan_slice(slices[s], m, &before[static_cast<size_t>(s) * k * E], want.batch_capacity, got);
+      for (int t = cut[s]; t < cut[s + 1]; ++t) {
+        for (int j = 0; j < k; ++j) {
+          const size_t p = static_cast<size_t>(t) * k + j, q = static_cast<size_t>(t - cut[s]) * k + j;
+          ASSERT_EQ(got.pair_expert[q], want.pair_expert[p]) << "trial " << trial;
+          ASSERT_EQ(got.pair_status[q], want.pair_status[p]) << "trial " << trial;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got.pair_weight[q]),
+                    std::bit_cast<uint32_t>(want.pair_weight[p]));
+        }
+      }
+      // The slice's kept pairs at e are the whole batch's, in its slot order.
+      for (int e = 0; e < E; ++e) {
+        std::vector<int32_t> mine;
+        for (int32_t g = want.expert_offsets[e]; g < want.expert_offsets[e + 1]; ++g) {
+          const int32_t t = want.slot_pairs[g] / k;
+          if (t >= cut[s] && t < cut[s + 1]) mine.push_back(want.slot_pairs[g] - cut[s] * k);
+        }
+        const std::vector<int32_t> slots(got.slot_pairs.begin() + got.expert_offsets[e],
+                                         got.slot_pairs.begin() + got.expert_offsets[e + 1]);
+        ASSERT_EQ(slots, mine) << "trial " << trial << " expert " << e;
+      }
+      EXPECT_EQ(got.batch_capacity, want.batch_capacity);
+    }
+  }
+  ExpectInvalid(
+      [] {
+        DispatchPlanner p(4, 2, Policy(CapacityScope::kRequest, Priority::kArrival, 1.0));
+        DispatchPlan out;
+        const int64_t before[8] = {};
+        p.plan_slice(TokenRoutes{0, 4, 2, 2, {}, {}, {}}, {}, before, 1, out);
+      },
+      "plan_slice needs batch scope, arrival priority and drop");
 }
 
 TEST(Planner, RejectsMismatchedInputs) {

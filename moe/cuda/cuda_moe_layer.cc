@@ -109,6 +109,7 @@ CudaMoELayer::CudaMoELayer(MoELayerConfig config, std::shared_ptr<const io::Laye
          "compute "
          "fp32, or the CPU layer for bf16 compute");
   }
+  weights_->require_all_experts("CudaMoELayer");
   for (const io::ExpertTensors& t : weights_->experts()) {
     int64_t d = 0, ff = 0;
     kernels::validate_ffn_weights(config_.activation, expert_ffn_weights(t, config_), &d, &ff);

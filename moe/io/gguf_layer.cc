@@ -182,7 +182,8 @@ struct GgufLayerViews {
   std::vector<std::vector<float>> gate_bias, up_bias, down_bias;
 };
 
-GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int layer, DType storage) {
+GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int layer, DType storage,
+                          const ExpertSet& held = ExpertSet::all()) {
   const LayerShape& s = c.layer;
   const int64_t d = s.hidden, ff = s.expert_ff, E = s.num_experts;
   const GgufLayerNames n(layer);
@@ -202,6 +203,7 @@ GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int lay
   const GgufTensorInfo* up_b = s.expert_bias ? &r.tensor(n.up_exps_bias(), {ff, E}) : nullptr;
   const GgufTensorInfo* down_b = s.expert_bias ? &r.tensor(n.down_exps_bias(), {d, E}) : nullptr;
   for (int e = 0; e < s.num_experts; ++e) {
+    if (!held.contains(e)) continue;
     const std::string of = " (expert " + std::to_string(e) + ")";
     ExpertTensors t;
     if (per_expert) {
@@ -257,31 +259,33 @@ DType default_storage(const GgufModel& m, GgufLayerReader& r, int layer) {
 void check_gguf_layer(const GgufModel& model, const PretrainedConfig& config, int layer_index) {
   config.layer.validate_for(config.architecture);
   GgufLayerReader planner(model, config, nullptr);
-  read_layer(planner, config, layer_index, default_storage(model, planner, layer_index));
+  read_layer(planner, config, layer_index, default_storage(model, planner, layer_index, ExpertSet::all()));
 }
 
 LayerWeights load_gguf_layer(std::shared_ptr<const GgufModel> model, const PretrainedConfig& config,
-                             int layer_index, std::optional<DType> storage) {
+                             int layer_index, std::optional<DType> storage, const ExpertSet& experts) {
   if (model == nullptr) throw std::invalid_argument("load_gguf_layer: null model");
   const PretrainedConfig& c = config;
   c.layer.validate_for(c.architecture);
+  experts.check(c.layer.num_experts);
   GgufLayerReader planner(*model, c, nullptr);
   const GgufLayerNames n(layer_index);
   planner.tensor(n.router(), {c.layer.hidden, c.layer.num_experts});  // the first tensor to report
-  if (!storage) storage = default_storage(*model, planner, layer_index);
+  if (!storage) storage = default_storage(*model, planner, layer_index, experts);
   if (*storage != DType::kF32 && *storage != DType::kBF16) {
     throw std::invalid_argument("moe::io: storage dtype must be f32 or bf16, not " +
                                 std::string(kernels::to_string(*storage)));
   }
-  read_layer(planner, c, layer_index, *storage);
+  read_layer(planner, c, layer_index, *storage, experts);
   check_memory(planner.planned_bytes(), "layer " + std::to_string(layer_index) + " of " +
                                             model->path().string() + " in " +
                                             std::string(kernels::to_string(*storage)) + " storage");
   auto owned = std::make_shared<GgufLayerStorage>();
   owned->model = model;
   GgufLayerReader loader(*model, c, owned.get());
-  GgufLayerViews v = read_layer(loader, c, layer_index, *storage);
+  GgufLayerViews v = read_layer(loader, c, layer_index, *storage, experts);
   v.views.mapped = loader.mapped();
+  v.views.part = experts;
   v.views.score_bias = v.score_bias;
   v.views.router_bias = v.router_bias;
   for (size_t e = 0; e < v.views.experts.size() && c.layer.expert_bias; ++e) {

@@ -29,10 +29,15 @@ namespace moe::io {
 // gate, the biases and the shared-expert gate are fp32.
 //
 // Memory: the bytes the converted matrices take are checked against the memory available before anything
-// is allocated (io::OutOfMemory names both). Errors (std::invalid_argument, naming the tensor and the file):
+// is allocated (io::OutOfMemory names both).
+//
+// Parts: `experts` = ExpertSet::only(list) reads the router, its biases, the shared expert and only the listed
+// experts' slices (the others' bytes are neither read nor counted; per-expert tensors of the others are not
+// looked up), as load_layer does; the result holds() that list. Errors (std::invalid_argument, naming the tensor and the file):
 // a missing tensor, a wrong shape, an unsupported type, a non-finite value where one is not allowed.
 LayerWeights load_gguf_layer(std::shared_ptr<const GgufModel> model, const PretrainedConfig& config,
-                             int layer_index, std::optional<kernels::DType> storage = std::nullopt);
+                             int layer_index, std::optional<kernels::DType> storage = std::nullopt,
+                             const ExpertSet& experts = ExpertSet::all());
 
 // What load_gguf_layer checks before it reads data - every tensor of the layer present with its shape and a
 // loadable type - without reading or allocating anything; throws its errors. `moe-sim inspect` asks it of

@@ -283,6 +283,7 @@ class LayerBuilder {
   void set_shared_gate(MatrixView v) { w_.shared_gate_ = v; }
   void set_checkpoint(std::shared_ptr<const Checkpoint> c) { w_.checkpoint_ = std::move(c); }
   void set_keep_alive(std::shared_ptr<const void> owner) { w_.keep_alive_ = std::move(owner); }
+  void set_held(ExpertSet held) { w_.held_ = std::move(held); }
 
   // A caller's matrix: borrowed as it is, or copied (and converted to `to`) row by row into an owned one.
   MatrixView caller_matrix(const MatrixView& v, DType to, Ownership ownership) {
@@ -477,7 +478,7 @@ class LayerLoader {
 
 // The layer's tensors through `loader` into `b` (the builder is null while planning).
 void read_layer(LayerLoader& loader, LayerBuilder* b, Architecture arch, const HfNames& names,
-                const LayerShape& shape, DType storage) {
+                const LayerShape& shape, DType storage, const ExpertSet& experts) {
   const int64_t d = shape.hidden, ff = shape.expert_ff, E = shape.num_experts;
   const MatrixView gate = loader.matrix(names.router_gate(), E, d, DType::kF32);
   std::vector<float> score_bias, router_bias;
@@ -490,6 +491,10 @@ void read_layer(LayerLoader& loader, LayerBuilder* b, Architecture arch, const H
   }
   for (int e = 0; e < shape.num_experts; ++e) {
     ExpertTensors t;
+    if (!experts.contains(e)) {  // a part: this expert is another rank's (null views)
+      if (b) b->add_expert(t);
+      continue;
+    }
     if (!fused_experts(arch)) {
       t.gate_proj = loader.matrix(names.expert(e, Proj::kGate), ff, d, storage);
       t.up_proj = loader.matrix(names.expert(e, Proj::kUp), ff, d, storage);
@@ -601,50 +606,148 @@ struct Hasher {
 
 }  // namespace
 
+namespace {
+
+void hash_floats(Hasher& h, std::string_view name, std::span<const float> v) {
+  const auto n = static_cast<int64_t>(v.size());
+  if (n > 0) h.tensor(name, DType::kF32, {n}, v.data(), 1, n, n);
+}
+
+void hash_expert(Hasher& h, int e, const ExpertTensors& t) {
+  h.matrix(canonical_expert(e, Proj::kGate), t.gate_proj);
+  h.matrix(canonical_expert(e, Proj::kUp), t.up_proj);
+  h.matrix(canonical_expert(e, Proj::kDown), t.down_proj);
+  hash_floats(h, canonical_expert(e, Proj::kGate) + ".bias", t.gate_bias);
+  hash_floats(h, canonical_expert(e, Proj::kUp) + ".bias", t.up_bias);
+  hash_floats(h, canonical_expert(e, Proj::kDown) + ".bias", t.down_bias);
+}
+
+void hash_shared(Hasher& h, const std::optional<ExpertTensors>& shared,
+                 const std::optional<MatrixView>& shared_gate) {
+  if (shared) {
+    h.matrix(canonical_shared(Proj::kGate), shared->gate_proj);
+    h.matrix(canonical_shared(Proj::kUp), shared->up_proj);
+    h.matrix(canonical_shared(Proj::kDown), shared->down_proj);
+  }
+  if (shared_gate) h.matrix("shared_gate", *shared_gate);
+}
+
+}  // namespace
+
 uint64_t LayerWeights::content_hash() const {
   static_assert(std::endian::native == std::endian::little, "content_hash hashes little-endian bytes");
   Hasher h;
   h.str("moe.io.LayerWeights.v1");
   h.matrix("router_gate", router_gate_);
-  if (!score_bias_.empty()) {
-    const auto n = static_cast<int64_t>(score_bias_.size());
-    h.tensor("score_bias", DType::kF32, {n}, score_bias_.data(), 1, n, n);
-  }
-  auto vector = [&](std::string_view name, std::span<const float> v) {
-    const auto n = static_cast<int64_t>(v.size());
-    if (n > 0) h.tensor(name, DType::kF32, {n}, v.data(), 1, n, n);
-  };
-  vector("router_bias", router_bias_);
+  hash_floats(h, "score_bias", score_bias_);
+  hash_floats(h, "router_bias", router_bias_);
   for (size_t e = 0; e < experts_.size(); ++e) {
-    const int ei = static_cast<int>(e);
-    h.matrix(canonical_expert(ei, Proj::kGate), experts_[e].gate_proj);
-    h.matrix(canonical_expert(ei, Proj::kUp), experts_[e].up_proj);
-    h.matrix(canonical_expert(ei, Proj::kDown), experts_[e].down_proj);
-    vector(canonical_expert(ei, Proj::kGate) + ".bias", experts_[e].gate_bias);
-    vector(canonical_expert(ei, Proj::kUp) + ".bias", experts_[e].up_bias);
-    vector(canonical_expert(ei, Proj::kDown) + ".bias", experts_[e].down_bias);
+    if (holds_expert(static_cast<int>(e))) hash_expert(h, static_cast<int>(e), experts_[e]);
   }
-  if (shared_) {
-    h.matrix(canonical_shared(Proj::kGate), shared_->gate_proj);
-    h.matrix(canonical_shared(Proj::kUp), shared_->up_proj);
-    h.matrix(canonical_shared(Proj::kDown), shared_->down_proj);
+  hash_shared(h, shared_, shared_gate_);
+  if (!held_.is_all()) {  // a part: after everything a whole layer hashes, so whole layers hash as before
+    h.str("part");
+    h.u64(held_.list().size());
+    for (int e : held_.list()) h.u64(static_cast<uint64_t>(e));
   }
-  if (shared_gate_) h.matrix("shared_gate", *shared_gate_);
   return h.digest();
 }
 
+uint64_t LayerWeights::replicated_hash() const {
+  Hasher h;
+  h.str("moe.io.LayerWeights.replicated.v1");
+  h.matrix("router_gate", router_gate_);
+  hash_floats(h, "score_bias", score_bias_);
+  hash_floats(h, "router_bias", router_bias_);
+  hash_shared(h, shared_, shared_gate_);
+  return h.digest();
+}
+
+uint64_t LayerWeights::expert_hash(int e) const {
+  if (e < 0 || e >= static_cast<int>(experts_.size()) || !holds_expert(e)) {
+    throw std::invalid_argument("LayerWeights::expert_hash: these weights do not hold expert " +
+                                std::to_string(e) + " (they hold " + held_.describe() + ")");
+  }
+  Hasher h;
+  h.str("moe.io.LayerWeights.expert.v1");
+  hash_expert(h, e, experts_[static_cast<size_t>(e)]);
+  return h.digest();
+}
+
+void LayerWeights::require_all_experts(std::string_view who) const {
+  if (held_.is_all()) return;
+  throw std::invalid_argument(std::string(who) + " needs every expert's weights; these hold " +
+                              std::to_string(held_.list().size()) + " of " +
+                              std::to_string(shape_.num_experts) + " (experts " + held_.describe() +
+                              ": a rank's part, for ExpertParallelLayer)");
+}
+
+uint64_t sharded_hash(uint64_t replicated_hash, std::span<const uint64_t> expert_hashes) {
+  uint64_t h = hash_combine64(0x7368617264656468ull, replicated_hash);  // "sharded" + 'h'
+  h = hash_combine64(h, expert_hashes.size());
+  for (uint64_t x : expert_hashes) h = hash_combine64(h, x);
+  return h;
+}
+
+ExpertSet ExpertSet::only(std::vector<int> experts) {
+  std::sort(experts.begin(), experts.end());
+  experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+  ExpertSet s;
+  s.all_ = false;
+  s.list_ = std::move(experts);
+  return s;
+}
+
+bool ExpertSet::contains(int expert) const {
+  return all_ || std::binary_search(list_.begin(), list_.end(), expert);
+}
+
+void ExpertSet::check(int num_experts) const {
+  for (int e : list_) {
+    if (e < 0 || e >= num_experts) {
+      throw std::invalid_argument("moe::io: expert " + std::to_string(e) +
+                                  " asked for, outside the layer's [0, " + std::to_string(num_experts) + ")");
+    }
+  }
+}
+
+std::string ExpertSet::describe() const {
+  if (all_) return "all";
+  if (list_.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < list_.size();) {
+    size_t j = i;
+    while (j + 1 < list_.size() && list_[j + 1] == list_[j] + 1) ++j;
+    out += (i ? ", " : "") + std::to_string(list_[i]);
+    if (j > i) out += "-" + std::to_string(list_[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+LayerPartReader file_part_reader(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch,
+                                 int layer_index, const LayerShape& expected, std::optional<DType> storage,
+                                 Fp8BlockSize fp8_block) {
+  return LayerPartReader([=](const ExpertSet& experts) {
+    return load_layer(checkpoint, arch, layer_index, expected, storage, fp8_block, experts);
+  });
+}
+
 LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch, int layer_index,
-                        const LayerShape& expected, std::optional<DType> storage, Fp8BlockSize fp8_block) {
+                        const LayerShape& expected, std::optional<DType> storage, Fp8BlockSize fp8_block,
+                        const ExpertSet& experts) {
   if (checkpoint == nullptr) throw std::invalid_argument("load_layer: null checkpoint");
   if (layer_index < 0)
     throw std::invalid_argument("load_layer: negative layer index " + std::to_string(layer_index));
   expected.validate_for(arch);
+  experts.check(expected.num_experts);
   const Checkpoint& ckpt = *checkpoint;
   const HfNames names(arch, layer_index,
                       arch == Architecture::kLlama4 ? llama4_root(ckpt, layer_index) : "model.");
   LayerLoader planner(ckpt, arch, fp8_block, nullptr);
   planner.raw(names.router_gate(), {expected.num_experts, expected.hidden});  // the first name to report
   if (!storage) {
+    // Expert 0's file dtype, for a part too (only its header is read), so every rank's part agrees.
     if (!fused_experts(arch)) {
       storage = planner.suggested_storage(names.expert(0, Proj::kGate));
     } else {
@@ -653,13 +756,14 @@ LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architectu
     }
   }
   LayerBuilder b(expected, *storage);  // rejects kF16 storage
-  read_layer(planner, nullptr, arch, names, expected, *storage);
+  read_layer(planner, nullptr, arch, names, expected, *storage, experts);
   check_memory(planner.planned_bytes(), "layer " + std::to_string(layer_index) + " of " +
                                             ckpt.path().string() + " in " +
                                             std::string(kernels::to_string(*storage)) + " storage");
   b.set_checkpoint(checkpoint);
+  b.set_held(experts);
   LayerLoader loader(ckpt, arch, fp8_block, &b);
-  read_layer(loader, &b, arch, names, expected, *storage);
+  read_layer(loader, &b, arch, names, expected, *storage, experts);
   return std::move(b.weights());
 }
 
@@ -716,9 +820,18 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     }
   };
   check_vector("router_bias", views.router_bias, shape.router_bias, E, "router_bias");
-  if (static_cast<int64_t>(views.experts.size()) != E) {
-    fail(std::to_string(views.experts.size()) + " experts given, the shape has " + std::to_string(E));
+  views.part.check(static_cast<int>(E));
+  const int64_t given = views.part.is_all() ? E : static_cast<int64_t>(views.part.list().size());
+  if (static_cast<int64_t>(views.experts.size()) != given) {
+    fail(std::to_string(views.experts.size()) + " experts given, " +
+         (views.part.is_all()
+              ? "the shape has " + std::to_string(E)
+              : "the part lists " + std::to_string(given) + " (" + views.part.describe() + ")"));
   }
+  // experts[i] is expert id_of(i).
+  auto id_of = [&](int64_t i) {
+    return views.part.is_all() ? i : int64_t{views.part.list()[static_cast<size_t>(i)]};
+  };
   // The expert matrices share one dtype: the storage dtype when borrowed, any file dtype when copied.
   const DType expert_dtype = views.experts.empty() ? storage : views.experts[0].gate_proj.dtype;
   if (expert_dtype != DType::kF32 && expert_dtype != DType::kBF16 && !(copy && expert_dtype == DType::kF16)) {
@@ -730,8 +843,8 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     check_view(name + ".up_proj", t.up_proj, f, d, want, false);
     check_view(name + ".down_proj", t.down_proj, d, f, want, false);
   };
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string name = "experts[" + std::to_string(e) + "]";
+  for (int64_t e = 0; e < given; ++e) {
+    const std::string name = "experts[" + std::to_string(id_of(e)) + "]";
     check_ffn(name, views.experts[e], ff);
     check_vector(name + ".gate_bias", views.experts[e].gate_bias, shape.expert_bias, ff, "expert_bias");
     check_vector(name + ".up_bias", views.experts[e].up_bias, shape.expert_bias, ff, "expert_bias");
@@ -767,15 +880,24 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     }
     return out;
   };
-  for (const ExpertTensors& t : views.experts) b.add_expert(ffn(t));
+  b.set_held(views.part);
+  for (int64_t e = 0, i = 0; e < E; ++e) {
+    if (i < given && id_of(i) == e) {
+      b.add_expert(ffn(views.experts[static_cast<size_t>(i++)]));
+    } else {
+      b.add_expert(ExpertTensors{});  // another rank's expert
+    }
+  }
   if (views.shared) b.set_shared(ffn(*views.shared));
   if (views.shared_gate) b.set_shared_gate(b.caller_matrix(*views.shared_gate, DType::kF32, ownership));
   return std::move(b.weights());
 }
 
-LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed) {
+LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed, const ExpertSet& experts) {
   shape.validate();
+  experts.check(shape.num_experts);
   LayerBuilder b(shape, storage);
+  b.set_held(experts);
   const int64_t d = shape.hidden, ff = shape.expert_ff;
   b.set_router_gate(b.random_matrix("router_gate", shape.num_experts, d, DType::kF32, seed));
   if (shape.score_bias) {
@@ -792,6 +914,10 @@ LayerWeights random_layer(const LayerShape& shape, DType storage, uint64_t seed)
   };
   if (shape.router_bias) b.set_router_bias(random_vector("router_bias", shape.num_experts, 0.5));
   for (int e = 0; e < shape.num_experts; ++e) {
+    if (!experts.contains(e)) {
+      b.add_expert(ExpertTensors{});
+      continue;
+    }
     ExpertTensors t{b.random_matrix(canonical_expert(e, Proj::kGate), ff, d, storage, seed),
                     b.random_matrix(canonical_expert(e, Proj::kUp), ff, d, storage, seed),
                     b.random_matrix(canonical_expert(e, Proj::kDown), d, ff, storage, seed)};
@@ -880,6 +1006,7 @@ std::vector<TensorToWrite> layer_tensors(const LayerWeights& weights, Architectu
                                          std::vector<std::vector<std::byte>>& scratch) {
   if (layer_index < 0)
     throw std::invalid_argument("save_layer: negative layer index " + std::to_string(layer_index));
+  weights.require_all_experts("save_layer");
   const LayerShape& shape = weights.shape();
   shape.validate_for(arch);
   const HfNames names(arch, layer_index, arch == Architecture::kLlama4 ? "language_model.model." : "model.");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -82,6 +83,30 @@ struct LayerShape {
   uint64_t expert_bytes(kernels::DType storage) const;
 };
 
+// The routed experts a load covers, or a LayerWeights holds: every one (a whole layer), or a list (a rank's
+// part under expert parallelism: "load these experts of layer i"; the router gate, its biases and the shared
+// expert always come along). A list may be empty (a rank that only routes, combines and runs the shared
+// expert). Any reader of a checkpoint serves such a request (LayerPartReader below).
+class ExpertSet {
+ public:
+  static ExpertSet all() { return ExpertSet(); }
+  // Sorted and deduplicated; its values are checked against the layer's expert count where it is used
+  // (std::invalid_argument naming the expert).
+  static ExpertSet only(std::vector<int> experts);
+  bool is_all() const { return all_; }
+  // The listed experts, ascending (empty for all()).
+  const std::vector<int>& list() const { return list_; }
+  bool contains(int expert) const;
+  // Throws std::invalid_argument when an expert is outside [0, num_experts).
+  void check(int num_experts) const;
+  // "all" or "0-3, 7" (ranges where contiguous), "none" for an empty list.
+  std::string describe() const;
+
+ private:
+  bool all_ = true;
+  std::vector<int> list_;
+};
+
 // The three matrices of one SwiGLU expert, nn.Linear layout [out, in]:
 // gate_proj and up_proj [ff, hidden], down_proj [hidden, ff]. All three have the layer's storage dtype.
 // The biases (LayerShape::expert_bias) are fp32, empty when the layer has none.
@@ -116,8 +141,17 @@ class LayerWeights {
   std::span<const float> score_bias() const { return score_bias_; }
   // num_experts fp32 values added to the router logits when shape().router_bias, else empty.
   std::span<const float> router_bias() const { return router_bias_; }
-  // num_experts entries, expert e at index e.
+  // num_experts entries, expert e at index e; an expert these weights do not hold (a part: holds_expert) has
+  // null views.
   std::span<const ExpertTensors> experts() const { return experts_; }
+  // Which routed experts these weights hold: all of them (a whole layer), or a part (load_layer,
+  // random_layer or weights_from_views with an ExpertSet::only).
+  const ExpertSet& held() const { return held_; }
+  bool holds_expert(int e) const { return held_.contains(e); }
+  bool holds_all_experts() const { return held_.is_all(); }
+  // Throws std::invalid_argument when these weights are a part: "<who> needs every expert's weights; these
+  // hold 4 of 16 (experts 0-3: a rank's part, for ExpertParallelLayer)".
+  void require_all_experts(std::string_view who) const;
   // The (fused) shared expert: gate/up [shared_ff, hidden], down [hidden, shared_ff]; nullopt if none.
   const std::optional<ExpertTensors>& shared() const { return shared_; }
   // [1, hidden], fp32, when shape().shared_expert_gate; else nullopt.
@@ -132,8 +166,16 @@ class LayerWeights {
   // architecture-independent name, its dtype, its shape and its elements' bytes row by row (the biases only
   // when the layer has them, so the hashes of layers without are those of earlier versions). The same weights
   // give the same hash whatever file or naming they came from; any changed bit, dtype or shape changes it.
-  // The weights hash of provenance fingerprints.
+  // The weights hash of provenance fingerprints. A part hashes the experts it holds (in the same order) and
+  // then the list of them, so that it never hashes like the whole layer.
   uint64_t content_hash() const;
+  // Hashes of the pieces that expert parallelism places (XXH3-64 of canonical names, dtype, shape and bytes,
+  // as content_hash): replicated_hash() covers what every rank holds (router gate, score and router bias,
+  // shared expert and its gate), expert_hash(e) one routed expert's matrices and biases
+  // (std::invalid_argument when these weights do not hold e). The same tensors hash the same in a part and in
+  // the whole layer; sharded_hash() below combines them.
+  uint64_t replicated_hash() const;
+  uint64_t expert_hash(int e) const;
 
  private:
   friend class LayerBuilder;
@@ -141,6 +183,7 @@ class LayerWeights {
   LayerShape shape_;
   kernels::DType storage_ = kernels::DType::kF32;
   std::shared_ptr<const void> keep_alive_;  // a borrower's owner (weights_from_views), or null
+  ExpertSet held_;
   kernels::MatrixView router_gate_;
   std::vector<float> score_bias_;
   std::vector<float> router_bias_;
@@ -191,9 +234,36 @@ class LayerWeights {
 // ("model.layers.3.mlp.experts.5.up_proj.weight missing from checkpoint /path (a Qwen2-MoE layer needs it)"),
 // a wrong shape ("...: shape [1408, 2048] but expected [1408, 1024]"), an unsupported dtype, a quantized
 // value that is NaN or beyond the storage dtype.
+//
+// Parts: `experts` = ExpertSet::only(list) reads the router gate, its biases, the shared expert and only the
+// listed experts (the others' tensors are neither read nor looked up, and the memory check counts only what
+// is read); the result holds() that list. A listed expert outside [0, E) is std::invalid_argument.
 LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch, int layer_index,
                         const LayerShape& expected, std::optional<kernels::DType> storage = std::nullopt,
-                        Fp8BlockSize fp8_block = {});
+                        Fp8BlockSize fp8_block = {}, const ExpertSet& experts = ExpertSet::all());
+
+// The combination of a layer's piece hashes (LayerWeights::replicated_hash, expert_hash of every expert in
+// order): what an expert-parallel layer's ranks agree on and report as the layer's weights hash, the same
+// whether the ranks hold parts or the whole layer.
+uint64_t sharded_hash(uint64_t replicated_hash, std::span<const uint64_t> expert_hashes);
+
+// "Load these experts of layer i": what an expert-parallel layer calls on each rank with the experts that
+// rank holds (moe/parallel/expert_parallel_layer.h). Any checkpoint reader provides one: a safetensors
+// directory (pretrained_part_reader, moe/io/pretrained.h), one file (file_part_reader below).
+class LayerPartReader {
+ public:
+  explicit LayerPartReader(std::function<LayerWeights(const ExpertSet& experts)> read)
+      : read_(std::move(read)) {}
+  LayerWeights operator()(const ExpertSet& experts) const { return read_(experts); }
+
+ private:
+  std::function<LayerWeights(const ExpertSet&)> read_;
+};
+// load_layer(checkpoint, arch, layer_index, expected, storage, fp8_block, experts) for the experts asked.
+LayerPartReader file_part_reader(std::shared_ptr<const Checkpoint> checkpoint, Architecture arch,
+                                 int layer_index, const LayerShape& expected,
+                                 std::optional<kernels::DType> storage = std::nullopt,
+                                 Fp8BlockSize fp8_block = {});
 
 // One layer's tensors in caller memory (host), nn.Linear layout, any row stride >= cols:
 //   router_gate  [num_experts, hidden], fp32
@@ -206,11 +276,14 @@ LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architectu
 //   experts[e].{gate,up,down}_bias  fp32 [ff], [ff], [hidden] iff shape.expert_bias (always copied)
 // Every expert and shared matrix has the same dtype, kF32 or kBF16 (kF16 views are accepted with kCopy and
 // converted).
+// A part (expert parallelism: each rank passes only its experts): `part` = ExpertSet::only(list) and
+// experts[i] is expert list()[i] (experts.size() == list().size()).
 struct LayerViews {
   kernels::MatrixView router_gate;
   std::span<const float> score_bias;
   std::span<const float> router_bias;
   std::vector<ExpertTensors> experts;
+  ExpertSet part = ExpertSet::all();
   std::optional<ExpertTensors> shared;
   std::optional<kernels::MatrixView> shared_gate;
   // With Ownership::kBorrow: some expert matrix points into a mapped checkpoint file that `keep_alive` holds
@@ -239,7 +312,9 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
 // default init (in = in_features: hidden for router gate, gate/up and shared gate, ff for down); the score
 // bias, when shape.score_bias, is uniform in [-0.05, 0.05). Values are drawn in fp32 and rounded to
 // bf16 (nearest even) for kBF16 storage. Throws std::invalid_argument for an invalid shape or kF16 storage.
-LayerWeights random_layer(const LayerShape& shape, kernels::DType storage, uint64_t seed);
+// `experts`: a part with only those experts (each with the values it has in the whole layer of that seed).
+LayerWeights random_layer(const LayerShape& shape, kernels::DType storage, uint64_t seed,
+                          const ExpertSet& experts = ExpertSet::all());
 
 // The tensors of `weights` as layer `layer_index` of `arch`, with the names and layout load_layer reads
 // (expert matrices in the storage dtype - fused and transposed for gpt-oss and Llama 4, whose Llama 4 root is
@@ -248,6 +323,7 @@ LayerWeights random_layer(const LayerShape& shape, kernels::DType storage, uint6
 std::vector<TensorToWrite> layer_tensors(const LayerWeights& weights, Architecture arch, int layer_index,
                                          std::vector<std::vector<std::byte>>& scratch);
 
+// A part (holds_all_experts() false) is refused: std::invalid_argument.
 // Writes layer_tensors(weights, arch, layer_index) into a safetensors file at `path`, so that
 // load_layer(Checkpoint(path), arch, layer_index, weights.shape(), weights.storage()) gives back the same
 // content_hash. Throws std::invalid_argument if the shape does not fit `arch`, io::IoError on I/O.

@@ -565,7 +565,7 @@ Pretrained open_pretrained(const std::filesystem::path& dir) {
 }
 
 LayerWeights load_pretrained_layer(const Pretrained& p, int layer_index,
-                                   std::optional<kernels::DType> storage) {
+                                   std::optional<kernels::DType> storage, const ExpertSet& experts) {
   const PretrainedConfig& c = p.config;
   const bool gguf = c.format == CheckpointFormat::kGguf;
   if (layer_index < 0 || layer_index >= c.num_layers) {
@@ -583,13 +583,20 @@ LayerWeights load_pretrained_layer(const Pretrained& p, int layer_index,
                                 " is a dense MLP layer, not an MoE layer; the MoE layers of this " +
                                 c.model_type + " checkpoint are " + c.moe_layer_list());
   }
-  if (gguf) return load_gguf_layer(p.gguf, c, layer_index, storage);
-  return load_layer(p.checkpoint, c.architecture, layer_index, c.layer, storage, c.fp8_block);
+  if (gguf) return load_gguf_layer(p.gguf, c, layer_index, storage, experts);
+  return load_layer(p.checkpoint, c.architecture, layer_index, c.layer, storage, c.fp8_block, experts);
 }
 
 LayerWeights load_pretrained_layer(const std::filesystem::path& dir, int layer_index,
-                                   std::optional<kernels::DType> storage) {
-  return load_pretrained_layer(open_pretrained(dir), layer_index, storage);
+                                   std::optional<kernels::DType> storage, const ExpertSet& experts) {
+  return load_pretrained_layer(open_pretrained(dir), layer_index, storage, experts);
+}
+
+LayerPartReader pretrained_part_reader(Pretrained pretrained, int layer_index,
+                                       std::optional<kernels::DType> storage) {
+  return LayerPartReader([p = std::move(pretrained), layer_index, storage](const ExpertSet& experts) {
+    return load_pretrained_layer(p, layer_index, storage, experts);
+  });
 }
 
 }  // namespace moe::io

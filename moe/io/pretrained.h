@@ -150,9 +150,19 @@ Pretrained open_pretrained(const std::filesystem::path& path);
 // index outside [0, num_hidden_layers) (GGUF: block_count less the MTP layers) or a dense layer is
 // std::invalid_argument naming the MoE layers ("layer 2 of /path is a dense MLP layer, not an MoE layer; the
 // MoE layers of this deepseek_v3 checkpoint are 3-60").
+// `experts`: a rank's part (load_layer's ExpertSet: the router gate, its biases, the shared expert and only
+// these experts are read).
 LayerWeights load_pretrained_layer(const Pretrained& pretrained, int layer_index,
-                                   std::optional<kernels::DType> storage = std::nullopt);
+                                   std::optional<kernels::DType> storage = std::nullopt,
+                                   const ExpertSet& experts = ExpertSet::all());
 LayerWeights load_pretrained_layer(const std::filesystem::path& dir, int layer_index,
-                                   std::optional<kernels::DType> storage = std::nullopt);
+                                   std::optional<kernels::DType> storage = std::nullopt,
+                                   const ExpertSet& experts = ExpertSet::all());
+
+// "Load these experts of layer `layer_index`" of a checked checkpoint (directory or GGUF file;
+// LayerPartReader, moe/io/layer_weights.h): what an ExpertParallelLayer built from the directory calls on
+// each rank.
+LayerPartReader pretrained_part_reader(Pretrained pretrained, int layer_index,
+                                       std::optional<kernels::DType> storage = std::nullopt);
 
 }  // namespace moe::io

@@ -32,10 +32,16 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
       hidden_(weights.shape().hidden),
       expert_ff_(weights.shape().expert_ff),
       shared_ff_(weights.shape().shared_ff) {
-  for (const io::ExpertTensors& t : weights.experts()) {
-    experts_.push_back(expert_ffn_weights(t, config));
+  experts_.resize(weights.experts().size());  // the served experts' views (the others stay empty)
+  for (int e : experts) {
+    if (e < 0 || e >= static_cast<int>(experts_.size()) || !weights.holds_expert(e)) {
+      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) +
+                                  " is out of range or not held by these weights (they hold " +
+                                  weights.held().describe() + ")");
+    }
+    experts_[static_cast<size_t>(e)] = expert_ffn_weights(weights.experts()[static_cast<size_t>(e)], config);
     int64_t d = 0, ff = 0;
-    kernels::validate_ffn_weights(act_, experts_.back(), &d, &ff);
+    kernels::validate_ffn_weights(act_, experts_[static_cast<size_t>(e)], &d, &ff);
   }
   if (weights.shared()) {
     shared_ = expert_ffn_weights(*weights.shared(), config);
@@ -47,9 +53,6 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
   const kernels::Bf16LinearMaker make = bf16_maker(kind_, config.num_threads);
   packed_.resize(experts_.size());
   for (int e : experts) {
-    if (e < 0 || e >= static_cast<int>(experts_.size())) {
-      throw std::invalid_argument("expert ffns: expert " + std::to_string(e) + " is out of range");
-    }
     packed_[static_cast<size_t>(e)] = std::make_unique<kernels::PackedFfnBf16>(act_, experts_[e], make);
   }
   if (has_shared_) packed_shared_ = std::make_unique<kernels::PackedFfnBf16>(act_, shared_, make);

@@ -45,8 +45,16 @@ std::unique_ptr<MoELayer> MoELayer::from_pretrained(const std::filesystem::path&
   return std::make_unique<MoELayer>(MoELayerConfig::pretrained(preset, p.config), std::move(weights));
 }
 
+namespace {
+const io::LayerWeights& whole(const std::shared_ptr<const io::LayerWeights>& weights) {
+  if (!weights) throw std::invalid_argument("MoELayer: weights must not be null");
+  weights->require_all_experts("MoELayer");
+  return *weights;
+}
+}  // namespace
+
 MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights)
-    : config_(config.fitted_to(*weights)),
+    : config_(config.fitted_to(whole(weights))),
       weights_(std::move(weights)),
       hidden_(weights_->shape().hidden),
       ffns_(std::make_unique<ExpertFfns>(config_, *weights_, all_experts(*weights_))),

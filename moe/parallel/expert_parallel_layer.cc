@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -13,40 +14,14 @@
 #include "moe/layer/combine.h"
 #include "moe/layer/expert_ffns.h"
 #include "moe/layer/expert_schedule.h"
+#include "moe/parallel/ep_internal.h"
+#include "router/rules/slice_rules.h"
 
 namespace moe::parallel {
+
+using namespace ep_detail;
+
 namespace {
-
-// A rank's token count in the first exchange of a step when its input was rejected.
-constexpr size_t kRejected = std::numeric_limits<size_t>::max();
-
-// Routing record of one token, as it travels in the metadata all-gather (host byte order; every rank of a
-// job is assumed to share it):
-//   [0, 8) request_id u64   [8, 12) position u32   [12, 16) top-1 score f32
-//   [16, 16 + 4R) ranked experts i32   [16 + 4R, 16 + 8R) weights f32
-constexpr size_t kRecordHeaderBytes = 16;
-
-[[noreturn]] void fail(const std::string& msg) {
-  throw std::invalid_argument("expert parallel layer: " + msg);
-}
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-template <class T>
-void grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-std::string rank_list(std::span<const size_t> values, size_t flag) {
-  std::string out;
-  for (size_t r = 0; r < values.size(); ++r) {
-    if (values[r] == flag) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return out;
-}
 
 template <class T>
 uint64_t mix_all(uint64_t h, const std::vector<T>& v) {
@@ -64,6 +39,17 @@ uint64_t mix_all(uint64_t h, const std::vector<T>& v) {
 }
 
 }  // namespace
+
+std::string_view to_string(EpPlanning p) {
+  return p == EpPlanning::kHome ? "home" : "global";
+}
+
+EpPlanning parse_ep_planning(std::string_view s) {
+  if (s == "global") return EpPlanning::kGlobal;
+  if (s == "home") return EpPlanning::kHome;
+  throw std::invalid_argument("expert parallel planning '" + std::string(s) +
+                              "' is not one of: global, home");
+}
 
 uint64_t plan_hash(const DispatchPlan& plan) {
   uint64_t h = hash_combine64(0x706c616e68617368ull, static_cast<uint64_t>(plan.num_tokens));
@@ -97,7 +83,45 @@ ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,
       comm_(comm),
       placement_(ExpertPlacement::contiguous(1, 1)),
       options_(options) {
-  const int P = comm_.size();
+  init(std::move(config), nullptr, std::move(placement));
+}
+
+ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config, const io::LayerPartReader& read,
+                                         Communicator& comm, std::optional<ExpertPlacement> placement,
+                                         ExpertParallelOptions options)
+    : comm_(comm), placement_(ExpertPlacement::contiguous(1, 1)), options_(options) {
+  init(std::move(config), &read, std::move(placement));
+}
+
+std::unique_ptr<ExpertParallelLayer> ExpertParallelLayer::from_pretrained(
+    const std::filesystem::path& dir, int layer_index, std::string_view preset, Communicator& comm,
+    std::optional<ExpertPlacement> placement, ExpertParallelOptions options,
+    std::optional<kernels::DType> storage) {
+  // Opening the directory may fail on some ranks only (another host's copy): agreed before the constructor.
+  std::optional<io::Pretrained> p;
+  MoELayerConfig config;
+  std::exception_ptr error;
+  try {
+    p = io::open_pretrained(dir);
+    config = MoELayerConfig::pretrained(preset, p->config);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::vector<size_t> outcome(comm.size());
+  comm.all_gather_sizes(error ? 1 : 0, outcome);
+  if (error) std::rethrow_exception(error);
+  const std::string failing = rank_list(outcome, 1);
+  if (!failing.empty()) {
+    fail("rank(s) " + failing + " could not open " + dir.string() + " (see their messages)");
+  }
+  return std::make_unique<ExpertParallelLayer>(
+      config, io::pretrained_part_reader(std::move(*p), layer_index, storage), comm, std::move(placement),
+      options);
+}
+
+void ExpertParallelLayer::init(MoELayerConfig config, const io::LayerPartReader* read,
+                               std::optional<ExpertPlacement> placement) {
+  const int P = comm_.size(), me = comm_.rank();
   counts_.resize(P);
   hash_gather_.resize(P);
   token_offset_.assign(P + 1, 0);
@@ -110,55 +134,182 @@ ExpertParallelLayer::ExpertParallelLayer(MoELayerConfig config,
   send_bytes_.resize(P);
   recv_bytes_.resize(P);
 
-  // Local validation first; its outcome is agreed collectively so that a rank with a bad configuration
-  // makes every rank fail at once instead of leaving the others waiting in the consistency checks.
+  // Local validation first (and reading this rank's part); its outcome is agreed collectively so that a rank
+  // with a bad configuration makes every rank fail at once instead of leaving the others waiting in the
+  // consistency checks.
   std::string error;
+  std::exception_ptr error_ptr;
   try {
-    if (!weights_) fail("weights must not be null");
     if (comm_.memory_space() != MemorySpace::kHost) {
       fail("the communicator '" + comm_.name() + "' works on " +
            std::string(to_string(comm_.memory_space())) +
-           " memory; this CPU layer needs a host-memory communicator (single, mpi). The GPU layer will use "
-           "device-memory communicators (docs/expert-parallel.md)");
+           " memory; this CPU layer needs a host-memory communicator (single, mpi, or nccl through "
+           "HostStagedCommunicator)");
     }
+    const auto check_placement = [&](const ExpertPlacement& pl, int E) {
+      if (pl.num_experts() != E) {
+        fail("the placement maps " + std::to_string(pl.num_experts()) + " experts but the layer has " +
+             std::to_string(E));
+      }
+      if (pl.world_size() != P) {
+        fail("the placement is for " + std::to_string(pl.world_size()) + " ranks but the communicator has " +
+             std::to_string(P));
+      }
+    };
+    if (read != nullptr) {  // this rank's part, for the placement's experts of this rank
+      config.validate();
+      placement_ = placement ? *placement : ExpertPlacement::contiguous(config.router.num_experts, P);
+      check_placement(placement_, config.router.num_experts);
+      weights_ =
+          std::make_shared<const io::LayerWeights>((*read)(io::ExpertSet::only(placement_.experts_of(me))));
+    }
+    if (!weights_) fail("weights must not be null");
     config_ = config.fitted_to(*weights_);
     const int E = config_.router.num_experts;
-    placement_ = placement ? *placement : ExpertPlacement::contiguous(E, P);
-    if (placement_.num_experts() != E) {
-      fail("the placement maps " + std::to_string(placement_.num_experts()) + " experts but the layer has " +
-           std::to_string(E));
-    }
-    if (placement_.world_size() != P) {
-      fail("the placement is for " + std::to_string(placement_.world_size()) +
-           " ranks but the communicator has " + std::to_string(P));
-    }
+    if (read == nullptr) placement_ = placement ? *placement : ExpertPlacement::contiguous(E, P);
+    check_placement(placement_, E);
     hidden_ = weights_->shape().hidden;
-    local_experts_ = placement_.experts_of(comm_.rank());
+    local_experts_ = placement_.experts_of(me);
+    for (int e : local_experts_) {
+      if (!weights_->holds_expert(e)) {
+        fail("the weights hold experts " + weights_->held().describe() + " but the placement gives rank " +
+             std::to_string(me) + " expert " + std::to_string(e) + " (" + placement_.describe() + ")");
+      }
+    }
     ffns_ = std::make_unique<ExpertFfns>(config_, *weights_, local_experts_);
     has_shared_ = ffns_->has_shared();
     pool_.emplace(config_.num_threads);
     planner_.emplace(E, config_.router.top_k, config_.policy);
     router_.emplace(config_.router, planner_->num_ranked_needed());
     record_bytes_ = kRecordHeaderBytes + 8 * static_cast<size_t>(router_->num_ranked());
-  } catch (const std::invalid_argument& e) {
+    const bool sliceable = rules::plans_in_slices(config_.policy);
+    home_ = options_.planning == EpPlanning::kHome &&
+            (config_.policy.scope != CapacityScope::kBatch || sliceable);
+    home_slices_ = home_ && config_.policy.scope == CapacityScope::kBatch;
+  } catch (const std::exception& e) {
     error = e.what();
+    error_ptr = std::current_exception();
   }
   comm_.all_gather_sizes(error.empty() ? 0 : 1, hash_gather_);
   const std::string failing = rank_list(hash_gather_, 1);
   if (!failing.empty()) {
-    if (!error.empty()) throw std::invalid_argument(error + " (rank " + std::to_string(comm_.rank()) + ")");
-    throw std::invalid_argument("expert parallel layer: rank(s) " + failing +
-                                " rejected the layer's configuration (see their messages)");
+    if (!error.empty()) {
+      try {
+        std::rethrow_exception(error_ptr);
+      } catch (const std::invalid_argument&) {
+        throw std::invalid_argument(error + " (rank " + std::to_string(me) + ")");
+      }
+    }
+    fail("rank(s) " + failing + " rejected the layer's configuration (see their messages)");
   }
 
   comm_.check_consistent(config_.config_hash(), "layer config (experts/k/policy/kernels)");
-  comm_.check_consistent(weights_->content_hash(), "layer weights");
+  comm_.check_consistent(weights_->replicated_hash(), "layer weights");
   comm_.check_consistent(placement_.hash(), "expert placement");
+  comm_.check_consistent(static_cast<uint64_t>(options_.planning), "expert parallel planning (global/home)");
+  check_weights_across_ranks();
 
+  const int E = num_experts(), k = top_k();
   active_experts_.reserve(local_experts_.size());
-  local_slot_base_.assign(num_experts(), -1);
-  ensure_local(config_.max_tokens);
-  ensure_global(static_cast<int64_t>(config_.max_tokens) * P);
+  local_slot_base_.assign(E, -1);
+  local_rows_.assign(E, 0);
+  home_index_.assign(P, 0);
+  if (home_) {
+    // The exchange layouts of kHome, fixed by the placement.
+    held_begin_.assign(P + 1, 0);
+    held_index_.assign(static_cast<size_t>(P) * E, -1);
+    held_expert_.clear();
+    primary_begin_.assign(P + 1, 0);
+    primary_expert_.clear();
+    for (int o = 0; o < P; ++o) {
+      for (int e : placement_.experts_of(o)) {
+        held_index_[static_cast<size_t>(o) * E + e] =
+            static_cast<int32_t>(held_expert_.size()) - held_begin_[o];
+        held_expert_.push_back(e);
+      }
+      held_begin_[o + 1] = static_cast<int32_t>(held_expert_.size());
+      for (int e = 0; e < E; ++e) {
+        if (placement_.owner(e) == o) primary_expert_.push_back(e);
+      }
+      primary_begin_[o + 1] = static_cast<int32_t>(primary_expert_.size());
+    }
+    const size_t mine = local_experts_.size();
+    row_count_out_.assign(held_expert_.size(), 0);
+    row_count_in_.assign(static_cast<size_t>(P) * mine, 0);
+    count_send_bytes_.resize(P);
+    count_recv_bytes_.resize(P);
+    claim_send_bytes_.resize(P);
+    claim_recv_bytes_.resize(P);
+    const size_t my_primary = static_cast<size_t>(primary_begin_[me + 1] - primary_begin_[me]);
+    for (int o = 0; o < P; ++o) {
+      count_send_bytes_[o] = static_cast<size_t>(held_begin_[o + 1] - held_begin_[o]) * sizeof(int32_t);
+      count_recv_bytes_[o] = mine * sizeof(int32_t);
+      claim_send_bytes_[o] =
+          static_cast<size_t>(primary_begin_[o + 1] - primary_begin_[o]) * k * sizeof(int64_t);
+      claim_recv_bytes_[o] = my_primary * k * sizeof(int64_t);
+    }
+    claims_local_.assign(static_cast<size_t>(k) * E, 0);
+    claims_before_.assign(static_cast<size_t>(k) * E, 0);
+    claims_out_.assign(static_cast<size_t>(k) * E, 0);
+    claims_in_.assign(static_cast<size_t>(P) * my_primary * k, 0);
+    scan_.assign(claims_in_.size(), 0);
+    expert_claims_.assign(static_cast<size_t>(P) * k, 0);
+    expert_before_.assign(static_cast<size_t>(P) * k, 0);
+    home_rows_to_.assign(static_cast<size_t>(P) * E, 0);
+    ensure_local(config_.max_tokens);
+    // Rows this rank's experts compute under uniform routing (grown when a step needs more).
+    ensure_owner(
+        std::max<int64_t>(1, (int64_t{config_.max_tokens} * P * k * static_cast<int64_t>(mine) + E - 1) / E));
+  } else {
+    ensure_local(config_.max_tokens);
+    ensure_global(static_cast<int64_t>(config_.max_tokens) * P);
+  }
+}
+
+void ExpertParallelLayer::check_weights_across_ranks() {
+  // Every rank's (expert, hash) pairs for the experts it holds; replicas must agree.
+  const int P = comm_.size(), me = comm_.rank(), E = num_experts();
+  std::vector<uint64_t> mine;
+  for (int e : local_experts_) {
+    mine.push_back(static_cast<uint64_t>(e));
+    mine.push_back(weights_->expert_hash(e));
+  }
+  std::vector<size_t> sizes(P);
+  comm_.all_gather_sizes(mine.size() * sizeof(uint64_t), sizes);
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  std::vector<uint64_t> all(total / sizeof(uint64_t));
+  comm_.all_gather_v(mine.data(), mine.size() * sizeof(uint64_t), all.data(), sizes);
+  std::vector<uint64_t> hash(E, 0);
+  std::vector<int> first_rank(E, -1);
+  std::string differing;
+  size_t at = 0;
+  for (int r = 0; r < P; ++r) {
+    for (size_t i = 0; i < sizes[r] / (2 * sizeof(uint64_t)); ++i, at += 2) {
+      const int e = static_cast<int>(all[at]);
+      const uint64_t h = all[at + 1];
+      if (e < 0 || e >= E) fail("rank " + std::to_string(r) + " reported expert " + std::to_string(e));
+      if (first_rank[e] < 0) {
+        first_rank[e] = r;
+        hash[e] = h;
+      } else if (hash[e] != h) {
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "expert %d on rank %d (0x%016llx) and rank %d (0x%016llx)", e,
+                      first_rank[e], static_cast<unsigned long long>(hash[e]), r,
+                      static_cast<unsigned long long>(h));
+        differing += (differing.empty() ? "" : ", ") + std::string(buf);
+      }
+    }
+  }
+  if (!differing.empty()) {
+    throw std::runtime_error("expert parallel layer: rank " + std::to_string(me) + " of " +
+                             std::to_string(P) +
+                             ": layer weights differ across the replicas of an expert: " + differing);
+  }
+  for (int e = 0; e < E; ++e) {
+    if (first_rank[e] < 0) fail("no rank holds expert " + std::to_string(e));  // the same on every rank
+  }
+  weights_hash_ = io::sharded_hash(weights_->replicated_hash(), hash);
 }
 
 ExpertParallelLayer::~ExpertParallelLayer() = default;
@@ -169,7 +320,7 @@ void ExpertParallelLayer::ensure_local(int num_tokens) {
   const size_t T = static_cast<size_t>(num_tokens);
   logits_.resize(T * E);
   local_routes_.resize(num_tokens, E, k, router_->num_ranked());
-  records_out_.resize(T * record_bytes_);
+  if (!home_) records_out_.resize(T * record_bytes_);
   return_row_.resize(T * k);
   send_token_.resize(T * k);
   send_pair_.resize(T * k);
@@ -178,6 +329,11 @@ void ExpertParallelLayer::ensure_local(int num_tokens) {
     shared_out_.resize(T * hidden_);
     shared_gate_logit_.resize(T);
     grow(scratch_, ffns_->shared_scratch_floats(num_tokens));
+  }
+  if (home_) {
+    planner_->reserve(num_tokens);
+    plan_.reserve(num_tokens, k, E);
+    if (options_.verify_plan) row_ids_out_.resize(T);
   }
   local_capacity_ = num_tokens;
 }
@@ -192,45 +348,50 @@ void ExpertParallelLayer::ensure_global(int64_t global_tokens) {
   token_home_.resize(T);
   planner_->reserve(static_cast<int>(global_tokens));
   plan_.reserve(static_cast<int>(global_tokens), k, E);
-  // The rows this rank's experts can receive: each owned expert holds at most one pair per token.
-  const size_t rows = T * std::min<size_t>(k, local_experts_.size());
-  recv_to_local_.resize(rows);
-  owner_rows_.resize(rows * hidden_);
-  gathered_.resize(rows * hidden_);
-  expert_out_.resize(rows * hidden_);
-  if (!local_experts_.empty()) {
-    per_thread_scratch_ = ffns_->expert_scratch_floats(std::min<int64_t>(global_tokens, kSmallExpertRows));
-    grow(scratch_, std::max(ffns_->expert_scratch_floats(global_tokens),
-                            per_thread_scratch_ * static_cast<size_t>(config_.num_threads)));
-  }
+  // The rows this rank's experts can receive: each held expert holds at most one pair per token.
+  ensure_owner(global_tokens * std::min<int64_t>(k, static_cast<int64_t>(local_experts_.size())));
   global_capacity_ = global_tokens;
 }
 
+void ExpertParallelLayer::ensure_owner(int64_t rows) {
+  if (static_cast<int64_t>(recv_to_local_.size()) >= rows) return;
+  // Geometric growth: the rows a rank computes vary from step to step (kHome sizes them as they come).
+  const size_t n = std::max(static_cast<size_t>(rows), recv_to_local_.size() * 3 / 2);
+  recv_to_local_.resize(n);
+  owner_rows_.resize(n * hidden_);
+  gathered_.resize(n * hidden_);
+  expert_out_.resize(n * hidden_);
+  if (!local_experts_.empty()) {
+    per_thread_scratch_ =
+        ffns_->expert_scratch_floats(std::min<int64_t>(static_cast<int64_t>(n), kSmallExpertRows));
+    grow(scratch_, std::max(ffns_->expert_scratch_floats(static_cast<int64_t>(n)),
+                            per_thread_scratch_ * static_cast<size_t>(config_.num_threads)));
+  }
+}
+
 size_t ExpertParallelLayer::workspace_bytes() const {
-  return (logits_.capacity() + home_rows_.capacity() + shared_out_.capacity() +
-          shared_gate_logit_.capacity() + owner_rows_.capacity() + gathered_.capacity() +
-          expert_out_.capacity() + scratch_.capacity() + local_routes_.weights.capacity() +
-          local_routes_.top1_score.capacity() + global_routes_.weights.capacity() +
-          global_routes_.top1_score.capacity() + plan_.pair_weight.capacity()) *
-             sizeof(float) +
-         (local_routes_.experts.capacity() + global_routes_.experts.capacity() + return_row_.capacity() +
-          send_token_.capacity() + send_pair_.capacity() + token_home_.capacity() +
-          recv_to_local_.capacity() + plan_.pair_expert.capacity() + plan_.pair_slot.capacity() +
-          plan_.slot_pairs.capacity()) *
-             sizeof(int32_t) +
-         records_out_.capacity() + records_in_.capacity() + global_meta_.capacity() * sizeof(TokenMeta) +
-         plan_.pair_status.capacity();
+  const auto bytes = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  return bytes(logits_) + bytes(home_rows_) + bytes(shared_out_) + bytes(shared_gate_logit_) +
+         bytes(owner_rows_) + bytes(gathered_) + bytes(expert_out_) + bytes(scratch_) +
+         bytes(local_routes_.weights) + bytes(local_routes_.top1_score) + bytes(global_routes_.weights) +
+         bytes(global_routes_.top1_score) + bytes(plan_.pair_weight) + bytes(local_routes_.experts) +
+         bytes(global_routes_.experts) + bytes(return_row_) + bytes(send_token_) + bytes(send_pair_) +
+         bytes(token_home_) + bytes(recv_to_local_) + bytes(plan_.pair_expert) + bytes(plan_.pair_slot) +
+         bytes(plan_.slot_pairs) + bytes(records_out_) + bytes(records_in_) + bytes(global_meta_) +
+         bytes(plan_.pair_status) + bytes(row_count_out_) + bytes(row_count_in_) + bytes(claims_in_) +
+         bytes(scan_) + bytes(home_rows_to_);
 }
 
 void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
                                   RoutingState* state, MoEStats* stats) {
-  const int P = comm_.size(), me = comm_.rank(), E = num_experts(), k = top_k();
-  const int R = router_->num_ranked();
+  const int P = comm_.size(), me = comm_.rank(), k = top_k();
   const size_t row_bytes = static_cast<size_t>(hidden_) * sizeof(float);
   step_ = ExpertParallelStepStats{};
+  step_.planned_locally = home_;
   auto t0 = Clock::now();
 
-  // 1. Local: validate, gate, route, pack the routing records. Errors are held back until every rank knows.
+  // 1. Local: validate, gate, route (and under kHome the planner's checks of this rank's rows). Errors are
+  // held back until every rank knows.
   std::string error;
   try {
     if (num_tokens < 0) fail("num_tokens must be >= 0 (got " + std::to_string(num_tokens) + ")");
@@ -243,108 +404,47 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
       fail("y must not overlap x");
     }
     ensure_local(num_tokens);
-    kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, weights_->router_gate(), logits_.data(), E,
-                    *pool_);
-    add_router_bias(logits_.data(), num_tokens, E, weights_->router_bias());
+    kernels::linear(config_.gate_kernel, x, num_tokens, hidden_, weights_->router_gate(), logits_.data(),
+                    num_experts(), *pool_);
+    add_router_bias(logits_.data(), num_tokens, num_experts(), weights_->router_bias());
     router_->route(logits_.data(), num_tokens, local_routes_);
+    if (home_ && !home_slices_) planner_->check(local_routes_, meta, state);
   } catch (const std::invalid_argument& e) {
     error = e.what();
-  }
-  if (error.empty()) {
-    for (int t = 0; t < num_tokens; ++t) {
-      std::byte* rec = records_out_.data() + static_cast<size_t>(t) * record_bytes_;
-      std::memcpy(rec, &meta[t].request_id, 8);
-      std::memcpy(rec + 8, &meta[t].position, 4);
-      std::memcpy(rec + 12, &local_routes_.top1_score[t], 4);
-      std::memcpy(rec + 16, &local_routes_.experts[static_cast<size_t>(t) * R], 4 * static_cast<size_t>(R));
-      std::memcpy(rec + 16 + 4 * R, &local_routes_.weights[static_cast<size_t>(t) * R],
-                  4 * static_cast<size_t>(R));
-    }
   }
   step_.route_ms = ms_since(t0);
   t0 = Clock::now();
 
-  // 2. Token counts (or a rejection) from every rank, then the routing records.
+  // 2. Token counts (or a rejection) from every rank.
   comm_.all_gather_sizes(error.empty() ? static_cast<size_t>(num_tokens) : kRejected, counts_);
   const std::string rejected = rank_list(counts_, kRejected);
   if (!rejected.empty()) {
     if (!error.empty()) throw std::invalid_argument(error + " (rank " + std::to_string(me) + ")");
-    throw std::invalid_argument("expert parallel layer: rank(s) " + rejected +
-                                " rejected their input (see their messages); no rank ran the step");
+    fail("rank(s) " + rejected + " rejected their input (see their messages); no rank ran the step");
   }
   token_offset_[0] = 0;
-  for (int r = 0; r < P; ++r) {
-    token_offset_[r + 1] = token_offset_[r] + static_cast<int64_t>(counts_[r]);
-    record_bytes_per_rank_[r] = counts_[r] * record_bytes_;
-  }
+  for (int r = 0; r < P; ++r) token_offset_[r + 1] = token_offset_[r] + static_cast<int64_t>(counts_[r]);
   const int64_t Tg = token_offset_[P];
   if (Tg > std::numeric_limits<int>::max() / std::max(k, 1)) {
     fail("the global batch (" + std::to_string(Tg) + " tokens) is too large");  // same on every rank
   }
-  ensure_global(Tg);
-  comm_.all_gather_v(records_out_.data(), record_bytes_per_rank_[me], records_in_.data(),
-                     record_bytes_per_rank_);
   step_.local_tokens = num_tokens;
   step_.global_tokens = Tg;
-  step_.metadata_bytes_sent = static_cast<int64_t>(record_bytes_per_rank_[me]);
-  step_.metadata_bytes_received = Tg * static_cast<int64_t>(record_bytes_);
-  step_.metadata_ms = ms_since(t0);
+  step_.size_bytes_sent = sizeof(size_t);
+  step_.size_bytes_received = static_cast<int64_t>(P * sizeof(size_t));
+
+  // 3. The plan and the exchange's layout (metadata_ms and plan_ms are timed inside).
+  if (home_) {
+    plan_home(meta, state);
+  } else {
+    plan_global(meta, state);
+  }
   t0 = Clock::now();
 
-  // 3. The global plan, the same on every rank.
-  global_routes_.resize(static_cast<int>(Tg), E, k, R);
-  global_meta_.resize(static_cast<size_t>(Tg));
-  for (int64_t t = 0; t < Tg; ++t) {
-    const std::byte* rec = records_in_.data() + static_cast<size_t>(t) * record_bytes_;
-    std::memcpy(&global_meta_[t].request_id, rec, 8);
-    std::memcpy(&global_meta_[t].position, rec + 8, 4);
-    std::memcpy(&global_routes_.top1_score[t], rec + 12, 4);
-    std::memcpy(&global_routes_.experts[static_cast<size_t>(t) * R], rec + 16, 4 * static_cast<size_t>(R));
-    std::memcpy(&global_routes_.weights[static_cast<size_t>(t) * R], rec + 16 + 4 * R,
-                4 * static_cast<size_t>(R));
-  }
-  for (int r = 0; r < P; ++r) {
-    for (int64_t t = token_offset_[r]; t < token_offset_[r + 1]; ++t) token_home_[t] = r;
-  }
-  // Throws the same std::invalid_argument on every rank for a batch it rejects (inputs are identical).
-  // Without verify_plan, every rank trusts that its inputs equal the others' (they do unless the causal
-  // states diverged), so a planner error is the same on every rank. With verify_plan, the planner's outcome
-  // (plan hash, or a rejection) is compared across ranks, which also catches a rejection on some ranks only.
-  std::string plan_error;
-  try {
-    planner_->plan(global_routes_, std::span<const TokenMeta>(global_meta_.data(), static_cast<size_t>(Tg)),
-                   state, plan_);
-  } catch (const std::invalid_argument& e) {
-    if (!options_.verify_plan) throw;
-    plan_error = e.what();
-  }
-  if (options_.verify_plan) {
-    const size_t hash = std::min<size_t>(static_cast<size_t>(plan_hash(plan_)), kRejected - 1);
-    comm_.all_gather_sizes(plan_error.empty() ? hash : kRejected, hash_gather_);
-    const std::string rejecting = rank_list(hash_gather_, kRejected);
-    int num_rejecting = 0;
-    for (size_t h : hash_gather_) num_rejecting += h == kRejected;
-    if (num_rejecting == P) throw std::invalid_argument(plan_error);  // the same error everywhere
-    std::string differing;
-    for (int r = 1; r < P; ++r) {
-      if (hash_gather_[r] != hash_gather_[0])
-        differing += (differing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    if (!differing.empty()) {
-      throw std::runtime_error(
-          "expert parallel layer: rank " + std::to_string(me) + " of " + std::to_string(P) +
-          ": the dispatch plan of rank(s) " + differing + " differs from rank 0's" +
-          (rejecting.empty() ? std::string() : " (rank(s) " + rejecting + " rejected the batch)") +
-          "; the routing states have diverged" + (plan_error.empty() ? "" : ": " + plan_error));
-    }
-  }
-  build_layout();
-  step_.plan_ms = ms_since(t0);
-  t0 = Clock::now();
-
-  // 4. Dispatch: hidden rows of this rank's kept pairs to their experts' owners.
+  // 4. Dispatch: hidden rows of this rank's kept pairs to the ranks computing them.
   const int64_t rows_out = send_row_offset_[P];
   const int64_t rows_in = recv_row_offset_[P];
+  ensure_owner(rows_in);
   pool_->parallel_for(rows_out, [&](int64_t i, int) {
     const float* src = x + static_cast<int64_t>(send_token_[i]) * hidden_;
     if (config_.weight_on_input) {  // Llama 4: the expert's input is the row times the pair's weight
@@ -392,7 +492,8 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
   }
   step_.shared_ms = ms_since(t0);
   t0 = Clock::now();
-  const int64_t first_pair = token_offset_[me] * k;
+  // This rank's first pair in plan_: its rows' pairs come first in a local plan.
+  const int64_t first_pair = home_ ? 0 : token_offset_[me] * k;
   const bool gated = has_shared_ && weights_->shared_gate().has_value();
   pool_->parallel_for(num_tokens, [&](int64_t t, int) {
     const float* rows[MoELayerConfig::kMaxTopK];
@@ -410,234 +511,26 @@ void ExpertParallelLayer::forward(const float* x, int num_tokens, std::span<cons
   if (stats != nullptr) collect_stats(plan_, stats);
 }
 
-// NOTES: every rank walks the global slots in one order, ascending (expert, slot). A home rank packs its
-// rows for owner o in that order; owner o receives rank h's block in that order too, so both sides agree
-// on every row's place without exchanging indices. Results return in the order they were received, so the
-// home rank finds pair (t, j)'s result at the same row index it sent it from.
-void ExpertParallelLayer::build_layout() {
-  const int P = comm_.size(), me = comm_.rank(), E = num_experts(), k = top_k();
-  const int64_t my_first = token_offset_[me];
-  const int64_t my_tokens = token_offset_[me + 1] - my_first;
-  std::fill(send_rows_.begin(), send_rows_.end(), 0);
-  std::fill(recv_rows_.begin(), recv_rows_.end(), 0);
-  for (int e = 0; e < E; ++e) {
-    const int owner = placement_.owner(e);
-    for (int32_t g = plan_.expert_offsets[e]; g < plan_.expert_offsets[e + 1]; ++g) {
-      const int home = token_home_[plan_.slot_pairs[g] / k];
-      if (home == me) ++send_rows_[owner];
-      if (owner == me) ++recv_rows_[home];
-    }
-  }
-  send_row_offset_[0] = recv_row_offset_[0] = 0;
-  for (int r = 0; r < P; ++r) {
-    send_row_offset_[r + 1] = send_row_offset_[r] + send_rows_[r];
-    recv_row_offset_[r + 1] = recv_row_offset_[r] + recv_rows_[r];
-    cursor_[r] = send_row_offset_[r];
-    cursor_[P + r] = recv_row_offset_[r];
-  }
-  int64_t base = 0;
-  for (int e : local_experts_) {
-    local_slot_base_[e] = base;
-    base += plan_.expert_load[e];
-  }
-  std::fill(return_row_.begin(), return_row_.begin() + my_tokens * k, -1);
-  for (int e = 0; e < E; ++e) {
-    const int owner = placement_.owner(e);
-    for (int32_t g = plan_.expert_offsets[e]; g < plan_.expert_offsets[e + 1]; ++g) {
-      const int32_t pair = plan_.slot_pairs[g];
-      const int32_t token = pair / k;
-      const int home = token_home_[token];
-      if (home == me) {
-        const int64_t row = cursor_[owner]++;
-        send_token_[row] = static_cast<int32_t>(token - my_first);
-        send_pair_[row] = pair;
-        return_row_[(token - my_first) * k + pair % k] = static_cast<int32_t>(row);
-      }
-      if (owner == me) {
-        const int64_t row = cursor_[P + home]++;
-        recv_to_local_[row] = static_cast<int32_t>(local_slot_base_[e] + (g - plan_.expert_offsets[e]));
-      }
-    }
-  }
-}
-
 void ExpertParallelLayer::run_experts() {
   active_experts_.clear();
   int64_t max_rows = 0;
   for (int e : local_experts_) {
-    if (plan_.expert_load[e] == 0) continue;
+    if (local_rows_[e] == 0) continue;
     active_experts_.push_back(e);
-    max_rows = std::max<int64_t>(max_rows, plan_.expert_load[e]);
+    max_rows = std::max<int64_t>(max_rows, local_rows_[e]);
   }
   auto run_expert = [&](int e, float* scratch) {
     const int64_t first = local_slot_base_[e];
-    ffns_->run_expert(e, gathered_.data() + first * hidden_, plan_.expert_load[e],
+    ffns_->run_expert(e, gathered_.data() + first * hidden_, local_rows_[e],
                       expert_out_.data() + first * hidden_, scratch, *pool_);
   };
   run_experts_scheduled(active_experts_, max_rows, *pool_, scratch_.data(), per_thread_scratch_, run_expert);
 }
 
-void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, RoutingState& state) {
-  const int P = comm_.size();
-  std::vector<size_t> counts(P), bytes(P);
-  comm_.all_gather_sizes(finished.size(), counts);
-  size_t total = 0;
-  for (int r = 0; r < P; ++r) {
-    bytes[r] = counts[r] * sizeof(uint64_t);
-    total += counts[r];
-  }
-  std::vector<uint64_t> all(total);
-  comm_.all_gather_v(finished.data(), finished.size() * sizeof(uint64_t), all.data(), bytes);
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  for (uint64_t id : all) {
-    if (state.find(id) == nullptr) {
-      fail("release_requests: the routing state does not hold request " + std::to_string(id) +
-           "; no request was released");
-    }
-  }
-  for (uint64_t id : all) state.release(id);
-}
-
-void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, RoutingState& state) {
-  const int P = comm_.size();
-  std::vector<size_t> counts(P), bytes(P);
-  comm_.all_gather_sizes(admitted.size(), counts);
-  size_t total = 0;
-  for (int r = 0; r < P; ++r) {
-    bytes[r] = counts[r] * 16;
-    total += counts[r];
-  }
-  // 16-byte records: request id, prompt length, 4 bytes of padding (zero).
-  std::vector<std::byte> mine(admitted.size() * 16), all(total * 16);
-  for (size_t i = 0; i < admitted.size(); ++i) {
-    std::memcpy(mine.data() + i * 16, &admitted[i].request_id, 8);
-    std::memcpy(mine.data() + i * 16 + 8, &admitted[i].prompt_length, 4);
-  }
-  comm_.all_gather_v(mine.data(), mine.size(), all.data(), bytes);
-  std::vector<Admission> requests(total);
-  for (size_t i = 0; i < total; ++i) {
-    std::memcpy(&requests[i].request_id, all.data() + i * 16, 8);
-    std::memcpy(&requests[i].prompt_length, all.data() + i * 16 + 8, 4);
-  }
-  std::vector<uint64_t> ids(total);
-  for (size_t i = 0; i < total; ++i) {
-    const Admission& a = requests[i];
-    if (a.prompt_length == 0) {
-      fail("admit_requests: request " + std::to_string(a.request_id) +
-           " has prompt length 0; no request was admitted");
-    }
-    if (state.find(a.request_id) != nullptr) {
-      fail("admit_requests: request " + std::to_string(a.request_id) +
-           " is already admitted (release it first); no request was admitted");
-    }
-    ids[i] = a.request_id;
-  }
-  std::sort(ids.begin(), ids.end());
-  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
-    fail("admit_requests: request " + std::to_string(*dup) +
-         " is admitted twice in one call; no request was admitted");
-  }
-  for (const Admission& a : requests) state.admit(a.request_id, a.prompt_length);
-}
-
-namespace {
-
-// Every rank's bytes, concatenated in rank order (a collective).
-std::vector<uint8_t> all_gather_bytes(Communicator& comm, const std::vector<uint8_t>& mine) {
-  const int P = comm.size();
-  std::vector<size_t> sizes(P);
-  comm.all_gather_sizes(mine.size(), sizes);
-  size_t total = 0;
-  for (size_t n : sizes) total += n;
-  std::vector<uint8_t> all(total);
-  comm.all_gather_v(mine.data(), mine.size(), all.data(), sizes);
-  return all;
-}
-
-template <typename T>
-void put_pod(std::vector<uint8_t>& out, const T& v) {
-  const auto* b = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), b, b + sizeof(T));
-}
-template <typename T>
-T get_pod(const std::vector<uint8_t>& in, size_t& at) {
-  T v;
-  std::memcpy(&v, in.data() + at, sizeof(T));
-  at += sizeof(T);
-  return v;
-}
-
-// Throws on every rank alike when an id appears twice (ids sorted first).
-void refuse_duplicates(std::vector<uint64_t> ids, const char* call, const char* what) {
-  std::sort(ids.begin(), ids.end());
-  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
-    throw std::invalid_argument(std::string("ExpertParallelLayer: ") + call + ": request " +
-                                std::to_string(*dup) + " is " + what + " twice in one call; nothing was " +
-                                what);
-  }
-}
-
-}  // namespace
-
-void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored, RoutingState& state) {
-  // Per request: id, prompt length, segment count, then each segment's byte length and bytes.
-  std::vector<uint8_t> mine;
-  for (const Restoration& r : restored) {
-    put_pod(mine, r.request_id);
-    put_pod(mine, r.prompt_length);
-    put_pod(mine, static_cast<uint64_t>(r.prefix.size()));
-    for (const RoutingSegment& s : r.prefix) {
-      const std::vector<uint8_t> bytes = s.serialize();
-      put_pod(mine, static_cast<uint64_t>(bytes.size()));
-      mine.insert(mine.end(), bytes.begin(), bytes.end());
-    }
-  }
-  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
-  std::vector<Restoration> requests;
-  std::vector<uint64_t> ids;
-  for (size_t at = 0; at < all.size();) {
-    Restoration r;
-    r.request_id = get_pod<uint64_t>(all, at);
-    r.prompt_length = get_pod<uint32_t>(all, at);
-    const uint64_t n = get_pod<uint64_t>(all, at);
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t len = get_pod<uint64_t>(all, at);
-      r.prefix.push_back(RoutingSegment::parse(std::span<const uint8_t>(all.data() + at, len)));
-      at += len;
-    }
-    ids.push_back(r.request_id);
-    requests.push_back(std::move(r));
-  }
-  refuse_duplicates(ids, "restore_requests", "restored");
-  for (const Restoration& r : requests) state.check_restore(r.request_id, r.prompt_length, r.prefix);
-  for (const Restoration& r : requests) state.restore(r.request_id, r.prompt_length, r.prefix);
-}
-
-void ExpertParallelLayer::rollback_requests(std::span<const Rollback> rollbacks, RoutingState& state) {
-  std::vector<uint8_t> mine;
-  for (const Rollback& r : rollbacks) {
-    put_pod(mine, r.request_id);
-    put_pod(mine, r.position);
-  }
-  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
-  std::vector<Rollback> requests;
-  std::vector<uint64_t> ids;
-  for (size_t at = 0; at < all.size();) {
-    Rollback r;
-    r.request_id = get_pod<uint64_t>(all, at);
-    r.position = get_pod<uint32_t>(all, at);
-    ids.push_back(r.request_id);
-    requests.push_back(r);
-  }
-  refuse_duplicates(ids, "rollback_requests", "rolled back");
-  for (const Rollback& r : requests) state.check_rollback(r.request_id, r.position);
-  for (const Rollback& r : requests) state.rollback(r.request_id, r.position);
-}
-
 Fingerprint ExpertParallelLayer::fingerprint() const {
   Fingerprint f = layer_fingerprint(config_, *weights_, "cpu (" + comm_.name() + ")", config_.num_threads);
   f.world_size = comm_.size();
+  f.weights_hash = weights_hash_;
   return f;
 }
 

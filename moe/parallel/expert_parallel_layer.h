@@ -1,37 +1,40 @@
 // moe/parallel/expert_parallel_layer.h: an MoE layer whose routed experts are split over the ranks of a
-// Communicator (expert parallelism, docs/expert-parallel.md).
+// Communicator (expert parallelism, docs/expert-parallel.md). Each rank holds only what it computes: its
+// experts (with their replicas, ExpertPlacement), the router gate and the shared expert.
 //
-// Every rank calls forward() with its own tokens. The step:
-//   1. route    gate GEMM + TopKRouter on the rank's own tokens (the kernels MoELayer uses);
-//   2. gather   all_gather_v of the routing metadata (per token: TokenMeta, top-1 score, ranked experts
-//               and weights: 16 + 8 * num_ranked bytes); the *global batch* is the ranks' tokens
-//               concatenated in rank order;
-//   3. plan     DispatchPlanner on the global batch, identically on every rank (capacity, priority and
-//               greedy arrival order are exactly those of one process on the concatenated batch);
-//   4. dispatch the hidden rows of kept pairs go to their experts' owners (all_to_all_v), each block in
-//               ascending (expert, slot) order;
-//   5. experts  owners run kernels::ffn_forward on their rows, one call per expert over all of its slots in
-//               slot order (the same call MoELayer makes);
-//   6. return   results come back with all_to_all_v in the order they were sent;
-//   7. combine  the home rank combines with moe::combine_row in fixed j order, plus the shared expert
-//               (replicated on every rank) on its own tokens.
+// Every rank calls forward() with its own tokens; the *global batch* is the ranks' rows concatenated in rank
+// order. Two ways to plan it (ExpertParallelOptions::planning):
+//
+//   kGlobal  every rank all-gathers every token's routing record (16 + 8 * num_ranked bytes) and runs the
+//            DispatchPlanner on the global batch, identically: any row may sit on any rank (a request's rows
+//            may be split over ranks and move between them), and every rank keeps the *global* RoutingState.
+//            O(global batch) metadata and planning per rank.
+//   kHome    every rank plans its own rows alone ("home" rank planning): a step moves O(E) counts plus the
+//            kept rows, whatever the world size. Under the per-request scopes (request, causal, sequence,
+//            prefix) and dropless scope the home rank's plan of its rows is the global plan's; under batch
+//            scope with arrival priority and drop a rank plans its rows as a slice of the global batch from
+//            an exclusive scan of per-expert claim counts (router/rules/slice_rules.h). Contract: within one
+//            step a request's rows are all on one rank (per-request scopes), and each rank's RoutingState
+//            holds the requests it plans (admit, release, restore and roll back on the request's rank). Batch
+//            scope with score or random or request priority, or with reroute, needs the whole batch: such a
+//            layer plans as kGlobal (plans_locally() says which).
+//
+// The step: route (gate GEMM + TopKRouter on the rank's rows) -> plan (above) -> dispatch (the hidden rows of
+// kept pairs to the rank computing each pair - its expert's replica by ExpertPlacement::replica_rank -,
+// all_to_all_v) -> experts (kernels::ffn_forward once per held expert over its rows) -> return (all_to_all_v
+// back) -> combine (moe::combine_row in fixed j order at home, plus the shared expert on the rank's rows).
 //
 // Guarantee: with invariant kernels (expert and gate), y on every rank is bitwise equal to the matching rows
 // of a single-process MoELayer run on the global batch with the same config, weights and causal state, for
-// any world size, placement, per-rank token split (a rank may have 0 tokens) and thread count. With fast
-// kernels, the plan and the expert rows still match when the logits match, but the gate GEMM and the shared
-// expert run on the local rows only and may round differently from a run on the global batch.
+// any world size, placement (replicas included), per-rank token split (a rank may have 0 tokens) and thread
+// count - under kHome for splits that keep each request's rows of a step on one rank (per-request scopes).
+// With fast kernels, the plan and the expert rows still match when the logits match, but the gate GEMM and
+// the shared expert run on the local rows only and may round differently from a run on the global batch.
 //
-// Causal and sequence scopes: every rank keeps the *global* RoutingState (all requests of all ranks), since
-// every rank plans the global batch; the states stay equal because every rank applies the same plans.
-// Requests must be admitted (sequence scope) and released on every rank alike: admit_requests() and
-// release_requests() do it collectively.
-//
-// Memory: host memory only (Communicator::memory_space() must be kHost: the single-process and MPI
-// backends). A GPU layer plugs in the NCCL backend through the same byte interface (see
-// docs/expert-parallel.md). The constructor sizes the workspace for config.max_tokens local tokens per rank
-// (world_size * max_tokens global); forward() allocates nothing after warm-up for batches within it (a
-// larger one grows the workspace once). The communicator's collectives allocate nothing either.
+// Memory: host memory only (Communicator::memory_space() must be kHost: the single-process and MPI backends;
+// HostStagedCommunicator puts the NCCL transport under it). forward() allocates nothing after warm-up for
+// batches within config.max_tokens local rows (a larger batch, or more rows to compute than seen before,
+// grows the workspace once). The communicator's collectives allocate nothing either.
 //
 // Errors: see forward(). Threading: forward() is not reentrant; one thread per layer, and it must be the
 // thread that may call the communicator.
@@ -39,10 +42,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/expert_ffn.h"
@@ -66,10 +71,20 @@ class ExpertFfns;  // moe/layer/expert_ffns.h
 
 namespace moe::parallel {
 
+// How the ranks plan a step (see the top of this file).
+enum class EpPlanning { kGlobal, kHome };
+std::string_view to_string(EpPlanning p);
+// "global" or "home"; anything else is std::invalid_argument naming both.
+EpPlanning parse_ep_planning(std::string_view s);
+
 struct ExpertParallelOptions {
-  // After planning, all-gather a hash of the plan (8 bytes per rank) and throw std::runtime_error naming the
-  // ranks whose plan differs from rank 0's. Catches ranks whose causal states diverged. Off by default.
+  // kGlobal: after planning, all-gather a hash of the plan (8 bytes per rank) and throw std::runtime_error
+  // naming the ranks whose plan differs from rank 0's (catches ranks whose causal states diverged).
+  // kHome: all-gather every row's request id and throw std::invalid_argument on every rank, naming the
+  // request and its ranks, when a request's rows of the step sit on two ranks (the contract; O(global batch)
+  // bytes: a debugging aid). Off by default.
   bool verify_plan = false;
+  EpPlanning planning = EpPlanning::kGlobal;
 };
 
 // What the last forward() did on this rank: wall time per phase and bytes moved.
@@ -85,11 +100,23 @@ struct ExpertParallelStepStats {
   //   return    packing results + all_to_all_v back
   //   shared    shared expert (and its gate) on the local rows
   //   combine   combine_row per local token
+  //   metadata  token-count exchange + all-gather of the records (kGlobal), or the exchanges of counts
+  //   (kHome)
   double route_ms = 0, metadata_ms = 0, plan_ms = 0, dispatch_ms = 0, experts_ms = 0, return_ms = 0,
          shared_ms = 0, combine_ms = 0;
-  // Metadata bytes this rank received in the all-gather (its own included), and sent (its own records).
+  bool planned_locally = false;  // kHome planning (plans_locally())
+  // Bytes of the step's small exchanges, this rank's (sent / received, its own share included), apart from
+  // the hidden rows:
+  //   sizes     the token-count all-gather that opens every step: 8 bytes per rank received (8 sent)
+  //   metadata  kGlobal: the routing records' all-gather (every token's record received)
+  //   counts    kHome: per-expert row counts to the ranks computing them (one 4-byte count per expert a
+  //             destination holds), and under batch scope the claim counts to each expert's first replica
+  //             and their exclusive scans back (8 bytes per (expert, choice rank) each way): O(E), whatever
+  //             the world size
+  int64_t size_bytes_sent = 0, size_bytes_received = 0;
   int64_t metadata_bytes_received = 0;
   int64_t metadata_bytes_sent = 0;
+  int64_t count_bytes_sent = 0, count_bytes_received = 0;
   // Hidden rows this rank sent in the dispatch (all destinations / other ranks only); the same counts come
   // back in the return. Rows are fp32: bytes = rows * hidden * 4.
   int64_t rows_sent = 0;
@@ -106,28 +133,47 @@ class ExpertParallelLayer final : public Layer {
  public:
   // Collective: every rank of `comm` constructs its layer at the same time.
   //   config:    as for MoELayer (validated against the weights the same way).
-  //   weights:   the full layer on every rank; this rank reads only its own experts, the gate and the
-  //              shared expert.
+  //   weights:   this rank's part (io::LayerWeights holding at least the experts the placement gives this
+  //              rank: random_layer, load_layer or weights_from_views with an io::ExpertSet, or the whole
+  //              layer); the rank reads only its experts, the gate and the shared expert.
   //   comm:      borrowed, must outlive the layer; host memory (kHost).
-  //   placement: expert -> rank; nullopt = ExpertPlacement::contiguous(E, comm.size()).
+  //   placement: expert -> the ranks holding it (replicas); nullopt = ExpertPlacement::contiguous(E, size).
   // Start-up checks, in this order, on every rank:
-  //   - local validation (config vs weights, placement vs E and world size, memory space); if any rank
-  //     fails, every rank throws std::invalid_argument: the failing rank with its own message, the others
-  //     naming the failing ranks;
-  //   - Communicator::check_consistent on MoELayerConfig::config_hash() ("layer config"),
-  //     LayerWeights::content_hash() ("layer weights") and ExpertPlacement::hash() ("expert placement"):
-  //     std::runtime_error on every rank naming the ranks that differ from rank 0.
+  //   - local validation (config vs weights, placement vs E and world size, the weights hold this rank's
+  //     experts, memory space); if any rank fails, every rank throws std::invalid_argument: the failing rank
+  //     with its own message, the others naming the failing ranks;
+  //   - Communicator::check_consistent on MoELayerConfig::config_hash() ("layer config"), the replicated
+  //     part's hash (LayerWeights::replicated_hash: "layer weights") and ExpertPlacement::hash() ("expert
+  //     placement"), then every expert's hash (LayerWeights::expert_hash) from each rank holding it: the
+  //     replicas of an expert must agree ("layer weights: expert 5 differs across its replicas: ..."), all
+  //     std::runtime_error on every rank naming the ranks that differ. The combination of the pieces'
+  //     hashes (io::sharded_hash) is the layer's weights hash (fingerprint()), whatever the sharding.
   // Communication failures and timeouts throw std::runtime_error.
   ExpertParallelLayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights> weights,
                       Communicator& comm, std::optional<ExpertPlacement> placement = std::nullopt,
                       ExpertParallelOptions options = {});
+  // The same, with each rank reading its part through `read` (any checkpoint reader's "load these experts of
+  // layer i": io::pretrained_part_reader, io::file_part_reader, ...): called once, on every rank, with the
+  // experts the placement gives that rank. A reader that throws (a missing tensor, io::OutOfMemory) fails
+  // every rank as local validation does.
+  ExpertParallelLayer(MoELayerConfig config, const io::LayerPartReader& read, Communicator& comm,
+                      std::optional<ExpertPlacement> placement = std::nullopt,
+                      ExpertParallelOptions options = {});
+  // Collective: layer `layer_index` of a Hugging Face checkpoint directory, each rank reading only its part;
+  // the config is MoELayerConfig::pretrained(preset, the directory's config.json).
+  static std::unique_ptr<ExpertParallelLayer> from_pretrained(
+      const std::filesystem::path& dir, int layer_index, std::string_view preset, Communicator& comm,
+      std::optional<ExpertPlacement> placement = std::nullopt, ExpertParallelOptions options = {},
+      std::optional<kernels::DType> storage = std::nullopt);
   ~ExpertParallelLayer();
   ExpertParallelLayer(const ExpertParallelLayer&) = delete;
   ExpertParallelLayer& operator=(const ExpertParallelLayer&) = delete;
 
   // Collective. x: [num_tokens, hidden] fp32 rows of this rank's tokens (num_tokens may be 0); meta: one
-  // entry per row; y: [num_tokens, hidden], overwritten, must not overlap x. state: the global causal state
-  // (see above; may be null as for DispatchPlanner::plan); stats: the *global* batch's routing outcome.
+  // entry per row; y: [num_tokens, hidden], overwritten, must not overlap x. state: the routing state
+  // (kGlobal: the global one, equal on every rank; kHome: this rank's requests'; may be null as for
+  // DispatchPlanner::plan); stats: the routing outcome of the *global* batch (kGlobal) or of this rank's rows
+  // (plans_locally(): sum them over the ranks for the global batch's).
   // Errors:
   //   - std::invalid_argument, on every rank, when any rank's input is bad (null pointers, meta length, a
   //     row with no finite gate logit): the bad rank reports its own message, the others name it; or when
@@ -139,6 +185,11 @@ class ExpertParallelLayer final : public Layer {
   void forward(const float* x, int num_tokens, std::span<const TokenMeta> meta, float* y,
                RoutingState* state = nullptr, MoEStats* stats = nullptr) override;
 
+  // Request lifecycle calls. kGlobal: as below, every rank applies the union of what the ranks pass (the
+  // global states stay equal). Under kHome planning (plans_locally()) each rank applies what it passes to its
+  // own state only (its requests), and the calls stay collective only to report an error on every rank alike
+  // (one 8-byte all-gather): the failing rank with its message, the others naming it; nothing is applied.
+  //
   // Collective: every rank passes the requests it saw finish (any may pass none); every rank then releases
   // the union (a request named by several ranks once) from `state`, so the global states stay equal.
   // Allocates (not a hot-path call). Throws std::invalid_argument on every rank alike, releasing nothing,
@@ -180,9 +231,14 @@ class ExpertParallelLayer final : public Layer {
   // The experts this rank computes, ascending.
   const std::vector<int>& local_experts() const { return local_experts_; }
 
-  // The global plan of the last forward() (identical on every rank), valid until the next call.
+  // The plan of the last forward(), valid until the next call: kGlobal, the global batch's (identical on
+  // every rank); kHome (plans_locally()), this rank's rows' (pairs t * k + j of its own rows; slots count its
+  // own kept pairs, in the global slot order under batch scope).
   const DispatchPlan& last_plan() const { return plan_; }
   const DispatchPlan& last_plan() override { return plan_; }
+  // Whether forward() plans this rank's rows alone (kHome with a policy that allows it).
+  bool plans_locally() const { return home_; }
+  const ExpertParallelOptions& options() const { return options_; }
   // Row of this rank's first token in the last global batch, and that batch's size.
   int64_t last_token_offset() const { return token_offset_[comm_.rank()]; }
   int64_t last_global_tokens() const { return token_offset_[comm_.size()]; }
@@ -191,20 +247,38 @@ class ExpertParallelLayer final : public Layer {
   size_t record_bytes() const { return record_bytes_; }
   // Bytes of workspace held now.
   size_t workspace_bytes() const;
-  // Provenance: as MoELayer's, with world_size = comm.size().
+  // Provenance: as MoELayer's, with world_size = comm.size() and the weights hash io::sharded_hash of the
+  // layer's pieces (the same for every sharding of the same weights).
   Fingerprint fingerprint() const override;
 
  private:
+  // The constructors' common part: local validation (reading the part when `read`), agreed collectively.
+  void init(MoELayerConfig config, const io::LayerPartReader* read, std::optional<ExpertPlacement> placement);
+  void check_weights_across_ranks();
   void ensure_local(int num_tokens);
   void ensure_global(int64_t global_tokens);
+  void ensure_owner(int64_t rows);
+  // kGlobal: gather the records, plan the global batch, lay out the exchange from the global plan.
+  void plan_global(std::span<const TokenMeta> meta, RoutingState* state);
   void build_layout();
+  // kHome: the slice claims' exchange (batch scope), the local plan, the exchange of row counts.
+  void plan_home(std::span<const TokenMeta> meta, RoutingState* state);
+  void verify_home_rows(std::span<const TokenMeta> meta);
+  void build_home_layout();
   void run_experts();
+  // kHome lifecycle calls: `apply` checks (throws std::invalid_argument) when `dry`, else changes the state;
+  // collective agreement on the outcome of the dry run first.
+  template <class Apply>
+  void local_lifecycle(Apply&& apply);
 
   MoELayerConfig config_;
   std::shared_ptr<const io::LayerWeights> weights_;
   Communicator& comm_;
   ExpertPlacement placement_;
   ExpertParallelOptions options_;
+  bool home_ = false;          // kHome planning of this policy
+  bool home_slices_ = false;   // ... as slices of a batch-scope plan (claim counts exchanged)
+  uint64_t weights_hash_ = 0;  // io::sharded_hash of the pieces, agreed at start-up
   int64_t hidden_ = 0;
   std::unique_ptr<moe::ExpertFfns> ffns_;  // this rank's experts and the shared expert
   bool has_shared_ = false;
@@ -246,8 +320,23 @@ class ExpertParallelLayer final : public Layer {
   std::vector<int32_t> token_home_;  // [T_global] rank of each global token
   DispatchPlan plan_;
 
+  // kHome exchange layouts, fixed by the placement at construction. held(o): the experts rank o holds,
+  // ascending (held_begin_[o] .. held_begin_[o + 1] in held_expert_); primary(o): the experts whose first
+  // replica is on o, ascending (primary_begin_, primary_expert_).
+  std::vector<int32_t> held_begin_, held_expert_, primary_begin_, primary_expert_;
+  std::vector<int32_t> held_index_;  // [P * E]: e's index in held(o), -1 if o does not hold it
+  std::vector<int32_t> row_count_out_, row_count_in_;  // [sum_o |held(o)|], [P * |held(me)|]
+  std::vector<size_t> count_send_bytes_, count_recv_bytes_, claim_send_bytes_, claim_recv_bytes_;
+  std::vector<int64_t> claims_local_, claims_before_;   // [k * E]
+  std::vector<int64_t> claims_out_, claims_in_, scan_;  // primary layout (k per expert)
+  std::vector<int64_t> expert_claims_, expert_before_;  // [P * k] one expert's claims and scan
+  std::vector<int64_t> home_rows_to_;                   // [P * E] rows to each rank per expert
+  std::vector<uint64_t> row_ids_out_, row_ids_in_;      // verify_plan under kHome
+
   // Owner workspace (grown to the most rows this rank's experts received).
   std::vector<int64_t> local_slot_base_;  // [E] first local row of each owned expert (-1 if not owned)
+  std::vector<int64_t> local_rows_;       // [E] rows this rank computes for each expert (its replica's share)
+  std::vector<int64_t> home_index_;       // [P] kept pairs of each home seen so far at one expert
   std::vector<int32_t> recv_to_local_;    // [rows received] local row of each received row
   std::vector<float> owner_rows_;         // [rows, hidden] dispatch receive, then return send
   std::vector<float> gathered_;           // [rows, hidden] in (owned expert, slot) order

@@ -126,3 +126,21 @@ endif()
 add_test(NAME nccl_find_test COMMAND bash ${PROJECT_SOURCE_DIR}/tests/nccl_find_test.sh ${PROJECT_SOURCE_DIR}
                                      ${CMAKE_BINARY_DIR}/nccl-find-test ${moe_test_python})
 set_tests_properties(nccl_find_test PROPERTIES LABELS unit TIMEOUT 60)
+
+# Expert placement with redundant experts and DeepSeek's load balancer (moe_parallel_placement): pure functions.
+moe_add_test(NAME parallel_placement_test
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_placement_test.cc
+  LIBS moe_parallel_placement
+  LABELS unit
+  TIMEOUT 60)
+target_compile_definitions(parallel_placement_test PRIVATE MOE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# Expert parallelism at scale: home-rank planning, redundant experts under it, ranks holding only their part.
+if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
+  moe_add_mpi_program(NAME parallel_ep_home_test
+                      SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_home_test.cc
+                              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
+                      LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest)
+  moe_add_mpi_test(NAME parallel_ep_home_test RANKS 1 2 4 TIMEOUT 180
+                   COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_home_test>)
+endif()

@@ -1,0 +1,263 @@
+// ExpertParallelLayer's request lifecycle calls (expert_parallel_layer.h): kGlobal applies the union of what
+// the ranks pass on every rank; kHome applies each rank's own, after agreeing on the outcome of a dry run.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "moe/parallel/ep_internal.h"
+#include "moe/parallel/expert_parallel_layer.h"
+
+namespace moe::parallel {
+
+using namespace ep_detail;
+
+namespace {
+
+// Every rank's bytes, concatenated in rank order (a collective).
+std::vector<uint8_t> all_gather_bytes(Communicator& comm, const std::vector<uint8_t>& mine) {
+  const int P = comm.size();
+  std::vector<size_t> sizes(P);
+  comm.all_gather_sizes(mine.size(), sizes);
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  std::vector<uint8_t> all(total);
+  comm.all_gather_v(mine.data(), mine.size(), all.data(), sizes);
+  return all;
+}
+
+template <typename T>
+void put_pod(std::vector<uint8_t>& out, const T& v) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), b, b + sizeof(T));
+}
+template <typename T>
+T get_pod(const std::vector<uint8_t>& in, size_t& at) {
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof(T));
+  at += sizeof(T);
+  return v;
+}
+
+// Throws on every rank alike when an id appears twice (ids sorted first).
+void refuse_duplicates(std::vector<uint64_t> ids, const char* call, const char* what) {
+  std::sort(ids.begin(), ids.end());
+  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
+    throw std::invalid_argument(std::string("ExpertParallelLayer: ") + call + ": request " +
+                                std::to_string(*dup) + " is " + what + " twice in one call; nothing was " +
+                                what);
+  }
+}
+
+}  // namespace
+
+template <class Apply>
+void ExpertParallelLayer::local_lifecycle(Apply&& apply) {
+  std::string error;
+  try {
+    apply(true);
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  comm_.all_gather_sizes(error.empty() ? 0 : 1, hash_gather_);
+  const std::string failing = rank_list(hash_gather_, 1);
+  if (!failing.empty()) {
+    if (!error.empty()) throw std::invalid_argument(error + " (rank " + std::to_string(comm_.rank()) + ")");
+    fail("rank(s) " + failing + " refused the call (see their messages); nothing was applied on any rank");
+  }
+  apply(false);
+}
+
+void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, RoutingState& state) {
+  if (home_) {
+    local_lifecycle([&](bool dry) {
+      for (uint64_t id : finished) {
+        if (dry && state.find(id) == nullptr) {
+          fail("release_requests: the routing state does not hold request " + std::to_string(id) +
+               "; no request was released");
+        }
+        if (!dry) state.release_if_held(id);  // a request named twice is released once
+      }
+    });
+    return;
+  }
+  const int P = comm_.size();
+  std::vector<size_t> counts(P), bytes(P);
+  comm_.all_gather_sizes(finished.size(), counts);
+  size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    bytes[r] = counts[r] * sizeof(uint64_t);
+    total += counts[r];
+  }
+  std::vector<uint64_t> all(total);
+  comm_.all_gather_v(finished.data(), finished.size() * sizeof(uint64_t), all.data(), bytes);
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  for (uint64_t id : all) {
+    if (state.find(id) == nullptr) {
+      fail("release_requests: the routing state does not hold request " + std::to_string(id) +
+           "; no request was released");
+    }
+  }
+  for (uint64_t id : all) state.release(id);
+}
+
+void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, RoutingState& state) {
+  if (home_) {
+    local_lifecycle([&](bool dry) {
+      if (!dry) {
+        for (const Admission& a : admitted) state.admit(a.request_id, a.prompt_length);
+        return;
+      }
+      std::vector<uint64_t> ids;
+      for (const Admission& a : admitted) {
+        if (a.prompt_length == 0) {
+          fail("admit_requests: request " + std::to_string(a.request_id) +
+               " has prompt length 0; no request was admitted");
+        }
+        if (state.find(a.request_id) != nullptr) {
+          fail("admit_requests: request " + std::to_string(a.request_id) +
+               " is already admitted (release it first); no request was admitted");
+        }
+        ids.push_back(a.request_id);
+      }
+      std::sort(ids.begin(), ids.end());
+      if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
+        fail("admit_requests: request " + std::to_string(*dup) +
+             " is admitted twice in one call; no request was admitted");
+      }
+    });
+    return;
+  }
+  const int P = comm_.size();
+  std::vector<size_t> counts(P), bytes(P);
+  comm_.all_gather_sizes(admitted.size(), counts);
+  size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    bytes[r] = counts[r] * 16;
+    total += counts[r];
+  }
+  // 16-byte records: request id, prompt length, 4 bytes of padding (zero).
+  std::vector<std::byte> mine(admitted.size() * 16), all(total * 16);
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    std::memcpy(mine.data() + i * 16, &admitted[i].request_id, 8);
+    std::memcpy(mine.data() + i * 16 + 8, &admitted[i].prompt_length, 4);
+  }
+  comm_.all_gather_v(mine.data(), mine.size(), all.data(), bytes);
+  std::vector<Admission> requests(total);
+  for (size_t i = 0; i < total; ++i) {
+    std::memcpy(&requests[i].request_id, all.data() + i * 16, 8);
+    std::memcpy(&requests[i].prompt_length, all.data() + i * 16 + 8, 4);
+  }
+  std::vector<uint64_t> ids(total);
+  for (size_t i = 0; i < total; ++i) {
+    const Admission& a = requests[i];
+    if (a.prompt_length == 0) {
+      fail("admit_requests: request " + std::to_string(a.request_id) +
+           " has prompt length 0; no request was admitted");
+    }
+    if (state.find(a.request_id) != nullptr) {
+      fail("admit_requests: request " + std::to_string(a.request_id) +
+           " is already admitted (release it first); no request was admitted");
+    }
+    ids[i] = a.request_id;
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
+    fail("admit_requests: request " + std::to_string(*dup) +
+         " is admitted twice in one call; no request was admitted");
+  }
+  for (const Admission& a : requests) state.admit(a.request_id, a.prompt_length);
+}
+
+void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored, RoutingState& state) {
+  if (home_) {
+    local_lifecycle([&](bool dry) {
+      if (dry) {
+        std::vector<uint64_t> ids;
+        for (const Restoration& r : restored) ids.push_back(r.request_id);
+        refuse_duplicates(ids, "restore_requests", "restored");
+      }
+      for (const Restoration& r : restored) {
+        if (dry) {
+          state.check_restore(r.request_id, r.prompt_length, r.prefix);
+        } else {
+          state.restore(r.request_id, r.prompt_length, r.prefix);
+        }
+      }
+    });
+    return;
+  }
+  // Per request: id, prompt length, segment count, then each segment's byte length and bytes.
+  std::vector<uint8_t> mine;
+  for (const Restoration& r : restored) {
+    put_pod(mine, r.request_id);
+    put_pod(mine, r.prompt_length);
+    put_pod(mine, static_cast<uint64_t>(r.prefix.size()));
+    for (const RoutingSegment& s : r.prefix) {
+      const std::vector<uint8_t> bytes = s.serialize();
+      put_pod(mine, static_cast<uint64_t>(bytes.size()));
+      mine.insert(mine.end(), bytes.begin(), bytes.end());
+    }
+  }
+  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
+  std::vector<Restoration> requests;
+  std::vector<uint64_t> ids;
+  for (size_t at = 0; at < all.size();) {
+    Restoration r;
+    r.request_id = get_pod<uint64_t>(all, at);
+    r.prompt_length = get_pod<uint32_t>(all, at);
+    const uint64_t n = get_pod<uint64_t>(all, at);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t len = get_pod<uint64_t>(all, at);
+      r.prefix.push_back(RoutingSegment::parse(std::span<const uint8_t>(all.data() + at, len)));
+      at += len;
+    }
+    ids.push_back(r.request_id);
+    requests.push_back(std::move(r));
+  }
+  refuse_duplicates(ids, "restore_requests", "restored");
+  for (const Restoration& r : requests) state.check_restore(r.request_id, r.prompt_length, r.prefix);
+  for (const Restoration& r : requests) state.restore(r.request_id, r.prompt_length, r.prefix);
+}
+
+void ExpertParallelLayer::rollback_requests(std::span<const Rollback> rollbacks, RoutingState& state) {
+  if (home_) {
+    local_lifecycle([&](bool dry) {
+      if (dry) {
+        std::vector<uint64_t> ids;
+        for (const Rollback& r : rollbacks) ids.push_back(r.request_id);
+        refuse_duplicates(ids, "rollback_requests", "rolled back");
+      }
+      for (const Rollback& r : rollbacks) {
+        if (dry) {
+          state.check_rollback(r.request_id, r.position);
+        } else {
+          state.rollback(r.request_id, r.position);
+        }
+      }
+    });
+    return;
+  }
+  std::vector<uint8_t> mine;
+  for (const Rollback& r : rollbacks) {
+    put_pod(mine, r.request_id);
+    put_pod(mine, r.position);
+  }
+  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
+  std::vector<Rollback> requests;
+  std::vector<uint64_t> ids;
+  for (size_t at = 0; at < all.size();) {
+    Rollback r;
+    r.request_id = get_pod<uint64_t>(all, at);
+    r.position = get_pod<uint32_t>(all, at);
+    ids.push_back(r.request_id);
+    requests.push_back(r);
+  }
+  refuse_duplicates(ids, "rollback_requests", "rolled back");
+  for (const Rollback& r : requests) state.check_rollback(r.request_id, r.position);
+  for (const Rollback& r : requests) state.rollback(r.request_id, r.position);
+}
+
+}  // namespace moe::parallel
