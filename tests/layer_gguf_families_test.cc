@@ -204,7 +204,8 @@ TEST(GgufLayer, APartHoldsOnlyItsExperts) {
     const WrittenCheckpoint w = write_family_gguf(gguf_family_case(name), dir / name);
     const io::Pretrained p = io::open_pretrained(w.dir);
     const io::LayerWeights whole = io::load_pretrained_layer(p, w.layer, DType::kF32);
-    const io::LayerWeights part = io::load_pretrained_layer(p, w.layer, DType::kF32, io::ExpertSet::only({5, 2}));
+    const io::LayerWeights part =
+        io::load_pretrained_layer(p, w.layer, DType::kF32, io::ExpertSet::only({5, 2}));
     EXPECT_EQ(part.held().list(), (std::vector<int>{2, 5})) << name;
     EXPECT_TRUE(part.holds_expert(5));
     EXPECT_FALSE(part.holds_expert(0));

@@ -245,12 +245,15 @@ GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int lay
   return out;
 }
 
-DType default_storage(const GgufModel& m, GgufLayerReader& r, int layer) {
+// The storage dtype the file suggests: that of the experts' gate matrix (the first held expert's, in a file
+// of per-expert tensors).
+DType default_storage(const GgufModel& m, GgufLayerReader& r, int layer, const ExpertSet& held) {
   const GgufLayerNames n(layer);
-  const std::string first = m.tensor(n.gate_up_exps())   ? n.gate_up_exps()
-                            : m.tensor(n.gate_exps())    ? n.gate_exps()
-                            : m.tensor(n.gate_expert(0)) ? n.gate_expert(0)
-                                                         : n.gate_exps();
+  const int probe = held.is_all() || held.list().empty() ? 0 : held.list().front();
+  const std::string first = m.tensor(n.gate_up_exps())       ? n.gate_up_exps()
+                            : m.tensor(n.gate_exps())        ? n.gate_exps()
+                            : m.tensor(n.gate_expert(probe)) ? n.gate_expert(probe)
+                                                             : n.gate_exps();
   return r.suggested_storage(r.find(first));  // its shape is checked when it is read
 }
 
