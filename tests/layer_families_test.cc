@@ -318,6 +318,11 @@ TEST(Refusals, UnsupportedKeyValuesAreNamed) {
       {"qwen2_moe_f32", [](json& j) { j["mlp_only_layers"] = {7}; }, "'mlp_only_layers' names layer 7"},
       {"llama4_text_f32", [](json& j) { j["moe_layers"] = {9}; }, "'moe_layers' names layer 9"},
       {"gpt_oss_bf16", [](json& j) { j["swiglu_limit"] = -1.0; }, "'swiglu_limit' = -1.0 must be > 0"},
+      // Sizes a list is built from are bounded first (1 << 30 layers was a std::bad_alloc).
+      {"mixtral_bf16", [](json& j) { j["num_hidden_layers"] = 1 << 30; },
+       "'num_hidden_layers' = 1073741824 is out of range (1-65536)"},
+      {"mixtral_bf16", [](json& j) { j["num_local_experts"] = int64_t{1} << 33; },
+       "'num_local_experts' = 8589934592 is out of range (1-1048576)"},
       {"mixtral_bf16", [](json& j) { j["model_type"] = "jamba"; },
        "model_type 'jamba' is not supported (supported: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
        "deepseek_v3, glm4_moe, gpt_oss, llama4, llama4_text)"},

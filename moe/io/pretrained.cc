@@ -36,7 +36,8 @@ class ConfigReader {
   std::string name(const char* key) const { return "'" + scope_ + key + "'"; }
   const json& at(const char* key) const { return j_.at(key); }
 
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1,
+                  int64_t max = int64_t{1} << 40) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       fail("lacks " + name(key));
@@ -44,8 +45,9 @@ class ConfigReader {
     const json& v = j_.at(key);
     if (!v.is_number_integer()) fail(name(key) + " must be an integer (got " + v.dump() + ")");
     const int64_t x = v.get<int64_t>();
-    if (x < min || x > (int64_t{1} << 40)) {
-      fail(name(key) + " = " + std::to_string(x) + " is out of range (>= " + std::to_string(min) + ")");
+    if (x < min || x > max) {
+      fail(name(key) + " = " + std::to_string(x) + " is out of range (" + std::to_string(min) + "-" +
+           std::to_string(max) + ")");
     }
     return x;
   }
@@ -118,7 +120,8 @@ constexpr Family kFamilies[] = {
 // The keys every family shares: layer count, hidden size, activation, the decoder's.
 void read_common(const ConfigReader& r, PretrainedConfig& c) {
   c.layer.hidden = r.integer("hidden_size");
-  c.num_layers = static_cast<int>(r.integer("num_hidden_layers"));
+  // Bounded before a list of the layers is built from it (no model has 2^16 layers).
+  c.num_layers = static_cast<int>(r.integer("num_hidden_layers", std::nullopt, 1, 1 << 16));
   c.hidden_act = r.text("hidden_act", "silu");
   if (c.hidden_act != "silu") {
     r.fail(r.name("hidden_act") + " = '" + c.hidden_act + "' is not supported (the " +
@@ -144,10 +147,10 @@ void read_common(const ConfigReader& r, PretrainedConfig& c) {
 void read_experts(const ConfigReader& r, PretrainedConfig& c, const char* experts_key, const char* ff_key) {
   c.experts_key = experts_key;
   c.expert_ff_key = ff_key;
-  c.layer.num_experts = static_cast<int>(r.integer(experts_key));
+  c.layer.num_experts = static_cast<int>(r.integer(experts_key, std::nullopt, 1, 1 << 20));
   c.layer.expert_ff = r.integer(ff_key);
   c.router.num_experts = c.layer.num_experts;
-  c.router.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
+  c.router.top_k = static_cast<int>(r.integer("num_experts_per_tok", std::nullopt, 1, 1 << 20));
   if (c.router.top_k > c.layer.num_experts) {
     r.fail("num_experts_per_tok (" + std::to_string(c.router.top_k) + ") exceeds " + experts_key + " (" +
            std::to_string(c.layer.num_experts) + ")");
