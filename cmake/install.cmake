@@ -5,7 +5,7 @@
 #                                                                    (include root: P/include/moe)
 #   P/lib/libmoe.so -> libmoe.so.0.1 -> libmoe.so.0.1.0              (the C API, shared: dlopen, ctypes, FFI;
 #                                                                    SONAME libmoe.so.0.1; not in sanitizer builds)
-#   P/lib/libmoe_{router,kernels_cpu,io,layer,api_c}.a
+#   P/lib/libmoe_{router,kernels_formats,kernels_cpu,io,layer,api_c}.a
 #   P/lib/cmake/moe/moe{Config,ConfigVersion,Targets}.cmake          (find_package(moe))
 #   P/lib/pkgconfig/moe.pc, moe-c.pc                                 (pkg-config: static; the shared C API)
 #   P/lib/python3/dist-packages/moe/                                 (import moe)
@@ -26,7 +26,7 @@ set(MOE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moe)
 
 # moe_flags is exported only because static libraries carry their PRIVATE links as $<LINK_ONLY:...>: consumers
 # get its link options (sanitizers), never its compile options.
-set(moe_install_targets moe_router moe_kernels_cpu moe_io moe_layer moe_api_c moe_all moe_flags)
+set(moe_install_targets moe_router moe_kernels_formats moe_kernels_cpu moe_io moe_layer moe_api_c moe_all moe_flags)
 foreach(t moe_shared moe_cuda_base moe_router_cuda moe_kernels_cuda)
   if(TARGET ${t})
     list(APPEND moe_install_targets ${t})

@@ -7,7 +7,7 @@ set -euo pipefail
 sim="$1"
 families="$2"
 fail() { echo "sim_inspect_test: FAILED: $*" >&2; exit 1; }
-while read -r name model_type quant layer tokens hidden; do
+while read -r name model_type quant layer tokens hidden tolerance; do
   out=$("$sim" inspect "$families/$name") || fail "$name: exit status $?"
   grep -q "^family      $model_type " <<< "$out" || fail "$name: no family line for $model_type: $out"
   grep -q "^layers .* MoE " <<< "$out" || fail "$name: no MoE layer list"
@@ -46,7 +46,7 @@ grep -q "11.3 GB in FP8 as stored, 22.6 GB in bf16, 45.3 GB in f32" <<< "$out" |
 grep -q "^weights     none readable here" <<< "$out" || fail "no weights line: $out"
 # GGUF files: every family file the fixture wrote (exit 0, the family, its tensors, per-layer bytes), a
 # truncated file and an unsupported architecture (exit 1, the reason).
-while read -r name arch type layer tokens hidden file; do
+while read -r name arch type layer tokens hidden tolerance file; do
   out=$("$sim" inspect "$families/gguf/$name/$file") || fail "$name: exit status $?"
   grep -q "^format      GGUF v3, " <<< "$out" || fail "$name: no format line: $out"
   grep -q "^family      $arch (" <<< "$out" || fail "$name: no family line for $arch: $out"

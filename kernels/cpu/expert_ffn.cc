@@ -8,6 +8,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/cpu/activations.h"
+#include "kernels/quant_formats.h"
 
 namespace moe::kernels {
 namespace {
@@ -16,9 +17,19 @@ std::string shape(const MatrixView& m) {
   return "[" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + "]";
 }
 
-double weight_at(const MatrixView& m, int64_t r, int64_t c) {
-  if (m.dtype == DType::kF32) return static_cast<const float*>(m.data)[r * m.row_stride + c];
-  return bf16_to_f32(static_cast<const uint16_t*>(m.data)[r * m.row_stride + c]);
+// Every element of m (any type, quantized ones dequantized exactly: kernels::reference_row), [rows][cols].
+std::vector<double> widened(const MatrixView& m) {
+  std::vector<double> v(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) reference_row(m, r, v.data() + r * m.cols);
+  return v;
+}
+
+void validate_matrix(const MatrixView& m, const char* what, bool allow_quantized) {
+  if (allow_quantized && is_quantized(m.dtype)) {
+    validate_view(m, what);
+  } else {
+    validate_weights(m, what);
+  }
 }
 
 }  // namespace
@@ -54,9 +65,10 @@ void add_bias(float* y, const float* b, int64_t n) {
   for (int64_t c = 0; c < n; ++c) y[c] += b[c];
 }
 
-void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff) {
-  validate_weights(w.w1, "ffn: w1");
-  validate_weights(w.w2, "ffn: w2");
+void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff,
+                          bool allow_quantized) {
+  validate_matrix(w.w1, "ffn: w1", allow_quantized);
+  validate_matrix(w.w2, "ffn: w2", allow_quantized);
   if (act == Activation::kClampedSwiGLU &&
       (!(w.swiglu_limit > 0.0f) || !std::isfinite(w.swiglu_limit) || !std::isfinite(w.swiglu_alpha))) {
     throw std::invalid_argument(
@@ -66,7 +78,7 @@ void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64
   if (!is_gated(act) && w.b3 != nullptr)
     throw std::invalid_argument("ffn: b3 given for an ungated activation");
   if (is_gated(act)) {
-    validate_weights(w.w3, "ffn: w3");
+    validate_matrix(w.w3, "ffn: w3", allow_quantized);
     if (w.w3.rows != w.w1.rows || w.w3.cols != w.w1.cols) {
       throw std::invalid_argument("ffn: w3 shape " + shape(w.w3) + " differs from w1 shape " + shape(w.w1) +
                                   " (both must be [ff, d])");
@@ -143,26 +155,28 @@ void ffn_forward(KernelKind kind, Activation act, const float* x, int64_t rows, 
 
 void ffn_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y) {
   int64_t d = 0, ff = 0;
-  validate_ffn_weights(act, w, &d, &ff);
+  validate_ffn_weights(act, w, &d, &ff, true);
   if (rows < 0)
     throw std::invalid_argument("ffn_reference_f64: rows (" + std::to_string(rows) + ") is negative");
   if ((x == nullptr || y == nullptr) && rows > 0 && d > 0) {
     throw std::invalid_argument("ffn_reference_f64: x or y is null with rows " + std::to_string(rows));
   }
+  const std::vector<double> w1 = widened(w.w1), w2 = widened(w.w2);
+  const std::vector<double> w3 = is_gated(act) ? widened(w.w3) : std::vector<double>();
   std::vector<double> h(static_cast<size_t>(ff));
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     for (int64_t j = 0; j < ff; ++j) {
       double gate = w.b1 ? w.b1[j] : 0.0, up = w.b3 ? w.b3[j] : 0.0;
-      for (int64_t i = 0; i < d; ++i) gate += static_cast<double>(xr[i]) * weight_at(w.w1, j, i);
+      for (int64_t i = 0; i < d; ++i) gate += static_cast<double>(xr[i]) * w1[static_cast<size_t>(j * d + i)];
       if (is_gated(act)) {
-        for (int64_t i = 0; i < d; ++i) up += static_cast<double>(xr[i]) * weight_at(w.w3, j, i);
+        for (int64_t i = 0; i < d; ++i) up += static_cast<double>(xr[i]) * w3[static_cast<size_t>(j * d + i)];
       }
       h[static_cast<size_t>(j)] = activation_f64(act, w, gate, up);
     }
     for (int64_t o = 0; o < d; ++o) {
       double sum = w.b2 ? w.b2[o] : 0.0;
-      for (int64_t j = 0; j < ff; ++j) sum += h[static_cast<size_t>(j)] * weight_at(w.w2, o, j);
+      for (int64_t j = 0; j < ff; ++j) sum += h[static_cast<size_t>(j)] * w2[static_cast<size_t>(o * ff + j)];
       y[r * d + o] = sum;
     }
   }

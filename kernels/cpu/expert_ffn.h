@@ -38,8 +38,10 @@ void activate_row(Activation act, const FfnWeights& w, float* h1, const float* h
 void add_bias(float* y, const float* b, int64_t n);
 
 // Checks that the weights fit together for `act` and returns d (hidden size) and ff (intermediate
-// size). Throws std::invalid_argument naming the mismatching shapes, a null pointer or a bad dtype.
-void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff);
+// size). Throws std::invalid_argument naming the mismatching shapes, a null pointer or a bad dtype (with
+// `allow_quantized`, quantized matrices are accepted too, checked by kernels::validate_view).
+void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff,
+                          bool allow_quantized = false);
 
 // Floats of scratch that ffn_forward needs for `rows` rows: 2 * rows * ff (any activation).
 size_t ffn_scratch_floats(int64_t rows, int64_t ff);
@@ -59,8 +61,9 @@ void ffn_forward(KernelKind kind, Activation act, const float* x, int64_t rows, 
 // The activation of one element in double (the oracles' form): gate and up with their biases.
 double activation_f64(Activation act, const FfnWeights& w, double gate, double up);
 
-// The oracle: everything in double (the fp32 activations are not rounded between the layers).
-// x is contiguous [rows, d]; y is contiguous [rows, d]. Same validation as ffn_forward.
+// The oracle: everything in double (the fp32 activations are not rounded between the layers), on the
+// weights' exact values (quantized matrices dequantized exactly, kernels/quant_formats.h).
+// x is contiguous [rows, d]; y is contiguous [rows, d]. Same validation as ffn_forward (quantized accepted).
 void ffn_reference_f64(Activation act, const float* x, int64_t rows, const FfnWeights& w, double* y);
 
 }  // namespace moe::kernels

@@ -110,7 +110,23 @@ moe_layer_shape_t from_shape(const moe::io::LayerShape& s) {
   return out;
 }
 
+// moe_dtype_t and kernels::DType share their numbering (f16, 2, is a file dtype only).
+constexpr moe::kernels::DType kDtypes[] = {moe::kernels::DType::kF32,  moe::kernels::DType::kBF16,
+                                           moe::kernels::DType::kQ8_0, moe::kernels::DType::kQ4_K,
+                                           moe::kernels::DType::kQ6_K, moe::kernels::DType::kMXFP4,
+                                           moe::kernels::DType::kFP8};
+
 moe::kernels::DType to_dtype(int32_t d, const char* where) {
+  for (moe::kernels::DType t : kDtypes) {
+    if (d == static_cast<int32_t>(t)) return t;
+  }
+  throw std::invalid_argument(std::string(where) +
+                              " must be MOE_DTYPE_F32, _BF16, _Q8_0, _Q4_K, _Q6_K, _MXFP4 or _FP8 (got " +
+                              std::to_string(d) + ")");
+}
+
+// Caller buffers are plain matrices (a quantized one needs its blocks' layout and, for FP8, its scales).
+moe::kernels::DType to_plain_dtype(int32_t d, const char* where) {
   if (d == MOE_DTYPE_F32) return moe::kernels::DType::kF32;
   if (d == MOE_DTYPE_BF16) return moe::kernels::DType::kBF16;
   throw std::invalid_argument(std::string(where) + " must be MOE_DTYPE_F32 or MOE_DTYPE_BF16 (got " +
@@ -246,7 +262,7 @@ moe_status_t moe_weights_from_buffers(const moe_layer_shape_t* shape, const moe_
     const moe::io::LayerShape s = to_shape(*shape);
     s.validate();
     moe::api::WeightBuffers b;
-    b.dtype = to_dtype(enum_bits(buffers->dtype), "buffers->dtype");
+    b.dtype = to_plain_dtype(enum_bits(buffers->dtype), "buffers->dtype");
     b.router_gate = buffers->router_gate;
     b.score_bias = buffers->score_bias;
     if (!buffers->expert_gate_proj || !buffers->expert_up_proj || !buffers->expert_down_proj) {
@@ -273,7 +289,7 @@ moe_status_t moe_weights_shape(const moe_weights_t* weights, moe_layer_shape_t* 
 moe_status_t moe_weights_storage(const moe_weights_t* weights, moe_dtype_t* storage) {
   if (weights == nullptr) return null_arg("moe_weights_storage", "weights");
   if (storage == nullptr) return null_arg("moe_weights_storage", "storage");
-  *storage = weights->weights->storage() == moe::kernels::DType::kBF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+  *storage = static_cast<moe_dtype_t>(static_cast<int32_t>(weights->weights->storage()));
   return MOE_OK;
 }
 

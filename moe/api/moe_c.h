@@ -66,8 +66,19 @@ const char* moe_preset_description(const char* preset);
 /* An immutable set of weights of one MoE layer (router gate, experts, optional shared expert). */
 typedef struct moe_weights moe_weights_t;
 
-/* Storage dtype of the expert matrices. Computation is fp32 either way (bf16 is widened exactly). */
-typedef enum { MOE_DTYPE_F32 = 0, MOE_DTYPE_BF16 = 1 } moe_dtype_t;
+/* Storage type of the expert matrices. F32 and BF16: computation is fp32 (bf16 widened exactly) or bf16
+ * (moe_layer_config_set_compute). The quantized types are kept as a checkpoint stores them and run by the
+ * quantized kernels (docs/runtime.md, kernels/quant_formats.h): ggml's Q8_0, Q4_K, Q6_K and MXFP4 blocks, and
+ * FP8 e4m3 with 2-D block scales (DeepSeek-V3's safetensors layout). */
+typedef enum {
+  MOE_DTYPE_F32 = 0,
+  MOE_DTYPE_BF16 = 1,
+  MOE_DTYPE_Q8_0 = 3,
+  MOE_DTYPE_Q4_K = 4,
+  MOE_DTYPE_Q6_K = 5,
+  MOE_DTYPE_MXFP4 = 6,
+  MOE_DTYPE_FP8 = 7
+} moe_dtype_t;
 
 /* The dimensions of one MoE layer (moe/io/layer_weights.h, io::LayerShape).
  *   hidden              d_model
@@ -90,11 +101,13 @@ typedef struct {
 /* Loads layer `layer_index` of a safetensors checkpoint with the Hugging Face names of `architecture`
  * ("mixtral", "qwen2-moe", "deepseek-v3", "olmoe"). `path` is a .safetensors file, a *.safetensors.index.json
  * or a directory holding either. Every tensor must have exactly the shape `shape` implies.
- *   storage: MOE_DTYPE_F32 or MOE_DTYPE_BF16 converts the expert matrices to that dtype; -1 keeps the file's.
- *   Tensors already in the storage dtype are not copied: they stay mapped from the file, which must not be
- *   modified or truncated while the weights (or a layer using them) live.
- * Errors: MOE_INVALID_ARGUMENT (null pointer, unknown architecture, missing tensor, wrong shape or dtype: the
- * message names the tensor and the file); MOE_IO_ERROR (the file cannot be opened or mapped). */
+ *   storage: MOE_DTYPE_F32 or MOE_DTYPE_BF16 converts (or dequantizes exactly) the expert matrices to that
+ *   dtype; -1 keeps the file's (an FP8 or MXFP4 checkpoint as stored); MOE_DTYPE_FP8 / MOE_DTYPE_MXFP4 ask
+ * for the file's own quantized format (an error naming both if it holds another). Tensors already in the
+ * storage dtype are not copied: they stay mapped from the file, which must not be modified or truncated while
+ * the weights (or a layer using them) live. Errors: MOE_INVALID_ARGUMENT (null pointer, unknown architecture,
+ * missing tensor, wrong shape or dtype: the message names the tensor and the file); MOE_IO_ERROR (the file
+ * cannot be opened or mapped). */
 moe_status_t moe_weights_load(const char* path, const char* architecture, int32_t layer_index,
                               const moe_layer_shape_t* shape, int32_t storage, moe_weights_t** out);
 
@@ -104,8 +117,8 @@ moe_status_t moe_weights_load(const char* path, const char* architecture, int32_
  * key) and are checked against the tensors. `dir` may also be the path of config.json, or a GGUF file (a
  * .gguf name or the GGUF magic; single, or any shard of a split one: general.architecture llama, qwen2moe,
  * qwen3moe, olmoe, deepseek2, glm4moe, gpt-oss or llama4 with llama.cpp's tensor names and keys,
- * moe/io/gguf_config.h). storage as for moe_weights_load (-1: the file's dtype; FP8 and MXFP4 checkpoints are
- * dequantized exactly to it, bf16 by default).
+ * moe/io/gguf_config.h). storage as for moe_weights_load (-1: the file's dtype; FP8, MXFP4 and GGUF's Q8_0,
+ * Q4_K, Q6_K checkpoints as stored, run by the quantized kernels).
  * Errors: MOE_INVALID_ARGUMENT (null pointer, malformed or unsupported config.json or GGUF file - an
  * unsupported key value or tensor type is named - a config that does not match the tensors - the message
  * names the key, its value and the tensor - layer_index outside [0, num_hidden_layers) or a dense layer: the
@@ -115,7 +128,9 @@ moe_status_t moe_weights_load_pretrained(const char* dir, int32_t layer_index, i
                                          moe_weights_t** out);
 
 /* Seeded random weights (uniform like nn.Linear's init): the same bits for the same (shape, storage, seed) on
- * every machine. Errors: MOE_INVALID_ARGUMENT for a null pointer or an invalid shape. */
+ * every machine. A quantized storage quantizes the fp32 draws (its block must divide the matrices' rows: 32
+ * for Q8_0 / MXFP4, 256 for Q4_K / Q6_K). Errors: MOE_INVALID_ARGUMENT for a null pointer, an invalid shape
+ * or a shape the format does not divide. */
 moe_status_t moe_weights_random(const moe_layer_shape_t* shape, moe_dtype_t storage, uint64_t seed,
                                 moe_weights_t** out);
 
@@ -220,9 +235,9 @@ moe_status_t moe_layer_config_set_kernel(moe_layer_config_t* config, const char*
  * invariance in bf16 (docs/determinism.md). The CUDA layer refuses bf16 (moe_layer_create:
  * MOE_INVALID_ARGUMENT). */
 moe_status_t moe_layer_config_set_compute(moe_layer_config_t* config, const char* compute);
-/* storage: MOE_DTYPE_F32 or MOE_DTYPE_BF16, the dtype moe_layer_create_pretrained stores the expert matrices
- * in (default: the file's; FP8 and MXFP4 files are dequantized exactly to it, bf16 by default). Ignored by
- * moe_layer_create, whose weights are already stored. */
+/* storage: the type moe_layer_create_pretrained stores the expert matrices in (default: the file's, quantized
+ * files as stored; MOE_DTYPE_F32 / MOE_DTYPE_BF16 dequantize them exactly). Ignored by moe_layer_create,
+ * whose weights are already stored. */
 moe_status_t moe_layer_config_set_storage(moe_layer_config_t* config, moe_dtype_t storage);
 /* num_threads: >= 1, the threads used inside a forward pass (default 1: the calling thread). */
 moe_status_t moe_layer_config_set_num_threads(moe_layer_config_t* config, int32_t num_threads);

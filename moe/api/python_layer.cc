@@ -52,7 +52,12 @@ std::optional<kernels::DType> parse_storage(const std::optional<std::string>& s)
   if (!s) return std::nullopt;
   if (*s == "f32" || *s == "float32") return kernels::DType::kF32;
   if (*s == "bf16" || *s == "bfloat16") return kernels::DType::kBF16;
-  throw py::value_error("storage must be 'f32' or 'bf16' (got '" + *s + "')");
+  for (kernels::DType t : {kernels::DType::kQ8_0, kernels::DType::kQ4_K, kernels::DType::kQ6_K,
+                           kernels::DType::kMXFP4, kernels::DType::kFP8}) {
+    if (*s == kernels::to_string(t)) return t;
+  }
+  throw py::value_error("storage must be 'f32', 'bf16', 'q8_0', 'q4_k', 'q6_k', 'mxfp4' or 'fp8' (got '" +
+                        *s + "')");
 }
 
 py::dict shape_dict(const io::LayerShape& s) {
@@ -365,7 +370,8 @@ void bind_layer(py::module_& m) {
           py::arg("storage") = py::none(),
           "Loads layer `layer_index` of a safetensors checkpoint (file, index json or directory) with the "
           "Hugging "
-          "Face names of `architecture`. storage: 'f32', 'bf16' or None (the file's dtype).")
+          "Face names of `architecture`. storage: 'f32', 'bf16' or None (the file's dtype; FP8 as stored), "
+          "or 'fp8' / 'mxfp4' (the file's own format).")
       .def_static(
           "load_pretrained",
           [](const std::string& dir, int layer, const std::optional<std::string>& storage) {

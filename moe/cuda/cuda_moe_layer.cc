@@ -8,9 +8,12 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/cuda/check.h"
 #include "base/cuda/device.h"
+#include "kernels/bf16.h"
+#include "kernels/quant_formats.h"
 #include "router/cuda/plan_dispatch.h"
 #include "router/cuda/topk.h"
 #include "router/plan_checks.h"
@@ -41,14 +44,43 @@ void upload_matrix(const kernels::MatrixView& m, std::byte* dst, size_t at, cuda
                                m.rows, cudaMemcpyHostToDevice, stream));
 }
 
-// Expert matrices of `experts` stacked as [n][rows][cols] on the device; `pick` selects the matrix.
+// Enqueues on `stream` the copy of matrix m into dst at element offset `at` as bf16, m being of another type:
+// a quantized matrix dequantized on the host (kernels::dequantize_row_bf16: each exact value rounded once),
+// an f32 one rounded to nearest even. The host rows go into `staging`, which must outlive the copy
+// (upload_weights keeps it until its final synchronisation).
+void upload_converted(const kernels::MatrixView& m, std::byte* dst, size_t at, cudaStream_t stream,
+                      std::vector<std::vector<uint16_t>>& staging) {
+  std::vector<uint16_t>& rows = staging.emplace_back(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    uint16_t* out = rows.data() + r * m.cols;
+    if (kernels::is_quantized(m.dtype)) {
+      kernels::dequantize_row_bf16(m, r, out);
+    } else {
+      const auto* in = static_cast<const float*>(m.data) + r * m.row_stride;
+      for (int64_t c = 0; c < m.cols; ++c) out[c] = kernels::f32_to_bf16(in[c]);
+    }
+  }
+  CUDA_CHECK(cudaMemcpyAsync(dst + at * sizeof(uint16_t), rows.data(), rows.size() * sizeof(uint16_t),
+                             cudaMemcpyHostToDevice, stream));
+}
+
+// Expert matrices of `experts` stacked as [n][rows][cols] on the device in dtype `type`; `pick` selects the
+// matrix.
 template <typename Pick>
 cuda::DeviceBuffer<std::byte> upload_stacked(std::span<const io::ExpertTensors> experts, Pick pick,
-                                             cudaStream_t stream) {
+                                             kernels::DType type, cudaStream_t stream,
+                                             std::vector<std::vector<uint16_t>>& staging) {
   const kernels::MatrixView& first = pick(experts[0]);
   const size_t per = static_cast<size_t>(first.rows * first.cols);
-  cuda::DeviceBuffer<std::byte> buf(per * experts.size() * kernels::dtype_size(first.dtype));
-  for (size_t e = 0; e < experts.size(); ++e) upload_matrix(pick(experts[e]), buf.data(), e * per, stream);
+  cuda::DeviceBuffer<std::byte> buf(per * experts.size() * kernels::dtype_size(type));
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const kernels::MatrixView& m = pick(experts[e]);
+    if (m.dtype == type) {
+      upload_matrix(m, buf.data(), e * per, stream);
+    } else {
+      upload_converted(m, buf.data(), e * per, stream, staging);
+    }
+  }
   return buf;
 }
 
@@ -164,7 +196,9 @@ void CudaMoELayer::release() noexcept {
 void CudaMoELayer::upload_weights() {
   const io::LayerShape& s = weights_->shape();
   const bool gelu = config_.activation == kernels::Activation::kGELU;
-  const kernels::DType type = weights_->storage();  // kF32 or kBF16 (f16 files are converted when loaded)
+  // kF32 or kBF16 (f16 files are converted when loaded). Quantized matrices are dequantized to bf16 on upload
+  // (docs/cuda.md: the GPU has no quantized kernels yet), and with them every expert matrix of the layer.
+  const kernels::DType type = weights_->quantized() ? kernels::DType::kBF16 : weights_->storage();
   const kernels::Activation act = config_.activation;
   // GELU experts read up and down (kernels/cuda/expert_ffn.h: w1 holds the up projection).
   auto first = [gelu](const io::ExpertTensors& t) -> const kernels::MatrixView& {
@@ -174,9 +208,10 @@ void CudaMoELayer::upload_weights() {
   auto down = [](const io::ExpertTensors& t) -> const kernels::MatrixView& { return t.down_proj; };
 
   std::span<const io::ExpertTensors> experts = weights_->experts();
-  w1_ = upload_stacked(experts, first, stream_);
-  if (!gelu) w3_ = upload_stacked(experts, up, stream_);
-  w2_ = upload_stacked(experts, down, stream_);
+  std::vector<std::vector<uint16_t>> staging;  // dequantized rows, alive until the synchronisation below
+  w1_ = upload_stacked(experts, first, type, stream_, staging);
+  if (!gelu) w3_ = upload_stacked(experts, up, type, stream_, staging);
+  w2_ = upload_stacked(experts, down, type, stream_, staging);
   // gpt-oss's biases (GELU experts read the up projection's bias as b1, like its matrix).
   b1_ = upload_stacked_bias(
       experts, [gelu](const io::ExpertTensors& t) { return gelu ? t.up_bias : t.gate_bias; }, stream_);
@@ -200,9 +235,9 @@ void CudaMoELayer::upload_weights() {
                                           config_.swiglu_limit};
   if (has_shared_) {
     std::span<const io::ExpertTensors> one(&*weights_->shared(), 1);
-    shared_w1_ = upload_stacked(one, first, stream_);
-    if (!gelu) shared_w3_ = upload_stacked(one, up, stream_);
-    shared_w2_ = upload_stacked(one, down, stream_);
+    shared_w1_ = upload_stacked(one, first, type, stream_, staging);
+    if (!gelu) shared_w3_ = upload_stacked(one, up, type, stream_, staging);
+    shared_w2_ = upload_stacked(one, down, type, stream_, staging);
     shared_view_ = cuda::ExpertWeightsView{type,
                                            1,
                                            static_cast<int>(s.hidden),

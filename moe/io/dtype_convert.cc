@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/bf16.h"
 #include "kernels/f16.h"
@@ -30,8 +31,11 @@ float load_f32(const std::byte* p, kernels::DType from) {
       std::memcpy(&b, p, 2);
       return f16_to_f32(b);
     }
+    default:  // quantized types are not elements (kernels/quant_formats.h dequantizes them)
+      break;
   }
-  return 0.0f;
+  throw std::invalid_argument("moe::io: " + std::string(kernels::to_string(from)) +
+                              " is not a plain element type");
 }
 
 void convert(const std::byte* src, kernels::DType from, std::byte* dst, kernels::DType to, size_t count) {
@@ -53,10 +57,11 @@ void convert(const std::byte* src, kernels::DType from, std::byte* dst, kernels:
         std::memcpy(dst + i * 2, &v, 2);
       }
       return;
-    case kernels::DType::kF16:
+    default:
       break;
   }
-  throw std::invalid_argument("moe::io: conversion to f16 storage is not supported (use f32 or bf16)");
+  throw std::invalid_argument("moe::io: conversion to " + std::string(kernels::to_string(to)) +
+                              " storage is not supported here (use f32 or bf16)");
 }
 
 }  // namespace moe::io::internal

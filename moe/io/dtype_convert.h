@@ -13,7 +13,8 @@ namespace moe::io::internal {
 // IEEE binary16 -> f32, exact for every input (subnormals, Inf, NaN payloads kept in the high mantissa bits).
 float f16_to_f32(uint16_t bits);
 
-// One element of dtype `from` (kF32, kBF16 or kF16, little-endian, any alignment) widened exactly to f32.
+// One element of dtype `from` (kF32, kBF16 or kF16, little-endian, any alignment) widened exactly to f32;
+// std::invalid_argument for any other type.
 float load_f32(const std::byte* p, kernels::DType from);
 
 // Converts `count` elements from `src` (dtype `from`, little-endian, any alignment) to `dst` (dtype `to`,

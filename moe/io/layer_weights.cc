@@ -13,6 +13,7 @@
 
 #include "base/splitmix64.h"
 #include "kernels/bf16.h"
+#include "kernels/quant_formats.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/memory.h"
 #include "moe/io/safetensors.h"
@@ -103,9 +104,11 @@ std::string shape_string(std::span<const int64_t> shape) {
   return s + "]";
 }
 
+// Bytes of a contiguous [rows, cols] matrix of `dtype` (whole blocks per row; FP8's scales not included).
 size_t checked_bytes(int64_t rows, int64_t cols, DType dtype) {
-  const uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols),
-                 s = kernels::dtype_size(dtype);
+  const int64_t be = kernels::block_elems(dtype);
+  const uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols / be),
+                 s = kernels::block_bytes(dtype);
   if (rows < 0 || cols < 0 || (c != 0 && r > std::numeric_limits<size_t>::max() / c / s)) {
     throw std::invalid_argument("moe::io: matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
                                 "] is too large");
@@ -188,11 +191,20 @@ void LayerShape::validate() const {
 }
 
 uint64_t LayerShape::expert_bytes(DType storage) const {
-  const uint64_t per = kernels::dtype_size(storage);
-  uint64_t n = 3 * static_cast<uint64_t>(num_experts) * static_cast<uint64_t>(expert_ff) *
-               static_cast<uint64_t>(hidden);
-  if (num_shared_experts > 0) n += 3 * static_cast<uint64_t>(shared_ff) * static_cast<uint64_t>(hidden);
-  return n * per;
+  // One matrix [rows, cols] in `storage`: whole blocks per row; FP8 adds an fp32 scale per 128 x 128 block.
+  const auto matrix = [storage](int64_t rows, int64_t cols) {
+    const int64_t be = kernels::block_elems(storage);
+    uint64_t bytes = static_cast<uint64_t>(rows) * kernels::row_bytes(storage, (cols + be - 1) / be * be);
+    if (storage == DType::kFP8) {
+      const auto blocks = [](int64_t n) { return static_cast<uint64_t>((n + 127) / 128); };
+      bytes += 4 * blocks(rows) * blocks(cols);
+    }
+    return bytes;
+  };
+  uint64_t n =
+      static_cast<uint64_t>(num_experts) * (2 * matrix(expert_ff, hidden) + matrix(hidden, expert_ff));
+  if (num_shared_experts > 0) n += 2 * matrix(shared_ff, hidden) + matrix(hidden, shared_ff);
+  return n;
 }
 
 void LayerShape::validate_for(Architecture arch) const {
@@ -235,16 +247,24 @@ void LayerShape::validate_for(Architecture arch) const {
 // Builds a LayerWeights: the friend of LayerWeights that owns the private members' filling.
 class LayerBuilder {
  public:
+  // `storage`: f32, bf16 or a quantized type (kF16 is refused: it is a file dtype only).
   LayerBuilder(const LayerShape& shape, DType storage) {
-    if (storage != DType::kF32 && storage != DType::kBF16) {
-      throw std::invalid_argument("moe::io: storage dtype must be f32 or bf16, not " +
-                                  std::string(kernels::to_string(storage)));
+    if (storage == DType::kF16) {
+      throw std::invalid_argument("moe::io: storage dtype must be f32, bf16 or a quantized type, not f16");
     }
     w_.shape_ = shape;
     w_.storage_ = storage;
   }
 
-  LayerWeights& weights() { return w_; }
+  // The weights, their storage() set to the routed experts' gate type when that is quantized.
+  LayerWeights& weights() {
+    for (const ExpertTensors& t : w_.experts_) {
+      if (t.gate_proj.data == nullptr) continue;  // an expert a part does not hold
+      if (kernels::is_quantized(t.gate_proj.dtype)) w_.storage_ = t.gate_proj.dtype;
+      break;
+    }
+    return w_;
+  }
 
   // An owned, zero-initialised buffer of `bytes` bytes that lives as long as the LayerWeights.
   std::byte* alloc(size_t bytes) {
@@ -265,7 +285,87 @@ class LayerBuilder {
     SplitMix64 rng(stream_seed(seed, canonical));
     const double bound = 1.0 / std::sqrt(static_cast<double>(cols));
     for (float& v : values) v = uniform_in(rng, bound);
+    if (kernels::is_quantized(to)) {
+      return converted(MatrixView{values.data(), DType::kF32, rows, cols, cols}, to, canonical);
+    }
     return owned_matrix(reinterpret_cast<const std::byte*>(values.data()), DType::kF32, rows, cols, to);
+  }
+
+  // An owned copy of `v` (host memory, validated) in type `to` (kernels/quant_formats.h):
+  //   the same type        the rows' bytes (and FP8's scales) copied
+  //   plain -> plain       converted (f32 -> bf16 rounds to nearest even; the rest is exact)
+  //   quantized -> plain   each element's exact value rounded once
+  //   plain -> quantized   quantized from the fp32 values (quantize_row; FP8: quantize_fp8, 128 x 128 blocks)
+  // Throws std::invalid_argument naming `name` for quantized -> another quantized type, a shape the format
+  // does not divide, or a value that is NaN or beyond `to`'s range.
+  MatrixView converted(const MatrixView& v, DType to, const std::string& name) {
+    const int64_t rows = v.rows, cols = v.cols;
+    const std::string from_s(kernels::to_string(v.dtype)), to_s(kernels::to_string(to));
+    auto fail = [&](const std::string& what) { throw std::invalid_argument(name + ": " + what); };
+    if (kernels::is_quantized(to) && cols % kernels::block_elems(to) != 0) {
+      fail("[" + std::to_string(rows) + ", " + std::to_string(cols) + "] cannot be stored as " + to_s +
+           " (rows of whole " + std::to_string(kernels::block_elems(to)) + "-element blocks)");
+    }
+    std::byte* dst = alloc(checked_bytes(rows, cols, to));
+    MatrixView out{dst, to, rows, cols, cols};
+    const size_t out_row = kernels::row_bytes(to, cols);
+    if (v.dtype == to) {
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * out_row, kernels::view_row(v, r), out_row);
+      if (to == DType::kFP8) {
+        const int64_t sr = kernels::fp8_scale_rows(v), sc = kernels::fp8_scale_cols(v);
+        auto* scales = reinterpret_cast<float*>(alloc(static_cast<size_t>(sr * sc) * sizeof(float)));
+        for (int64_t i = 0; i < sr; ++i) std::copy_n(v.scales + i * v.scale_stride, sc, scales + i * sc);
+        out.scales = scales;
+        out.scale_stride = sc;
+        out.scale_block_rows = v.scale_block_rows;
+        out.scale_block_cols = v.scale_block_cols;
+      }
+      return out;
+    }
+    if (!kernels::is_quantized(v.dtype) && !kernels::is_quantized(to)) {
+      for (int64_t r = 0; r < rows; ++r) {
+        internal::convert(kernels::view_row(v, r), v.dtype, dst + r * out_row, to, static_cast<size_t>(cols));
+      }
+      return out;
+    }
+    if (kernels::is_quantized(v.dtype)) {
+      if (kernels::is_quantized(to))
+        fail(from_s + " cannot be stored as " + to_s + " (dequantize to f32 or bf16)");
+      std::vector<double> exact(static_cast<size_t>(cols));
+      const size_t es = kernels::dtype_size(to);
+      for (int64_t r = 0; r < rows; ++r) {
+        kernels::reference_row(v, r, exact.data());
+        for (int64_t i = 0; i < cols; ++i) {
+          if (!store_rounded(exact[static_cast<size_t>(i)], to,
+                             dst + r * out_row + static_cast<size_t>(i) * es)) {
+            fail("element [" + std::to_string(r) + ", " + std::to_string(i) + "] of the " + from_s +
+                 " matrix is NaN or dequantizes beyond the range of " + to_s);
+          }
+        }
+      }
+      return out;
+    }
+    // plain -> quantized, from the fp32 values
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      internal::convert(kernels::view_row(v, r), v.dtype,
+                        reinterpret_cast<std::byte*>(values.data() + r * cols), DType::kF32,
+                        static_cast<size_t>(cols));
+    }
+    if (to == DType::kFP8) {
+      constexpr int32_t kB = static_cast<int32_t>(kernels::kFp8PublishedBlock);
+      const int64_t sr = (rows + kB - 1) / kB, sc = (cols + kB - 1) / kB;
+      auto* scales = reinterpret_cast<float*>(alloc(static_cast<size_t>(sr * sc) * sizeof(float)));
+      kernels::quantize_fp8(values.data(), rows, cols, kB, kB, reinterpret_cast<uint8_t*>(dst), scales);
+      out.scales = scales;
+      out.scale_stride = sc;
+      out.scale_block_rows = kB;
+      out.scale_block_cols = kB;
+      return out;
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      kernels::quantize_row(to, values.data() + r * cols, cols, dst + r * out_row);
+    return out;
   }
 
   // An owned fp32 copy of `values` that lives as long as the LayerWeights.
@@ -286,16 +386,9 @@ class LayerBuilder {
   void set_held(ExpertSet held) { w_.held_ = std::move(held); }
 
   // A caller's matrix: borrowed as it is, or copied (and converted to `to`) row by row into an owned one.
-  MatrixView caller_matrix(const MatrixView& v, DType to, Ownership ownership) {
+  MatrixView caller_matrix(const MatrixView& v, DType to, Ownership ownership, const std::string& name) {
     if (ownership == Ownership::kBorrow) return v;
-    std::byte* dst = alloc(checked_bytes(v.rows, v.cols, to));
-    const size_t in_row = static_cast<size_t>(v.row_stride) * kernels::dtype_size(v.dtype);
-    const size_t out_row = static_cast<size_t>(v.cols) * kernels::dtype_size(to);
-    for (int64_t r = 0; r < v.rows; ++r) {
-      internal::convert(static_cast<const std::byte*>(v.data) + static_cast<size_t>(r) * in_row, v.dtype,
-                        dst + static_cast<size_t>(r) * out_row, to, static_cast<size_t>(v.cols));
-    }
-    return MatrixView{dst, to, v.rows, v.cols, v.cols};
+    return converted(v, to, name);
   }
   void mark_zero_copy() { w_.zero_copy_ = true; }
 
@@ -314,8 +407,11 @@ std::string shape_of(const std::vector<int64_t>& shape) {
 // with exactly the shape the layer implies, or the error names it.
 class LayerLoader {
  public:
-  LayerLoader(const Checkpoint& ckpt, Architecture arch, Fp8BlockSize fp8, LayerBuilder* builder)
-      : ckpt_(ckpt), arch_(arch), fp8_(fp8), b_(builder) {}
+  // keep_quantized: FP8 and MXFP4 matrices are held as stored (kFP8 views, kMXFP4 blocks) instead of being
+  // dequantized to the matrix() / mxfp4() call's plain dtype.
+  LayerLoader(const Checkpoint& ckpt, Architecture arch, Fp8BlockSize fp8, bool keep_quantized,
+              LayerBuilder* builder)
+      : ckpt_(ckpt), arch_(arch), fp8_(fp8), keep_quantized_(keep_quantized), b_(builder) {}
 
   uint64_t planned_bytes() const { return planned_; }
   bool has(const std::string& name) const { return ckpt_.contains(name); }
@@ -349,10 +445,14 @@ class LayerLoader {
   }
 
   // An [rows, cols] matrix: a view into the checkpoint when dtype and alignment allow, else converted; an
-  // F8_E4M3 matrix with its <name>_scale_inv block scales is dequantized.
+  // F8_E4M3 matrix with its <name>_scale_inv block scales is kept as a kFP8 view (keep_quantized, an even
+  // block width) or dequantized.
   MatrixView matrix(const std::string& name, int64_t rows, int64_t cols, DType to) {
     const std::optional<RawTensor> t = ckpt_.raw(name);
-    if (t && *t->dtype == "F8_E4M3") return fp8_matrix(name, rows, cols, to);
+    if (t && *t->dtype == "F8_E4M3") {
+      return keep_quantized_ && fp8_.cols % 2 == 0 ? fp8_view(name, rows, cols)
+                                                   : fp8_matrix(name, rows, cols, to);
+    }
     const TensorInfo& info = plain(name, {rows, cols});
     const bool aligned = reinterpret_cast<uintptr_t>(info.data) % kernels::dtype_size(info.dtype) == 0;
     if (info.dtype == to && aligned) {
@@ -427,11 +527,21 @@ class LayerLoader {
       throw std::invalid_argument(base + "_blocks / _scales: MXFP4 tensors are U8 (got " + *blocks.dtype +
                                   " / " + *scales.dtype + ") in " + ckpt_.path().string());
     }
+    if (keep_quantized_) to = DType::kMXFP4;  // the same codes and scales as kMXFP4 blocks
     if (!b_) return plan(rows, cols, to);
     std::byte* dst = b_->alloc(checked_bytes(rows, cols, to));
     const auto* bl = reinterpret_cast<const uint8_t*>(blocks.data);
     const auto* sc = reinterpret_cast<const uint8_t*>(scales.data);
-    const size_t row_bytes = static_cast<size_t>(cols) * kernels::dtype_size(to);
+    const size_t row_bytes = kernels::row_bytes(to, cols);
+    if (to == DType::kMXFP4) {
+      for (int64_t j = 0; j < rows; ++j) {
+        const int64_t r = e * out_total + row_of(j);
+        mxfp4_row_to_blocks(bl + r * groups * 16, sc + r * groups, groups,
+                            dst + static_cast<size_t>(j) * row_bytes,
+                            base + " (expert " + std::to_string(e) + ")", row_of(j));
+      }
+      return MatrixView{dst, to, rows, cols, cols};
+    }
     for (int64_t j = 0; j < rows; ++j) {
       const int64_t r = e * out_total + row_of(j);
       dequantize_mxfp4_row(bl + r * groups * 16, sc + r * groups, groups, to,
@@ -447,21 +557,82 @@ class LayerLoader {
     return MatrixView{nullptr, to, rows, cols, cols};
   }
 
-  MatrixView fp8_matrix(const std::string& name, int64_t rows, int64_t cols, DType to) {
-    const RawTensor q = raw(name, {rows, cols});
-    const int64_t scale_rows = (rows + fp8_.rows - 1) / fp8_.rows,
-                  scale_cols = (cols + fp8_.cols - 1) / fp8_.cols;
-    const std::string scale_name = name + "_scale_inv";
-    const RawTensor scale = raw(scale_name, {scale_rows, scale_cols});
+  // The FP8 tensor `name` [rows, cols] and its <name>_scale_inv block scales (F32 or BF16).
+  struct Fp8Tensors {
+    RawTensor q, scale;
     DType scale_dtype;
-    if (*scale.dtype == "F32") {
-      scale_dtype = DType::kF32;
-    } else if (*scale.dtype == "BF16") {
-      scale_dtype = DType::kBF16;
+    int64_t scale_rows, scale_cols;
+  };
+  Fp8Tensors fp8_tensors(const std::string& name, int64_t rows, int64_t cols) const {
+    if (fp8_.rows <= 0 || fp8_.cols <= 0)
+      throw std::invalid_argument(name + ": FP8 block size must be positive");
+    Fp8Tensors t{raw(name, {rows, cols}),
+                 {},
+                 DType::kF32,
+                 (rows + fp8_.rows - 1) / fp8_.rows,
+                 (cols + fp8_.cols - 1) / fp8_.cols};
+    const std::string scale_name = name + "_scale_inv";
+    t.scale = raw(scale_name, {t.scale_rows, t.scale_cols});
+    if (*t.scale.dtype == "F32") {
+      t.scale_dtype = DType::kF32;
+    } else if (*t.scale.dtype == "BF16") {
+      t.scale_dtype = DType::kBF16;
     } else {
-      throw std::invalid_argument(scale_name + ": dtype " + *scale.dtype +
+      throw std::invalid_argument(scale_name + ": dtype " + *t.scale.dtype +
                                   " (FP8 block scales are F32 or BF16) in " + ckpt_.path().string());
     }
+    return t;
+  }
+
+  // The FP8 matrix as stored: a zero-copy kFP8 view of the file's bytes, its scales viewed too when they are
+  // aligned F32, else widened exactly into an owned fp32 copy. A NaN code or a non-finite scale is refused by
+  // name (one pass over the bytes, which also brings the file's pages in for the kernels' packing).
+  MatrixView fp8_view(const std::string& name, int64_t rows, int64_t cols) {
+    const Fp8Tensors t = fp8_tensors(name, rows, cols);
+    const size_t n = static_cast<size_t>(t.scale_rows * t.scale_cols);
+    const bool view_scales =
+        t.scale_dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t.scale.data) % alignof(float) == 0;
+    if (!b_) {
+      if (!view_scales) planned_ += n * sizeof(float);
+      return MatrixView{nullptr, DType::kFP8, rows, cols, cols};
+    }
+    const float* scales = reinterpret_cast<const float*>(t.scale.data);
+    if (!view_scales) {
+      auto* owned = reinterpret_cast<float*>(b_->alloc(n * sizeof(float)));
+      internal::convert(t.scale.data, t.scale_dtype, reinterpret_cast<std::byte*>(owned), DType::kF32, n);
+      scales = owned;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(scales[i])) {
+        throw std::invalid_argument(
+            name + ": weight_scale_inv[" + std::to_string(static_cast<int64_t>(i) / t.scale_cols) + ", " +
+            std::to_string(static_cast<int64_t>(i) % t.scale_cols) + "] is not finite");
+      }
+    }
+    const auto* q = reinterpret_cast<const uint8_t*>(t.q.data);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      if ((q[i] & 0x7f) == 0x7f) {
+        throw std::invalid_argument(name + ": element [" + std::to_string(i / cols) + ", " +
+                                    std::to_string(i % cols) + "] is the FP8 NaN code");
+      }
+    }
+    b_->mark_zero_copy();
+    return MatrixView{t.q.data,
+                      DType::kFP8,
+                      rows,
+                      cols,
+                      cols,
+                      scales,
+                      t.scale_cols,
+                      static_cast<int32_t>(fp8_.rows),
+                      static_cast<int32_t>(fp8_.cols)};
+  }
+
+  MatrixView fp8_matrix(const std::string& name, int64_t rows, int64_t cols, DType to) {
+    const Fp8Tensors t = fp8_tensors(name, rows, cols);
+    const RawTensor& q = t.q;
+    const RawTensor& scale = t.scale;
+    const DType scale_dtype = t.scale_dtype;
     if (!b_) return plan(rows, cols, to);
     std::byte* dst = b_->alloc(checked_bytes(rows, cols, to));
     dequantize_fp8(reinterpret_cast<const uint8_t*>(q.data), rows, cols, scale.data, scale_dtype, fp8_, to,
@@ -472,6 +643,7 @@ class LayerLoader {
   const Checkpoint& ckpt_;
   Architecture arch_;
   Fp8BlockSize fp8_;
+  bool keep_quantized_;
   LayerBuilder* b_;
   uint64_t planned_ = 0;
 };
@@ -546,9 +718,24 @@ void read_layer(LayerLoader& loader, LayerBuilder* b, Architecture arch, const H
   }
 }
 
-// Appends one tensor to `out`, copying only when the view is strided.
+// Appends one tensor to `out`, copying only when the view is strided; an FP8 matrix adds its
+// "<name>_scale_inv" F32 block scales. Other quantized types have no safetensors form.
 void add_tensor(std::vector<TensorToWrite>& out, std::vector<std::vector<std::byte>>& scratch,
                 std::string name, const MatrixView& v, std::vector<int64_t> shape) {
+  if (kernels::is_quantized(v.dtype) && v.dtype != DType::kFP8) {
+    throw std::invalid_argument(
+        "save_layer: " + name + " is " + std::string(kernels::to_string(v.dtype)) +
+        ", which has no safetensors form (GGUF holds it); dequantize to f32 or bf16 first");
+  }
+  if (v.dtype == DType::kFP8) {
+    const int64_t sr = kernels::fp8_scale_rows(v), sc = kernels::fp8_scale_cols(v);
+    auto& buf = scratch.emplace_back(static_cast<size_t>(sr * sc) * sizeof(float));
+    for (int64_t i = 0; i < sr; ++i) {
+      std::memcpy(buf.data() + static_cast<size_t>(i * sc) * sizeof(float), v.scales + i * v.scale_stride,
+                  static_cast<size_t>(sc) * sizeof(float));
+    }
+    out.push_back(TensorToWrite{name + "_scale_inv", "F32", {sr, sc}, buf});
+  }
   const size_t esize = kernels::dtype_size(v.dtype);
   const size_t row_bytes = static_cast<size_t>(v.cols) * esize;
   const auto* base = static_cast<const std::byte*>(v.data);
@@ -596,8 +783,25 @@ struct Hasher {
             static_cast<size_t>(cols) * esize);
     }
   }
+  // A plain matrix as tensor() hashes it; a quantized one by the bytes of its rows' blocks, and for FP8 its
+  // block size and fp32 scales after them.
   void matrix(std::string_view name, const MatrixView& v) {
-    tensor(name, v.dtype, {v.rows, v.cols}, v.data, v.rows, v.cols, v.row_stride);
+    if (!kernels::is_quantized(v.dtype)) {
+      tensor(name, v.dtype, {v.rows, v.cols}, v.data, v.rows, v.cols, v.row_stride);
+      return;
+    }
+    str(name);
+    str(kernels::to_string(v.dtype));
+    u64(2);
+    u64(static_cast<uint64_t>(v.rows));
+    u64(static_cast<uint64_t>(v.cols));
+    for (int64_t r = 0; r < v.rows; ++r) bytes(kernels::view_row(v, r), kernels::row_bytes(v.dtype, v.cols));
+    if (v.dtype != DType::kFP8) return;
+    u64(static_cast<uint64_t>(v.scale_block_rows));
+    u64(static_cast<uint64_t>(v.scale_block_cols));
+    const int64_t sr = kernels::fp8_scale_rows(v), sc = kernels::fp8_scale_cols(v);
+    for (int64_t i = 0; i < sr; ++i)
+      bytes(v.scales + i * v.scale_stride, static_cast<size_t>(sc) * sizeof(float));
   }
   uint64_t digest() const { return XXH3_64bits_digest(state); }
 
@@ -607,6 +811,23 @@ struct Hasher {
 }  // namespace
 
 namespace {
+
+// Every expert and shared matrix, in the order of matrix_types().
+template <class F>
+void for_each_expert_matrix(const std::vector<ExpertTensors>& experts,
+                            const std::optional<ExpertTensors>& shared, F&& f) {
+  for (const ExpertTensors& t : experts) {
+    if (t.gate_proj.data == nullptr) continue;  // an expert a part does not hold
+    f(t.gate_proj);
+    f(t.up_proj);
+    f(t.down_proj);
+  }
+  if (shared) {
+    f(shared->gate_proj);
+    f(shared->up_proj);
+    f(shared->down_proj);
+  }
+}
 
 void hash_floats(Hasher& h, std::string_view name, std::span<const float> v) {
   const auto n = static_cast<int64_t>(v.size());
@@ -633,6 +854,32 @@ void hash_shared(Hasher& h, const std::optional<ExpertTensors>& shared,
 }
 
 }  // namespace
+
+std::vector<DType> LayerWeights::matrix_types() const {
+  std::vector<DType> types;
+  for_each_expert_matrix(experts_, shared_, [&](const MatrixView& m) {
+    if (std::find(types.begin(), types.end(), m.dtype) == types.end()) types.push_back(m.dtype);
+  });
+  return types;
+}
+
+bool LayerWeights::quantized() const {
+  bool any = false;
+  for_each_expert_matrix(experts_, shared_,
+                         [&](const MatrixView& m) { any = any || kernels::is_quantized(m.dtype); });
+  return any;
+}
+
+uint64_t LayerWeights::expert_matrix_bytes() const {
+  uint64_t bytes = 0;
+  for_each_expert_matrix(experts_, shared_, [&](const MatrixView& m) {
+    bytes += static_cast<uint64_t>(m.rows) * kernels::row_bytes(m.dtype, m.cols);
+    if (m.dtype == DType::kFP8) {
+      bytes += static_cast<uint64_t>(kernels::fp8_scale_rows(m) * kernels::fp8_scale_cols(m)) * sizeof(float);
+    }
+  });
+  return bytes;
+}
 
 uint64_t LayerWeights::content_hash() const {
   static_assert(std::endian::native == std::endian::little, "content_hash hashes little-endian bytes");
@@ -744,35 +991,61 @@ LayerWeights load_layer(std::shared_ptr<const Checkpoint> checkpoint, Architectu
   const Checkpoint& ckpt = *checkpoint;
   const HfNames names(arch, layer_index,
                       arch == Architecture::kLlama4 ? llama4_root(ckpt, layer_index) : "model.");
-  LayerLoader planner(ckpt, arch, fp8_block, nullptr);
-  planner.raw(names.router_gate(), {expected.num_experts, expected.hidden});  // the first name to report
-  if (!storage) {
-    // Expert 0's file dtype, for a part too (only its header is read), so every rank's part agrees.
-    if (!fused_experts(arch)) {
-      storage = planner.suggested_storage(names.expert(0, Proj::kGate));
-    } else {
-      storage = ckpt.contains(names.fused_gate_up()) ? planner.suggested_storage(names.fused_gate_up())
-                                                     : DType::kBF16;  // gpt-oss MXFP4
+  LayerLoader probe(ckpt, arch, fp8_block, false, nullptr);
+  probe.raw(names.router_gate(), {expected.num_experts, expected.hidden});  // the first name to report
+  // The file's format of the routed experts: FP8, gpt-oss's MXFP4 (no fused plain tensor), or plain.
+  const std::string first = fused_experts(arch) ? names.fused_gate_up() : names.expert(0, Proj::kGate);
+  const std::optional<RawTensor> first_tensor = ckpt.raw(first);
+  const bool mxfp4_file = arch == Architecture::kGptOss && !first_tensor;
+  const bool fp8_file = first_tensor && *first_tensor->dtype == "F8_E4M3";
+  const bool quantized_file = mxfp4_file || fp8_file;
+  const DType file_quant = mxfp4_file ? DType::kMXFP4 : DType::kFP8;  // when quantized_file
+  // The plain storage (of plain matrices, and of quantized ones that are dequantized), and whether the
+  // quantized matrices are held as stored.
+  bool keep_quantized = !storage.has_value();
+  DType plain = DType::kBF16;
+  if (storage && kernels::is_quantized(*storage)) {
+    if (*storage != DType::kFP8 && *storage != DType::kMXFP4) {
+      throw std::invalid_argument(
+          "load_layer: storage " + std::string(kernels::to_string(*storage)) +
+          " is a GGUF type; a safetensors checkpoint is held as stored (fp8, mxfp4) or "
+          "as f32 / bf16");
     }
+    if (!quantized_file || file_quant != *storage) {
+      throw std::invalid_argument("load_layer: storage " + std::string(kernels::to_string(*storage)) +
+                                  " but " + ckpt.path().string() + " stores " + first + " as " +
+                                  (quantized_file
+                                       ? std::string(kernels::to_string(file_quant))
+                                       : (first_tensor ? *first_tensor->dtype : std::string("?"))) +
+                                  " (a checkpoint is held in its own format, or dequantized to f32 / bf16)");
+    }
+    keep_quantized = true;
+  } else if (storage) {
+    plain = *storage;
+  } else if (!quantized_file) {
+    plain = probe.suggested_storage(first);
   }
-  LayerBuilder b(expected, *storage);  // rejects kF16 storage
-  read_layer(planner, nullptr, arch, names, expected, *storage, experts);
+  LayerBuilder b(expected, plain);  // rejects kF16 storage
+  LayerLoader planner(ckpt, arch, fp8_block, keep_quantized, nullptr);
+  read_layer(planner, nullptr, arch, names, expected, plain, experts);
+  const std::string held = keep_quantized && quantized_file
+                               ? std::string(kernels::to_string(file_quant)) + " (as stored)"
+                               : std::string(kernels::to_string(plain));
   check_memory(planner.planned_bytes(), "layer " + std::to_string(layer_index) + " of " +
-                                            ckpt.path().string() + " in " +
-                                            std::string(kernels::to_string(*storage)) + " storage");
+                                            ckpt.path().string() + " in " + held + " storage");
   b.set_checkpoint(checkpoint);
   b.set_held(experts);
-  LayerLoader loader(ckpt, arch, fp8_block, &b);
-  read_layer(loader, &b, arch, names, expected, *storage, experts);
+  LayerLoader loader(ckpt, arch, fp8_block, keep_quantized, &b);
+  read_layer(loader, &b, arch, names, expected, plain, experts);
   return std::move(b.weights());
 }
 
 namespace {
 
-// Checks one caller view: set, of dtype `dtype` (or any file dtype when `any_dtype`), [rows, cols], rows
-// `row_stride` >= cols apart.
-void check_view(const std::string& name, const MatrixView& v, int64_t rows, int64_t cols, DType dtype,
-                bool any_dtype) {
+// Checks one caller view: set, [rows, cols], rows `row_stride` >= cols apart (a quantized one by
+// kernels::validate_view), of dtype `dtype` unless nullopt.
+void check_view(const std::string& name, const MatrixView& v, int64_t rows, int64_t cols,
+                std::optional<DType> dtype) {
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument("weights_from_views: " + name + ": " + what);
   };
@@ -784,23 +1057,27 @@ void check_view(const std::string& name, const MatrixView& v, int64_t rows, int6
   if (v.row_stride < v.cols) {
     fail("row_stride " + std::to_string(v.row_stride) + " is below cols " + std::to_string(v.cols));
   }
-  if (!any_dtype && v.dtype != dtype) {
+  if (dtype && v.dtype != *dtype) {
     fail("dtype " + std::string(kernels::to_string(v.dtype)) + " but " +
-         std::string(kernels::to_string(dtype)) + " is needed");
+         std::string(kernels::to_string(*dtype)) + " is needed");
   }
+  kernels::validate_view(v, "weights_from_views: " + name);
 }
 
 }  // namespace
 
-LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views, DType storage,
-                                Ownership ownership, std::shared_ptr<const void> keep_alive) {
+LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views,
+                                std::optional<DType> storage, Ownership ownership,
+                                std::shared_ptr<const void> keep_alive) {
   shape.validate();
-  LayerBuilder b(shape, storage);  // rejects kF16 storage
+  if (storage == DType::kF16) {
+    throw std::invalid_argument("moe::io: storage dtype must be f32, bf16 or a quantized type, not f16");
+  }
   const bool copy = ownership == Ownership::kCopy;
   const int64_t d = shape.hidden, ff = shape.expert_ff, E = shape.num_experts;
   auto fail = [](const std::string& what) { throw std::invalid_argument("weights_from_views: " + what); };
 
-  check_view("router_gate", views.router_gate, E, d, DType::kF32, false);
+  check_view("router_gate", views.router_gate, E, d, DType::kF32);
   if (shape.score_bias != !views.score_bias.empty()) {
     fail(shape.score_bias ? "score_bias is required (shape.score_bias is set)"
                           : "score_bias given but shape.score_bias is not set");
@@ -832,16 +1109,32 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
   auto id_of = [&](int64_t i) {
     return views.part.is_all() ? i : int64_t{views.part.list()[static_cast<size_t>(i)]};
   };
-  // The expert matrices share one dtype: the storage dtype when borrowed, any file dtype when copied.
-  const DType expert_dtype = views.experts.empty() ? storage : views.experts[0].gate_proj.dtype;
-  if (expert_dtype != DType::kF32 && expert_dtype != DType::kBF16 && !(copy && expert_dtype == DType::kF16)) {
-    fail("expert matrices must be f32 or bf16 (f16 only with Ownership::kCopy)");
-  }
-  const DType want = copy ? expert_dtype : storage;
+  // Plain expert matrices share one dtype (any file dtype when copied, the storage dtype when borrowed);
+  // quantized ones each keep their own type unless a storage type is asked for.
+  std::optional<DType> plain_dtype;
+  auto check_matrix = [&](const std::string& name, const MatrixView& v, int64_t rows, int64_t cols) {
+    if (!kernels::is_quantized(v.dtype)) {
+      if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && !(copy && v.dtype == DType::kF16)) {
+        fail(name +
+             ": expert matrices must be f32, bf16 or quantized (f16 only with Ownership::kCopy), not " +
+             std::string(kernels::to_string(v.dtype)));
+      }
+      if (!plain_dtype) plain_dtype = v.dtype;
+      check_view(name, v, rows, cols, plain_dtype);
+    } else {
+      check_view(name, v, rows, cols, std::nullopt);
+    }
+    if (!copy && storage) check_view(name, v, rows, cols, storage);
+    if (copy && storage && kernels::is_quantized(v.dtype) && kernels::is_quantized(*storage) &&
+        v.dtype != *storage) {
+      fail(name + ": a " + std::string(kernels::to_string(v.dtype)) + " matrix cannot be stored as " +
+           std::string(kernels::to_string(*storage)) + " (dequantize to f32 or bf16)");
+    }
+  };
   auto check_ffn = [&](const std::string& name, const ExpertTensors& t, int64_t f) {
-    check_view(name + ".gate_proj", t.gate_proj, f, d, want, false);
-    check_view(name + ".up_proj", t.up_proj, f, d, want, false);
-    check_view(name + ".down_proj", t.down_proj, d, f, want, false);
+    check_matrix(name + ".gate_proj", t.gate_proj, f, d);
+    check_matrix(name + ".up_proj", t.up_proj, f, d);
+    check_matrix(name + ".down_proj", t.down_proj, d, f);
   };
   for (int64_t e = 0; e < given; ++e) {
     const std::string name = "experts[" + std::to_string(id_of(e)) + "]";
@@ -859,20 +1152,26 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     fail(shape.shared_expert_gate ? "shared_gate is required (shape.shared_expert_gate is set)"
                                   : "shared_gate given but shape.shared_expert_gate is not set");
   }
-  if (views.shared_gate) check_view("shared_gate", *views.shared_gate, 1, d, DType::kF32, false);
+  if (views.shared_gate) check_view("shared_gate", *views.shared_gate, 1, d, DType::kF32);
 
-  // Everything checked: build.
+  // Everything checked: build. A matrix's storage: `storage` if given, else its own type (f16 -> f32).
+  const DType plain = plain_dtype == DType::kF16 ? DType::kF32 : plain_dtype.value_or(DType::kF32);
+  LayerBuilder b(shape, storage ? *storage : plain);
+  const auto target = [&](const MatrixView& v) {
+    if (storage) return *storage;
+    return v.dtype == DType::kF16 ? DType::kF32 : v.dtype;
+  };
   b.set_keep_alive(std::move(keep_alive));
   if (views.mapped && !copy) b.mark_zero_copy();
-  b.set_router_gate(b.caller_matrix(views.router_gate, DType::kF32, ownership));
+  b.set_router_gate(b.caller_matrix(views.router_gate, DType::kF32, ownership, "router_gate"));
   if (shape.score_bias)
     b.set_score_bias(std::vector<float>(views.score_bias.begin(), views.score_bias.end()));
   if (shape.router_bias)
     b.set_router_bias(std::vector<float>(views.router_bias.begin(), views.router_bias.end()));
-  auto ffn = [&](const ExpertTensors& t) {
-    ExpertTensors out{b.caller_matrix(t.gate_proj, storage, ownership),
-                      b.caller_matrix(t.up_proj, storage, ownership),
-                      b.caller_matrix(t.down_proj, storage, ownership)};
+  auto ffn = [&](const std::string& name, const ExpertTensors& t) {
+    ExpertTensors out{b.caller_matrix(t.gate_proj, target(t.gate_proj), ownership, name + ".gate_proj"),
+                      b.caller_matrix(t.up_proj, target(t.up_proj), ownership, name + ".up_proj"),
+                      b.caller_matrix(t.down_proj, target(t.down_proj), ownership, name + ".down_proj")};
     if (!t.gate_bias.empty()) {
       out.gate_bias = b.owned_floats(t.gate_bias);
       out.up_bias = b.owned_floats(t.up_bias);
@@ -883,13 +1182,15 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
   b.set_held(views.part);
   for (int64_t e = 0, i = 0; e < E; ++e) {
     if (i < given && id_of(i) == e) {
-      b.add_expert(ffn(views.experts[static_cast<size_t>(i++)]));
+      b.add_expert(ffn("experts[" + std::to_string(e) + "]", views.experts[static_cast<size_t>(i++)]));
     } else {
       b.add_expert(ExpertTensors{});  // another rank's expert
     }
   }
-  if (views.shared) b.set_shared(ffn(*views.shared));
-  if (views.shared_gate) b.set_shared_gate(b.caller_matrix(*views.shared_gate, DType::kF32, ownership));
+  if (views.shared) b.set_shared(ffn("shared", *views.shared));
+  if (views.shared_gate) {
+    b.set_shared_gate(b.caller_matrix(*views.shared_gate, DType::kF32, ownership, "shared_gate"));
+  }
   return std::move(b.weights());
 }
 
@@ -959,6 +1260,12 @@ void add_fused_experts(std::vector<TensorToWrite>& out, std::vector<std::vector<
                        const LayerWeights& w, Architecture arch, const HfNames& names) {
   const LayerShape& s = w.shape();
   const int64_t E = s.num_experts, d = s.hidden, ff = s.expert_ff;
+  if (w.quantized()) {
+    throw std::invalid_argument("save_layer: " + std::string(display_name(arch)) +
+                                " layers are saved with fused plain expert tensors; this layer holds " +
+                                std::string(kernels::to_string(w.storage())) +
+                                " matrices (dequantize first)");
+  }
   const size_t es = kernels::dtype_size(w.storage());
   const bool interleaved = arch == Architecture::kGptOss;
   // Filled here, then moved into `scratch` (moving keeps each buffer's heap storage, which the spans name).

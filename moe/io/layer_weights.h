@@ -78,8 +78,9 @@ struct LayerShape {
 
   bool operator==(const LayerShape&) const = default;
 
-  // Bytes of the expert matrices (routed and shared) in `storage` (kF32 or kBF16): what a layer holds when
-  // its weights are converted or dequantized (zero-copy views of a file in the storage dtype take none).
+  // Bytes of the expert matrices (routed and shared) in `storage` (any type: for the block types whole
+  // blocks per row, for kFP8 a byte per element plus an fp32 scale per 128 x 128 block): what a layer holds
+  // when its weights are converted, dequantized or quantized (zero-copy views of a file take none).
   uint64_t expert_bytes(kernels::DType storage) const;
 };
 
@@ -108,15 +109,19 @@ class ExpertSet {
 };
 
 // The three matrices of one SwiGLU expert, nn.Linear layout [out, in]:
-// gate_proj and up_proj [ff, hidden], down_proj [hidden, ff]. All three have the layer's storage dtype.
-// The biases (LayerShape::expert_bias) are fp32, empty when the layer has none.
+// gate_proj and up_proj [ff, hidden], down_proj [hidden, ff]. Each is f32, bf16 or one of the quantized
+// formats (kernels/quant_formats.h: Q8_0, Q4_K, Q6_K, MXFP4 blocks or FP8 with its block scales in the view);
+// plain matrices have the layer's storage dtype, quantized ones the type they were stored in (a GGUF Q4_K_M
+// layer mixes Q4_K and Q6_K projections). The biases (LayerShape::expert_bias) are fp32, empty when the layer
+// has none.
 struct ExpertTensors {
   kernels::MatrixView gate_proj, up_proj, down_proj;
   std::span<const float> gate_bias = {}, up_bias = {}, down_bias = {};  // [ff], [ff], [hidden] or empty
 };
 
-// The weights of one MoE layer, in one storage dtype (kF32 or kBF16) for the expert matrices; the router
-// gate, the selection bias and the shared-expert gate are always fp32.
+// The weights of one MoE layer. The expert matrices are f32 or bf16 (one storage dtype for all of them), or
+// quantized, kept as the checkpoint stores them (each matrix its own format: Q8_0, Q4_K, Q6_K, MXFP4, FP8);
+// the router gate, the selection bias and the shared-expert gate are always fp32.
 //
 // Ownership: a LayerWeights owns everything its views point to - an owned buffer (converted, copied or random
 // weights), the mapped checkpoint, or a caller's keep-alive handle - with one exception: weights_from_views
@@ -132,8 +137,18 @@ class LayerWeights {
   LayerWeights& operator=(const LayerWeights&) = delete;
 
   const LayerShape& shape() const { return shape_; }
-  // Storage dtype of the expert (and shared expert) matrices: kF32 or kBF16.
+  // Storage type of the expert matrices: kF32 or kBF16 for plain layers (every expert and shared matrix);
+  // for a quantized layer the type of the routed experts' gate projections (matrix_types() lists every
+  // type the layer holds).
   kernels::DType storage() const { return storage_; }
+  // The distinct types of the expert and shared matrices, in the order first met (experts' gate, up, down,
+  // then the shared expert's): {q4_k, q6_k} for a GGUF Q4_K_M layer whose down projections are Q6_K.
+  std::vector<kernels::DType> matrix_types() const;
+  // Whether any expert or shared matrix is quantized.
+  bool quantized() const;
+  // Bytes of the expert and shared matrices as held (the data of each row, FP8 block scales included),
+  // whether owned or viewed in a mapped file.
+  uint64_t expert_matrix_bytes() const;
 
   // [num_experts, hidden], fp32.
   const kernels::MatrixView& router_gate() const { return router_gate_; }
@@ -164,10 +179,13 @@ class LayerWeights {
   // XXH3-64 over every tensor in a fixed order (router gate, score bias, router bias, experts 0..E-1
   // gate/up/down and their biases, shared gate/up/down, shared gate), each contributing a canonical
   // architecture-independent name, its dtype, its shape and its elements' bytes row by row (the biases only
-  // when the layer has them, so the hashes of layers without are those of earlier versions). The same weights
-  // give the same hash whatever file or naming they came from; any changed bit, dtype or shape changes it.
-  // The weights hash of provenance fingerprints. A part hashes the experts it holds (in the same order) and
-  // then the list of them, so that it never hashes like the whole layer.
+  // when the layer has them, so the hashes of layers without are those of earlier versions). A quantized
+  // matrix contributes its type, shape and the bytes of its blocks row by row (kernels/quant_formats.h's
+  // layouts), and for FP8 also its block size and its fp32 scales: the same quantized weights from a GGUF
+  // file, a safetensors checkpoint (gpt-oss MXFP4 is rearranged into the same blocks) or caller memory hash
+  // alike. The same weights give the same hash whatever file or naming they came from; any changed bit,
+  // dtype or shape changes it. The weights hash of provenance fingerprints. A part hashes the experts it
+  // holds (in the same order) and then the list of them, so that it never hashes like the whole layer.
   uint64_t content_hash() const;
   // Hashes of the pieces that expert parallelism places (XXH3-64 of canonical names, dtype, shape and bytes,
   // as content_hash): replicated_hash() covers what every rank holds (router gate, score and router bias,
@@ -220,12 +238,17 @@ class LayerWeights {
 // quantized (moe/io/quantized.h): an F8_E4M3 matrix with its "<name>_scale_inv" block scales (`fp8_block`,
 // config.json's weight_block_size), or gpt-oss's MXFP4 blocks and scales. Biases and gates are read as fp32.
 //
-// Storage: `storage` = kF32 or kBF16 stores the expert matrices in that dtype (f32 -> bf16 rounds to nearest
-// even; bf16/f16 -> f32 is exact; quantized values are exact products rounded once). nullopt keeps the file's
-// dtype of the first expert's gate projection (F16 files become kF32, quantized ones kBF16), converting any
-// expert matrix of another dtype. A matrix whose file dtype equals the storage dtype and whose data is
-// aligned to its element size is a zero-copy view into the checkpoint; fused and quantized tensors are
-// always converted. Only this layer's tensors are read (pages of the mapped files are touched on use).
+// Storage: nullopt keeps the quantized matrices as stored - an FP8 matrix as a zero-copy kFP8 view of the
+// file (its scales widened to an owned fp32 copy when the file has them in BF16), gpt-oss's MXFP4 rearranged
+// into kMXFP4 blocks (the same bytes, kernels/quant_formats.h) - and the plain ones in the file's dtype of
+// the first plain expert matrix (F16 becomes kF32), converting any expert matrix of another plain dtype; an
+// FP8 block size with an odd number of columns has no kernel and is dequantized to bf16. `storage` = kF32 or
+// kBF16 stores every expert matrix in that dtype (f32 -> bf16 rounds to nearest even; bf16/f16 -> f32 is
+// exact; quantized values are exact products rounded once). `storage` = kFP8 or kMXFP4 asks for the
+// checkpoint's own quantized format (an error naming both when the file holds another); the other quantized
+// types are GGUF's and are refused here. A matrix whose file dtype equals the storage dtype and whose data is
+// aligned to its element size is a zero-copy view into the checkpoint; fused tensors are always copied. Only
+// this layer's tensors are read (pages of the mapped files are touched on use).
 //
 // Memory: the bytes the converted matrices will take are checked against the memory available
 // (moe/io/memory.h) before anything is allocated: io::OutOfMemory names both.
@@ -274,8 +297,9 @@ LayerPartReader file_part_reader(std::shared_ptr<const Checkpoint> checkpoint, A
 //   shared_gate  [1, hidden], fp32, iff shape.shared_expert_gate
 //   router_bias  num_experts fp32 values iff shape.router_bias
 //   experts[e].{gate,up,down}_bias  fp32 [ff], [ff], [hidden] iff shape.expert_bias (always copied)
-// Every expert and shared matrix has the same dtype, kF32 or kBF16 (kF16 views are accepted with kCopy and
-// converted).
+// Plain expert and shared matrices share one dtype, kF32 or kBF16 (kF16 views are accepted with kCopy and
+// converted); quantized ones (kernels/quant_formats.h: each view of its own format, FP8 with its scales in
+// the view) may be mixed with each other, e.g. a GGUF layer's Q4_K gate/up and Q6_K down projections.
 // A part (expert parallelism: each rank passes only its experts): `part` = ExpertSet::only(list) and
 // experts[i] is expert list()[i] (experts.size() == list().size()).
 struct LayerViews {
@@ -296,30 +320,45 @@ struct LayerViews {
 //            caller may free or change its memory as soon as the call returns.
 //   kBorrow  keeps the caller's views, no copy: the memory must stay alive and unchanged while the weights
 //            (and every layer built on them) live - `keep_alive` (if not null) is held until then, e.g. the
-//            owner of the arrays. The views' dtype must equal `storage`; the score bias is always copied.
+//            owner of the arrays (a mapped GGUF file). Each expert view's dtype must equal `storage`
+//            (nullopt: any); the score bias is always copied.
 enum class Ownership { kCopy, kBorrow };
 
 // Weights from caller memory: no file is involved. Checks every view against `shape` (data set, dtype, rows,
-// cols, row_stride >= cols) and throws std::invalid_argument naming the tensor ("experts[3].up_proj: [512,
-// 256] but the shape needs [384, 256]") for a missing, superfluous or mis-shaped view, an invalid shape, or
-// kF16 storage. The result's content_hash equals that of the same values loaded from a file.
-LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views, kernels::DType storage,
-                                Ownership ownership, std::shared_ptr<const void> keep_alive = nullptr);
+// cols, row_stride >= cols; a quantized view by kernels::validate_view: whole blocks, FP8 scales) and throws
+// std::invalid_argument naming the tensor ("experts[3].up_proj: [512, 256] but the shape needs [384, 256]")
+// for a missing, superfluous or mis-shaped view, an invalid shape, or kF16 storage.
+//   storage nullopt   every expert matrix stays in its own type (plain views must still share one dtype):
+//                     what a loader of a quantized file (GGUF) passes, with kBorrow and its mapping as
+//                     keep_alive, to hold the tensors as stored
+//   kF32 / kBF16      plain views are converted (kCopy) or must already have it (kBorrow); quantized views
+//                     are dequantized exactly, each element rounded once (kCopy only)
+//   a quantized type  views of that type are kept (kBorrow) or copied (kCopy); f32/bf16 views are quantized
+//                     with kernels::quantize_row / quantize_fp8 (128 x 128 blocks) (kCopy only)
+// The result's content_hash equals that of the same values loaded from a file.
+LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views,
+                                std::optional<kernels::DType> storage, Ownership ownership,
+                                std::shared_ptr<const void> keep_alive = nullptr);
 
 // Seeded random weights, the same bits for the same (shape, storage, seed) on every machine and compiler.
 // Each tensor draws from its own splitmix64 stream keyed by (seed, canonical tensor name), so adding experts
 // leaves the existing ones unchanged. Values are uniform in [-1/sqrt(in), 1/sqrt(in)) like nn.Linear's
 // default init (in = in_features: hidden for router gate, gate/up and shared gate, ff for down); the score
 // bias, when shape.score_bias, is uniform in [-0.05, 0.05). Values are drawn in fp32 and rounded to
-// bf16 (nearest even) for kBF16 storage. Throws std::invalid_argument for an invalid shape or kF16 storage.
+// bf16 (nearest even) for kBF16 storage, or quantized (kernels::quantize_row; FP8: quantize_fp8 with 128 x
+// 128 blocks) for a quantized storage type, whose block size must divide the expert matrices' rows (256 for
+// Q4_K / Q6_K, 32 for Q8_0 / MXFP4). Throws std::invalid_argument for an invalid shape, kF16 storage, or a
+// shape the format does not divide.
 // `experts`: a part with only those experts (each with the values it has in the whole layer of that seed).
 LayerWeights random_layer(const LayerShape& shape, kernels::DType storage, uint64_t seed,
                           const ExpertSet& experts = ExpertSet::all());
 
 // The tensors of `weights` as layer `layer_index` of `arch`, with the names and layout load_layer reads
 // (expert matrices in the storage dtype - fused and transposed for gpt-oss and Llama 4, whose Llama 4 root is
-// language_model.model. - router gate, biases and shared gate in F32). `scratch` keeps the bytes of tensors
-// that had to be laid out anew; the result points into it and into `weights`.
+// language_model.model. - router gate, biases and shared gate in F32; FP8 matrices as F8_E4M3 with their
+// "<name>_scale_inv" F32 block scales, for the families with one matrix per expert). `scratch` keeps the
+// bytes of tensors that had to be laid out anew; the result points into it and into `weights`. The other
+// quantized types (GGUF's) have no safetensors form: std::invalid_argument names them.
 std::vector<TensorToWrite> layer_tensors(const LayerWeights& weights, Architecture arch, int layer_index,
                                          std::vector<std::vector<std::byte>>& scratch);
 

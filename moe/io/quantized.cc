@@ -9,31 +9,10 @@
 #include <stdexcept>
 
 #include "kernels/bf16.h"
+#include "kernels/quant_formats.h"
 
 namespace moe::io {
 namespace {
-
-std::array<double, 256> fp8_table() {
-  std::array<double, 256> t{};
-  for (int b = 0; b < 256; ++b) {
-    const int sign = b >> 7, exponent = (b >> 3) & 0xf, mantissa = b & 7;
-    double v;
-    if (exponent == 0xf && mantissa == 7) {
-      v = std::numeric_limits<double>::quiet_NaN();
-    } else if (exponent == 0) {
-      v = std::ldexp(mantissa, -9);  // subnormal: m / 8 * 2^(1 - 7)
-    } else {
-      v = std::ldexp(8 + mantissa, exponent - 10);  // (1 + m / 8) * 2^(e - 7)
-    }
-    t[static_cast<size_t>(b)] = sign ? -v : v;
-  }
-  return t;
-}
-
-const std::array<double, 256>& fp8_values() {
-  static const std::array<double, 256> table = fp8_table();
-  return table;
-}
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
   throw std::invalid_argument(name + ": " + what);
@@ -53,35 +32,25 @@ double scale_at(const std::byte* scale, kernels::DType dtype, int64_t index) {
 }  // namespace
 
 double fp8_e4m3_value(uint8_t bits) {
-  return fp8_values()[bits];
+  return kernels::e4m3_to_f32(bits);
 }
 
 double fp4_e2m1_value(uint8_t nibble) {
-  static constexpr double kMagnitude[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
-  const double m = kMagnitude[nibble & 7];
-  return nibble & 8 ? -m : m;
+  return kernels::kMxfp4Values[nibble & 15] / 2.0;
 }
 
 double e8m0_value(uint8_t bits) {
-  if (bits == 0xff) return std::numeric_limits<double>::quiet_NaN();
-  return std::ldexp(1.0, static_cast<int>(bits) - 127);
+  return 2.0 * kernels::e8m0_half_to_f32(bits);
 }
 
 bool store_rounded(double value, kernels::DType to, std::byte* dst) {
-  float f = static_cast<float>(value);  // nearest even
-  if (to == kernels::DType::kBF16 && static_cast<double>(f) != value && std::isfinite(f)) {
-    // Round to odd: the float truncated toward zero, its last bit set (sticky), so that the bf16 rounding
-    // below sees whether the value was above, at or below a tie.
-    uint32_t bits = std::bit_cast<uint32_t>(f);
-    if (std::fabs(static_cast<double>(f)) > std::fabs(value)) bits -= 1;  // nonzero f: one step toward 0
-    f = std::bit_cast<float>(bits | 1u);
-  }
   if (to == kernels::DType::kF32) {
+    const float f = static_cast<float>(value);  // nearest even
     if (!std::isfinite(f)) return false;
     std::memcpy(dst, &f, 4);
     return true;
   }
-  const uint16_t b = kernels::f32_to_bf16(f);
+  const uint16_t b = kernels::bf16_nearest(value);
   if (!std::isfinite(kernels::bf16_to_f32(b))) return false;
   std::memcpy(dst, &b, 2);
   return true;
@@ -91,7 +60,6 @@ void dequantize_fp8(const uint8_t* q, int64_t rows, int64_t cols, const std::byt
                     kernels::DType scale_dtype, Fp8BlockSize block, kernels::DType to, std::byte* dst,
                     const std::string& name) {
   if (block.rows <= 0 || block.cols <= 0) fail(name, "FP8 block size must be positive");
-  const std::array<double, 256>& values = fp8_values();
   const int64_t scale_cols = (cols + block.cols - 1) / block.cols;
   const size_t out_size = kernels::dtype_size(to);
   for (int64_t o = 0; o < rows; ++o) {
@@ -105,7 +73,7 @@ void dequantize_fp8(const uint8_t* q, int64_t rows, int64_t cols, const std::byt
       const int64_t c1 = std::min(cols, c0 + block.cols);
       for (int64_t i = c0; i < c1; ++i) {
         const uint8_t code = q[o * cols + i];
-        const double v = values[code];
+        const double v = kernels::e4m3_to_f32(code);
         if (std::isnan(v)) {
           fail(name, "element [" + std::to_string(o) + ", " + std::to_string(i) + "] is the FP8 NaN code");
         }
@@ -136,6 +104,23 @@ void dequantize_mxfp4_row(const uint8_t* blocks, const uint8_t* scales, int64_t 
                        ") dequantizes beyond the range of " + std::string(kernels::to_string(to)));
       }
     }
+  }
+}
+
+void mxfp4_row_to_blocks(const uint8_t* blocks, const uint8_t* scales, int64_t groups, std::byte* dst,
+                         const std::string& name, int64_t row) {
+  for (int64_t g = 0; g < groups; ++g) {
+    if (scales[g] == 0xff) {
+      fail(name, "row " + std::to_string(row) + " group " + std::to_string(g) + " has the NaN scale 0xff");
+    }
+    kernels::BlockMxfp4 blk{};
+    blk.e = scales[g];
+    const uint8_t* src = blocks + g * 16;
+    const auto code = [src](int i) {
+      return static_cast<uint8_t>(i % 2 == 0 ? src[i / 2] & 15 : src[i / 2] >> 4);
+    };
+    for (int j = 0; j < 16; ++j) blk.qs[j] = static_cast<uint8_t>(code(j) | (code(j + 16) << 4));
+    std::memcpy(dst + static_cast<size_t>(g) * sizeof(blk), &blk, sizeof(blk));
   }
 }
 

@@ -1,7 +1,9 @@
-// The quantized weight formats of published MoE checkpoints, dequantized exactly on load to a storage dtype
-// (kF32 or kBF16): each element's exact value (a product of a few-bit code and a scale, exact in double) is
-// rounded once, to nearest even. tests/io_quantized_test.cc checks every code against a reference
-// dequantizer written independently.
+// The quantized weight formats of published safetensors MoE checkpoints: held as stored
+// (kernels/quant_formats.h: FP8 as kFP8 views of the file, gpt-oss's MXFP4 rearranged into kMXFP4 blocks) or
+// dequantized exactly on load to a storage dtype (kF32 or kBF16): each element's exact value (a product of a
+// few-bit code and a scale, exact in double) is rounded once, to nearest even. The codes' values are
+// kernels/quant_formats.h's (one definition); tests/layer_families_test.cc checks every code against a
+// reference dequantizer written independently.
 //
 //   FP8 e4m3 with block scales  "<name>" F8_E4M3 [rows, cols] and "<name>_scale_inv" F32 or BF16
 //                               [ceil(rows / 128), ceil(cols / 128)]: W[o][i] = fp8(q[o][i]) *
@@ -23,7 +25,7 @@
 
 namespace moe::io {
 
-// Exact values of the codes.
+// Exact values of the codes (kernels/quant_formats.h's e4m3_to_f32, kMxfp4Values / 2, e8m0_half_to_f32 * 2).
 double fp8_e4m3_value(uint8_t bits);    // NaN for 0x7f and 0xff
 double fp4_e2m1_value(uint8_t nibble);  // the low 4 bits: sign, 2 exponent bits (bias 1), 1 mantissa bit
 double e8m0_value(uint8_t bits);        // 2^(bits - 127); NaN for 0xff
@@ -53,5 +55,12 @@ void dequantize_fp8(const uint8_t* q, int64_t rows, int64_t cols, const std::byt
 // or a value beyond `to`'s range.
 void dequantize_mxfp4_row(const uint8_t* blocks, const uint8_t* scales, int64_t groups, kernels::DType to,
                           std::byte* dst, const std::string& name, int64_t row);
+
+// The same row as stored: `groups` kernels::BlockMxfp4 at dst (17 bytes each, any alignment): e = the group's
+// scale byte, and element i of the group (gpt-oss: byte i / 2, low nibble for even i) moves to ggml's place
+// (qs[i] low nibble for i < 16, qs[i - 16] high nibble after). No value changes. Throws std::invalid_argument
+// naming `name` and `row` for a NaN scale (0xff).
+void mxfp4_row_to_blocks(const uint8_t* blocks, const uint8_t* scales, int64_t groups, std::byte* dst,
+                         const std::string& name, int64_t row);
 
 }  // namespace moe::io

@@ -89,8 +89,11 @@ std::string_view safetensors_dtype_name(kernels::DType dtype) {
       return "BF16";
     case kernels::DType::kF16:
       return "F16";
+    case kernels::DType::kFP8:
+      return "F8_E4M3";
+    default:  // the block types have no safetensors dtype
+      return "?";
   }
-  return "?";
 }
 
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {

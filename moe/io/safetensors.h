@@ -55,7 +55,8 @@ struct RawTensor {
   size_t element_size = 0;  // bytes per element of `dtype`, 0 if the specification does not name it
 };
 
-// The safetensors spelling of a dtype: "F32", "BF16", "F16".
+// The safetensors spelling of a dtype: "F32", "BF16", "F16", "F8_E4M3" (the bytes of kFP8); "?" for the block
+// types.
 std::string_view safetensors_dtype_name(kernels::DType dtype);
 
 // A .safetensors file mapped read-only into memory.

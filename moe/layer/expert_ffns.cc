@@ -1,5 +1,6 @@
 #include "moe/layer/expert_ffns.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -41,41 +42,62 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
     }
     experts_[static_cast<size_t>(e)] = expert_ffn_weights(weights.experts()[static_cast<size_t>(e)], config);
     int64_t d = 0, ff = 0;
-    kernels::validate_ffn_weights(act_, experts_[static_cast<size_t>(e)], &d, &ff);
+    kernels::validate_ffn_weights(act_, experts_[static_cast<size_t>(e)], &d, &ff, true);
+    quantized_ = quantized_ || kernels::ffn_has_quantized(act_, experts_[static_cast<size_t>(e)]);
   }
   if (weights.shared()) {
     shared_ = expert_ffn_weights(*weights.shared(), config);
     int64_t d = 0, ff = 0;
-    kernels::validate_ffn_weights(act_, shared_, &d, &ff);
+    kernels::validate_ffn_weights(act_, shared_, &d, &ff, true);
     has_shared_ = true;
+  }
+  // Quantized FFNs run their own kernels; the plain ones follow `compute`.
+  quant_.resize(experts_.size());
+  for (int e : experts) {
+    if (!kernels::ffn_has_quantized(act_, experts_[e])) continue;
+    quant_[static_cast<size_t>(e)] = std::make_unique<kernels::PackedFfnQuant>(
+        act_, experts_[e], kind_, "experts[" + std::to_string(e) + "]");
+  }
+  if (has_shared_ && kernels::ffn_has_quantized(act_, shared_)) {
+    quant_shared_ = std::make_unique<kernels::PackedFfnQuant>(act_, shared_, kind_, "shared");
   }
   if (compute_ != kernels::ComputePrecision::kBF16) return;
   const kernels::Bf16LinearMaker make = bf16_maker(kind_, config.num_threads);
   packed_.resize(experts_.size());
   for (int e : experts) {
+    if (quant_[static_cast<size_t>(e)]) continue;
     packed_[static_cast<size_t>(e)] = std::make_unique<kernels::PackedFfnBf16>(act_, experts_[e], make);
   }
-  if (has_shared_) packed_shared_ = std::make_unique<kernels::PackedFfnBf16>(act_, shared_, make);
+  if (has_shared_ && !quant_shared_)
+    packed_shared_ = std::make_unique<kernels::PackedFfnBf16>(act_, shared_, make);
 }
 
 ExpertFfns::~ExpertFfns() = default;
 
 size_t ExpertFfns::expert_scratch_floats(int64_t rows) const {
-  return compute_ == kernels::ComputePrecision::kBF16
-             ? kernels::ffn_bf16_scratch_floats(rows, hidden_, expert_ff_)
-             : kernels::ffn_scratch_floats(rows, expert_ff_);
+  size_t n = compute_ == kernels::ComputePrecision::kBF16
+                 ? kernels::ffn_bf16_scratch_floats(rows, hidden_, expert_ff_)
+                 : kernels::ffn_scratch_floats(rows, expert_ff_);
+  for (const auto& q : quant_) {
+    if (q) n = std::max(n, kernels::ffn_quant_scratch_floats(*q, rows));
+  }
+  return n;
 }
 
 size_t ExpertFfns::shared_scratch_floats(int64_t rows) const {
   if (!has_shared_) return 0;
+  if (quant_shared_) return kernels::ffn_quant_scratch_floats(*quant_shared_, rows);
   return compute_ == kernels::ComputePrecision::kBF16
              ? kernels::ffn_bf16_scratch_floats(rows, hidden_, shared_ff_)
              : kernels::ffn_scratch_floats(rows, shared_ff_);
 }
 
-void ExpertFfns::run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16* packed, const float* x,
-                     int64_t rows, float* y, float* scratch, kernels::ThreadPool& pool) const {
-  if (compute_ == kernels::ComputePrecision::kBF16) {
+void ExpertFfns::run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16* packed,
+                     const kernels::PackedFfnQuant* quant, const float* x, int64_t rows, float* y,
+                     float* scratch, kernels::ThreadPool& pool) const {
+  if (quant != nullptr) {
+    kernels::ffn_quant_forward(x, rows, hidden_, *quant, y, hidden_, scratch, pool);
+  } else if (compute_ == kernels::ComputePrecision::kBF16) {
     kernels::ffn_bf16_forward(x, rows, hidden_, *packed, y, hidden_, scratch, pool);
   } else {
     kernels::ffn_forward(kind_, act_, x, rows, hidden_, w, y, hidden_, scratch, pool);
@@ -93,15 +115,21 @@ const kernels::PackedFfnBf16& ExpertFfns::packed_expert(int e) const {
 
 void ExpertFfns::run_expert(int e, const float* x, int64_t rows, float* y, float* scratch,
                             kernels::ThreadPool& pool) const {
+  const kernels::PackedFfnQuant* q =
+      e >= 0 && e < static_cast<int>(quant_.size()) ? quant_[static_cast<size_t>(e)].get() : nullptr;
+  if (q != nullptr) {
+    run(experts_[static_cast<size_t>(e)], nullptr, q, x, rows, y, scratch, pool);
+    return;
+  }
   const kernels::PackedFfnBf16* packed =
       compute_ == kernels::ComputePrecision::kBF16 ? &packed_expert(e) : nullptr;
-  run(experts_[static_cast<size_t>(e)], packed, x, rows, y, scratch, pool);
+  run(experts_[static_cast<size_t>(e)], packed, nullptr, x, rows, y, scratch, pool);
 }
 
 void ExpertFfns::run_shared(const float* x, int64_t rows, float* y, float* scratch,
                             kernels::ThreadPool& pool) const {
   if (!has_shared_) throw std::invalid_argument("expert ffns: the layer has no shared expert");
-  run(shared_, packed_shared_.get(), x, rows, y, scratch, pool);
+  run(shared_, packed_shared_.get(), quant_shared_.get(), x, rows, y, scratch, pool);
 }
 
 void ExpertFfns::run_expert_rounded(int e, const uint16_t* xb, int64_t rows, float* y, float* scratch,

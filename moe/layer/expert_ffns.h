@@ -10,6 +10,14 @@
 //                                    fp32 GEMM on the bf16 values widened to fp32 (the same function)
 //                  Prepared bf16 weights cost 2 bytes per element (padded to 64-output panels) on top of the
 //                  stored weights, for the experts this object serves only.
+//   quantized      an FFN with a quantized matrix (Q8_0, Q4_K, Q6_K, MXFP4, FP8: kernels/quant_formats.h)
+//   runs storage        kernels::ffn_quant_forward on the weights as stored, whatever `compute` says: each
+//   GEMM's
+//                  input quantized per row by its weight type's rule (int8 blocks; bf16 for FP8), integer
+//                  dots inside blocks, one fixed fp32 chain per output (kernels/cpu/linear_quant.h:
+//                  batch-invariant bits in both kinds). Where the process runs a SIMD kernel the served
+//                  experts' matrices are repacked once into its panels (the same bytes as stored, give or
+//                  take the scales' layout).
 // Gates are not here: the router gate and the shared-expert gate stay fp32 in every precision.
 #pragma once
 
@@ -21,6 +29,7 @@
 
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
+#include "kernels/cpu/expert_ffn_quant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "moe/io/layer_weights.h"
 #include "moe/layer/moe_layer_config.h"
@@ -55,7 +64,9 @@ class ExpertFfns {
   // (kernels::round_rows_to_bf16's layout: rows of rounded_row_elems() elements, contiguous), with the bits
   // of run_expert / run_shared on the fp32 rows that round to them. A layer rounds each token once and
   // gathers the bf16 rows (half the bytes) instead of rounding a row again in each of its k experts.
-  bool takes_rounded() const { return compute_ == kernels::ComputePrecision::kBF16; }
+  bool takes_rounded() const { return compute_ == kernels::ComputePrecision::kBF16 && !quantized_; }
+  // Whether the routed experts run the quantized kernels.
+  bool quantized() const { return quantized_; }
   int64_t rounded_row_elems() const { return 2 * kernels::bf16_pairs(hidden_); }
   void run_expert_rounded(int e, const uint16_t* xb, int64_t rows, float* y, float* scratch,
                           kernels::ThreadPool& pool) const;
@@ -64,8 +75,9 @@ class ExpertFfns {
 
  private:
   const kernels::PackedFfnBf16& packed_expert(int e) const;
-  void run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16* packed, const float* x, int64_t rows,
-           float* y, float* scratch, kernels::ThreadPool& pool) const;
+  void run(const kernels::FfnWeights& w, const kernels::PackedFfnBf16* packed,
+           const kernels::PackedFfnQuant* quant, const float* x, int64_t rows, float* y, float* scratch,
+           kernels::ThreadPool& pool) const;
 
   kernels::ComputePrecision compute_;
   kernels::KernelKind kind_;
@@ -77,6 +89,11 @@ class ExpertFfns {
   // bf16 compute: the prepared weights of the served experts (null for the others) and of the shared one.
   std::vector<std::unique_ptr<kernels::PackedFfnBf16>> packed_;
   std::unique_ptr<kernels::PackedFfnBf16> packed_shared_;
+  // Quantized storage: the prepared weights of the served quantized experts (null for the others) and of a
+  // quantized shared expert; the largest scratch any of them needs per row count is computed from them.
+  bool quantized_ = false;
+  std::vector<std::unique_ptr<kernels::PackedFfnQuant>> quant_;
+  std::unique_ptr<kernels::PackedFfnQuant> quant_shared_;
 };
 
 }  // namespace moe

@@ -117,9 +117,11 @@ class Layer:
         with llama.cpp's tensor names and keys): no shape arguments. The shape, the router and the expert
         semantics come from config.json or the GGUF metadata and are checked against the tensors; a mismatch
         or an unsupported key value or tensor type raises ValueError naming it, a dense layer ValueError
-        listing the MoE layers, weights that do not fit the memory available MemoryError. storage: 'f32',
-        'bf16' or None (the file's dtype; FP8 and MXFP4 checkpoints are dequantized exactly, to bf16 by
-        default). Config keywords as for Layer() (top_k= and renormalize= override the checkpoint's)."""
+        listing the MoE layers, weights that do not fit the memory available MemoryError. storage: None (the
+        file's dtype; FP8, MXFP4 and GGUF's Q8_0 / Q4_K / Q6_K weights as stored, run by the quantized
+        kernels: docs/runtime.md), 'f32' or 'bf16' (quantized weights dequantized exactly), or a quantized
+        type ('q8_0', 'q4_k', 'q6_k', 'mxfp4', 'fp8'). Config keywords as for Layer() (top_k= and
+        renormalize= override the checkpoint's)."""
         w = Weights.load_pretrained(str(path), layer, storage)
         config.setdefault("pretrained", str(path))
         return cls(w, **config)

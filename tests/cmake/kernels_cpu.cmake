@@ -31,3 +31,15 @@ if(TARGET moe_kernels_cpu_onednn)
   moe_add_test(NAME kernels_cpu_onednn_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_onednn_test.cc
                LIBS moe_kernels_cpu_onednn LABELS unit)
 endif()
+# Quantized weights (kernels/quant_formats.h, kernels/cpu/linear_quant.h): the formats' layouts and reference
+# dequantizer (unit), the kernels' accuracy against float64 with and without the activation rule (unit), and
+# their invariance by exact bits, every implementation against the scalar emulation, the mutation check
+# (invariance).
+moe_add_test(NAME kernels_quant_formats_test SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_quant_formats_test.cc
+             LIBS moe_kernels_formats LABELS unit)
+moe_add_test(NAME kernels_cpu_quant_accuracy_test
+             SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_quant_accuracy_test.cc
+             LIBS moe_kernels_cpu LABELS unit)
+moe_add_test(NAME kernels_cpu_quant_invariance_test
+             SOURCES ${PROJECT_SOURCE_DIR}/tests/kernels_cpu_quant_invariance_test.cc
+             LIBS moe_kernels_cpu LABELS invariance threaded TIMEOUT 1500)

@@ -153,6 +153,17 @@ inline MoELayerConfig bf16_compute(MoELayerConfig c) {
 // so the cases check that bf16 compute, and nothing else, is what runs.
 inline constexpr double kBf16ComputeTolerance = 1e-4;
 
+// The accuracy bound of quantized storage (the quantized kernels, kernels/cpu/linear_quant.h), against the
+// float64 reference on the exactly dequantized weights: the activation rule rounds both GEMM inputs of every
+// expert - int8 blocks (each element within dx / 2 = 1/254 of its block's largest) or bf16 for FP8 (2^-9 of
+// itself). Per rounding the row's relative error is about (block max / rms) / (127 sqrt 12), ~0.5 % for x and
+// 1-1.5 % for the heavier-tailed h (tests/kernels_cpu_quant_accuracy_test.cc measures 1.1-1.6e-2 on one FFN);
+// the bound allows 2x: 3e-2 (int8), 7.5e-3 (bf16 rule). The kernels' own fp32 error, with the rule's inputs,
+// is bounded tightly (gamma(n) of the chain) in that test.
+inline double quant_tolerance(kernels::DType storage) {
+  return storage == kernels::DType::kFP8 ? 7.5e-3 : 3e-2;
+}
+
 // A case that loads a family checkpoint's MoE layer (written once per process): its config.json's router
 // and expert semantics under `preset`, capacity factor 1.0 so that capacity binds, then `edit`. Its accuracy
 // bound follows the compute precision `edit` leaves: 1e-5 in fp32, kBf16ComputeTolerance in bf16.
@@ -164,7 +175,9 @@ LayerCase family(const std::string& name, const std::string& family_case, const 
   c.policy.capacity_factor = 1.0;
   c.max_tokens = 64;
   c = edit(c);
-  const double tolerance = c.compute == kernels::ComputePrecision::kBF16 ? kBf16ComputeTolerance : 1e-5;
+  const double tolerance = kernels::is_quantized(storage)                  ? quant_tolerance(storage)
+                           : c.compute == kernels::ComputePrecision::kBF16 ? kBf16ComputeTolerance
+                                                                           : 1e-5;
   return LayerCase{name, f.config.layer, storage, c, calls, tolerance, family_case};
 }
 
@@ -182,6 +195,11 @@ inline std::vector<LayerCase> layer_cases() {
   using namespace layer_cases_detail;
   using kernels::DType;
   const io::LayerShape mix = SmallShape(64, 96, 8);
+  const io::LayerShape k_mix = SmallShape(256, 256, 8);  // K-quants: rows of whole 256-element super-blocks
+  io::LayerShape k_deepseek = SmallShape(256, 256, 16);
+  k_deepseek.num_shared_experts = 1;
+  k_deepseek.shared_ff = 256;
+  k_deepseek.score_bias = true;
   const io::LayerShape gelu_shape = SmallShape(64, 128, 8);
   MoELayerConfig gelu_det = mixtral("deterministic");
   gelu_det.activation = kernels::Activation::kGELU;
@@ -253,6 +271,17 @@ inline std::vector<LayerCase> layer_cases() {
        kBf16ComputeTolerance},
       {"deepseek_bf16c_sequence_reroute", deepseek_shape(), DType::kBF16,
        bf16_compute(threads(with(deepseek("deterministic"), S, req, reroute), 2)), 2, kBf16ComputeTolerance},
+      // Quantized storage (kernels/quant_formats.h), run by the quantized kernels: every format, routed and
+      // shared experts, both presets, threads, calls.
+      {"mixtral_q4_k_deterministic", k_mix, DType::kQ4_K, threads(mixtral("deterministic"), 2), 1,
+       quant_tolerance(DType::kQ4_K)},
+      {"mixtral_q8_0_greedy", mix, DType::kQ8_0, mixtral("greedy"), 1, quant_tolerance(DType::kQ8_0)},
+      {"qwen2_mxfp4_deterministic", qwen2_shape(), DType::kMXFP4, threads(qwen2("deterministic"), 2), 1,
+       quant_tolerance(DType::kMXFP4)},
+      {"deepseek_q6_k_sequence", k_deepseek, DType::kQ6_K, with(deepseek("deterministic"), S, req), 2,
+       quant_tolerance(DType::kQ6_K)},
+      {"mixtral_fp8_causal", mix, DType::kFP8, threads(with(mixtral("deterministic"), C, req), 2), 2,
+       quant_tolerance(DType::kFP8)},
       // Every family through from_pretrained: the layer of a checkpoint in the family's published layout
       // (bf16, f32, FP8 block-scaled, MXFP4; sharded), with config.json's router and expert semantics.
       family("fam_mixtral_bf16_deterministic", "mixtral_bf16", "deterministic", DType::kBF16, same),
@@ -276,6 +305,10 @@ inline std::vector<LayerCase> layer_cases() {
           "fam_gpt_oss_mxfp4_deterministic", "gpt_oss_mxfp4", "deterministic", DType::kBF16,
           [](MoELayerConfig c) { return threads(c, 2); }, 2),
       family("fam_gpt_oss_bf16_greedy", "gpt_oss_bf16", "greedy", DType::kBF16, same),
+      family("fam_qwen3_moe_fp8_as_stored", "qwen3_moe_fp8", "deterministic", DType::kFP8, same),
+      family(
+          "fam_gpt_oss_mxfp4_as_stored", "gpt_oss_mxfp4", "deterministic", DType::kMXFP4,
+          [](MoELayerConfig c) { return threads(c, 2); }, 2),
       family("fam_llama4_bf16_deterministic", "llama4_bf16", "deterministic", DType::kBF16, same, 2),
       family("fam_llama4_text_f32_greedy", "llama4_text_f32", "greedy", DType::kF32, same),
       // bf16 compute of every bf16, FP8 and MXFP4 family checkpoint under both presets the family rows use
