@@ -890,7 +890,7 @@ static void test_families(const char* root) {
     gguf_checked += check_family(dir, gguf, name, model_type, quant, layer, tokens, hidden, tolerance);
   }
   fclose(manifest);
-  CHECK(gguf_checked >= 2 * 7);
+  CHECK(gguf_checked >= 2 * 12);
 }
 
 /* The presets' one-sentence descriptions: read from the presets themselves (scope, priority, kernels). */

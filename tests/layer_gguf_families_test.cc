@@ -15,6 +15,7 @@
 
 #include "moe/io/gguf_config.h"
 #include "moe/io/io_error.h"
+#include "moe/io/memory.h"
 #include "moe/io/pretrained.h"
 #include "moe/layer/moe_layer.h"
 #include "tests/io_test_util.h"
@@ -29,16 +30,6 @@ using io::testing::thrown_message;
 using kernels::DType;
 using nlohmann::json;
 
-// The cases whose experts this build loads (the plain types; the quantized ones need moe/io's quantized
-// storage).
-std::vector<std::string> LoadableCases() {
-  std::vector<std::string> names;
-  for (const GgufFamilyCase& c : gguf_family_cases()) {
-    if (!is_quantized(c.type) && !is_quantized(c.down_type)) names.push_back(c.name);
-  }
-  return names;
-}
-
 std::vector<std::string> AllCases() {
   std::vector<std::string> names;
   for (const GgufFamilyCase& c : gguf_family_cases()) names.push_back(c.name);
@@ -48,36 +39,48 @@ std::vector<std::string> AllCases() {
 class GgufFamily : public ::testing::TestWithParam<std::string> {};
 class GgufFamilyConfig : public ::testing::TestWithParam<std::string> {};
 
+// The layer as stored (quantized files in their blocks, run by the quantized kernels and their activation
+// rule: within gguf_stored_tolerance) and dequantized exactly to f32 (within 1e-5: fp32 roundings only),
+// against the family's block on the stored weights' exact values.
 TEST_P(GgufFamily, MatchesTheFloat64ReferenceOfItsPublishedBlock) {
   const GgufFamilyCase& c = gguf_family_case(GetParam());
   TempDir dir;
   const WrittenCheckpoint w = write_family_gguf(c, dir.path());
   const Batch b = FamilyTokens(w.ref.d);
   int near_ties = 0;
-  double worst = 0.0;
-  auto weights = std::make_shared<const io::LayerWeights>(io::load_pretrained_layer(w.dir, w.layer));
-  EXPECT_EQ(weights->storage(), c.type == ggml_type::BF16 ? DType::kBF16 : DType::kF32);
-  for (const char* preset : {"deterministic", "greedy"}) {
-    for (int threads : {1, 2}) {
-      auto layer = MoELayer::from_pretrained(w.dir, w.layer, preset);
-      EXPECT_EQ(layer->weights().content_hash(), weights->content_hash());
-      MoELayerConfig config = layer->config();
-      config.policy.scope = CapacityScope::kNone;  // the published blocks never drop
-      config.num_threads = threads;
-      MoELayer dropless(config, weights);
-      const double err = ErrorAgainstFamily(dropless, w, b, &near_ties);
-      EXPECT_LE(err, 1e-5) << preset << ", " << threads << " threads";
-      worst = std::max(worst, err);
+  double worst[2] = {0, 0};
+  const std::optional<DType> storages[2] = {std::nullopt, DType::kF32};
+  for (int s = 0; s < 2; ++s) {
+    auto weights =
+        std::make_shared<const io::LayerWeights>(io::load_pretrained_layer(w.dir, w.layer, storages[s]));
+    if (s == 0) {
+      EXPECT_EQ(weights->storage(), gguf_stored_dtype(c.type));
+      EXPECT_EQ(weights->zero_copy(), c.type != ggml_type::F16);
+    }
+    const double bound = s == 0 ? gguf_stored_tolerance(c) : 1e-5;
+    for (const char* preset : {"deterministic", "greedy"}) {
+      for (int threads : {1, 2}) {
+        auto layer = MoELayer::from_pretrained(w.dir, w.layer, preset, storages[s]);
+        EXPECT_EQ(layer->weights().content_hash(), weights->content_hash());
+        MoELayerConfig config = layer->config();
+        config.policy.scope = CapacityScope::kNone;  // the published blocks never drop
+        config.num_threads = threads;
+        MoELayer dropless(config, weights);
+        const double err = ErrorAgainstFamily(dropless, w, b, &near_ties);
+        EXPECT_LE(err, bound) << preset << ", " << threads << " threads, storage "
+                              << (s == 0 ? "as stored" : "f32");
+        worst[s] = std::max(worst[s], err);
+      }
     }
   }
   std::printf(
-      "  %s (layer %d): max row relative error %.3g against the family's float64 block (%d near-tie rows "
-      "skipped of %d)\n",
-      c.name.c_str(), w.layer, worst, near_ties, 4 * 48);
-  EXPECT_LE(near_ties, 4 * 48 / 20);
+      "  %s (layer %d): max row relative error %.3g as stored, %.3g dequantized to f32, against the "
+      "family's float64 block (%d near-tie rows skipped of %d)\n",
+      c.name.c_str(), w.layer, worst[0], worst[1], near_ties, 8 * 48);
+  EXPECT_LE(near_ties, 8 * 48 / 20);
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, GgufFamily, ::testing::ValuesIn(LoadableCases()),
+INSTANTIATE_TEST_SUITE_P(Files, GgufFamily, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // What read_gguf_config makes of each file: the family, its layers and its router, as llama.cpp's graph runs
@@ -329,21 +332,31 @@ TEST(GgufRefusals, UnsupportedOrInconsistentFilesAreNamed) {
   }
 }
 
-// The converted weights are checked against the memory available before anything is allocated.
+// The converted weights are checked against the memory available before anything is allocated; views into
+// the mapping (plain matrices of the storage dtype, quantized ones as stored) take none.
 TEST(GgufRefusals, WeightsThatDoNotFitTheMemoryAreRefusedBeforeAllocation) {
   TempDir dir;
   const WrittenCheckpoint bf16 = write_family_gguf(gguf_family_case("kimi_k2_bf16"), dir / "bf16");
   const WrittenCheckpoint f16 = write_family_gguf(gguf_family_case("llama_f16"), dir / "f16");
+  const WrittenCheckpoint q8 = write_family_gguf(gguf_family_case("qwen2moe_q8_0"), dir / "q8");
   ::setenv("MOE_MEMORY_LIMIT_BYTES", "100000", 1);
-  EXPECT_NO_THROW(io::load_pretrained_layer(bf16.dir, bf16.layer));  // views into the mapping
+  EXPECT_NO_THROW(io::load_pretrained_layer(bf16.dir, bf16.layer));
+  EXPECT_NO_THROW(io::load_pretrained_layer(q8.dir, q8.layer));
   const std::string msg =
       thrown_message<io::OutOfMemory>([&] { io::load_pretrained_layer(f16.dir, f16.layer); });
+  const std::string q8_msg =
+      thrown_message<io::OutOfMemory>([&] { io::load_pretrained_layer(q8.dir, q8.layer, DType::kBF16); });
   ::unsetenv("MOE_MEMORY_LIMIT_BYTES");
-  // 8 experts of 3 [32, 64] matrices in f32, F16 in the file.
-  EXPECT_NE(msg.find("layer 1 of " + f16.dir.string() + " in f32 storage needs"), std::string::npos) << msg;
+  // 8 experts of 3 [32, 64] matrices in f32 (F16 in the file, widened as stored).
+  EXPECT_NE(msg.find("layer 1 of " + f16.dir.string() + " as stored needs"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(3 * 8 * 32 * 64 * 4) + " bytes) but 100.0 kB are available"),
             std::string::npos)
       << msg;
+  // 8 experts of 3 [32, 64] and the shared expert's 3 [96, 64], dequantized to bf16.
+  EXPECT_NE(q8_msg.find("layer 1 of " + q8.dir.string() + " in bf16 storage needs " +
+                        io::format_bytes((3 * 8 * 32 * 64 + 3 * 96 * 64) * 2)),
+            std::string::npos)
+      << q8_msg;
 }
 
 }  // namespace

@@ -420,6 +420,17 @@ void bind_layer(py::module_& m) {
       .def_property_readonly("content_hash", [](const PyWeights& w) { return w.weights->content_hash(); })
       .def_property_readonly("zero_copy", [](const PyWeights& w) { return w.weights->zero_copy(); })
       .def_property_readonly(
+          "matrix_types",
+          [](const PyWeights& w) {
+            std::vector<std::string> names;
+            for (kernels::DType t : w.weights->matrix_types()) names.emplace_back(kernels::to_string(t));
+            return names;
+          },
+          "The types the expert matrices are held in, in order ('q4_k', 'q6_k' for a Q4_K_M layer).")
+      .def_property_readonly(
+          "expert_bytes", [](const PyWeights& w) { return w.weights->expert_matrix_bytes(); },
+          "Bytes of the expert matrices as held (blocks, FP8 scales included).")
+      .def_property_readonly(
           "router_gate",
           [](const PyWeights& w) {
             const kernels::MatrixView& g = w.weights->router_gate();

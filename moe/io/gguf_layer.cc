@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/quant_formats.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/gguf_names.h"
 #include "moe/io/memory.h"
+#include "moe/io/quantized.h"
 
 namespace moe::io {
 
@@ -26,8 +29,8 @@ struct GgufLayerStorage {
   std::vector<std::unique_ptr<std::byte[]>> buffers;
 };
 
-// The plain dtype of a GGUF tensor type, or nullopt for the quantized and the other types.
-std::optional<DType> plain_dtype(uint32_t type) {
+// The project's dtype of a GGUF tensor type, or nullopt for the types this project does not load.
+std::optional<DType> project_dtype(uint32_t type) {
   switch (static_cast<GgufTensorType>(type)) {
     case GgufTensorType::kF32:
       return DType::kF32;
@@ -35,9 +38,25 @@ std::optional<DType> plain_dtype(uint32_t type) {
       return DType::kF16;
     case GgufTensorType::kBF16:
       return DType::kBF16;
-    default:
-      return std::nullopt;
+    case GgufTensorType::kQ8_0:
+      return DType::kQ8_0;
+    case GgufTensorType::kQ4_K:
+      return DType::kQ4_K;
+    case GgufTensorType::kQ6_K:
+      return DType::kQ6_K;
+    case GgufTensorType::kMXFP4:
+      return DType::kMXFP4;
   }
+  return std::nullopt;
+}
+
+uint16_t load_u16(const std::byte* p) {
+  return static_cast<uint16_t>(std::to_integer<uint16_t>(p[0]) | (std::to_integer<uint16_t>(p[1]) << 8));
+}
+
+// Whether an IEEE binary16 is Inf or NaN.
+bool f16_not_finite(uint16_t h) {
+  return (h & 0x7c00) == 0x7c00;
 }
 
 // `rows` consecutive rows of `cols` elements of a tensor, starting at `data`: one expert's matrix of a
@@ -94,43 +113,88 @@ class GgufLayerReader {
     return Rows{&t, what, t.data + row * row_bytes, rows, t.ne[0]};
   }
 
-  // The storage dtype the file's matrix suggests: its own for F32 and BF16, F32 for F16.
-  DType suggested_storage(const GgufTensorInfo& t) const {
-    const std::optional<DType> d = plain_dtype(t.type);
-    if (d == DType::kBF16) return DType::kBF16;
-    if (d) return DType::kF32;
-    refuse(t);
-  }
-
-  // The rows as a matrix of `to`: a view into the mapping when the type is `to`, else converted. `expert`:
-  // an expert matrix (a view of one is what mapped() reports).
-  MatrixView matrix(const Rows& r, DType to, bool expert = true) {
-    const std::optional<DType> from = plain_dtype(r.tensor->type);
-    if (!from) refuse(*r.tensor);
-    if (*from == to && reinterpret_cast<uintptr_t>(r.data) % kernels::dtype_size(to) == 0) {
-      if (expert) mapped_ = true;
-      return MatrixView{r.data, to, r.rows, r.cols, r.cols};
+  // The rows as a matrix of `to` (nullopt: as stored - a quantized type stays itself, F16 becomes F32, and
+  // the plain matrices take the first plain one's dtype). A matrix whose type is the target is a view into
+  // the mapping; a plain one is converted, a quantized one dequantized exactly (each element rounded once) to
+  // a plain target; for a quantized target of another type the matrix is passed as stored (or F16 widened)
+  // and quantized by weights_from_views (needs_copy()). `expert`: an expert matrix (a view of one is what
+  // mapped() reports; the router gate and the shared-expert gate pass kF32).
+  MatrixView matrix(const Rows& r, std::optional<DType> to, bool expert = true) {
+    const DType from = dtype_of(*r.tensor);
+    DType target;
+    if (to) {
+      target = *to;
+    } else if (kernels::is_quantized(from)) {
+      target = from;
+    } else {
+      if (!plain_target_) plain_target_ = from == DType::kF16 ? DType::kF32 : from;
+      target = *plain_target_;
     }
-    const uint64_t bytes = checked_bytes(r.rows, r.cols, to);
+    const MatrixView stored{r.data, from, r.rows, r.cols, r.cols};
+    if (kernels::is_quantized(from)) check_blocks(r, from);
+    // What weights_from_views would allocate copying the layer into a quantized storage (needs_copy).
+    copy_bytes_ += checked_bytes(r.rows, r.cols, kernels::is_quantized(target) ? target : DType::kF32);
+    if (from == target) {
+      if (expert) mapped_ = true;
+      return stored;
+    }
+    if (kernels::is_quantized(target)) {  // weights_from_views quantizes it
+      if (kernels::is_quantized(from)) {
+        throw std::invalid_argument(r.name + ": a " + std::string(kernels::to_string(from)) +
+                                    " matrix cannot be stored as " + std::string(kernels::to_string(target)) +
+                                    " (keep it as stored, or dequantize it to f32 or bf16) in " +
+                                    m_.path().string());
+      }
+      needs_copy_ = true;
+      if (from != DType::kF16) {
+        if (expert) mapped_ = true;
+        return stored;
+      }
+      target = DType::kF32;
+    }
+    const uint64_t bytes = checked_bytes(r.rows, r.cols, target);
     if (storage_ == nullptr) {
       planned_ += bytes;
-      return MatrixView{nullptr, to, r.rows, r.cols, r.cols};
+      return MatrixView{nullptr, target, r.rows, r.cols, r.cols};
     }
     std::byte* dst = alloc(bytes);
-    internal::convert(r.data, *from, dst, to, static_cast<size_t>(r.rows * r.cols));
-    return MatrixView{dst, to, r.rows, r.cols, r.cols};
+    const size_t out_row = kernels::row_bytes(target, r.cols);
+    if (!kernels::is_quantized(from)) {
+      internal::convert(r.data, from, dst, target, static_cast<size_t>(r.rows * r.cols));
+      return MatrixView{dst, target, r.rows, r.cols, r.cols};
+    }
+    std::vector<double> exact(static_cast<size_t>(r.cols));
+    const size_t es = kernels::dtype_size(target);
+    for (int64_t row = 0; row < r.rows; ++row) {
+      kernels::reference_row(stored, row, exact.data());
+      for (int64_t i = 0; i < r.cols; ++i) {
+        if (!store_rounded(exact[static_cast<size_t>(i)], target,
+                           dst + static_cast<size_t>(row) * out_row + static_cast<size_t>(i) * es)) {
+          throw std::invalid_argument(r.name + ": element [" + std::to_string(row) + ", " +
+                                      std::to_string(i) + "] dequantizes beyond the range of " +
+                                      std::string(kernels::to_string(target)) + " (" + m_.path().string() +
+                                      ")");
+        }
+      }
+    }
+    return MatrixView{dst, target, r.rows, r.cols, r.cols};
   }
+
+  // Whether some matrix must be converted by weights_from_views (a quantized storage other than its type),
+  // and the bytes that copy of the whole layer takes.
+  bool needs_copy() const { return needs_copy_; }
+  uint64_t copy_bytes() const { return copy_bytes_; }
 
   // `n` fp32 values from row `row` of a tensor of rows of n elements (a 1-D vector is row 0).
   std::vector<float> floats(const GgufTensorInfo& t, int64_t row, int64_t n) const {
-    const std::optional<DType> from = plain_dtype(t.type);
-    if (!from) {
+    const DType from = dtype_of(t);
+    if (kernels::is_quantized(from)) {
       throw std::invalid_argument(std::string(t.name) + ": GGUF type " + std::string(t.type_info.name) +
                                   " is not supported for a vector (supported: F32, F16, BF16) in " +
                                   m_.path().string());
     }
     std::vector<float> v(static_cast<size_t>(n));
-    internal::convert(t.data + static_cast<uint64_t>(row) * t.row_bytes(), *from,
+    internal::convert(t.data + static_cast<uint64_t>(row) * t.row_bytes(), from,
                       reinterpret_cast<std::byte*>(v.data()), DType::kF32, v.size());
     for (size_t i = 0; i < v.size(); ++i) {
       if (!std::isfinite(v[i])) {
@@ -142,25 +206,63 @@ class GgufLayerReader {
   }
 
  private:
-  [[noreturn]] void refuse(const GgufTensorInfo& t) const {
-    if (!gguf_tensor_type_supported(t.type)) {
+  DType dtype_of(const GgufTensorInfo& t) const {
+    const std::optional<DType> d = project_dtype(t.type);
+    if (!d) {
       throw std::invalid_argument(std::string(t.name) + ": GGUF type " + std::string(t.type_info.name) +
                                   " is not supported (supported: " + gguf_supported_tensor_types() + ") in " +
                                   m_.path().string());
     }
-    throw std::invalid_argument(std::string(t.name) + ": GGUF type " + std::string(t.type_info.name) +
-                                " is a quantized format this build does not load yet (loadable: F32, F16, "
-                                "BF16) in " +
-                                m_.path().string());
+    return *d;
+  }
+
+  // Every block's scale of the rows is finite: Q8_0's, Q4_K's and Q6_K's fp16 d (and dmin), MXFP4's e8m0
+  // (0xff is NaN). A matrix held as stored is read by the kernels as it is, so this is where a bad block is
+  // refused, by name. (Reads the scales' pages of the rows: this layer's only.)
+  void check_blocks(const Rows& r, DType t) const {
+    if (storage_ == nullptr) return;  // the loading pass checks; planning reads no data
+    const size_t bb = kernels::block_bytes(t);
+    const int64_t blocks = r.cols / kernels::block_elems(t);
+    for (int64_t row = 0; row < r.rows; ++row) {
+      const std::byte* p = r.data + static_cast<size_t>(row) * kernels::row_bytes(t, r.cols);
+      for (int64_t b = 0; b < blocks; ++b, p += bb) {
+        bool bad = false;
+        std::string what;
+        switch (t) {
+          case DType::kQ8_0:
+            bad = f16_not_finite(load_u16(p));
+            what = "its fp16 scale d is not finite";
+            break;
+          case DType::kQ4_K:
+            bad = f16_not_finite(load_u16(p)) || f16_not_finite(load_u16(p + 2));
+            what = "its fp16 scale d or dmin is not finite";
+            break;
+          case DType::kQ6_K:
+            bad = f16_not_finite(load_u16(p + offsetof(kernels::BlockQ6_K, d)));
+            what = "its fp16 scale d is not finite";
+            break;
+          case DType::kMXFP4:
+            bad = std::to_integer<uint8_t>(p[0]) == 0xff;
+            what = "it has the NaN scale 0xff";
+            break;
+          default:
+            break;
+        }
+        if (bad) {
+          throw std::invalid_argument(r.name + ": row " + std::to_string(row) + " block " +
+                                      std::to_string(b) + ": " + what + " (" + m_.path().string() + ")");
+        }
+      }
+    }
   }
 
   static uint64_t checked_bytes(int64_t rows, int64_t cols, DType to) {
-    const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
-    if (cols != 0 && n / static_cast<uint64_t>(cols) != static_cast<uint64_t>(rows)) {
+    const uint64_t row = kernels::row_bytes(to, cols);
+    if (row != 0 && static_cast<uint64_t>(rows) > std::numeric_limits<uint64_t>::max() / row) {
       throw std::invalid_argument("moe::io: matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
                                   "] is too large");
     }
-    return n * kernels::dtype_size(to);
+    return static_cast<uint64_t>(rows) * row;
   }
 
   std::byte* alloc(uint64_t bytes) {
@@ -173,6 +275,9 @@ class GgufLayerReader {
   GgufLayerStorage* storage_;
   uint64_t planned_ = 0;
   bool mapped_ = false;
+  bool needs_copy_ = false;
+  uint64_t copy_bytes_ = 0;
+  std::optional<DType> plain_target_;  // storage nullopt: the dtype of the plain matrices
 };
 
 // The views of one layer (the reader plans or loads; the views of a planning pass have null data).
@@ -182,8 +287,8 @@ struct GgufLayerViews {
   std::vector<std::vector<float>> gate_bias, up_bias, down_bias;
 };
 
-GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int layer, DType storage,
-                          const ExpertSet& held = ExpertSet::all()) {
+GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int layer,
+                          std::optional<DType> storage, const ExpertSet& held = ExpertSet::all()) {
   const LayerShape& s = c.layer;
   const int64_t d = s.hidden, ff = s.expert_ff, E = s.num_experts;
   const GgufLayerNames n(layer);
@@ -245,24 +350,12 @@ GgufLayerViews read_layer(GgufLayerReader& r, const PretrainedConfig& c, int lay
   return out;
 }
 
-// The storage dtype the file suggests: that of the experts' gate matrix (the first held expert's, in a file
-// of per-expert tensors).
-DType default_storage(const GgufModel& m, GgufLayerReader& r, int layer, const ExpertSet& held) {
-  const GgufLayerNames n(layer);
-  const int probe = held.is_all() || held.list().empty() ? 0 : held.list().front();
-  const std::string first = m.tensor(n.gate_up_exps())       ? n.gate_up_exps()
-                            : m.tensor(n.gate_exps())        ? n.gate_exps()
-                            : m.tensor(n.gate_expert(probe)) ? n.gate_expert(probe)
-                                                             : n.gate_exps();
-  return r.suggested_storage(r.find(first));  // its shape is checked when it is read
-}
-
 }  // namespace
 
 void check_gguf_layer(const GgufModel& model, const PretrainedConfig& config, int layer_index) {
   config.layer.validate_for(config.architecture);
   GgufLayerReader planner(model, config, nullptr);
-  read_layer(planner, config, layer_index, default_storage(model, planner, layer_index, ExpertSet::all()));
+  read_layer(planner, config, layer_index, std::nullopt);
 }
 
 LayerWeights load_gguf_layer(std::shared_ptr<const GgufModel> model, const PretrainedConfig& config,
@@ -271,23 +364,27 @@ LayerWeights load_gguf_layer(std::shared_ptr<const GgufModel> model, const Pretr
   const PretrainedConfig& c = config;
   c.layer.validate_for(c.architecture);
   experts.check(c.layer.num_experts);
+  if (storage == DType::kF16) {
+    throw std::invalid_argument(
+        "moe::io: storage dtype f16 is not a storage (f32, bf16, or a quantized type)");
+  }
+  if (storage == DType::kFP8) {
+    throw std::invalid_argument(
+        "moe::io: storage fp8 is not a GGUF tensor type (GGUF files hold Q8_0, Q4_K, Q6_K "
+        "and MXFP4; FP8 weights come in safetensors checkpoints)");
+  }
   GgufLayerReader planner(*model, c, nullptr);
   const GgufLayerNames n(layer_index);
   planner.tensor(n.router(), {c.layer.hidden, c.layer.num_experts});  // the first tensor to report
-  if (!storage) storage = default_storage(*model, planner, layer_index, experts);
-  if (*storage != DType::kF32 && *storage != DType::kBF16) {
-    throw std::invalid_argument("moe::io: storage dtype must be f32 or bf16, not " +
-                                std::string(kernels::to_string(*storage)));
-  }
-  read_layer(planner, c, layer_index, *storage, experts);
-  check_memory(planner.planned_bytes(), "layer " + std::to_string(layer_index) + " of " +
-                                            model->path().string() + " in " +
-                                            std::string(kernels::to_string(*storage)) + " storage");
+  read_layer(planner, c, layer_index, storage, experts);
+  const uint64_t bytes = planner.planned_bytes() + (planner.needs_copy() ? planner.copy_bytes() : 0);
+  check_memory(bytes, "layer " + std::to_string(layer_index) + " of " + model->path().string() +
+                          (storage ? " in " + std::string(kernels::to_string(*storage)) + " storage"
+                                   : std::string(" as stored")));
   auto owned = std::make_shared<GgufLayerStorage>();
   owned->model = model;
   GgufLayerReader loader(*model, c, owned.get());
-  GgufLayerViews v = read_layer(loader, c, layer_index, *storage, experts);
-  v.views.mapped = loader.mapped();
+  GgufLayerViews v = read_layer(loader, c, layer_index, storage, experts);
   v.views.part = experts;
   v.views.score_bias = v.score_bias;
   v.views.router_bias = v.router_bias;
@@ -296,7 +393,11 @@ LayerWeights load_gguf_layer(std::shared_ptr<const GgufModel> model, const Pretr
     v.views.experts[e].up_bias = v.up_bias[e];
     v.views.experts[e].down_bias = v.down_bias[e];
   }
-  return weights_from_views(c.layer, v.views, *storage, Ownership::kBorrow, std::move(owned));
+  // A quantized storage some matrix does not have: weights_from_views quantizes (or refuses) them all into
+  // buffers of its own. Otherwise the views (into the mapping, or this reader's buffers) are kept.
+  if (loader.needs_copy()) return weights_from_views(c.layer, v.views, storage, Ownership::kCopy);
+  v.views.mapped = loader.mapped();
+  return weights_from_views(c.layer, v.views, storage, Ownership::kBorrow, std::move(owned));
 }
 
 }  // namespace moe::io

@@ -23,18 +23,26 @@ namespace moe::io {
 // of the supported types (F32, F16, BF16, Q8_0, Q4_K, Q6_K, MXFP4; any other is refused by name:
 // "blk.3.ffn_up_exps.weight: GGUF type Q5_K is not supported (supported: ...)").
 //
-// Storage: kF32 or kBF16 store the expert matrices in that dtype (F16 and BF16 widen exactly, F32 -> BF16
-// rounds to nearest even). nullopt keeps the file's dtype of the first expert's gate matrix (F16 files become
-// kF32). A matrix whose file type equals the storage dtype is a zero-copy view into the mapping. The router
-// gate, the biases and the shared-expert gate are fp32.
-//
+// Storage (of the routed and shared experts' matrices; the router gate, the biases and the shared-expert
+// gate are fp32):
+//   nullopt      as stored: a Q8_0 / Q4_K / Q6_K / MXFP4 matrix stays in its blocks (a Q4_K_M layer holds
+//                Q4_K and Q6_K matrices side by side) and an F32 or BF16 one in its dtype, each a zero-copy
+//                view into the mapping (LayerWeights::zero_copy()); F16 widens exactly to F32 (and the plain
+//                matrices take the first plain one's dtype). Every block's scale is checked first: a
+//                non-finite fp16 scale or MXFP4's NaN scale 0xff is refused by name (tensor, row, block).
+//   kF32, kBF16  that dtype: matrices of it are views, the others converted (F32 -> BF16 rounds to nearest
+//                even) or dequantized exactly, each element's exact value rounded once.
+//   kQ8_0, kQ4_K, kQ6_K, kMXFP4
+//                that type: matrices of it are views; plain ones are quantized (weights_from_views, which
+//                also refuses a quantized matrix of another type by name); kFP8 is not a GGUF type.
 // Memory: the bytes the converted matrices take are checked against the memory available before anything
 // is allocated (io::OutOfMemory names both).
 //
-// Parts: `experts` = ExpertSet::only(list) reads the router, its biases, the shared expert and only the listed
-// experts' slices (the others' bytes are neither read nor counted; per-expert tensors of the others are not
-// looked up), as load_layer does; the result holds() that list. Errors (std::invalid_argument, naming the tensor and the file):
-// a missing tensor, a wrong shape, an unsupported type, a non-finite value where one is not allowed.
+// Parts: `experts` = ExpertSet::only(list) reads the router, its biases, the shared expert and only the
+// listed experts' slices (the others' bytes are neither read nor counted; per-expert tensors of the others
+// are not looked up), as load_layer does; the result holds() that list. Errors (std::invalid_argument, naming
+// the tensor and the file): a missing tensor, a wrong shape, an unsupported type, a non-finite value where
+// one is not allowed.
 LayerWeights load_gguf_layer(std::shared_ptr<const GgufModel> model, const PretrainedConfig& config,
                              int layer_index, std::optional<kernels::DType> storage = std::nullopt,
                              const ExpertSet& experts = ExpertSet::all());

@@ -175,10 +175,10 @@ class GgufFamiliesTest(unittest.TestCase):
                 block = MoEBlock.from_pretrained(path, layer=layer, compute="fp32")
                 y, logits = block(torch.from_numpy(x), request_ids=ids, positions=pos)
                 err = worst_row_error(y.numpy(), ref, ties)
-                self.assertLessEqual(err, 1e-5, "%s MoEBlock: %g" % (name, err))
+                self.assertLessEqual(err, tolerance, "%s MoEBlock: %g" % (name, err))
                 self.assertEqual(tuple(logits.shape), (tokens, cfg["num_experts"]))
                 ran += 1
-        self.assertGreaterEqual(ran, 7)
+        self.assertEqual(ran, 12)
 
     def test_dense_layers_and_malformed_files_are_named(self):
         path = os.path.join(FAMILY_DIR, "gguf", "deepseek2_v2_f16", "tiny-deepseek2_v2_f16.gguf")

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/tensor.h"
 #include "tests/support/family_checkpoints.h"
 #include "tests/support/gguf_blocks.h"
 #include "tests/support/gguf_writer.h"
@@ -61,6 +62,39 @@ inline const GgufFamilyCase& gguf_family_case(const std::string& name) {
 
 inline bool is_quantized(uint32_t type) {
   return type != ggml_type::F32 && type != ggml_type::F16 && type != ggml_type::BF16;
+}
+
+// The dtype a case's experts are held in by default (as stored; F16 widened to f32).
+inline kernels::DType gguf_stored_dtype(uint32_t type) {
+  using kernels::DType;
+  switch (type) {
+    case ggml_type::BF16:
+      return DType::kBF16;
+    case ggml_type::Q8_0:
+      return DType::kQ8_0;
+    case ggml_type::Q4_K:
+      return DType::kQ4_K;
+    case ggml_type::Q6_K:
+      return DType::kQ6_K;
+    case ggml_type::MXFP4:
+      return DType::kMXFP4;
+    default:
+      return DType::kF32;
+  }
+}
+
+// The per-row relative error the tests allow a case's layer as stored against the family's float64 block on
+// the stored blocks' exact values (gguf.txt's tolerance column). Plain types: 1e-5 (fp32 roundings). The
+// quantized types run the quantized kernels, whose activation rule rounds each row of activations to int8 in
+// blocks of 32 (Q8_0, MXFP4) or 256 (Q4_K, Q6_K): each element within 1/254 of its block's largest, so per
+// GEMM output at most ~2^-8 (largest / element) sum_i |w_i x_i|; these fixtures' blocks of 32 have largest
+// elements ~2x the typical one and their blocks of 256 ~3x, and rows sum |w x| ~4x |y|: ~2.5e-2 (as
+// families.txt's MXFP4 and FP8 cases, tests/support/family_checkpoints.h) and ~5e-2 over the two GEMMs.
+// Measured: Q8_0 0.018, MXFP4 0.013, Q6_K 0.022, Q4_K (Q4_K_M) 0.023-0.029.
+inline double gguf_stored_tolerance(const GgufFamilyCase& c) {
+  auto k_quant = [](uint32_t t) { return t == ggml_type::Q4_K || t == ggml_type::Q6_K; };
+  if (k_quant(c.type) || k_quant(c.down_type)) return 5e-2;
+  return is_quantized(c.type) || is_quantized(c.down_type) ? 2.5e-2 : 1e-5;
 }
 
 namespace gguf_detail {

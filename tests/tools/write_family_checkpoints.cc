@@ -12,15 +12,16 @@
 //   OUT/<name>/ties.bin     uint8 [tokens]: 1 where the reference's top-k choice is within 1e-6 of a tie
 // and every GGUF family case (tests/support/family_gguf.h) under OUT/gguf/<name>/ (the .gguf file or its
 // shards, and the same x.bin, y_exact.bin, y_stored.bin and ties.bin; the stored values of a GGUF file are
-// its blocks' exact values, so y_stored is y_exact), listed in OUT/gguf/gguf.txt: name architecture type
-// layer tokens hidden file (the first shard's name). The cases whose tensor types this build loads are
-// listed. Usage: write_family_checkpoints OUT
+// its blocks' exact values, so y_stored is y_exact), listed in OUT/gguf/gguf.txt: name architecture
+// tensor-type layer tokens hidden tolerance file (the tolerance as stored: gguf_stored_tolerance; the file:
+// the first shard's name). Usage: write_family_checkpoints OUT
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "moe/io/gguf_types.h"
 #include "tests/support/family_checkpoints.h"
 #include "tests/support/family_gguf.h"
 #include "tests/support/family_reference.h"
@@ -67,7 +68,6 @@ int main(int argc, char** argv) {
   std::ofstream gguf_manifest(out / "gguf" / "gguf.txt");
   size_t gguf_written = 0;
   for (const moe::testing::GgufFamilyCase& c : moe::testing::gguf_family_cases()) {
-    if (moe::testing::is_quantized(c.type) || moe::testing::is_quantized(c.down_type)) continue;
     const std::filesystem::path dir = out / "gguf" / c.name;
     const moe::testing::WrittenCheckpoint w = moe::testing::write_family_gguf(c, dir);
     std::vector<moe::TokenMeta> meta;
@@ -81,12 +81,9 @@ int main(int argc, char** argv) {
     write_binary(dir / "y_stored.bin", exact);
     std::vector<uint8_t> tie_bytes(ties.begin(), ties.end());
     write_binary(dir / "ties.bin", tie_bytes);
-    gguf_manifest << c.name << " " << c.arch << " "
-                  << (c.type == moe::testing::ggml_type::F32   ? "F32"
-                      : c.type == moe::testing::ggml_type::F16 ? "F16"
-                                                               : "BF16")
-                  << " " << w.layer << " " << T << " " << w.ref.d << " 1e-05 " << w.dir.filename().string()
-                  << "\n";
+    gguf_manifest << c.name << " " << c.arch << " " << moe::io::gguf_tensor_type_name(c.type) << " "
+                  << w.layer << " " << T << " " << w.ref.d << " " << moe::testing::gguf_stored_tolerance(c)
+                  << " " << w.dir.filename().string() << "\n";
     ++gguf_written;
   }
   std::printf("wrote %zu family checkpoints and %zu GGUF files under %s\n",
