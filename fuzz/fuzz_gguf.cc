@@ -2,7 +2,7 @@
 // the header is refused with std::invalid_argument (contents) / io::IoError (the OS), or every tensor it
 // lists lies inside the file with ne[0] a multiple of its type's block and blocks x block bytes bytes, no two
 // overlapping, and every metadata value decodes. A file that also reads as an MoE model has a valid layer
-// shape, and its first MoE layer loads or is refused by name.
+// shape, and its first MoE layer loads (as stored and dequantized to f32) or is refused by name.
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -61,9 +61,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     config.layer.validate_for(config.architecture);
     MOE_FUZZ_CHECK(config.router.top_k <= config.layer.num_experts && !config.moe_layers.empty());
     moe::io::check_gguf(config, *model);
+    // As stored (views of the blocks, every scale checked), then dequantized to f32.
+    const moe::io::LayerWeights stored = moe::io::load_gguf_layer(model, config, config.moe_layers.front());
+    MOE_FUZZ_CHECK(static_cast<int>(stored.experts().size()) == config.layer.num_experts);
     const moe::io::LayerWeights w =
         moe::io::load_gguf_layer(model, config, config.moe_layers.front(), moe::kernels::DType::kF32);
-    MOE_FUZZ_CHECK(static_cast<int>(w.experts().size()) == config.layer.num_experts);
+    MOE_FUZZ_CHECK(w.content_hash() == w.content_hash() && w.storage() == moe::kernels::DType::kF32);
   } catch (const std::invalid_argument&) {
   } catch (const moe::io::IoError&) {
   } catch (const moe::io::OutOfMemory&) {
