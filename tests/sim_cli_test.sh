@@ -123,6 +123,8 @@ head -2 "$TMP/dep.csv" | tail -1 | grep -q "ep-size,redundant-experts,mode,cf,.*
 [ "$(grep -c "" "$TMP/ranks.csv")" -eq $((2 + 2 * 2 * (8 + 16))) ] || fail "deploy-csv: a row per rank of every point"
 $PY -c "import xml.dom.minidom,sys; d=xml.dom.minidom.parse('$TMP/dep.svg'); sys.exit(0 if len(d.getElementsByTagName('polyline'))==4 else 1)" \
   && pass "deploy-svg: a line per mode and redundancy" || fail "deploy-svg"
+expect_ok "deployment scenario" run --scenario "$(dirname "$0")/../sim/scenarios/deepseek-v3-ep.toml" --requests 40 --prompt-len fixed:300 --json
+json_check "deployment scenario json" "j['config']['deployment']['ep_size']==32 and j['deployment']['placement']['physical_experts']==288 and j['deployment']['warmup_steps']==16"
 expect_error "redundant needs eplb" 2 "redundant-experts needs an EPLB placement" run --preset deepseek-v3 --ep-size 8 --redundant-experts 8
 expect_error "physical split" 2 "256 experts + 7 redundant = 263 physical experts do not split evenly over 8 ranks" run --preset deepseek-v3 --ep-size 8 --placement global --redundant-experts 7 --warmup-steps 1
 expect_error "eplb needs loads" 2 "--warmup-steps N" run --preset deepseek-v3 --ep-size 8 --placement eplb
