@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end moe-sim throughput (issue 14): the DeepSeek-V3 serving workload (E 256, k 8) and the same
+# End-to-end moe-sim throughput (issue 14): the DeepSeek-V3 serving workload (E 256, k 8), the same with the
+# deployment accounting on (issue 36: EP 64, EPLB with 64 redundant experts from a 16-step warm-up), and the
 # workload at E 8, k 2, on 1 and 2 threads, in M pairs/s of wall time (best of REPEATS runs), and a check
 # that --threads 1 and --threads 2 print the same JSON. Run on a quiet machine.
 #
@@ -27,7 +28,9 @@ source "$(dirname "$0")/best_wall.sh"
 
 echo "| workload | binary | threads | pairs | wall s | M pairs/s | peak RSS MiB | baseline wall / wall |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
-for shape in "E256 k8:" "E8 k2:--experts 8 --top-k 2"; do
+for shape in "E256 k8:" \
+  "E256 k8 EP64:--ep-size 64 --placement global --redundant-experts 64 --warmup-steps 16" \
+  "E8 k2:--experts 8 --top-k 2"; do
   name=${shape%%:*}
   read -r -a extra <<<"${shape#*:}"
   base_wall=""
@@ -35,7 +38,10 @@ for shape in "E256 k8:" "E8 k2:--experts 8 --top-k 2"; do
   if [ -n "$base" ]; then
     base_args=()
     [ -n "${BASE_THREADS:-}" ] && base_args=(--threads "$BASE_THREADS")
-    timing=$(best_wall "$repeats" "$tmp/out.json" "$base" "${workload[@]}" "${extra[@]}" "${base_args[@]}")
+    # A baseline from before the deployment model runs the workload without its flags.
+    base_extra=("${extra[@]}")
+    [[ $name == *EP* ]] && base_extra=()
+    timing=$(best_wall "$repeats" "$tmp/out.json" "$base" "${workload[@]}" "${base_extra[@]}" "${base_args[@]}")
     read -r base_wall rss <<<"$timing"
     pairs=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['pairs'])")
     rows+=("$(printf "| %s | %s | %s | %d | %.2f | %.1f | %.0f | 1.0 |" "$name" "$base" "${BASE_THREADS:-1}" \

@@ -48,6 +48,45 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs)
 
 
+# GGUF (ggml's docs/gguf.md, version 3): metadata values as (type, value); tensors as (name, ne, ggml type,
+# bytes) with ne[0] the row. Types: 0 u8 ... 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array (value: (element
+# type, [values])), 10 u64, 12 f64.
+GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_value(vtype, value):
+    if vtype == 8:
+        return struct.pack("<Q", len(value.encode())) + value.encode()
+    if vtype == 9:
+        etype, items = value
+        return struct.pack("<IQ", etype, len(items)) + b"".join(gguf_value(etype, v) for v in items)
+    return struct.pack(GGUF_SCALARS[vtype], value)
+
+
+def gguf(kvs, tensors, alignment=32):
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs) + 1)
+    for key, (vtype, value) in [("general.alignment", (4, alignment))] + list(kvs):
+        out += gguf_value(8, key) + struct.pack("<I", vtype) + gguf_value(vtype, value)
+    offset, blobs = 0, []
+    for name, ne, ttype, data in tensors:
+        out += gguf_value(8, name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
+        out += struct.pack("<IQ", ttype, offset)
+        padded = data + b"\0" * (-len(data) % alignment)
+        blobs.append(padded)
+        offset += len(padded)
+    out += b"\0" * (-len(out) % alignment)
+    return out + b"".join(blobs)
+
+
+def f16(*shape, seed=0):
+    return numpy.random.default_rng(seed).uniform(-0.5, 0.5, size=shape).astype("<f2").tobytes()
+
+
+def bf16(*shape, seed=0):
+    v = numpy.random.default_rng(seed).uniform(-0.5, 0.5, size=shape).astype("<f4")
+    return (v.view("<u4") >> 16).astype("<u2").tobytes()
+
+
 def f32(*shape, seed=0):
     return numpy.random.default_rng(seed).uniform(-0.5, 0.5, size=shape).astype("<f4").tobytes()
 
@@ -102,6 +141,60 @@ def main():
         [("a", "F32", (2, 2), f32(2, 2)), ("b", "BF16", (3,), b"\x80\x3f" * 3), ("c", "F16", (1, 2), b"\x00\x3c" * 2),
          ("d", "I64", (1,), b"\x01" + b"\x00" * 7)], {"format": "pt"}))
     put("safetensors", "empty_tensor.safetensors", safetensors([("e", "F32", (0, 4), b"")]))
+
+    # GGUF: every metadata type; tiny MoE models of a few architectures (F32 / F16 / BF16 experts, which the
+    # normal build loads, and MXFP4 and Q8_0 ones that exercise the rest of the header checks).
+    put("gguf", "types.gguf", gguf(
+        [("t.u8", (0, 7)), ("t.i8", (1, -7)), ("t.u16", (2, 7)), ("t.i16", (3, -7)), ("t.u32", (4, 7)),
+         ("t.i32", (5, -7)), ("t.f32", (6, 0.5)), ("t.bool", (7, True)), ("t.str", (8, "gguf")), ("t.u64", (10, 7)),
+         ("t.i64", (11, -7)), ("t.f64", (12, 0.25)), ("t.strs", (9, (8, ["a", "bc"]))),
+         ("t.nested", (9, (9, [(4, [1, 2]), (8, ["x"])])))],
+        [("a", (4, 2), 0, f32(2, 4)), ("b", (2,), 1, f16(2)), ("c", (32, 1), 8, bytes(range(34)))], alignment=64))
+
+    def moe_kvs(arch, d, ff, E, k, layers, extra=()):
+        return [("general.architecture", (8, arch)), (arch + ".block_count", (4, layers)),
+                (arch + ".embedding_length", (4, d)), (arch + ".feed_forward_length", (4, ff)),
+                (arch + ".expert_feed_forward_length", (4, ff)), (arch + ".expert_count", (4, E)),
+                (arch + ".expert_used_count", (4, k))] + list(extra)
+
+    def exps(layer, d, ff, E, ttype, blob, seed):
+        p = "blk.%d." % layer
+        return [(p + "ffn_gate_inp.weight", (d, E), 0, f32(E, d, seed=seed)),
+                (p + "ffn_gate_exps.weight", (d, ff, E), ttype, blob(E, ff, d, seed=seed + 1)),
+                (p + "ffn_up_exps.weight", (d, ff, E), ttype, blob(E, ff, d, seed=seed + 2)),
+                (p + "ffn_down_exps.weight", (ff, d, E), ttype, blob(E, d, ff, seed=seed + 3))]
+
+    put("gguf", "qwen3moe_f16.gguf", gguf(moe_kvs("qwen3moe", 8, 8, 2, 1, 1), exps(0, 8, 8, 2, 1, f16, 1)))
+    legacy = [("blk.0.ffn_gate_inp.weight", (8, 2), 0, f32(2, 8, seed=5))]
+    for e in range(2):
+        legacy += [("blk.0.ffn_gate.%d.weight" % e, (8, 4), 30, bf16(4, 8, seed=6 + e)),
+                   ("blk.0.ffn_up.%d.weight" % e, (8, 4), 30, bf16(4, 8, seed=8 + e)),
+                   ("blk.0.ffn_down.%d.weight" % e, (4, 8), 30, bf16(8, 4, seed=10 + e))]
+    put("gguf", "mixtral_per_expert_bf16.gguf", gguf(moe_kvs("llama", 8, 4, 2, 2, 1), legacy))
+    v3 = moe_kvs("deepseek2", 8, 4, 4, 2, 2, [("deepseek2.leading_dense_block_count", (4, 1)),
+                                              ("deepseek2.expert_shared_count", (4, 1)),
+                                              ("deepseek2.expert_gating_func", (4, 2)),
+                                              ("deepseek2.expert_weights_norm", (7, True)),
+                                              ("deepseek2.expert_weights_scale", (6, 2.5)),
+                                              ("deepseek2.expert_group_count", (4, 2)),
+                                              ("deepseek2.expert_group_used_count", (4, 1))])
+    dense = [("blk.0.ffn_gate.weight", (8, 8), 0, f32(8, 8, seed=20)), ("blk.0.ffn_up.weight", (8, 8), 0, f32(8, 8)),
+             ("blk.0.ffn_down.weight", (8, 8), 0, f32(8, 8))]
+    shexp = [("blk.1.exp_probs_b.bias", (4,), 0, f32(4, seed=21)),
+             ("blk.1.ffn_gate_shexp.weight", (8, 4), 0, f32(4, 8)), ("blk.1.ffn_up_shexp.weight", (8, 4), 0, f32(4, 8)),
+             ("blk.1.ffn_down_shexp.weight", (4, 8), 0, f32(8, 4))]
+    put("gguf", "deepseek2_v3_f32.gguf", gguf(v3, dense + exps(1, 8, 4, 4, 0, f32, 30) + shexp))
+
+    def mxfp4(E, rows, cols, seed=0):
+        r = numpy.random.default_rng(seed)
+        blocks = E * rows * cols // 32
+        scales = r.integers(118, 124, size=(blocks, 1), dtype=numpy.uint8)
+        return numpy.concatenate([scales, r.integers(0, 256, size=(blocks, 16), dtype=numpy.uint8)], 1).tobytes()
+
+    oss = exps(0, 32, 32, 2, 39, mxfp4, 40) + [
+        ("blk.0.ffn_gate_inp.bias", (2,), 0, f32(2)), ("blk.0.ffn_gate_exps.bias", (32, 2), 0, f32(2, 32)),
+        ("blk.0.ffn_up_exps.bias", (32, 2), 0, f32(2, 32)), ("blk.0.ffn_down_exps.bias", (32, 2), 0, f32(2, 32))]
+    put("gguf", "gpt_oss_mxfp4.gguf", gguf(moe_kvs("gpt-oss", 32, 32, 2, 2, 1), oss))
 
     # checkpoint index (the fuzz target's directory holds a.safetensors {x, y} and b.safetensors {z})
     put("checkpoint_index", "index.json", json.dumps(

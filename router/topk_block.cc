@@ -138,6 +138,9 @@ void BlockRouter::rank_candidates(int E, const float* select) {
   for (int e = 0; e < E; ++e) {
     FloatVec c;
     __builtin_memcpy(&c, select + static_cast<int64_t>(e) * L, sizeof c);
+    // A candidate no lane ranks above its list's last entry changes nothing (the lists are sorted): skip
+    // the insertion. Once the lists fill, most candidates are such.
+    if (!any_lane(c > w[kList - 1])) continue;
     const IntVec ev = IntVec{} + e;
     for (int r = kList - 1; r > 0; --r) {
       const IntVec above = c > w[r];
@@ -161,26 +164,27 @@ bool BlockRouter::route(const float* logits, int32_t* experts, float* weights, f
   float* x = select_;
   transpose_rows(logits, E, x);
 
-  // Row statistics: count and maximum of the finite logits (row_stats' values), the softmax sum in expert
-  // order (row_stats' sum, term by term).
-  int32_t count[L];
+  // Row statistics: count and maximum of the finite logits (row_stats' values), in lane vectors (registers:
+  // arrays here were kept in memory, each expert's update waiting on the previous one's store; is_finite
+  // lane by lane: the exponent bits not all ones); the softmax sum in expert order (row_stats' sum, term by
+  // term).
+  IntVec count_v = IntVec{};
+  FloatVec max_v = FloatVec{} - INFINITY;
+  for (int e = 0; e < E; ++e) {
+    FloatVec v;
+    __builtin_memcpy(&v, x + static_cast<int64_t>(e) * L, sizeof v);
+    IntVec bits;
+    __builtin_memcpy(&bits, &v, sizeof bits);
+    const IntVec finite = (bits & 0x7f800000) != 0x7f800000;  // -1 where finite
+    count_v -= finite;
+    max_v = (finite & (max_v < v)) ? v : max_v;
+  }
+  if (any_lane(count_v == 0)) return false;
   float max[L], sum[L];
   for (int l = 0; l < L; ++l) {
-    count[l] = 0;
-    max[l] = -INFINITY;
+    max[l] = max_v[l];
     sum[l] = 0.0f;
   }
-  for (int e = 0; e < E; ++e) {
-    const float* v = x + e * L;
-    for (int l = 0; l < L; ++l) {
-      const bool finite = is_finite(v[l]);
-      count[l] += finite ? 1 : 0;
-      max[l] = finite && max[l] < v[l] ? v[l] : max[l];
-    }
-  }
-  int32_t empty = 0;
-  for (int l = 0; l < L; ++l) empty |= count[l] == 0 ? 1 : 0;
-  if (empty) return false;
 
   float* score = score_;
   float* select = select_;

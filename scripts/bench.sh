@@ -34,3 +34,8 @@ if command -v mpirun >/dev/null; then
   echo "== bench/sim_mpi.sh"
   bench/sim_mpi.sh "$build/bin/moe-sim" | tee "$out/sim_mpi.md"
 fi
+# The deployment model against DeepEP's published low-latency times, and its worked example (docs/results.md 5f).
+echo "== bench/deepep_check.sh"
+bench/deepep_check.sh "$build/bin/moe-sim" | tee "$out/deepep_check.md"
+echo "== bench/deploy_example.sh"
+bench/deploy_example.sh "$build/bin/moe-sim" | tee "$out/deploy_example.md"

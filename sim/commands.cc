@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "moe/parallel/communicator.h"
+#include "sim/deploy/deploy_report.h"
 #include "sim/distribute.h"
 #include "sim/errors.h"
 #include "sim/experiment.h"
@@ -45,8 +46,20 @@ bool writes(const parallel::Communicator* comm) {
   return comm == nullptr || comm->rank() == 0;
 }
 
+// --deploy-csv / --deploy-svg without a deployment to write.
+void check_deploy_files(const SimConfig& config) {
+  if (config.models_deployment()) return;
+  for (const std::string* path : {&config.deploy.csv_path, &config.deploy.svg_path}) {
+    if (!path->empty()) {
+      throw UsageError(std::string(path == &config.deploy.csv_path ? "deploy-csv" : "deploy-svg") +
+                       " needs a deployment: set ep-size (or a sweep axis over it)");
+    }
+  }
+}
+
 int cmd_run(const Overrides& overrides, std::ostream& out, parallel::Communicator* comm) {
   const SimConfig config = build_config(overrides);
+  check_deploy_files(config);
   const std::vector<SimConfig> configs = run_configs(overrides, config);
   const std::vector<PointResult> runs = compute_points(configs.size(), comm, [&](PointRange range) {
     std::vector<PointResult> mine;
@@ -87,14 +100,28 @@ int cmd_run(const Overrides& overrides, std::ostream& out, parallel::Communicato
     }
     print_run_table(out, columns, config.workload.serving_features());
   }
+  if (config.deploy.enabled()) {
+    std::vector<deploy::DeployColumn> deployment;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      deployment.push_back({config.seeds.empty() ? "value" : "seed=" + std::to_string(configs[i].seed),
+                            &runs[i].stats.deploy});
+    }
+    if (!config.json) {
+      out << "\n";
+      deploy::print_deploy_table(out, deployment, config.deploy);
+    }
+    deploy::write_run_files(config.deploy, provenance_line(config, kRun), deployment);
+  }
   return 0;
 }
 
 int cmd_sweep(const Overrides& overrides, std::ostream& out, parallel::Communicator* comm) {
   const SimConfig config = build_config(overrides);
+  check_deploy_files(config);
   const std::vector<SweepPoint> points = run_sweep(overrides, !config.quiet && writes(comm), comm);
   if (!writes(comm)) return 0;
   const Table table = sweep_table(points, config.workload.serving_features());
+  deploy::write_sweep_files(config.deploy, provenance_line(config, kSweep), points);
   if (!config.sweep.csv_path.empty()) {
     std::ofstream csv(config.sweep.csv_path);
     if (!csv) throw DataError("cannot write '" + config.sweep.csv_path + "'");

@@ -48,6 +48,10 @@ PolicySimulator::PolicySimulator(int num_experts, int top_k, const DispatchPolic
   if (stateful_ && state_.records()) cached_.resize(static_cast<size_t>(kv_blocks));
 }
 
+void PolicySimulator::account(const deploy::DeployConfig& deployment, const RouterConfig& router) {
+  deploy_.emplace(deployment, num_experts_, top_k_, router.num_groups, policy_);
+}
+
 void PolicySimulator::add(const Step& step, const TokenRoutes& routes) {
   if (stateful_) {
     for (uint64_t id : step.preempted) state_.release_if_held(id);
@@ -110,6 +114,7 @@ void PolicySimulator::plan_step(const Step& step, const TokenRoutes& routes) {
       static_cast<double>(*std::max_element(plan.expert_load.begin(), plan.expert_load.end())) / nominal;
   peak_sum_ += peak;
   r.step_peak_load_max = std::max(r.step_peak_load_max, peak);
+  if (deploy_) deploy_->add(step.rows, routes, plan);
 }
 
 RunStats PolicySimulator::result(const RoutingStats& routing) const {
@@ -125,6 +130,7 @@ RunStats PolicySimulator::result(const RoutingStats& routing) const {
     r.step_capacity_min = r.step_capacity_max = 0.0;
   }
   r.load_imbalance = imbalance(r.expert_load);
+  if (deploy_) r.deploy = deploy_->result();
   return r;
 }
 
@@ -149,8 +155,10 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
   const bool record = config.workload.prefix_cache || config.workload.spec_tokens > 0;
   std::vector<PolicySimulator> sims;
   sims.reserve(policies.size());
-  for (const DispatchPolicy& p : policies)
+  for (const DispatchPolicy& p : policies) {
     sims.emplace_back(E, k, p, true, config.workload.kv_blocks, record);
+    if (config.deploy.enabled()) sims.back().account(config.deploy, config.router);
+  }
 
   const ScoreModel scores(config.scores, E, config.seed);
   const TopKRouter router(config.router, num_ranked);

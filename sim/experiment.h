@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "router/routing_rule.h"
 #include "router/routing_state.h"
 #include "router/token_routes.h"
+#include "sim/deploy/accounting.h"
+#include "sim/deploy/deploy_stats.h"
 #include "sim/progress.h"
 #include "sim/routing_stats.h"
 #include "sim/sim_config.h"
@@ -53,6 +56,8 @@ struct RunStats {
   // prefix cache served (keyed for this policy: prefix_cache_salt of its rule), preemptions, drafts.
   serving::EngineStats engine;
   RoutingRule cache_rule;  // the rule whose salt keyed the prefix cache (empty: tokens alone)
+  // The deployment accounting of this policy's steps (enabled with SimConfig::deploy, ep-size > 0).
+  deploy::DeployStats deploy;
 };
 
 // One policy planned step by step, its statistics folded as it goes. With `stateful` (a workload's steps)
@@ -69,6 +74,8 @@ class PolicySimulator {
   // Applies `step`'s lifecycle events around planning its rows with `routes` (its rows' routes), and folds
   // the plan into the statistics.
   void add(const Step& step, const TokenRoutes& routes);
+  // Accounts every planned step on `deployment` too (sim/deploy/accounting.h; validated for this router).
+  void account(const deploy::DeployConfig& deployment, const RouterConfig& router);
   // The plan of the last step add() planned.
   const DispatchPlan& last_plan() const { return plan_; }
   // The totals so far, with `routing` as their routing statistics.
@@ -85,6 +92,7 @@ class PolicySimulator {
   std::vector<RoutingSegment> cached_;  // per KV block: the routing segment the cache keeps beside it
   std::vector<RoutingSegment> prefix_;
   DispatchPlan plan_;
+  std::optional<deploy::DeployAccounter> deploy_;
   RunStats r_;
   std::vector<int64_t> step_load_;
   double cap_sum_ = 0.0, drop_sum_ = 0.0, imbalance_sum_ = 0.0, peak_sum_ = 0.0;

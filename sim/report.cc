@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "sim/deploy/deploy_report.h"
 #include "sim/text.h"
 
 namespace moe::sim {
@@ -111,6 +112,7 @@ nlohmann::ordered_json run_stats_json(const RunStats& s, bool multi_step) {
   }
   j["routing"] = routing_stats_json(s.routing);
   if (s.engine.steps > 0) j["serving"] = serving_stats_json(s);
+  if (s.deploy.enabled) j["deployment"] = deploy::stats_json(s.deploy);
   return j;
 }
 
@@ -279,6 +281,10 @@ Table sweep_table(const std::vector<SweepPoint>& points, bool serving) {
   if (serving) {
     for (const char* h : {"cache_hit", "preempted", "drafts_accepted"}) header.push_back(h);
   }
+  const bool deployment = !points.empty() && points.front().stats.deploy.enabled;
+  if (deployment) {
+    for (const std::string& h : deploy::sweep_header()) header.push_back(h);
+  }
   Table t(header);
   for (const auto& p : points) {
     std::vector<std::string> row;
@@ -302,6 +308,9 @@ Table sweep_table(const std::vector<SweepPoint>& points, bool serving) {
       row.push_back(fixed(cache_hit_rate(p.stats.engine)));
       row.push_back(std::to_string(p.stats.engine.preemptions));
       row.push_back(std::to_string(p.stats.engine.accepted) + "/" + std::to_string(p.stats.engine.drafted));
+    }
+    if (deployment) {
+      for (std::string& cell : deploy::sweep_cells(p.stats.deploy)) row.push_back(std::move(cell));
     }
     t.add_row(std::move(row));
   }

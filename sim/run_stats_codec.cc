@@ -17,9 +17,13 @@ static_assert(sizeof(serving::EngineStats) == 8 * 10,
               "EngineStats changed: encode its new fields in run_stats_codec.cc");
 static_assert(sizeof(RoutingRule) == 4 + 4 + 8,
               "RoutingRule changed: encode its new fields in run_stats_codec.cc");
+static_assert(sizeof(deploy::DeployStats) ==
+                  8 * 4 + sizeof(std::vector<std::vector<int>>) + 8 * 8 + 7 * sizeof(std::vector<int64_t>) +
+                      sizeof(std::vector<double>) + 3 * sizeof(deploy::StepRatio) + 8 * 2 + 8 * 6,
+              "DeployStats changed: encode its new fields in run_stats_codec.cc");
 static_assert(sizeof(RunStats) == 8 * 7 + 2 * sizeof(std::vector<int64_t>) + 8 * 2 + 8 * 9 + 8 +
                                       sizeof(RoutingStats) + sizeof(serving::EngineStats) +
-                                      sizeof(RoutingRule),
+                                      sizeof(RoutingRule) + sizeof(deploy::DeployStats),
               "RunStats changed: encode its new fields in run_stats_codec.cc");
 
 template <typename T>
@@ -29,9 +33,33 @@ void put(std::string& out, T v) {
   out.append(b, sizeof(T));
 }
 
-void put_vector(std::string& out, const std::vector<int64_t>& v) {
+template <typename T>
+void put_vector(std::string& out, const std::vector<T>& v) {
   put<uint64_t>(out, v.size());
-  for (int64_t x : v) put(out, x);
+  for (T x : v) put(out, x);
+}
+
+// The deployment's statistics (present when enabled).
+void put_deploy(std::string& out, const deploy::DeployStats& d) {
+  put<uint8_t>(out, d.enabled ? 1 : 0);
+  if (!d.enabled) return;
+  for (int64_t v : {d.ranks_per_node, d.dispatch_row_bytes, d.combine_row_bytes, d.warmup_steps, d.steps,
+                    d.tokens, d.pairs, d.expert_dropped, d.rank_dropped, d.computed, d.rank_capacity,
+                    d.max_nvlink_send, d.max_rdma_send}) {
+    put(out, v);
+  }
+  put<uint64_t>(out, d.replicas.size());
+  for (const std::vector<int>& r : d.replicas) put_vector(out, r);
+  for (const std::vector<int64_t>* v : {&d.rank_tokens, &d.rank_rows, &d.rank_local, &d.rank_nvlink_send,
+                                        &d.rank_nvlink_recv, &d.rank_rdma_send, &d.rank_rdma_recv}) {
+    put_vector(out, *v);
+  }
+  put_vector(out, d.rank_gemm_s);
+  for (const deploy::StepRatio* r : {&d.token_balance, &d.rank_balance, &d.node_balance}) {
+    put(out, r->mean);
+    put(out, r->max);
+  }
+  for (double v : {d.dispatch_s, d.gemm_s, d.combine_s, d.step_s, d.step_max_s, d.gemm_mean_s}) put(out, v);
 }
 
 class Reader {
@@ -50,15 +78,47 @@ class Reader {
     return v;
   }
 
-  std::vector<int64_t> get_vector() {
+  template <typename T = int64_t>
+  std::vector<T> get_vector() {
     const uint64_t n = get<uint64_t>();
-    if (n > (bytes_.size() - offset_) / sizeof(int64_t)) {
+    if (n > (bytes_.size() - offset_) / sizeof(T)) {
       throw DataError("point statistics: a vector of " + std::to_string(n) + " values does not fit in the " +
                       std::to_string(bytes_.size() - offset_) + " bytes left");
     }
-    std::vector<int64_t> v(n);
-    for (auto& x : v) x = get<int64_t>();
+    std::vector<T> v(n);
+    for (auto& x : v) x = get<T>();
     return v;
+  }
+
+  deploy::DeployStats get_deploy() {
+    deploy::DeployStats d;
+    d.enabled = get<uint8_t>() != 0;
+    if (!d.enabled) return d;
+    for (int64_t* v : {&d.ranks_per_node, &d.dispatch_row_bytes, &d.combine_row_bytes, &d.warmup_steps,
+                       &d.steps, &d.tokens, &d.pairs, &d.expert_dropped, &d.rank_dropped, &d.computed,
+                       &d.rank_capacity, &d.max_nvlink_send, &d.max_rdma_send}) {
+      *v = get<int64_t>();
+    }
+    const uint64_t experts = get<uint64_t>();
+    if (experts > bytes_.size() - offset_) {
+      throw DataError("point statistics: " + std::to_string(experts) +
+                      " experts' replicas do not fit in the bytes");
+    }
+    d.replicas.resize(experts);
+    for (std::vector<int>& r : d.replicas) r = get_vector<int>();
+    for (std::vector<int64_t>* v : {&d.rank_tokens, &d.rank_rows, &d.rank_local, &d.rank_nvlink_send,
+                                    &d.rank_nvlink_recv, &d.rank_rdma_send, &d.rank_rdma_recv}) {
+      *v = get_vector();
+    }
+    d.rank_gemm_s = get_vector<double>();
+    for (deploy::StepRatio* r : {&d.token_balance, &d.rank_balance, &d.node_balance}) {
+      r->mean = get<double>();
+      r->max = get<double>();
+    }
+    for (double* v : {&d.dispatch_s, &d.gemm_s, &d.combine_s, &d.step_s, &d.step_max_s, &d.gemm_mean_s}) {
+      *v = get<double>();
+    }
+    return d;
   }
 
  private:
@@ -95,6 +155,7 @@ void encode_run_stats(const RunStats& s, std::string& out) {
   put(out, static_cast<int32_t>(s.cache_rule.scope));
   put(out, s.cache_rule.lookahead);
   put(out, s.cache_rule.fingerprint);
+  put_deploy(out, s.deploy);
 }
 
 RunStats decode_run_stats(std::string_view bytes, size_t& offset) {
@@ -133,6 +194,7 @@ RunStats decode_run_stats(std::string_view bytes, size_t& offset) {
   s.cache_rule.scope = static_cast<CapacityScope>(scope);
   s.cache_rule.lookahead = in.get<uint32_t>();
   s.cache_rule.fingerprint = in.get<uint64_t>();
+  s.deploy = in.get_deploy();
   return s;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "sim/deploy/deploy_report.h"
+#include "sim/deploy/deploy_settings.h"
 #include "sim/errors.h"
 #include "sim/text.h"
 
@@ -253,6 +255,8 @@ std::vector<Setting> make_settings() {
        [](SimConfig& c, const std::string& v) { c.scores.noise_std = parse_double(v, "--noise-std"); },
        [](const SimConfig& c) { return format_double(c.scores.noise_std); }});
 
+  deploy::add_deploy_settings(s);
+
   // Sweep and probe.
   add({"modes", "LIST", "modes to compare, comma-separated (default: --mode if given, else all)",
        kSweep | kProbe, false, false, true,
@@ -368,6 +372,14 @@ const char* command_name(Command c) {
   }
 }
 
+bool SimConfig::models_deployment() const {
+  if (deploy.enabled()) return true;
+  for (const std::string& a : sweep.axes) {
+    if (a.rfind("ep-size=", 0) == 0) return true;
+  }
+  return false;
+}
+
 bool SimConfig::is_explicit(const std::string& name) const {
   return std::find(explicit_settings.begin(), explicit_settings.end(), name) != explicit_settings.end();
 }
@@ -400,6 +412,7 @@ SimConfig build_config(const Overrides& overrides) {
     if (auto it = overrides.find("preset"); it != overrides.end()) {
       c.preset = it->second;
       c.router = RouterConfig::preset(it->second);
+      c.deploy.model = deploy::ModelShape::of_preset(it->second);
     }
     if (auto it = overrides.find("mode"); it != overrides.end()) {
       c.mode = it->second;
@@ -419,6 +432,7 @@ SimConfig build_config(const Overrides& overrides) {
     c.policy.validate();
     c.workload.validate();
     c.scores.validate();
+    c.deploy.validate(c.router.num_experts, c.router.num_groups);
   } catch (const UsageError&) {
     throw;
   } catch (const std::exception& e) {
@@ -441,6 +455,7 @@ std::string config_line(const SimConfig& config, Command command) {
   std::string out;
   for (const Setting& s : settings()) {
     if (!s.in_config || !(s.commands & command) || s.name == "scopes") continue;
+    if (s.deployment && !config.models_deployment()) continue;
     if (!out.empty()) out += " ";
     out += s.name;
     out += "=";
@@ -521,6 +536,7 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
     scores["topic_rho"] = c.scores.topic_rho;
     scores["noise_std"] = c.scores.noise_std;
     j["score_model"] = scores;
+    if (c.models_deployment()) j["deployment"] = deploy::config_json(c.deploy);
   } else {
     j["logits"] = c.replay.logits_path;
     j["meta"] = c.replay.meta_path.empty() ? nlohmann::ordered_json(nullptr)

@@ -11,6 +11,7 @@
 
 #include "router/dispatch_policy.h"
 #include "router/router_config.h"
+#include "sim/deploy/deploy_config.h"
 #include "sim/score_model.h"
 #include "sim/workload.h"
 
@@ -63,10 +64,13 @@ struct SimConfig {
   SweepOptions sweep;
   ProbeOptions probe;
   ReplayOptions replay;
+  deploy::DeployConfig deploy;  // the deployment accounted (run, sweep; off unless ep-size > 0)
   // Names of the settings given explicitly (flag or scenario file), e.g. "experts".
   std::vector<std::string> explicit_settings;
 
   bool is_explicit(const std::string& name) const;
+  // Whether a deployment is accounted: ep-size > 0, or a sweep axis over ep-size.
+  bool models_deployment() const;
   // The modes to compare (see `modes`).
   std::vector<std::string> compared_modes() const;
 };
@@ -82,6 +86,7 @@ struct Setting {
   bool in_config = true;    // recorded in the config line (false for --quiet, --json, --scenario)
   std::function<void(SimConfig&, const std::string&)> apply;
   std::function<std::string(const SimConfig&)> show;
+  bool deployment = false;  // a setting of the deployment model: in the config only when ep-size > 0
 };
 
 const std::vector<Setting>& settings();

@@ -773,13 +773,96 @@ static void* read_file(const char* path, size_t size, size_t count) {
   return buf;
 }
 
-/* Every family's checkpoint directory (written by tests/tools/write_family_checkpoints): the MoE layer from
- * the directory alone, dropless, against the float64 reference of the family's published block on the weights
- * the default storage holds (bf16 for quantized files); then fp32 storage of the weights against the
- * reference on the exact ones; a dense layer is refused naming the MoE layers. */
+/* One family case (written by tests/tools/write_family_checkpoints into case_dir, with its inputs and float64
+ * references): the MoE layer from `path_to_load` alone (the directory, or the GGUF file), dropless, against the
+ * float64 reference of the family's published block on the weights the default storage holds (a quantized
+ * file as stored, run by its kernels' activation rule: within `tolerance`); then fp32 storage of the weights
+ * against the reference on the exact ones (within 1e-5); a dense layer is refused naming the MoE layers.
+ * Returns the number of layers checked. */
+static int check_family(const char* case_dir, const char* path_to_load, const char* name,
+                        const char* model_type, const char* quant, int layer, int tokens, int hidden,
+                        double tolerance) {
+  char path[1200];
+  int storage_case, checked = 0;
+  float* x;
+  unsigned char* ties;
+  uint64_t* ids;
+  uint32_t* pos;
+  float* y;
+  int t, i;
+  snprintf(path, sizeof path, "%s/x.bin", case_dir);
+  x = (float*)read_file(path, sizeof(float), (size_t)tokens * (size_t)hidden);
+  snprintf(path, sizeof path, "%s/ties.bin", case_dir);
+  ties = (unsigned char*)read_file(path, 1, (size_t)tokens);
+  ids = (uint64_t*)malloc(sizeof(uint64_t) * (size_t)tokens);
+  pos = (uint32_t*)malloc(sizeof(uint32_t) * (size_t)tokens);
+  y = (float*)malloc(sizeof(float) * (size_t)tokens * (size_t)hidden);
+  CHECK(x != NULL && ties != NULL && ids != NULL && pos != NULL && y != NULL);
+  if (x == NULL || ties == NULL || ids == NULL || pos == NULL || y == NULL) return 0;
+  for (t = 0; t < tokens; ++t) {
+    ids[t] = (uint64_t)(t % 6);
+    pos[t] = (uint32_t)(t / 6);
+  }
+  for (storage_case = 0; storage_case < 2; ++storage_case) {
+    /* 0: moe_layer_create_pretrained (the file's storage); 1: fp32 weights + the same config. */
+    moe_layer_config_t* config = NULL;
+    moe_layer_t* l = NULL;
+    double* ref;
+    double worst = 0;
+    const double bound = storage_case == 0 ? tolerance : 1e-5;
+    CHECK_OK(moe_layer_config_create(&config));
+    CHECK_OK(moe_layer_config_set_scope(config, "none"));
+    CHECK_OK(moe_layer_config_set_max_tokens(config, tokens));
+    if (storage_case == 1) CHECK_OK(moe_layer_config_set_storage(config, MOE_DTYPE_F32));
+    CHECK_OK(moe_layer_create_pretrained(path_to_load, layer, config, &l));
+    snprintf(path, sizeof path, "%s/%s", case_dir, storage_case == 0 ? "y_stored.bin" : "y_exact.bin");
+    ref = (double*)read_file(path, sizeof(double), (size_t)tokens * (size_t)hidden);
+    CHECK(l != NULL && ref != NULL);
+    if (l != NULL && ref != NULL) {
+      CHECK_OK(moe_layer_forward(l, x, tokens, hidden, ids, pos, y, NULL));
+      for (t = 0; t < tokens; ++t) {
+        double err = 0, norm = 0;
+        if (ties[t]) continue;
+        for (i = 0; i < hidden; ++i) {
+          const double diff = y[t * hidden + i] - ref[t * hidden + i];
+          err += diff * diff;
+          norm += ref[t * hidden + i] * ref[t * hidden + i];
+        }
+        if (sqrt(err / norm) > worst) worst = sqrt(err / norm);
+      }
+      if (worst > bound) fprintf(stderr, "%s storage case %d: relative error %g\n", name, storage_case, worst);
+      CHECK(worst <= bound);
+      ++checked;
+    }
+    free(ref);
+    moe_layer_destroy(l);
+    moe_layer_config_destroy(config);
+  }
+  {
+    /* Layer 0 is dense in the families with dense layers: refused, naming the MoE layers. */
+    moe_weights_t* w = NULL;
+    const moe_status_t s = moe_weights_load_pretrained(path_to_load, 0, -1, &w);
+    if (s != MOE_OK) {
+      CHECK(s == MOE_INVALID_ARGUMENT && strstr(moe_last_error(), "the MoE layers of this") != NULL);
+    }
+    moe_weights_destroy(w);
+  }
+  printf("family %-24s (%s, %s, layer %d): from %s alone, within %g (as stored) and 1e-5 (f32) of its float64 "
+         "block\n",
+         name, model_type, quant, layer, strcmp(case_dir, path_to_load) == 0 ? "its directory" : "its GGUF file",
+         tolerance);
+  free(x);
+  free(ties);
+  free(ids);
+  free(pos);
+  free(y);
+  return checked;
+}
+
+/* Every family's checkpoint directory (root/families.txt), and every GGUF family file (root/gguf/gguf.txt). */
 static void test_families(const char* root) {
-  char path[1200], name[128], model_type[64], quant[16];
-  int layer = 0, tokens = 0, hidden = 0, checked = 0;
+  char path[1200], name[128], model_type[64], quant[16], file[256];
+  int layer = 0, tokens = 0, hidden = 0, checked = 0, gguf_checked = 0;
   double tolerance = 0;
   FILE* manifest;
   if (strlen(root) > 900) return;
@@ -789,87 +872,25 @@ static void test_families(const char* root) {
   if (manifest == NULL) return;
   while (fscanf(manifest, "%127s %63s %15s %d %d %d %lf", name, model_type, quant, &layer, &tokens, &hidden,
                 &tolerance) == 7) {
-    int storage_case;
     char dir[1100];
-    float* x;
-    unsigned char* ties;
-    uint64_t* ids;
-    uint32_t* pos;
-    float* y;
-    int t, i;
     snprintf(dir, sizeof dir, "%s/%s", root, name);
-    snprintf(path, sizeof path, "%s/x.bin", dir);
-    x = (float*)read_file(path, sizeof(float), (size_t)tokens * (size_t)hidden);
-    snprintf(path, sizeof path, "%s/ties.bin", dir);
-    ties = (unsigned char*)read_file(path, 1, (size_t)tokens);
-    ids = (uint64_t*)malloc(sizeof(uint64_t) * (size_t)tokens);
-    pos = (uint32_t*)malloc(sizeof(uint32_t) * (size_t)tokens);
-    y = (float*)malloc(sizeof(float) * (size_t)tokens * (size_t)hidden);
-    CHECK(x != NULL && ties != NULL && ids != NULL && pos != NULL && y != NULL);
-    if (x == NULL || ties == NULL || ids == NULL || pos == NULL || y == NULL) return;
-    for (t = 0; t < tokens; ++t) {
-      ids[t] = (uint64_t)(t % 6);
-      pos[t] = (uint32_t)(t / 6);
-    }
-    for (storage_case = 0; storage_case < 2; ++storage_case) {
-      /* 0: moe_layer_create_pretrained (the file's storage); 1: fp32 weights + the same config. */
-      moe_layer_config_t* config = NULL;
-      moe_layer_t* l = NULL;
-      double* ref;
-      double worst = 0;
-      CHECK_OK(moe_layer_config_create(&config));
-      CHECK_OK(moe_layer_config_set_scope(config, "none"));
-      CHECK_OK(moe_layer_config_set_max_tokens(config, tokens));
-      if (storage_case == 0) {
-        CHECK_OK(moe_layer_create_pretrained(dir, layer, config, &l));
-      } else {
-        CHECK_OK(moe_layer_config_set_storage(config, MOE_DTYPE_F32));
-        CHECK_OK(moe_layer_create_pretrained(dir, layer, config, &l));
-      }
-      snprintf(path, sizeof path, "%s/%s", dir, storage_case == 0 ? "y_stored.bin" : "y_exact.bin");
-      ref = (double*)read_file(path, sizeof(double), (size_t)tokens * (size_t)hidden);
-      CHECK(l != NULL && ref != NULL);
-      if (l != NULL && ref != NULL) {
-        CHECK_OK(moe_layer_forward(l, x, tokens, hidden, ids, pos, y, NULL));
-        for (t = 0; t < tokens; ++t) {
-          double err = 0, norm = 0;
-          if (ties[t]) continue;
-          for (i = 0; i < hidden; ++i) {
-            const double diff = y[t * hidden + i] - ref[t * hidden + i];
-            err += diff * diff;
-            norm += ref[t * hidden + i] * ref[t * hidden + i];
-          }
-          if (sqrt(err / norm) > worst) worst = sqrt(err / norm);
-        }
-        /* case 0 holds a quantized file as stored (its kernels' activation rule: families.txt's tolerance) */
-        if (worst > (storage_case == 0 ? tolerance : 1e-5))
-          fprintf(stderr, "%s storage case %d: relative error %g\n", name, storage_case, worst);
-        CHECK(worst <= (storage_case == 0 ? tolerance : 1e-5));
-        ++checked;
-      }
-      free(ref);
-      moe_layer_destroy(l);
-      moe_layer_config_destroy(config);
-    }
-    {
-      /* Layer 0 is dense in the families with dense layers: refused, naming the MoE layers. */
-      moe_weights_t* w = NULL;
-      const moe_status_t s = moe_weights_load_pretrained(dir, 0, -1, &w);
-      if (s != MOE_OK) {
-        CHECK(s == MOE_INVALID_ARGUMENT && strstr(moe_last_error(), "the MoE layers of this") != NULL);
-      }
-      moe_weights_destroy(w);
-    }
-    printf("family %-18s (%s, %s, layer %d): from its directory alone, within 1e-5 of its float64 block\n",
-           name, model_type, quant, layer);
-    free(x);
-    free(ties);
-    free(ids);
-    free(pos);
-    free(y);
+    checked += check_family(dir, dir, name, model_type, quant, layer, tokens, hidden, tolerance);
   }
   fclose(manifest);
   CHECK(checked >= 2 * 19);
+  snprintf(path, sizeof path, "%s/gguf/gguf.txt", root);
+  manifest = fopen(path, "r");
+  CHECK(manifest != NULL);
+  if (manifest == NULL) return;
+  while (fscanf(manifest, "%127s %63s %15s %d %d %d %lf %255s", name, model_type, quant, &layer, &tokens, &hidden,
+                &tolerance, file) == 8) {
+    char dir[1100], gguf[1400];
+    snprintf(dir, sizeof dir, "%s/gguf/%s", root, name);
+    snprintf(gguf, sizeof gguf, "%s/%s", dir, file);
+    gguf_checked += check_family(dir, gguf, name, model_type, quant, layer, tokens, hidden, tolerance);
+  }
+  fclose(manifest);
+  CHECK(gguf_checked >= 2 * 12);
 }
 
 /* The presets' one-sentence descriptions: read from the presets themselves (scope, priority, kernels). */

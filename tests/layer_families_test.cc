@@ -22,6 +22,7 @@
 #include "moe/io/quantized.h"
 #include "moe/layer/moe_layer.h"
 #include "tests/io_test_util.h"
+#include "tests/support/family_accuracy.h"
 #include "tests/support/family_checkpoints.h"
 #include "tests/support/family_reference.h"
 #include "tests/support/layer_fixtures.h"
@@ -43,38 +44,6 @@ std::vector<std::string> CaseNames() {
 
 class Family : public ::testing::TestWithParam<std::string> {};
 
-// Rows of 48 tokens of 6 requests (TokenHidden: a per-request direction, so routing is not uniform).
-Batch Tokens(int64_t d) {
-  std::vector<TokenMeta> meta;
-  for (uint32_t i = 0; i < 48; ++i) meta.push_back({i % 6, i / 6});
-  return MakeBatch(meta, d);
-}
-
-// The layer against the family's float64 block, dropless: per-row relative error, near-tie tokens skipped.
-double ErrorAgainstFamily(MoELayer& layer, const WrittenCheckpoint& w, const Batch& b, int* near_ties) {
-  const int T = static_cast<int>(b.meta.size());
-  const int64_t d = layer.hidden();
-  std::vector<float> y(b.x.size());
-  layer.forward(b.x.data(), T, b.meta, y.data());
-  std::vector<bool> tie;
-  const std::vector<double> ref = family_reference(w, b.x, T, &tie);
-  double worst = 0.0;
-  for (int t = 0; t < T; ++t) {
-    if (tie[static_cast<size_t>(t)]) {
-      ++*near_ties;
-      continue;
-    }
-    double err = 0.0, norm = 0.0;
-    for (int64_t i = 0; i < d; ++i) {
-      const double diff = y[static_cast<size_t>(t * d + i)] - ref[static_cast<size_t>(t * d + i)];
-      err += diff * diff;
-      norm += ref[static_cast<size_t>(t * d + i)] * ref[static_cast<size_t>(t * d + i)];
-    }
-    worst = std::max(worst, std::sqrt(err / norm));
-  }
-  return worst;
-}
-
 TEST_P(Family, MatchesTheFloat64ReferenceOfItsPublishedBlock) {
   const FamilyCase& c = family_case(GetParam());
   TempDir dir;
@@ -83,7 +52,7 @@ TEST_P(Family, MatchesTheFloat64ReferenceOfItsPublishedBlock) {
   // add bf16's own rounding of each weight, ~2^-9, which is not the layer's error).
   const std::optional<DType> storage =
       c.quant == io::Quantization::kNone ? std::nullopt : std::optional<DType>(DType::kF32);
-  const Batch b = Tokens(w.ref.d);
+  const Batch b = FamilyTokens(w.ref.d);
   int near_ties = 0;
   double worst = 0.0;
   auto weights =
@@ -349,6 +318,11 @@ TEST(Refusals, UnsupportedKeyValuesAreNamed) {
       {"qwen2_moe_f32", [](json& j) { j["mlp_only_layers"] = {7}; }, "'mlp_only_layers' names layer 7"},
       {"llama4_text_f32", [](json& j) { j["moe_layers"] = {9}; }, "'moe_layers' names layer 9"},
       {"gpt_oss_bf16", [](json& j) { j["swiglu_limit"] = -1.0; }, "'swiglu_limit' = -1.0 must be > 0"},
+      // Sizes a list is built from are bounded first (1 << 30 layers was a std::bad_alloc).
+      {"mixtral_bf16", [](json& j) { j["num_hidden_layers"] = 1 << 30; },
+       "'num_hidden_layers' = 1073741824 is out of range (1-65536)"},
+      {"mixtral_bf16", [](json& j) { j["num_local_experts"] = int64_t{1} << 33; },
+       "'num_local_experts' = 8589934592 is out of range (1-1048576)"},
       {"mixtral_bf16", [](json& j) { j["model_type"] = "jamba"; },
        "model_type 'jamba' is not supported (supported: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
        "deepseek_v3, glm4_moe, gpt_oss, llama4, llama4_text)"},

@@ -98,6 +98,45 @@ for cmd in run sweep; do
   fi
 done
 "$SIM" run --json --quiet --token-budget 0 --requests 40 --threads 3 >"$TMP/t3" && "$SIM" run --json --quiet --token-budget 0 --requests 40 --threads 1 >"$TMP/t1" && cmp -s "$TMP/t1" "$TMP/t3" && pass "static batch: threads 1 and 3 the same" || fail "static batch: threads 1 and 3 differ"
+
+# --- deployment (sim/deploy): the table, JSON sums, files, the same bytes for any thread count, errors ---
+dep=(--preset deepseek-v3 --requests 24 --prompt-len lognormal:mean=200,sigma=1,max=900 --decode-len uniform:4,40
+     --token-budget 700 --arrival-rate 2 --ep-size 16 --quiet)
+expect_ok "deployment table" run "${dep[@]}"
+grep -q "^ranks x nodes  *16 x 2 (8 per node)" "$TMP/out" || fail "deployment table: ranks x nodes"
+grep -q "^step us (modelled, mean)" "$TMP/out" || fail "deployment table: step time"
+for threads in 1 2 3; do
+  "$SIM" run "${dep[@]}" --json --placement global --redundant-experts 16 --warmup-steps 3 --rank-capacity-factor 1.2 \
+    --a2a normal --threads $threads >"$TMP/d$threads" 2>"$TMP/err" || fail "deployment --threads $threads: $(cat "$TMP/err")"
+done
+if cmp -s "$TMP/d1" "$TMP/d2" && cmp -s "$TMP/d1" "$TMP/d3" && [ -s "$TMP/d1" ]; then
+  pass "deployment: --threads 1, 2 and 3 print the same bytes"
+else
+  fail "deployment: --threads 1, 2 and 3 differ"
+fi
+cp "$TMP/d1" "$TMP/out"
+json_check "deployment json" "(lambda d, c: c['ep_size']==16 and c['nodes']==2 and c['placement']['policy']=='global' and d['placement']['physical_experts']==272 and d['warmup_steps']==3 and d['steps']==j['steps']-3 and d['computed_pairs']+d['dropped_by_expert_capacity']+d['dropped_by_rank_capacity']==d['pairs'] and d['dropped_by_rank_capacity']>0 and sum(d['per_rank']['pairs'])==d['computed_pairs'] and sum(d['per_rank']['tokens'])==d['tokens'] and len(d['per_rank']['gemm_us'])==16 and d['time']['step_mean_us']>0 and d['traffic']['dispatch']['row_bytes']==7392 and d['traffic']['combine']['rdma_bytes']>0)(j['deployment'], j['config']['deployment'])"
+expect_ok "deployment sweep" sweep --preset deepseek-v3 --requests 16 --prompt-len fixed:64 --decode-len fixed:4 \
+  --token-budget 512 --modes greedy,stable --capacity-factors 1.25 --axis ep-size=8,16 --axis redundant-experts=0,16 \
+  --placement global --warmup-steps 1 --csv "$TMP/dep.csv" --deploy-csv "$TMP/ranks.csv" --deploy-svg "$TMP/dep.svg"
+head -2 "$TMP/dep.csv" | tail -1 | grep -q "ep-size,redundant-experts,mode,cf,.*,step_us," || fail "sweep csv has the deployment columns"
+[ "$(grep -c "" "$TMP/ranks.csv")" -eq $((2 + 2 * 2 * (8 + 16))) ] || fail "deploy-csv: a row per rank of every point"
+$PY -c "import xml.dom.minidom,sys; d=xml.dom.minidom.parse('$TMP/dep.svg'); sys.exit(0 if len(d.getElementsByTagName('polyline'))==4 else 1)" \
+  && pass "deploy-svg: a line per mode and redundancy" || fail "deploy-svg"
+expect_ok "deployment scenario" run --scenario "$(dirname "$0")/../sim/scenarios/deepseek-v3-ep.toml" --requests 40 --prompt-len fixed:300 --json
+json_check "deployment scenario json" "j['config']['deployment']['ep_size']==32 and j['deployment']['placement']['physical_experts']==288 and j['deployment']['warmup_steps']==16"
+# EPLB from a recorded run's statistics (its routing.choices_per_expert), e.g. moe-sim replay of real logits.
+"$SIM" run --preset deepseek-v3 --requests 8 --prompt-len fixed:64 --json --quiet >"$TMP/loads.json"
+expect_ok "placement from a loads file" run --preset deepseek-v3 --requests 8 --prompt-len fixed:64 --ep-size 8 \
+  --placement hierarchical --redundant-experts 8 --placement-loads "$TMP/loads.json" --json --quiet
+json_check "loads file: replicated experts, no warm-up" "j['deployment']['placement']['physical_experts']==264 and j['deployment']['placement']['replicated_experts']>0 and j['deployment']['warmup_steps']==0 and j['deployment']['steps']==1"
+expect_error "redundant needs eplb" 2 "redundant-experts needs an EPLB placement" run --preset deepseek-v3 --ep-size 8 --redundant-experts 8
+expect_error "physical split" 2 "256 experts + 7 redundant = 263 physical experts do not split evenly over 8 ranks" run --preset deepseek-v3 --ep-size 8 --placement global --redundant-experts 7 --warmup-steps 1
+expect_error "eplb needs loads" 2 "--warmup-steps N" run --preset deepseek-v3 --ep-size 8 --placement eplb
+expect_error "shape needed" 2 "give --hidden and --expert-intermediate" run --ep-size 4
+expect_error "unknown hardware" 2 "unknown hardware 'a100' (known: h800, h200, b200)" run --preset mixtral --ep-size 4 --hardware a100
+expect_error "deploy-csv alone" 2 "deploy-csv needs a deployment" run --deploy-csv "$TMP/x.csv"
+expect_error "missing loads file" 1 "cannot open loads file" run --preset deepseek-v3 --ep-size 8 --placement global --placement-loads "$TMP/none.json"
 expect_error "threads negative" 2 "threads must be >= 0" run --threads -1
 
 # --- sweep ---

@@ -44,4 +44,33 @@ set -e
 grep -q "MoE 3-60 (58), dense MLP 3" <<< "$out" || fail "DeepSeek-V3 layers: $out"
 grep -q "11.3 GB in FP8 as stored, 22.6 GB in bf16, 45.3 GB in f32" <<< "$out" || fail "DeepSeek-V3 memory: $out"
 grep -q "^weights     none readable here" <<< "$out" || fail "no weights line: $out"
+# GGUF files: every family file the fixture wrote (exit 0, the family, its tensors, per-layer bytes), a
+# truncated file and an unsupported architecture (exit 1, the reason).
+while read -r name arch type layer tokens hidden tolerance file; do
+  out=$("$sim" inspect "$families/gguf/$name/$file") || fail "$name: exit status $?"
+  grep -q "^format      GGUF v3, " <<< "$out" || fail "$name: no format line: $out"
+  grep -q "^family      $arch (" <<< "$out" || fail "$name: no family line for $arch: $out"
+  grep -q "^              ffn_gate_inp.weight *F32 " <<< "$out" || fail "$name: no router tensor line: $out"
+  grep -q "^memory      layer.* as stored (.*$type x" <<< "$out" || fail "$name: no memory line with $type: $out"
+  grep -q "^supported   every MoE layer" <<< "$out" || fail "$name: no supported line: $out"
+done < "$families/gguf/gguf.txt"
+out=$("$sim" inspect "$families/gguf/deepseek2_v2_f16/tiny-deepseek2_v2_f16.gguf")
+grep -q "^layers      3; MoE 1-2 (2), dense MLP 1" <<< "$out" || fail "deepseek2 layers: $out"
+grep -q "4 groups, 2 kept (a group's value: its best score); not renormalised; x 16" <<< "$out" || fail "v2 router: $out"
+head -c 200 "$families/gguf/olmoe_f32/tiny-olmoe_f32.gguf" > "$tmp/truncated.gguf"
+set +e
+out=$("$sim" inspect "$tmp/truncated.gguf")
+status=$?
+set -e
+[ "$status" -eq 1 ] || fail "a truncated GGUF file exits $status, not 1"
+grep -q "^refused     .*truncated.gguf: says it has" <<< "$out" || fail "no refusal of the truncated file: $out"
+# GGUF, version 3, no tensors, one key: general.architecture = "falcon".
+printf 'GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x14\x00\x00\x00\x00\x00\x00\x00general.architecture\x08\x00\x00\x00\x06\x00\x00\x00\x00\x00\x00\x00falcon' > "$tmp/falcon.gguf"
+set +e
+out=$("$sim" inspect "$tmp/falcon.gguf")
+status=$?
+set -e
+[ "$status" -eq 1 ] || fail "an unsupported architecture exits $status, not 1"
+grep -q "^family      falcon: not loadable here" <<< "$out" || fail "no falcon family line: $out"
+grep -q "^refused     .*general.architecture 'falcon' is not supported" <<< "$out" || fail "no falcon refusal: $out"
 echo "sim_inspect_test: all checks passed"

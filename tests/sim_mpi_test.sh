@@ -46,6 +46,12 @@ same "sweep scenario" sweep --scenario serving --capacity-factors 1,2 --modes gr
 same "run --seeds table" run --seeds 1,2,3 --token-budget 64 --decode-len uniform:4,16 --quiet
 same "run --seeds json" run --seeds 5,6,7,8,9 --mode stable --requests 12 --json --quiet
 same "run, one seed" run --requests 20 --json --quiet
+# The deployment accounting: per-rank statistics travel with each point's.
+same "deployment sweep" sweep --preset deepseek-v3 --requests 16 --prompt-len fixed:48 --decode-len fixed:4 \
+  --token-budget 384 --modes greedy,stable --capacity-factors 1,1.5 --axis ep-size=8,32 --placement global \
+  --redundant-experts 32 --warmup-steps 1 --a2a normal --json --deploy-csv ranks.csv --deploy-svg step.svg --quiet
+same "deployment run --seeds" run --seeds 1,2,3 --preset deepseek-v3 --requests 12 --prompt-len fixed:32 \
+  --token-budget 128 --decode-len fixed:4 --ep-size 16 --rank-capacity-factor 1 --quiet
 
 # Errors: once, with one process's exit status.
 "${MPIRUN[@]}" "$SIM" sweep --trace "$TMP/none.csv" --quiet >"$TMP/out" 2>"$TMP/err"

@@ -114,13 +114,16 @@ moe_status_t moe_weights_load(const char* path, const char* architecture, int32_
 /* Loads MoE layer `layer_index` of a Hugging Face checkpoint directory (config.json + model.safetensors or a
  * sharded index): no shape arguments, they come from config.json (model_type mixtral, qwen2_moe, qwen3_moe,
  * olmoe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, llama4 or llama4_text; moe/io/pretrained.h lists every
- * key) and are checked against the tensors. `dir` may also be the path of config.json. storage as for
- * moe_weights_load (-1: the file's dtype; FP8 and MXFP4 checkpoints as stored, run by the quantized kernels).
- * Errors: MOE_INVALID_ARGUMENT (null pointer, malformed or unsupported config.json - an unsupported key value
- * is named with the key - a config that does not match the tensors - the message names the key, its value
- * and the tensor - layer_index outside [0, num_hidden_layers) or a dense layer: the message lists the MoE
- * layers); MOE_IO_ERROR (config.json or the weights cannot be read); MOE_OUT_OF_MEMORY (the converted
- * weights would not fit the memory available: the message gives both sizes). */
+ * key) and are checked against the tensors. `dir` may also be the path of config.json, or a GGUF file (a
+ * .gguf name or the GGUF magic; single, or any shard of a split one: general.architecture llama, qwen2moe,
+ * qwen3moe, olmoe, deepseek2, glm4moe, gpt-oss or llama4 with llama.cpp's tensor names and keys,
+ * moe/io/gguf_config.h). storage as for moe_weights_load (-1: the file's dtype; FP8, MXFP4 and GGUF's Q8_0,
+ * Q4_K, Q6_K checkpoints as stored, run by the quantized kernels).
+ * Errors: MOE_INVALID_ARGUMENT (null pointer, malformed or unsupported config.json or GGUF file - an
+ * unsupported key value or tensor type is named - a config that does not match the tensors - the message
+ * names the key, its value and the tensor - layer_index outside [0, num_hidden_layers) or a dense layer: the
+ * message lists the MoE layers); MOE_IO_ERROR (config.json or the weights cannot be read); MOE_OUT_OF_MEMORY
+ * (the converted weights would not fit the memory available: the message gives both sizes). */
 moe_status_t moe_weights_load_pretrained(const char* dir, int32_t layer_index, int32_t storage,
                                          moe_weights_t** out);
 
@@ -254,8 +257,8 @@ moe_status_t moe_layer_config_set_device(moe_layer_config_t* config, const char*
 moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_config_t* config,
                               moe_layer_t** out);
 
-/* MoE layer `layer_index` of a Hugging Face checkpoint directory (moe_weights_load_pretrained, the file's
- * storage dtype) with the router and expert semantics config.json describes (every routing key of its family,
+/* MoE layer `layer_index` of a Hugging Face checkpoint directory or a GGUF file (moe_weights_load_pretrained,
+ * the file's storage dtype) with the router and expert semantics config.json (the GGUF metadata) describes (every routing key of its family,
  * gpt-oss's clamped SwiGLU and biases, Llama 4's weight on the expert input), top_k and renormalisation
  * overridden only if `config` sets them; dispatch, kernels and device from `config` (NULL: the defaults).
  * Errors: those of moe_weights_load_pretrained and moe_layer_create. */

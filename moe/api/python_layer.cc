@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -331,6 +332,7 @@ void bind_layer(py::module_& m) {
       [](const std::string& dir) {
         const io::PretrainedConfig c = io::read_pretrained_config(dir);
         py::dict d;
+        d["format"] = std::string(io::to_string(c.format));
         d["architecture"] = std::string(io::to_string(c.architecture));
         d["model_type"] = c.model_type;
         d["hidden"] = c.layer.hidden;
@@ -366,8 +368,8 @@ void bind_layer(py::module_& m) {
         return d;
       },
       py::arg("dir"),
-      "config.json of a Hugging Face checkpoint directory in the project's terms "
-      "(io::read_pretrained_config).");
+      "What a checkpoint says, in the project's terms: a Hugging Face directory's config.json "
+      "(io::read_pretrained_config) or a GGUF file's metadata (io::read_gguf_config; format 'gguf').");
   py::class_<PyWeights>(m, "Weights",
                         "Immutable weights of one MoE layer (router gate, experts, shared expert).")
       .def_static(
@@ -405,8 +407,11 @@ void bind_layer(py::module_& m) {
             return w;
           },
           py::arg("dir"), py::arg("layer"), py::arg("storage") = py::none(),
-          "Loads layer `layer` of a Hugging Face checkpoint directory (config.json + safetensors): the shape "
-          "comes from config.json and is checked against the tensors (ValueError naming a mismatch).")
+          "Loads layer `layer` of a Hugging Face checkpoint directory (config.json + safetensors) or a GGUF "
+          "file "
+          "(single or split; llama.cpp's names and keys): the shape comes from config.json or the GGUF "
+          "metadata "
+          "and is checked against the tensors (ValueError naming a mismatch).")
       .def_static(
           "random",
           [](int64_t hidden, int64_t expert_ff, int num_experts, int num_shared_experts, int64_t shared_ff,
@@ -437,7 +442,40 @@ void bind_layer(py::module_& m) {
       .def_property_readonly(
           "storage", [](const PyWeights& w) { return std::string(kernels::to_string(w.weights->storage())); })
       .def_property_readonly("content_hash", [](const PyWeights& w) { return w.weights->content_hash(); })
-      .def_property_readonly("zero_copy", [](const PyWeights& w) { return w.weights->zero_copy(); });
+      .def_property_readonly("zero_copy", [](const PyWeights& w) { return w.weights->zero_copy(); })
+      .def_property_readonly(
+          "matrix_types",
+          [](const PyWeights& w) {
+            std::vector<std::string> names;
+            for (kernels::DType t : w.weights->matrix_types()) names.emplace_back(kernels::to_string(t));
+            return names;
+          },
+          "The types the expert matrices are held in, in order ('q4_k', 'q6_k' for a Q4_K_M layer).")
+      .def_property_readonly(
+          "expert_bytes", [](const PyWeights& w) { return w.weights->expert_matrix_bytes(); },
+          "Bytes of the expert matrices as held (blocks, FP8 scales included).")
+      .def_property_readonly(
+          "router_gate",
+          [](const PyWeights& w) {
+            const kernels::MatrixView& g = w.weights->router_gate();
+            py::array_t<float> out({g.rows, g.cols});
+            for (int64_t r = 0; r < g.rows; ++r) {
+              std::memcpy(out.mutable_data(r, 0), static_cast<const float*>(g.data) + r * g.row_stride,
+                          static_cast<size_t>(g.cols) * sizeof(float));
+            }
+            return out;
+          },
+          "A copy of the router gate [E, d], float32.")
+      .def_property_readonly(
+          "router_bias",
+          [](const PyWeights& w) -> py::object {
+            const std::span<const float> b = w.weights->router_bias();
+            if (b.empty()) return py::none();
+            py::array_t<float> out(static_cast<py::ssize_t>(b.size()));
+            std::memcpy(out.mutable_data(), b.data(), b.size() * sizeof(float));
+            return out;
+          },
+          "A copy of the router's bias [E] (gpt-oss), or None.");
 
   py::class_<PyRoutingState>(
       m, "RoutingState",
@@ -573,7 +611,8 @@ void bind_layer(py::module_& m) {
            "expert_parallel: \"mpi\" or \"single\": this process is one rank of an expert-parallel layer "
            "(collective construction and forward; docs/expert-parallel.md); planning \"global\" | \"home\"; "
            "placement: EPLB's physical_to_logical slots (moe.eplb_rebalance). "
-           "pretrained: a checkpoint directory (or its config.json) whose router and expert semantics the "
+           "pretrained: a checkpoint directory (or its config.json, or a GGUF file) whose router and expert "
+           "semantics the "
            "layer takes (every routing key of its family; top_k= and renormalize= still override). "
            "device: \"cpu\", or \"cuda\" / \"cuda:N\" for the same layer on a CUDA device (host arrays in "
            "and out); RuntimeError naming the reason when no device is usable. compute: \"fp32\" (default) "

@@ -1162,6 +1162,7 @@ LayerWeights weights_from_views(const LayerShape& shape, const LayerViews& views
     return v.dtype == DType::kF16 ? DType::kF32 : v.dtype;
   };
   b.set_keep_alive(std::move(keep_alive));
+  if (views.mapped && !copy) b.mark_zero_copy();
   b.set_router_gate(b.caller_matrix(views.router_gate, DType::kF32, ownership, "router_gate"));
   if (shape.score_bias)
     b.set_score_bias(std::vector<float>(views.score_bias.begin(), views.score_bias.end()));

@@ -172,8 +172,9 @@ class LayerWeights {
   // [1, hidden], fp32, when shape().shared_expert_gate; else nullopt.
   const std::optional<kernels::MatrixView>& shared_gate() const { return shared_gate_; }
 
-  // True if at least one expert matrix points into the checkpoint's mapping (no copy was made).
-  bool zero_copy() const { return checkpoint_ != nullptr && zero_copy_; }
+  // True if at least one expert matrix points into the checkpoint's mapping (no copy was made): a
+  // safetensors checkpoint's, or a file weights_from_views was told of (LayerViews::mapped).
+  bool zero_copy() const { return zero_copy_; }
 
   // XXH3-64 over every tensor in a fixed order (router gate, score bias, router bias, experts 0..E-1
   // gate/up/down and their biases, shared gate/up/down, shared gate), each contributing a canonical
@@ -309,6 +310,9 @@ struct LayerViews {
   ExpertSet part = ExpertSet::all();
   std::optional<ExpertTensors> shared;
   std::optional<kernels::MatrixView> shared_gate;
+  // With Ownership::kBorrow: some expert matrix points into a mapped checkpoint file that `keep_alive` holds
+  // (a GGUF file's views), which LayerWeights::zero_copy() reports.
+  bool mapped = false;
 };
 
 // What weights_from_views does with the caller's memory.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "moe/io/gguf_config.h"
+#include "moe/io/gguf_layer.h"
 #include "moe/io/io_error.h"
 
 namespace moe::io {
@@ -34,7 +36,8 @@ class ConfigReader {
   std::string name(const char* key) const { return "'" + scope_ + key + "'"; }
   const json& at(const char* key) const { return j_.at(key); }
 
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1,
+                  int64_t max = int64_t{1} << 40) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       fail("lacks " + name(key));
@@ -42,8 +45,9 @@ class ConfigReader {
     const json& v = j_.at(key);
     if (!v.is_number_integer()) fail(name(key) + " must be an integer (got " + v.dump() + ")");
     const int64_t x = v.get<int64_t>();
-    if (x < min || x > (int64_t{1} << 40)) {
-      fail(name(key) + " = " + std::to_string(x) + " is out of range (>= " + std::to_string(min) + ")");
+    if (x < min || x > max) {
+      fail(name(key) + " = " + std::to_string(x) + " is out of range (" + std::to_string(min) + "-" +
+           std::to_string(max) + ")");
     }
     return x;
   }
@@ -116,7 +120,8 @@ constexpr Family kFamilies[] = {
 // The keys every family shares: layer count, hidden size, activation, the decoder's.
 void read_common(const ConfigReader& r, PretrainedConfig& c) {
   c.layer.hidden = r.integer("hidden_size");
-  c.num_layers = static_cast<int>(r.integer("num_hidden_layers"));
+  // Bounded before a list of the layers is built from it (no model has 2^16 layers).
+  c.num_layers = static_cast<int>(r.integer("num_hidden_layers", std::nullopt, 1, 1 << 16));
   c.hidden_act = r.text("hidden_act", "silu");
   if (c.hidden_act != "silu") {
     r.fail(r.name("hidden_act") + " = '" + c.hidden_act + "' is not supported (the " +
@@ -142,10 +147,10 @@ void read_common(const ConfigReader& r, PretrainedConfig& c) {
 void read_experts(const ConfigReader& r, PretrainedConfig& c, const char* experts_key, const char* ff_key) {
   c.experts_key = experts_key;
   c.expert_ff_key = ff_key;
-  c.layer.num_experts = static_cast<int>(r.integer(experts_key));
+  c.layer.num_experts = static_cast<int>(r.integer(experts_key, std::nullopt, 1, 1 << 20));
   c.layer.expert_ff = r.integer(ff_key);
   c.router.num_experts = c.layer.num_experts;
-  c.router.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
+  c.router.top_k = static_cast<int>(r.integer("num_experts_per_tok", std::nullopt, 1, 1 << 20));
   if (c.router.top_k > c.layer.num_experts) {
     r.fail("num_experts_per_tok (" + std::to_string(c.router.top_k) + ") exceeds " + experts_key + " (" +
            std::to_string(c.layer.num_experts) + ")");
@@ -384,6 +389,10 @@ std::string_view to_string(Quantization q) {
   return "?";
 }
 
+std::string_view to_string(CheckpointFormat f) {
+  return f == CheckpointFormat::kGguf ? "gguf" : "safetensors";
+}
+
 bool PretrainedConfig::is_moe_layer(int i) const {
   return std::binary_search(moe_layers.begin(), moe_layers.end(), i);
 }
@@ -419,6 +428,7 @@ std::filesystem::path pretrained_dir(const std::filesystem::path& dir_or_config)
 }
 
 PretrainedConfig read_pretrained_config(const std::filesystem::path& dir) {
+  if (is_gguf_path(dir)) return read_gguf_config(GgufModel(dir));
   const std::filesystem::path path = config_path(dir);
   std::ifstream f(path);
   if (!f) throw IoError("cannot open " + path.string() + " (a checkpoint directory needs config.json)");
@@ -545,6 +555,12 @@ void check_pretrained(const PretrainedConfig& c, const Checkpoint& ckpt) {
 
 Pretrained open_pretrained(const std::filesystem::path& dir) {
   Pretrained p;
+  if (is_gguf_path(dir)) {
+    p.gguf = GgufModel::open(dir);
+    p.config = read_gguf_config(*p.gguf);
+    check_gguf(p.config, *p.gguf);
+    return p;
+  }
   p.config = read_pretrained_config(dir);
   p.checkpoint = Checkpoint::open(pretrained_dir(dir));
   check_pretrained(p.config, *p.checkpoint);
@@ -554,18 +570,23 @@ Pretrained open_pretrained(const std::filesystem::path& dir) {
 LayerWeights load_pretrained_layer(const Pretrained& p, int layer_index,
                                    std::optional<kernels::DType> storage, const ExpertSet& experts) {
   const PretrainedConfig& c = p.config;
+  const bool gguf = c.format == CheckpointFormat::kGguf;
   if (layer_index < 0 || layer_index >= c.num_layers) {
-    throw std::invalid_argument(
-        "layer " + std::to_string(layer_index) + " is out of range: config.json says " +
-        "num_hidden_layers = " + std::to_string(c.num_layers) + " (" + p.checkpoint->path().string() +
-        "; the MoE layers are " + c.moe_layer_list() + ")");
+    const std::string says =
+        gguf ? c.model_type + ".block_count = " + std::to_string(c.num_layers + c.num_extra_layers) +
+                   (c.num_extra_layers > 0
+                        ? " (of which " + std::to_string(c.num_extra_layers) + " MTP layers after the last)"
+                        : std::string())
+             : "config.json says num_hidden_layers = " + std::to_string(c.num_layers);
+    throw std::invalid_argument("layer " + std::to_string(layer_index) + " is out of range: " + says + " (" +
+                                p.path().string() + "; the MoE layers are " + c.moe_layer_list() + ")");
   }
   if (!c.is_moe_layer(layer_index)) {
-    throw std::invalid_argument("layer " + std::to_string(layer_index) + " of " +
-                                p.checkpoint->path().string() +
+    throw std::invalid_argument("layer " + std::to_string(layer_index) + " of " + p.path().string() +
                                 " is a dense MLP layer, not an MoE layer; the MoE layers of this " +
                                 c.model_type + " checkpoint are " + c.moe_layer_list());
   }
+  if (gguf) return load_gguf_layer(p.gguf, c, layer_index, storage, experts);
   return load_layer(p.checkpoint, c.architecture, layer_index, c.layer, storage, c.fp8_block, experts);
 }
 

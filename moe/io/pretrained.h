@@ -10,6 +10,7 @@
 
 #include "kernels/tensor.h"
 #include "moe/io/checkpoint.h"
+#include "moe/io/gguf_model.h"
 #include "moe/io/layer_weights.h"
 #include "moe/io/quantized.h"
 #include "router/router_config.h"
@@ -23,6 +24,11 @@ enum class Quantization {
   kMxfp4,     // quant_method "mxfp4": gpt-oss's *_blocks + *_scales
 };
 std::string_view to_string(Quantization q);
+
+// The files a checkpoint comes in: a Hugging Face directory (config.json + safetensors) or a GGUF file (its
+// metadata and tensors, llama.cpp's names; moe/io/gguf_config.h).
+enum class CheckpointFormat { kSafetensors, kGguf };
+std::string_view to_string(CheckpointFormat f);  // "safetensors", "gguf"
 
 // What config.json says, in the project's terms. Every routing and expert key of each family is read and
 // honoured, or refused by name when its value is not supported (the message names the key, its value and
@@ -62,8 +68,9 @@ std::string_view to_string(Quantization q);
 // with fmt e4m3 and weight_block_size, or "mxfp4" for gpt-oss; anything else is refused by name), and the
 // decoder's keys below (read with defaults; moe::model runs Mixtral only and checks them itself).
 struct PretrainedConfig {
+  CheckpointFormat format = CheckpointFormat::kSafetensors;
   Architecture architecture = Architecture::kMixtral;
-  std::string model_type;
+  std::string model_type;       // config.json's model_type; GGUF: general.architecture ("deepseek2", "llama")
   LayerShape layer;             // the shape of its MoE layers
   int num_layers = 0;           // num_hidden_layers
   std::vector<int> moe_layers;  // the MoE layers' indices, ascending (the others are dense MLPs)
@@ -78,6 +85,7 @@ struct PretrainedConfig {
   std::string experts_key;    // the key of the expert count ("num_local_experts", "n_routed_experts", ...)
   std::string expert_ff_key;  // "intermediate_size" or "moe_intermediate_size"
   std::string torch_dtype;    // config.json's torch_dtype (informational; "" if absent)
+  std::string file_type;  // GGUF: general.file_type, as llama.cpp names it ("Q4_K - Medium"; "" if absent)
   // The decoder (moe::model): vocab_size, num_attention_heads, num_key_value_heads (default heads), head_dim
   // (default hidden / heads), max_position_embeddings, rms_norm_eps, rope_theta (default 1e6, as
   // transformers' Mixtral), tie_word_embeddings (false), hidden_act, sliding_window (null or absent: none).
@@ -103,6 +111,7 @@ struct PretrainedConfig {
 // model_type (listing the supported ones), a missing required key, a value of the wrong type or out of range
 // (e.g. top_k above the expert count), or a value this project does not support (naming the key, its value
 // and why).
+// A GGUF file (is_gguf_path) is read by read_gguf_config instead (moe/io/gguf_config.h), with its errors.
 PretrainedConfig read_pretrained_config(const std::filesystem::path& dir);
 
 // The model_type values read_pretrained_config accepts.
@@ -119,20 +128,28 @@ std::filesystem::path pretrained_dir(const std::filesystem::path& dir_or_config)
 // model.layers.0.block_sparse_moe.experts.0.w1.weight has shape [88, 256] (expected [96, 256])".
 void check_pretrained(const PretrainedConfig& config, const Checkpoint& checkpoint);
 
-// A checkpoint directory opened and checked: config + tensors.
+// A checkpoint opened and checked: config + tensors. Exactly one of `checkpoint` (a Hugging Face directory)
+// and `gguf` (a GGUF file, single or split) is set, as config.format says.
 struct Pretrained {
   PretrainedConfig config;
   std::shared_ptr<const Checkpoint> checkpoint;
+  std::shared_ptr<const GgufModel> gguf;
+  // The checkpoint's path, for messages.
+  const std::filesystem::path& path() const { return gguf ? gguf->path() : checkpoint->path(); }
 };
-// Reads config.json, opens the weights of the directory (Checkpoint's rules: model.safetensors.index.json or
-// model.safetensors) and runs check_pretrained. Errors as read_pretrained_config, Checkpoint and
-// check_pretrained.
-Pretrained open_pretrained(const std::filesystem::path& dir);
+// Opens a checkpoint and checks its config against its tensors' headers:
+//   - a Hugging Face directory (or its config.json): reads config.json, opens the weights of the directory
+//     (Checkpoint's rules: model.safetensors.index.json or model.safetensors) and runs check_pretrained;
+//   - a GGUF file (is_gguf_path: a name ending in .gguf or the GGUF magic), or any shard of a split one:
+//     GgufModel, read_gguf_config and check_gguf (moe/io/gguf_config.h).
+// Errors as read_pretrained_config, Checkpoint, check_pretrained, GgufModel, read_gguf_config, check_gguf.
+Pretrained open_pretrained(const std::filesystem::path& path);
 
-// MoE layer `layer_index` of a checked checkpoint directory, with load_layer's storage, quantization and
-// memory rules (storage nullopt: the file's dtype; quantized files: bf16). A layer index outside
-// [0, num_hidden_layers) or a dense layer is std::invalid_argument naming the MoE layers ("layer 2 of
-// /path is a dense MLP layer (first_k_dense_replace = 3); the MoE layers are 3-60").
+// MoE layer `layer_index` of a checked checkpoint, with load_layer's storage, quantization and memory rules
+// (storage nullopt: the file's dtype; quantized files: bf16), or load_gguf_layer's for a GGUF file. A layer
+// index outside [0, num_hidden_layers) (GGUF: block_count less the MTP layers) or a dense layer is
+// std::invalid_argument naming the MoE layers ("layer 2 of /path is a dense MLP layer, not an MoE layer; the
+// MoE layers of this deepseek_v3 checkpoint are 3-60").
 // `experts`: a rank's part (load_layer's ExpertSet: the router gate, its biases, the shared expert and only
 // these experts are read).
 LayerWeights load_pretrained_layer(const Pretrained& pretrained, int layer_index,
@@ -142,8 +159,9 @@ LayerWeights load_pretrained_layer(const std::filesystem::path& dir, int layer_i
                                    std::optional<kernels::DType> storage = std::nullopt,
                                    const ExpertSet& experts = ExpertSet::all());
 
-// "Load these experts of layer `layer_index`" of a checked checkpoint directory (LayerPartReader,
-// moe/io/layer_weights.h): what an ExpertParallelLayer built from the directory calls on each rank.
+// "Load these experts of layer `layer_index`" of a checked checkpoint (directory or GGUF file;
+// LayerPartReader, moe/io/layer_weights.h): what an ExpertParallelLayer built from the directory calls on
+// each rank.
 LayerPartReader pretrained_part_reader(Pretrained pretrained, int layer_index,
                                        std::optional<kernels::DType> storage = std::nullopt);
 

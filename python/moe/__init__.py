@@ -63,15 +63,15 @@ class Layer:
     """One MoE layer: gate -> route -> plan -> expert FFN (SwiGLU) -> combine (+ shared expert).
 
     Build it with ``Layer(weights, **config)``, ``Layer.random(...)``, ``Layer.from_safetensors(...)``,
-    ``Layer.from_pretrained(dir, layer=i)`` or
+    ``Layer.from_pretrained(dir_or_gguf, layer=i)`` or
     ``Layer.from_arrays(...)``. Config keywords (all optional):
 
     preset           "deterministic" (default) or "greedy" (``moe.preset_description(name)``, the text below):
 {presets}
     router           "mixtral" (default), "qwen2-moe", "qwen3-moe", "olmoe", "deepseek-v2", "deepseek-v3",
                      "glm4-moe", "gpt-oss", "llama4" (a family's router and expert semantics) or "switch".
-    pretrained       a checkpoint directory whose config.json gives the router and expert semantics
-                     (Layer.from_pretrained sets it).
+    pretrained       a checkpoint directory (or a GGUF file) whose config.json (metadata) gives the router
+                     and expert semantics (Layer.from_pretrained sets it).
     top_k, renormalize, num_groups, topk_groups   router overrides (0 / None keep the router's).
     capacity_factor  > 0 overrides the preset's 1.25.
     scope            "batch" | "request" | "causal" | "sequence" | "prefix" | "none" (none = dropless).
@@ -119,13 +119,16 @@ class Layer:
     def from_pretrained(cls, path, layer=0, storage=None, **config):
         """MoE layer `layer` of a Hugging Face checkpoint directory (config.json + model.safetensors or a
         sharded index) of any supported family (model_type mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2,
-        deepseek_v3, glm4_moe, gpt_oss, llama4, llama4_text): no shape arguments. The shape, the router and
-        the expert semantics come from config.json and are checked against the tensors; a mismatch or an
-        unsupported key value raises ValueError naming it, a dense layer ValueError listing the MoE layers,
-        weights that do not fit the memory available MemoryError. storage: None (the file's dtype; FP8 and
-        MXFP4 checkpoints as stored, run by the quantized kernels: docs/runtime.md), 'f32' or 'bf16'
-        (quantized weights dequantized exactly), or 'fp8' / 'mxfp4' (the file's own format, else ValueError).
-        Config keywords as for Layer() (top_k= and renormalize= override config.json's).
+        deepseek_v3, glm4_moe, gpt_oss, llama4, llama4_text), or of a GGUF file (single, or any shard of a
+        split one; general.architecture llama, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe, gpt-oss, llama4,
+        with llama.cpp's tensor names and keys): no shape arguments. The shape, the router and the expert
+        semantics come from config.json or the GGUF metadata and are checked against the tensors; a mismatch
+        or an unsupported key value or tensor type raises ValueError naming it, a dense layer ValueError
+        listing the MoE layers, weights that do not fit the memory available MemoryError. storage: None (the
+        file's dtype; FP8, MXFP4 and GGUF's Q8_0 / Q4_K / Q6_K weights as stored, run by the quantized
+        kernels: docs/runtime.md), 'f32' or 'bf16' (quantized weights dequantized exactly), or a quantized
+        type ('q8_0', 'q4_k', 'q6_k', 'mxfp4', 'fp8'). Config keywords as for Layer() (top_k= and
+        renormalize= override the checkpoint's).
         expert_parallel="mpi" (or "single"): this process is one rank and reads only its experts, the router
         gate and the shared expert (collective); with it the keywords are preset, top_k, capacity_factor,
         scope, priority, overflow, kernel, compute, num_threads, max_tokens, planning and placement."""

@@ -8,6 +8,8 @@ Supported blocks (state_dict naming):
 - Qwen2-MoE ``Qwen2MoeSparseMoeBlock`` (``model.layers.{i}.mlp``): ``gate.weight``,
   ``experts.{e}.{gate,up,down}_proj.weight``, ``shared_expert.{gate,up,down}_proj.weight``,
   ``shared_expert_gate.weight`` [1, d]. Router: softmax, top-k (4), renormalised only if norm_topk_prob.
+- ``MoEBlock.from_pretrained(path, layer=i)``: the MoE layer of a checkpoint directory or a GGUF file (any family
+  and tensor type moe.Layer.from_pretrained reads), without transformers.
 - With ``hf_config=`` (the model's config), every family moe.Layer.from_pretrained reads, with the same
   semantics: Qwen3-MoE, OLMoE, DeepSeek-V2, DeepSeek-V3 / Kimi K2 (``gate.e_score_correction_bias``,
   ``shared_experts.*``), GLM-4.5, gpt-oss (``router.weight`` / ``router.bias``, ``experts.gate_up_proj``
@@ -52,7 +54,7 @@ import tempfile
 import numpy as np
 import torch
 
-from . import Layer
+from . import Layer, Weights, _moe
 
 __all__ = ["MoEBlock", "detect_architecture"]
 
@@ -228,6 +230,27 @@ class MoEBlock(torch.nn.Module):
             layer = Layer.from_arrays(gate, gp, up, dp, router=arch, **shared, **kwargs, **config)
         block = cls(layer, gate, arch, stateful=config.get("scope") in ("causal", "sequence", "prefix"),
                     router_bias=router_bias)
+        block.compute = config["compute"]
+        return block
+
+    @classmethod
+    def from_pretrained(cls, path, layer=0, storage=None, **config):
+        """MoE layer `layer` of a checkpoint, as a block: a Hugging Face directory (config.json + safetensors)
+        or a GGUF file (single, or any shard of a split one), with the router and expert semantics the
+        checkpoint describes (moe.Layer.from_pretrained: the same reader, the same errors). storage as there
+        ('f32', 'bf16' or None: the file's dtype). config: moe.Layer keywords; scope defaults to "none"
+        (dropless, like the Hugging Face blocks), compute to "bf16" when the stored experts are bf16."""
+        path = str(path)
+        weights = Weights.load_pretrained(path, layer, storage)
+        info = _moe.pretrained_config(path)
+        config.setdefault("compute", "bf16" if weights.storage == "bf16" else "fp32")
+        config.setdefault("scope", "none")
+        config.setdefault("max_tokens", 1024)
+        moe_layer = Layer(weights, pretrained=path, **config)
+        bias = weights.router_bias
+        block = cls(moe_layer, torch.from_numpy(weights.router_gate), info["architecture"],
+                    stateful=config.get("scope") in ("causal", "sequence", "prefix"),
+                    router_bias=None if bias is None else torch.from_numpy(bias))
         block.compute = config["compute"]
         return block
 

@@ -14,47 +14,11 @@
 #include "moe/io/io_error.h"
 #include "moe/io/memory.h"
 #include "moe/io/pretrained.h"
+#include "sim/inspect/config_text.h"
+#include "sim/inspect/inspect_gguf.h"
 
 namespace moe::sim {
 namespace {
-
-std::string scoring_text(const io::PretrainedConfig& c) {
-  const RouterConfig& r = c.router;
-  std::ostringstream s;
-  switch (r.scoring) {
-    case Scoring::kSoftmax:
-      s << "softmax over all " << r.num_experts << " experts";
-      break;
-    case Scoring::kSigmoid:
-      s << "sigmoid scores";
-      break;
-    case Scoring::kSoftmaxTopK:
-      s << "weights: a softmax over the " << r.top_k << " chosen logits";
-      break;
-  }
-  if (c.layer.router_bias) s << "; logits with the router's bias";
-  s << "; top-" << r.top_k << " by " << (r.rank_by_logit ? "logit" : "score");
-  if (c.layer.score_bias) s << " + e_score_correction_bias (chooses, never weighs)";
-  if (r.num_groups > 1) {
-    s << "; " << r.num_groups << " groups, " << r.topk_groups << " kept (a group's value: "
-      << (r.group_score == GroupScore::kMax ? "its best score" : "the sum of its two best") << ")";
-  }
-  if (r.scoring != Scoring::kSoftmaxTopK) s << (r.renormalize ? "; renormalised" : "; not renormalised");
-  if (r.scaling_factor != 1.0f) s << "; x " << r.scaling_factor;
-  if (c.weight_on_input) s << "; the weight scales the expert's input (Llama 4)";
-  return s.str();
-}
-
-std::string expert_text(const io::PretrainedConfig& c) {
-  std::ostringstream s;
-  if (c.activation == kernels::Activation::kClampedSwiGLU) {
-    s << "clamped SwiGLU (clamp(up, -" << c.swiglu_limit << ", " << c.swiglu_limit << ") + 1) * g * sigmoid("
-      << c.swiglu_alpha << " g), g = min(gate, " << c.swiglu_limit << "); biases on gate, up and down";
-  } else {
-    s << "SwiGLU down(silu(gate x) * up x)";
-  }
-  return s.str();
-}
 
 // The tensors of one layer's block (their names start with `prefix`): count, bytes as stored, dtypes.
 struct LayerFiles {
@@ -105,6 +69,7 @@ void describe_files(const std::filesystem::path& dir, std::ostream& out) {
 }  // namespace
 
 int inspect_checkpoint(const std::filesystem::path& dir_or_config, std::ostream& out) {
+  if (io::is_gguf_path(dir_or_config)) return inspect_gguf(dir_or_config, out);
   const std::filesystem::path dir = io::pretrained_dir(dir_or_config);
   out << "checkpoint  " << dir.string() << "\n";
   io::PretrainedConfig c;
@@ -125,22 +90,9 @@ int inspect_checkpoint(const std::filesystem::path& dir_or_config, std::ostream&
   out << "family      " << c.model_type << " (" << io::display_name(c.architecture) << ")";
   if (!c.torch_dtype.empty()) out << ", torch_dtype " << c.torch_dtype;
   out << "\n";
-  out << "layers      " << c.num_layers;
-  if (c.num_extra_layers > 0) out << " (+ " << c.num_extra_layers << " MTP after the last)";
-  out << "; MoE " << c.moe_layer_list() << " (" << c.moe_layers.size() << "), dense MLP "
-      << c.num_layers - static_cast<int>(c.moe_layers.size()) << "\n";
+  out << "layers      " << layers_text(c) << "\n";
   const io::LayerShape& s = c.layer;
-  out << "MoE layer   hidden " << s.hidden << ", " << s.num_experts << " routed experts of " << s.expert_ff
-      << " (" << c.expert_ff_key << "), top-" << c.router.top_k;
-  if (s.num_shared_experts > 0) {
-    out << ", shared expert of " << s.shared_ff;
-    if (c.architecture == io::Architecture::kDeepseekV2 || c.architecture == io::Architecture::kDeepseekV3 ||
-        c.architecture == io::Architecture::kGlm4Moe) {
-      out << " (" << s.num_shared_experts << " fused)";
-    }
-    if (s.shared_expert_gate) out << " behind a sigmoid gate";
-  }
-  out << "\n";
+  out << "MoE layer   " << layer_text(c) << "\n";
   out << "router      " << scoring_text(c) << "\n";
   out << "experts     " << expert_text(c) << "\n";
   out << "quantized   " << io::to_string(c.quantization);
@@ -203,10 +155,14 @@ std::shared_ptr<int> add_inspect_command(CLI::App& app) {
   auto status = std::make_shared<int>(0);
   CLI::App* cmd = app.add_subcommand(
       "inspect",
-      "what a Hugging Face checkpoint directory holds: family, layers and which are MoE, router semantics, "
-      "shapes, dtypes, memory per layer, and what this project supports of it (config.json and the "
-      "safetensors headers only)");
-  cmd->add_option("dir", *dir, "checkpoint directory (or its config.json)")->required()->type_name("DIR");
+      "what a checkpoint (a Hugging Face directory or a GGUF file) holds: family, layers and which are MoE, "
+      "router semantics, shapes, dtypes, memory per layer, and what this project supports of it (config.json "
+      "and the safetensors headers, or the GGUF header, only)");
+  cmd->add_option("checkpoint", *dir,
+                  "checkpoint directory (or its config.json), or a .gguf file (any shard of "
+                  "a split one)")
+      ->required()
+      ->type_name("PATH");
   cmd->callback([dir, status] { *status = inspect_checkpoint(*dir, std::cout); });
   return status;
 }

@@ -3,7 +3,7 @@
 # it found (tests/fuzz_regressions/<name>/, docs/fuzzing.md). Under `make asan` they run with ASan + UBSan.
 set(moe_fuzz_targets
   "npy:moe_sim" "meta_csv:moe_sim" "trace:moe_sim" "scenario:moe_sim"
-  "safetensors:moe_io" "checkpoint_index:moe_io" "hf_config:moe_io" "model_config:moe_model" "model_file:moe_model"
+  "safetensors:moe_io" "checkpoint_index:moe_io" "gguf:moe_io" "hf_config:moe_io" "model_config:moe_model" "model_file:moe_model"
   "tokenizer:moe_model" "c_api:moe_api_c")
 foreach(entry ${moe_fuzz_targets})
   string(REPLACE ":" ";" parts ${entry})

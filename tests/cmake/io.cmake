@@ -3,6 +3,10 @@ moe_add_test(NAME io_safetensors_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_saf
 moe_add_test(NAME io_checkpoint_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_checkpoint_test.cc LIBS moe_io LABELS unit)
 moe_add_test(NAME io_layer_weights_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_layer_weights_test.cc LIBS moe_io
              LABELS unit)
+moe_add_test(NAME io_gguf_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_gguf_test.cc
+             ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc LIBS moe_io LABELS unit)
+moe_add_test(NAME io_gguf_quant_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_gguf_quant_test.cc LIBS moe_io
+             LABELS unit)
 moe_add_test(NAME io_quantized_storage_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_quantized_storage_test.cc
              LIBS moe_io LABELS unit)
 moe_add_test(NAME io_dtype_convert_test SOURCES ${PROJECT_SOURCE_DIR}/tests/io_dtype_convert_test.cc LIBS moe_io

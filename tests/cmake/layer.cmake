@@ -5,6 +5,9 @@ moe_add_test(NAME layer_accuracy_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_
 # Every MoE family from a checkpoint directory alone, against the float64 reference of its published block.
 moe_add_test(NAME layer_families_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_families_test.cc
              LIBS moe_layer LABELS unit)
+# Every MoE architecture llama.cpp writes, from a GGUF file alone, against the same float64 family blocks.
+moe_add_test(NAME layer_gguf_families_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_gguf_families_test.cc
+             LIBS moe_layer LABELS unit)
 moe_add_test(NAME layer_test SOURCES ${PROJECT_SOURCE_DIR}/tests/layer_test.cc
              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc LIBS moe_layer LABELS "unit;threaded")
 

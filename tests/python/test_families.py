@@ -140,5 +140,63 @@ class FamiliesTest(unittest.TestCase):
         self.assertGreaterEqual(ran, 13)
 
 
+def gguf_families():
+    with open(os.path.join(FAMILY_DIR, "gguf", "gguf.txt")) as f:
+        for line in f:
+            name, arch, ttype, layer, tokens, hidden, tolerance, file = line.split()
+            yield name, arch, ttype, int(layer), int(tokens), int(hidden), float(tolerance), file
+
+
+@unittest.skipUnless(FAMILY_DIR and os.path.isdir(FAMILY_DIR),
+                     "MOE_FAMILY_DIR is not set (ctest's family_checkpoints_setup writes it)")
+class GgufFamiliesTest(unittest.TestCase):
+    """Every GGUF family file (tests/support/family_gguf.h: llama.cpp's names, keys and tensor types) through
+    moe.Layer.from_pretrained and moe.torch_module.MoEBlock.from_pretrained, against the float64 reference of the
+    family's block on the stored weights' exact values."""
+
+    def test_from_pretrained_matches_the_family_block(self):
+        ran = 0
+        for name, arch, ttype, layer, tokens, hidden, tolerance, file in gguf_families():
+            with self.subTest(family=name):
+                d = os.path.join(FAMILY_DIR, "gguf", name)
+                path = os.path.join(d, file)
+                x = np.fromfile(os.path.join(d, "x.bin"), dtype=np.float32).reshape(tokens, hidden)
+                ref = np.fromfile(os.path.join(d, "y_exact.bin"), dtype=np.float64).reshape(tokens, hidden)
+                ties = np.fromfile(os.path.join(d, "ties.bin"), dtype=np.uint8)
+                ids = (np.arange(tokens) % 6).astype(np.uint64)
+                pos = (np.arange(tokens) // 6).astype(np.uint32)
+                cfg = moe._moe.pretrained_config(path)
+                self.assertEqual((cfg["format"], cfg["model_type"]), ("gguf", arch))
+                self.assertIn(layer, cfg["moe_layers"])
+                for storage, bound in ((None, tolerance), ("f32", 1e-5)):  # as stored; dequantized exactly
+                    layer_obj = moe.Layer.from_pretrained(path, layer=layer, storage=storage, scope="none")
+                    err = worst_row_error(layer_obj.forward(x, ids, pos), ref, ties)
+                    self.assertLessEqual(err, bound, "%s storage %s: %g" % (name, storage, err))
+                block = MoEBlock.from_pretrained(path, layer=layer, compute="fp32")
+                y, logits = block(torch.from_numpy(x), request_ids=ids, positions=pos)
+                err = worst_row_error(y.numpy(), ref, ties)
+                self.assertLessEqual(err, tolerance, "%s MoEBlock: %g" % (name, err))
+                self.assertEqual(tuple(logits.shape), (tokens, cfg["num_experts"]))
+                ran += 1
+        self.assertEqual(ran, 12)
+
+    def test_dense_layers_and_malformed_files_are_named(self):
+        path = os.path.join(FAMILY_DIR, "gguf", "deepseek2_v2_f16", "tiny-deepseek2_v2_f16.gguf")
+        with self.assertRaises(ValueError) as cm:
+            moe.Layer.from_pretrained(path, layer=0)
+        self.assertIn("the MoE layers of this deepseek2 checkpoint are 1-2", str(cm.exception))
+        cfg = moe._moe.pretrained_config(path)
+        self.assertEqual((cfg["architecture"], cfg["group_score"], cfg["num_groups"]), ("deepseek-v2", "max", 4))
+        with open(path, "rb") as f:
+            head = f.read(100)
+        bad = os.path.join(FAMILY_DIR, "gguf", "truncated.gguf")
+        with open(bad, "wb") as f:
+            f.write(head)
+        with self.assertRaises(ValueError) as cm:
+            moe.Layer.from_pretrained(bad, layer=1)
+        self.assertIn("truncated.gguf: says it has", str(cm.exception))
+        os.remove(bad)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -7,11 +7,15 @@
 
 namespace {
 std::atomic<long> g_allocations{0};
+std::atomic<unsigned long> g_largest{0};
 
 // Every replaced operator new: counts the call, then allocates with malloc (or aligned_alloc for an
 // over-aligned type); never returns null.
 void* counted_alloc(std::size_t n, std::size_t align) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+  unsigned long largest = g_largest.load(std::memory_order_relaxed);
+  while (n > largest && !g_largest.compare_exchange_weak(largest, n, std::memory_order_relaxed)) {
+  }
   if (n == 0) n = 1;
   void* p = align <= alignof(std::max_align_t) ? std::malloc(n)
                                                : std::aligned_alloc(align, (n + align - 1) / align * align);
@@ -23,6 +27,12 @@ void* counted_alloc(std::size_t n, std::size_t align) {
 namespace moe::testing {
 long allocation_count() {
   return g_allocations.load();
+}
+unsigned long largest_allocation() {
+  return g_largest.load();
+}
+void reset_largest_allocation() {
+  g_largest.store(0);
 }
 }  // namespace moe::testing
 

@@ -8,4 +8,9 @@ namespace moe::testing {
 // Number of operator new calls since the program started (all threads).
 long allocation_count();
 
+// The largest single operator new request (bytes) since the last reset_largest_allocation() (all threads):
+// for tests that a hostile size in a file allocates nothing of that size.
+unsigned long largest_allocation();
+void reset_largest_allocation();
+
 }  // namespace moe::testing
