@@ -37,6 +37,7 @@ struct Ops512 {
   static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
   static VI srli16(VI a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
   static VI slli16(VI a, int n) { return _mm512_slli_epi16(a, static_cast<unsigned>(n)); }
+  static VI srai(VI a, int n) { return _mm512_srai_epi32(a, static_cast<unsigned>(n)); }
   static VI shuffle(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
   static VI u8_to_i32(const void* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
@@ -57,6 +58,7 @@ struct Ops512 {
   static VF f16_to_f32(const void* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
+
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static VF cvt(VI a) { return _mm512_cvtepi32_ps(a); }
   static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }

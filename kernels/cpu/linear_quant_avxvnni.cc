@@ -43,6 +43,7 @@ struct Ops256x2 {
   static VI or_(VI x, VI y) { return {_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)}; }
   static VI srli16(VI x, int n) { return {_mm256_srli_epi16(x.a, n), _mm256_srli_epi16(x.b, n)}; }
   static VI slli16(VI x, int n) { return {_mm256_slli_epi16(x.a, n), _mm256_slli_epi16(x.b, n)}; }
+  static VI srai(VI x, int n) { return {_mm256_srai_epi32(x.a, n), _mm256_srai_epi32(x.b, n)}; }
   static VI shuffle(VI t, VI i) { return {_mm256_shuffle_epi8(t.a, i.a), _mm256_shuffle_epi8(t.b, i.b)}; }
   static __m128i bytes8(const void* p, int half) {
     int64_t v;

@@ -8,15 +8,14 @@
 //   VI dpbusd(VI acc, VI u8, int32_t s8x4) acc + the 4 unsigned x signed byte products of each lane
 //   VI dpwssd(VI acc, VI i16x2, int32_t)   acc + the 2 signed word products of each lane
 //   VI add(VI, VI), VI sub(VI, VI), VI mullo(VI, VI), VI and_(VI, VI), VI or_(VI, VI)
-//   VI srli16(VI, n), VI slli16(VI, n)     shifts of each 16-bit word
-//   VI shuffle(VI table, VI idx)           vpshufb: each byte of idx (< 16) looks up table (per 128 bits)
-//   VI u8_to_i32(const void* p)            16 bytes zero-extended; VI s8_to_i32: sign-extended
-//   VI u8x2_to_i16x2(const void* p)        32 bytes zero-extended to 16-bit words (lane o: bytes 2o, 2o+1)
-//   VI e8m0_scale(const void* p)           16 e8m0 bytes e to the bits of 2^(e - 128) (e8m0_half_to_f32)
-//   VF f16_to_f32(const void* p)           16 fp16
-//   VF cvt(VI), VF mul(VF, VF), VF fma(VF a, VF b, VF c) (a * b + c, one rounding), VF set1f(float),
-//   VF zerof(), VF as_float(VI bits), void store(float* y, VF v, int n)  the first n lanes
-//   void prefetch(const void* p)           a hint: the line at p will be read soon
+//   VI srli16(VI, n), VI slli16(VI, n)     shifts of each 16-bit word; VI srai(VI, n): arithmetic, of each
+//   int32 VI shuffle(VI table, VI idx)           vpshufb: each byte of idx (< 16) looks up table (per 128
+//   bits) VI u8_to_i32(const void* p)            16 bytes zero-extended; VI s8_to_i32: sign-extended VI
+//   u8x2_to_i16x2(const void* p)        32 bytes zero-extended to 16-bit words (lane o: bytes 2o, 2o+1) VI
+//   e8m0_scale(const void* p)           16 e8m0 bytes e to the bits of 2^(e - 128) (e8m0_half_to_f32) VF
+//   f16_to_f32(const void* p)           16 fp16 VF cvt(VI), VF mul(VF, VF), VF fma(VF a, VF b, VF c) (a * b +
+//   c, one rounding), VF set1f(float), VF zerof(), VF as_float(VI bits), void store(float* y, VF v, int n)
+//   the first n lanes void prefetch(const void* p)           a hint: the line at p will be read soon
 // Every kernel below computes, for each output of the panel and each row, the contract's fp32 chain
 // (linear_quant.h) in the contract's order; only the exact integer parts are organised for the SIMD units.
 #pragma once
@@ -30,8 +29,8 @@
 namespace moe::kernels::detail::quant_simd {
 
 // How far ahead of its loads a kernel asks for the weights (the hardware prefetcher alone left one-row
-// products of the Qwen3-30B-A3B-shaped Q4_K layer at 45 % of the streaming bandwidth, 4 KB ahead 70 %; 8 KB
-// was no better).
+// products of the Qwen3-30B-A3B-shaped Q4_K layer at 45 % of the streaming bandwidth, 4 KB ahead 70 %; 8 and
+// 16 KB, and prefetching into L2 only, were no better).
 inline constexpr size_t kPrefetchBytes = 4096;
 
 // A group of rows of the quantized input (quant_row_layout) and each row's integer corrections:
@@ -115,6 +114,8 @@ void block32(const QuantPanels& p, const std::byte* panel, const Rows& x, float*
 }
 
 // --- Q4_K: super-blocks of 256; A = sum_j sc_j I_j, M = sum_j m_j Bp_j -------------------------------------
+// The high nibbles are taken in place (z & 0xf0 = 16 q4): their dot is 16 I exactly, and the odd sub-blocks'
+// scaled sum sum sc_j 16 I_j is divided by 16 once per super-block (exact: a multiple of 16, below 2^31).
 
 template <class O, int R>
 void q4_k(const QuantPanels& p, const std::byte* panel, const Rows& x, float* y, int64_t y_stride, int n) {
@@ -123,26 +124,23 @@ void q4_k(const QuantPanels& p, const std::byte* panel, const Rows& x, float* y,
   VF acc[R];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = O::zerof();
-  const VI low4 = O::set1(0x0f0f0f0f);
+  const VI low4 = O::set1(0x0f0f0f0f), high4 = O::set1(static_cast<int32_t>(0xf0f0f0f0u));
   for (int64_t s = 0; s < p.steps; ++s) {
     const std::byte* wt = p.step_weights(panel, s);
     const std::byte* sc = p.step_scales(panel, s);
-    VI a[R], m[R];
+    VI a_even[R], a_odd16[R], m[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      a[r] = O::zero();
-      m[r] = O::zero();
-    }
+    for (int r = 0; r < R; ++r) a_even[r] = a_odd16[r] = m[r] = O::zero();
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      VI i0[R], i1[R];  // sub-blocks 2c and 2c + 1
+      VI i0[R], i1[R];  // sub-block 2c's I, sub-block 2c + 1's 16 I
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) i0[r] = i1[r] = O::zero();
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         O::prefetch(wt + 64 * (8 * c + g) + kPrefetchBytes);
         const VI z = O::load(wt + 64 * (8 * c + g));
-        const VI lo = O::and_(z, low4), hi = O::and_(O::srli16(z, 4), low4);
+        const VI lo = O::and_(z, low4), hi = O::and_(z, high4);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           i0[r] = O::dpbusd(i0[r], lo, x.q4(r, 64 * s + 16 * c + g));
@@ -151,7 +149,10 @@ void q4_k(const QuantPanels& p, const std::byte* panel, const Rows& x, float* y,
       }
       const VI sc0 = O::u8_to_i32(sc + 64 + 16 * (2 * c)), sc1 = O::u8_to_i32(sc + 64 + 16 * (2 * c + 1));
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) a[r] = O::add(a[r], O::add(O::mullo(i0[r], sc0), O::mullo(i1[r], sc1)));
+      for (int r = 0; r < R; ++r) {
+        a_even[r] = O::add(a_even[r], O::mullo(i0[r], sc0));
+        a_odd16[r] = O::add(a_odd16[r], O::mullo(i1[r], sc1));
+      }
     }
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
@@ -163,7 +164,8 @@ void q4_k(const QuantPanels& p, const std::byte* panel, const Rows& x, float* y,
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const VF dx = O::set1f(x.dx(r, s));
-      acc[r] = O::fma(O::cvt(a[r]), O::mul(d, dx), acc[r]);
+      const VI a = O::add(a_even[r], O::srai(a_odd16[r], 4));
+      acc[r] = O::fma(O::cvt(a), O::mul(d, dx), acc[r]);
       acc[r] = O::fma(O::cvt(O::sub(O::zero(), m[r])), O::mul(dmin, dx), acc[r]);
     }
   }
