@@ -164,9 +164,11 @@ struct Fp8Tables {
   }
 };
 
-template <int R>
-void fp8_panel(const QuantPanels& p, const std::byte* panel, const std::byte* xb, size_t stride, float* y,
-               int64_t y_stride, int n) {
+// R rows x NP panels (panel k at panels + k * panel_bytes, its first n[k] outputs stored): one dependent
+// vdpbf16ps chain per row, panel and scale block (the contract's P), so that R x NP chains are in flight.
+template <int R, int NP>
+void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, const std::byte* xb,
+                size_t stride, float* y, int64_t y_stride) {
   static const Fp8Tables tables;
   const __m512i lo0 = _mm512_load_si512(tables.lo), lo1 = _mm512_load_si512(tables.lo + 64);
   const __m512i hi0 = _mm512_load_si512(tables.hi), hi1 = _mm512_load_si512(tables.hi + 64);
@@ -176,44 +178,84 @@ void fp8_panel(const QuantPanels& p, const std::byte* panel, const std::byte* xb
     std::memcpy(&v, xb + static_cast<size_t>(r) * stride + 4 * static_cast<size_t>(k), 4);
     return (__m512bh)_mm512_set1_epi32(v);
   };
-  __m512 acc[R];
+  // The bf16 pairs of a step's two pairs: 16 outputs each, pair-interleaved.
+  const auto widen = [&](const std::byte* ws, __m512bh* w0, __m512bh* w1) {
+    _mm_prefetch(reinterpret_cast<const char*>(ws + quant_simd::kPrefetchBytes), _MM_HINT_T0);
+    const __m512i codes = _mm512_load_si512(ws);
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+    // The high byte with the code's sign bit: hi | (codes & 0x80).
+    const __m512i hi =
+        _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, codes, hi1), codes, sign, 0xf8);
+    *w0 = (__m512bh)_mm512_unpacklo_epi8(lo, hi);
+    *w1 = (__m512bh)_mm512_unpackhi_epi8(lo, hi);
+  };
+  __m512 acc[NP][R];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int k = 0; k < NP; ++k) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[k][r] = _mm512_setzero_ps();
+  }
   for (int64_t c = 0; c < p.scale_blocks; ++c) {
     const int64_t p0 = c * p.block_pairs, np = std::min(p.pairs, p0 + p.block_pairs) - p0;
-    __m512 dot[R];
+    const size_t group = static_cast<size_t>(c) * p.group_bytes;
+    __m512 dot[NP][R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_ps();
-    const std::byte* group = panel + static_cast<size_t>(c) * p.group_bytes;
-    const std::byte* ws = group;
-    for (int64_t k = 0; k < np; k += 2, ws += p.step_weight_bytes) {
-      _mm_prefetch(reinterpret_cast<const char*>(ws + quant_simd::kPrefetchBytes), _MM_HINT_T0);
-      const __m512i codes = _mm512_load_si512(ws);
-      const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
-      // The high byte with the code's sign bit: hi | (codes & 0x80).
-      const __m512i hi =
-          _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, codes, hi1), codes, sign, 0xf8);
-      const __m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(lo, hi);
+    for (int k = 0; k < NP; ++k) {
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) dot[r] = _mm512_dpbf16_ps(dot[r], pair(r, p0 + k), w0);
-      if (k + 1 < np) {
-        const __m512bh w1 = (__m512bh)_mm512_unpackhi_epi8(lo, hi);
+      for (int r = 0; r < R; ++r) dot[k][r] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < np; i += 2) {
+      const size_t step = group + static_cast<size_t>(i / 2) * p.step_weight_bytes;
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) dot[r] = _mm512_dpbf16_ps(dot[r], pair(r, p0 + k + 1), w1);
+      for (int k = 0; k < NP; ++k) {
+        __m512bh w0, w1;
+        widen(panels + static_cast<size_t>(k) * p.panel_bytes + step, &w0, &w1);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) dot[k][r] = _mm512_dpbf16_ps(dot[k][r], pair(r, p0 + i), w0);
+        if (i + 1 < np) {
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r) dot[k][r] = _mm512_dpbf16_ps(dot[k][r], pair(r, p0 + i + 1), w1);
+        }
       }
     }
-    const __m512 scale =
-        _mm512_load_ps(reinterpret_cast<const float*>(group + p.block_steps * p.step_weight_bytes));
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(dot[r], scale, acc[r]);
+    for (int k = 0; k < NP; ++k) {
+      const __m512 scale = _mm512_load_ps(reinterpret_cast<const float*>(
+          panels + static_cast<size_t>(k) * p.panel_bytes + group + p.block_steps * p.step_weight_bytes));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[k][r] = _mm512_fmadd_ps(dot[k][r], scale, acc[k][r]);
+    }
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    if (n == 16) {
-      _mm512_storeu_ps(y + r * y_stride, acc[r]);
-    } else {
-      _mm512_mask_storeu_ps(y + r * y_stride, static_cast<__mmask16>((1u << n) - 1), acc[r]);
+  for (int k = 0; k < NP; ++k) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      float* yr = y + r * y_stride + k * kQuantPanelOutputs;
+      if (n[k] == 16) {
+        _mm512_storeu_ps(yr, acc[k][r]);
+      } else {
+        _mm512_mask_storeu_ps(yr, static_cast<__mmask16>((1u << n[k]) - 1), acc[k][r]);
+      }
     }
+  }
+}
+
+// Rows [0, rows) (at xb) of panels [j0, j1): NP panels at a time, then one by one.
+template <int R, int NP>
+void fp8_rows(const QuantPanels& p, int64_t j0, int64_t j1, const std::byte* xb, size_t stride, float* y,
+              int64_t y_stride) {
+  int n[NP];
+  int64_t j = j0;
+  const auto count = [&](int64_t jj) {
+    return static_cast<int>(std::min<int64_t>(kQuantPanelOutputs, p.out - jj * kQuantPanelOutputs));
+  };
+  for (; j + NP <= j1; j += NP) {
+    for (int k = 0; k < NP; ++k) n[k] = count(j + k);
+    fp8_panels<R, NP>(p, p.panel(j), n, xb, stride, y + j * kQuantPanelOutputs, y_stride);
+  }
+  for (; j < j1; ++j) {
+    n[0] = count(j);
+    fp8_panels<R, 1>(p, p.panel(j), n, xb, stride, y + j * kQuantPanelOutputs, y_stride);
   }
 }
 
@@ -221,22 +263,17 @@ void fp8_panel(const QuantPanels& p, const std::byte* panel, const std::byte* xb
 
 void quant_panels_avx512_fp8(const QuantPanels& w, const std::byte* xq, int64_t rows, int64_t j_begin,
                              int64_t j_end, float* y, int64_t y_stride) {
-  constexpr int R = 4;
+  // Row groups of 4 over pairs of panels (8 chains); a remaining row over 4 panels at a time.
   const size_t stride = quant_row_layout(QuantRule::kBf16, w.in).stride;
   for (int64_t r0 = 0; r0 < rows; r0 += quant_simd::kChunkRows) {
     const int64_t nr = std::min(quant_simd::kChunkRows, rows - r0);
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      const int n = static_cast<int>(std::min<int64_t>(kQuantPanelOutputs, w.out - j * kQuantPanelOutputs));
-      float* yj = y + r0 * y_stride + j * kQuantPanelOutputs;
-      const std::byte* xj = xq + static_cast<size_t>(r0) * stride;
-      int64_t r = 0;
-      for (; r + R <= nr; r += R)
-        fp8_panel<R>(w, w.panel(j), xj + static_cast<size_t>(r) * stride, stride, yj + r * y_stride, y_stride,
-                     n);
-      for (; r < nr; ++r)
-        fp8_panel<1>(w, w.panel(j), xj + static_cast<size_t>(r) * stride, stride, yj + r * y_stride, y_stride,
-                     n);
-    }
+    int64_t r = r0;
+    for (; r + 4 <= r0 + nr; r += 4)
+      fp8_rows<4, 2>(w, j_begin, j_end, xq + static_cast<size_t>(r) * stride, stride, y + r * y_stride,
+                     y_stride);
+    for (; r < r0 + nr; ++r)
+      fp8_rows<1, 4>(w, j_begin, j_end, xq + static_cast<size_t>(r) * stride, stride, y + r * y_stride,
+                     y_stride);
   }
 }
 
