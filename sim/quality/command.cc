@@ -100,9 +100,10 @@ void add_quality_command(CLI::App& app) {
   auto& o = flags->options;
   CLI::App* cmd = app.add_subcommand(
       "quality",
-      "what a capacity factor costs in quality: held-out perplexity, top-1 agreement and KL divergence "
-      "against dropless of the trained model, per dispatch mode x capacity factor x overflow, served among "
-      "stranger traffic; the smallest capacity factor within 1 % of dropless (docs/cli.md)");
+      "what a capacity factor costs in quality: the trained model's held-out perplexity, top-1 agreement and "
+      "KL "
+      "divergence against dropless, per dispatch mode x capacity factor x overflow, served among stranger "
+      "traffic; the smallest capacity factor within 1 % of dropless perplexity (docs/cli.md)");
   cmd->add_option("--text", flags->text, "a text file to score (default: the held-out KJV text)")
       ->type_name("FILE");
   cmd->add_option(
@@ -133,12 +134,15 @@ void add_quality_command(CLI::App& app) {
   cmd->add_option("--modes", o.modes,
                   "dispatch modes, comma-separated (greedy, rank-only, stable, sequence, request, causal); "
                   "dropless is always run")
+      ->type_name("LIST")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--overflows", flags->overflows, "overflow policies, comma-separated (drop, reroute)")
+      ->type_name("LIST")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--capacity-factors", o.capacity_factors, "capacity factors, comma-separated")
+      ->type_name("LIST")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--tolerance", o.tolerance,
@@ -166,8 +170,10 @@ void add_quality_command(CLI::App& app) {
                   "shared system prompts half the strangers begin with")
       ->capture_default_str();
   cmd->add_option("--kernel", flags->kernel, "kernels of every linear: fast (Eigen) or invariant")
+      ->type_name("fast|invariant")
       ->capture_default_str();
   cmd->add_option("--compute", flags->compute, "compute precision of the expert FFNs: fp32 or bf16")
+      ->type_name("fp32|bf16")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "the strangers' seed")->capture_default_str();
   cmd->add_option("--threads", flags->threads,

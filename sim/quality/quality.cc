@@ -150,13 +150,21 @@ std::vector<EqualQuality> equal_quality(const PointResult& dropless, const std::
       return e.mode == p.spec.mode && e.overflow == p.spec.overflow;
     });
     if (it == out.end()) {
-      out.push_back(EqualQuality{p.spec.mode, p.spec.overflow, false, {}, {}});
+      out.push_back(EqualQuality{p.spec.mode, p.spec.overflow, false, {}, 0.0, {}});
       it = out.end() - 1;
     }
     const bool within = p.perplexity() <= limit;
     if (within && (!it->found || p.spec.capacity_factor < it->point.spec.capacity_factor)) {
       it->found = true;
       it->point = p;
+    }
+  }
+  for (EqualQuality& e : out) {  // the grid's factors below the answer are all over the limit
+    for (const PointResult& p : points) {
+      if (e.found && p.spec.mode == e.mode && p.spec.overflow == e.overflow &&
+          p.spec.capacity_factor < e.point.spec.capacity_factor) {
+        e.below = std::max(e.below, p.spec.capacity_factor);
+      }
     }
   }
   return out;
@@ -265,23 +273,13 @@ QualityReport run_quality(const QualityOptions& options, const QualityInput& inp
   report.equal = equal_quality(report.dropless, report.points, options.tolerance);
   // Bisection between each found factor and the largest factor of the grid below it (over the limit).
   const double limit = report.dropless.perplexity() * (1.0 + options.tolerance);
-  std::vector<double> below(report.equal.size(), 0.0);
-  for (size_t i = 0; i < report.equal.size(); ++i) {
-    for (const PointResult& p : report.points) {
-      const EqualQuality& e = report.equal[i];
-      if (e.found && p.spec.mode == e.mode && p.spec.overflow == e.overflow &&
-          p.spec.capacity_factor < e.point.spec.capacity_factor) {
-        below[i] = std::max(below[i], p.spec.capacity_factor);
-      }
-    }
-  }
   for (int round = 0; round < options.refine; ++round) {
     std::vector<PointSpec> specs = {dropless};
     std::vector<size_t> which;
     for (size_t i = 0; i < report.equal.size(); ++i) {
-      if (below[i] <= 0.0) continue;
       const EqualQuality& e = report.equal[i];
-      specs.push_back(PointSpec{e.mode, e.overflow, 0.5 * (below[i] + e.point.spec.capacity_factor)});
+      if (e.below <= 0.0) continue;
+      specs.push_back(PointSpec{e.mode, e.overflow, 0.5 * (e.below + e.point.spec.capacity_factor)});
       which.push_back(i);
     }
     if (which.empty()) break;
@@ -293,7 +291,7 @@ QualityReport run_quality(const QualityOptions& options, const QualityInput& inp
       if (p.perplexity() <= limit) {
         e.point = p;
       } else {
-        below[which[k]] = p.spec.capacity_factor;
+        e.below = p.spec.capacity_factor;
       }
     }
   }

@@ -85,13 +85,15 @@ struct PointResult {
 // (found false: no factor of the grid is), with its point. run_quality refines the grid's answer by
 // bisection (QualityOptions::refine steps) between it and the grid's next smaller factor, which is over the
 // limit: each midpoint within the limit becomes the answer, one over it the new lower end. `refinements`
-// holds the midpoints run, in order. Perplexity is assumed to fall with the capacity factor inside that
-// interval (the grid's points show whether it does).
+// holds the midpoints run, in order; `below` the largest factor run below the answer (over the limit; 0:
+// none), so the smallest factor within the limit lies in (below, answer]. Perplexity is assumed to fall with
+// the capacity factor inside that interval (the grid's points show whether it does).
 struct EqualQuality {
   std::string mode;
   Overflow overflow = Overflow::kDrop;
   bool found = false;
   PointResult point;
+  double below = 0.0;
   std::vector<PointResult> refinements;
 };
 

@@ -128,13 +128,14 @@ std::string format_table(const QualityReport& r) {
       << "% of dropless perplexity (" << fmt("%.4f", d.perplexity()) << ", at most "
       << fmt("%.4f", d.perplexity() * (1.0 + o.tolerance)) << ")";
   if (o.refine > 0) out << ", refined by " << o.refine << " bisection steps below the grid's";
-  out << "\n";
-  const size_t ew[] = {16, 7, 11, 12, 10, 10, 11};
+  out << "\n(cf: the smallest factor run that is within; over at: the largest factor run below it, which is "
+         "not)\n";
+  const size_t ew[] = {16, 7, 9, 11, 12, 10, 10, 11};
   auto erow = [&](const std::vector<std::string>& cells) {
     for (size_t i = 0; i < cells.size(); ++i) out << pad(cells[i], ew[i], i == 0);
     out << "\n";
   };
-  erow({"policy", "cf", "perplexity", "vs dropless", "kept/step", "peak/step", "slots/step"});
+  erow({"policy", "cf", "over at", "perplexity", "vs dropless", "kept/step", "peak/step", "slots/step"});
   for (const EqualQuality& e : r.equal) {
     const std::string label = e.mode + "/" + std::string(to_string(e.overflow));
     if (!e.found) {
@@ -144,9 +145,9 @@ std::string format_table(const QualityReport& r) {
       continue;
     }
     const PointResult& p = e.point;
-    erow({label, format_double(p.spec.capacity_factor), fmt("%.4f", p.perplexity()),
-          signed_percent(change(p, d)), fmt("%.1f", p.kept_per_step()), fmt("%.1f", p.peak_per_step()),
-          fmt("%.1f", p.slots_per_step())});
+    erow({label, format_double(p.spec.capacity_factor), e.below > 0 ? format_double(e.below) : "-",
+          fmt("%.4f", p.perplexity()), signed_percent(change(p, d)), fmt("%.1f", p.kept_per_step()),
+          fmt("%.1f", p.peak_per_step()), fmt("%.1f", p.slots_per_step())});
   }
   return out.str();
 }
@@ -190,6 +191,7 @@ std::string to_json(const QualityReport& r) {
     q["mode"] = e.mode;
     q["overflow"] = std::string(to_string(e.overflow));
     q["found"] = e.found;
+    q["below"] = e.below > 0 ? nlohmann::ordered_json(e.below) : nlohmann::ordered_json(nullptr);
     q["point"] = e.found ? point_json(e.point, r.dropless) : nlohmann::ordered_json(nullptr);
     nlohmann::ordered_json refinements = nlohmann::ordered_json::array();
     for (const PointResult& p : e.refinements) refinements.push_back(point_json(p, r.dropless));
