@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -247,11 +248,22 @@ TEST(QualityEqual, RefinementBisectsBelowTheGridsAnswer) {
   const double limit = r.dropless.perplexity() * 1.01;
   const double second = e.refinements[0].perplexity() <= limit ? 1.375 : 3.125;
   EXPECT_EQ(e.refinements[1].spec.capacity_factor, second);
-  double best = 4.0;
+  double best = 4.0, over = 0.5;
   for (const PointResult& p : e.refinements) {
-    if (p.perplexity() <= limit) best = std::min(best, p.spec.capacity_factor);
+    if (p.perplexity() <= limit) {
+      best = std::min(best, p.spec.capacity_factor);
+    } else {
+      over = std::max(over, p.spec.capacity_factor);
+    }
   }
   EXPECT_EQ(e.point.spec.capacity_factor, best);
+  EXPECT_EQ(e.below, over);  // the answer's bracket: (below, answer]
+  // The plot draws the midpoints with the grid's factors: 4 points on greedy/drop's line.
+  const std::string svg = to_svg(r);
+  const size_t line = svg.find("data-series=\"greedy/drop\"");
+  ASSERT_NE(line, std::string::npos);
+  const std::string points = svg.substr(line, svg.find("\"/>", line) - line);
+  EXPECT_EQ(std::count(points.begin(), points.end(), ','), 4);
 }
 
 TEST(QualityReports, TableJsonCsvSvg) {

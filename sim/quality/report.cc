@@ -253,6 +253,10 @@ std::string to_svg(const QualityReport& r) {
         if (p.spec.mode == m && p.spec.overflow == ov)
           xy.emplace_back(p.spec.capacity_factor, p.perplexity());
       }
+      for (const EqualQuality& e : r.equal) {  // the refinement's midpoints too
+        if (e.mode != m || e.overflow != ov) continue;
+        for (const PointResult& p : e.refinements) xy.emplace_back(p.spec.capacity_factor, p.perplexity());
+      }
       std::sort(xy.begin(), xy.end());
       PlotSeries s{m + "/" + std::string(to_string(ov)), {}, {}};
       for (const auto& [x, y] : xy) s.x.push_back(x), s.y.push_back(y);

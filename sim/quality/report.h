@@ -15,8 +15,8 @@ std::string format_table(const QualityReport& report);
 std::string to_json(const QualityReport& report);
 // A header and one row per point (dropless first).
 std::string to_csv(const QualityReport& report);
-// Perplexity against capacity factor, one line per mode and overflow, with dropless and dropless + tolerance
-// as horizontal lines; the y axis spans the data (not from 0).
+// Perplexity against capacity factor, one line per mode and overflow (the grid's factors and the refinement's
+// midpoints), with dropless and dropless + tolerance as horizontal lines; the y axis spans the data (not 0).
 std::string to_svg(const QualityReport& report);
 
 }  // namespace moe::sim::quality
