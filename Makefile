@@ -53,7 +53,7 @@ asan: deps
 # Threaded code (thread pool, kernels, layer, the simulator's streaming) under ThreadSanitizer: the tests labelled `threaded`. Without oneDNN
 # (its OpenMP runtime and JIT code are not instrumented): the bf16 fast kind then runs its Eigen fallback there.
 TSAN_TESTS = kernels_cpu_thread_pool_test kernels_cpu_invariance_test kernels_cpu_bf16_invariance_test layer_test \
-             layer_cases_test sim_experiment_test sim_parallel_test sim_deploy_test
+             layer_cases_test sim_experiment_test sim_parallel_test sim_deploy_test quality_invariance_test
 tsan: deps
 	@cmake -S . -B build-tsan $(SANITIZER_FLAGS) $(call sanitizer_opt,-O2) -DMOE_SANITIZE=thread -DMOE_ENABLE_ONEDNN=OFF > /dev/null
 	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)

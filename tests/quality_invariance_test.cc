@@ -4,31 +4,16 @@
 // bits with strangers at any rate or none, while greedy's move.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "moe/model/model_weights.h"
-#include "moe/model/tokenizer.h"
 #include "sim/quality/quality.h"
 #include "sim/quality/report.h"
 #include "sim/quality/scored_text.h"
+#include "tests/quality_test_util.h"
 
 namespace moe::sim::quality {
 namespace {
-
-namespace fs = std::filesystem;
-const fs::path kModel = fs::path(MOE_SOURCE_DIR) / "models" / "kjv-moe";
-const fs::path kCorpus = MOE_KJV_CORPUS;
-
-QualityInput heldout_input() {
-  QualityInput in;
-  in.weights = model::load_pretrained(kModel);
-  in.stream = read_text_tokens((kCorpus / "heldout.txt").string(), model::Tokenizer::load(kModel));
-  in.model_label = "models/kjv-moe";
-  in.text_label = "held-out KJV";
-  return in;
-}
 
 QualityOptions small_options() {
   QualityOptions o;

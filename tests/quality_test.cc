@@ -24,33 +24,13 @@
 #include "sim/quality/report.h"
 #include "sim/quality/scored_text.h"
 #include "tests/quality_reference.h"
+#include "tests/quality_test_util.h"
 
 namespace moe::sim::quality {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kModel = fs::path(MOE_SOURCE_DIR) / "models" / "kjv-moe";
-const fs::path kCorpus = MOE_KJV_CORPUS;
-
-std::shared_ptr<const model::ModelWeights> kjv_weights() {
-  static const auto w = model::load_pretrained(kModel);
-  return w;
-}
-
-const std::vector<int32_t>& heldout_tokens() {
-  static const std::vector<int32_t> t =
-      read_text_tokens((kCorpus / "heldout.txt").string(), model::Tokenizer::load(kModel));
-  return t;
-}
-
-QualityInput heldout_input() {
-  QualityInput in;
-  in.weights = kjv_weights();
-  in.stream = heldout_tokens();
-  in.model_label = "models/kjv-moe";
-  in.text_label = "held-out KJV";
-  return in;
-}
+const fs::path kModel = kKjvModel;
 
 // A small run: windows of 64, a few per serving run, among the lab's strangers.
 QualityOptions small_options() {
