@@ -352,6 +352,10 @@ TEST(QualityInputs, ImpossibleSettingsAreUsageErrors) {
             std::string::npos);
   EXPECT_NE(invalid([](QualityOptions& o) { o.capacity_factors.clear(); }).find("no capacity factors"),
             std::string::npos);
+  EXPECT_NE(invalid([](QualityOptions& o) {
+              o.capacity_factors = {1.25, 1, 1.25};
+            }).find("capacity factor 1.25 is given twice"),
+            std::string::npos);
   EXPECT_NE(invalid([](QualityOptions& o) { o.window = 257; }).find("window (257) must be in [1, 256]"),
             std::string::npos);
   EXPECT_NE(invalid([](QualityOptions& o) { o.engine.token_budget = 0; }).find("token_budget (0)"),

@@ -60,12 +60,15 @@ void QualityOptions::validate(int max_positions) const {
   usage(std::set<Overflow>(overflows.begin(), overflows.end()).size() == overflows.size(),
         "an overflow policy is given twice");
   usage(!capacity_factors.empty(), "no capacity factors");
-  for (double cf : capacity_factors) {
+  for (size_t i = 0; i < capacity_factors.size(); ++i) {
     try {
-      DispatchPolicy::check_capacity_factor(cf);
+      DispatchPolicy::check_capacity_factor(capacity_factors[i]);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("quality: capacity factor: ") + e.what());
     }
+    const auto before = capacity_factors.begin() + static_cast<std::ptrdiff_t>(i);
+    usage(std::find(capacity_factors.begin(), before, capacity_factors[i]) == before,
+          "capacity factor " + format_double(capacity_factors[i]) + " is given twice");
   }
   usage(window >= 1 && window <= max_positions, "window (" + std::to_string(window) + ") must be in [1, " +
                                                     std::to_string(max_positions) +
@@ -177,9 +180,7 @@ QualityReport run_quality(const QualityOptions& options, const QualityInput& inp
   const int V = shape.vocab_size;
   check_vocabulary(input.stream, V, "the text to score (" + input.text_label + ")");
   if (input.stream.size() < 2) throw DataError("the text to score holds fewer than 2 tokens");
-  const std::vector<int32_t>& stranger_text =
-      input.stranger_text.empty() ? input.stream : input.stranger_text;
-  if (&stranger_text != &input.stream) check_vocabulary(stranger_text, V, "the strangers' text");
+  const std::vector<int32_t>& stranger_text = input.stream;
   const bool strangers = options.traffic.arrival_rate > 0.0 || options.traffic.fixed_interval > 0;
   const int need = std::max(options.traffic.prompt_max,
                             options.traffic.system_prompts > 0 ? options.traffic.system_max : 0);

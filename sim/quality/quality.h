@@ -99,10 +99,9 @@ struct EqualQuality {
 
 struct QualityInput {
   std::shared_ptr<const model::ModelWeights> weights;
-  std::vector<int32_t> stream;         // the text to score, as tokens (checked against the vocabulary)
-  std::vector<int32_t> stranger_text;  // the strangers' prompts are windows of it (empty: of `stream`)
-  std::string model_label;             // "models/kjv-moe"
-  std::string text_label;              // "held-out KJV (heldout.txt)", a file name
+  std::vector<int32_t> stream;  // the text to score, as tokens; the strangers' prompts are windows of it too
+  std::string model_label;      // "models/kjv-moe"
+  std::string text_label;       // "held-out KJV (heldout.txt)", a file name
 };
 
 struct QualityReport {
