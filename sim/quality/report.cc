@@ -40,6 +40,12 @@ double slots_per_pair(const PointResult& p) {
   return p.counts.pairs > 0 ? static_cast<double>(p.counts.slots) / static_cast<double>(p.counts.pairs) : 0.0;
 }
 
+// A capacity factor with two decimals, or all it needs.
+std::string cf_text(double cf) {
+  const std::string two = fmt("%.2f", cf);
+  return std::stod(two) == cf ? two : format_double(cf);
+}
+
 std::string pad(const std::string& s, size_t width, bool left = false) {
   if (s.size() >= width) return s;
   return left ? s + std::string(width - s.size(), ' ') : std::string(width - s.size(), ' ') + s;
@@ -109,7 +115,7 @@ std::string format_table(const QualityReport& r) {
       << o.seed << "\n";
   const char* head[] = {"policy",    "cf",         "perplexity", "vs dropless", "top-1 agree", "KL nats",
                         "text drop", "batch drop", "kept/step",  "peak/step",   "slots/step"};
-  const size_t w[] = {16, 5, 11, 12, 12, 10, 10, 11, 10, 10, 11};
+  const size_t w[] = {18, 6, 11, 12, 12, 10, 10, 11, 10, 10, 11};
   auto row = [&](const std::vector<std::string>& cells) {
     for (size_t i = 0; i < cells.size(); ++i) out << pad(cells[i], w[i], i == 0);
     out << "\n";
@@ -117,7 +123,7 @@ std::string format_table(const QualityReport& r) {
   row(std::vector<std::string>(std::begin(head), std::end(head)));
   auto point_row = [&](const PointResult& p) {
     const bool dl = p.spec.dropless();
-    row({p.spec.label(), dl ? "-" : fmt("%.2f", p.spec.capacity_factor), fmt("%.4f", p.perplexity()),
+    row({p.spec.label(), dl ? "-" : cf_text(p.spec.capacity_factor), fmt("%.4f", p.perplexity()),
          dl ? "-" : signed_percent(change(p, d)), percent(p.agreement()), fmt("%.5f", p.kl()),
          percent(p.text_drop_rate()), percent(p.drop_rate()), fmt("%.1f", p.kept_per_step()),
          fmt("%.1f", p.peak_per_step()), dl ? "-" : fmt("%.1f", p.slots_per_step())});
@@ -130,7 +136,7 @@ std::string format_table(const QualityReport& r) {
   if (o.refine > 0) out << ", refined by " << o.refine << " bisection steps below the grid's";
   out << "\n(cf: the smallest factor run that is within; over at: the largest factor run below it, which is "
          "not)\n";
-  const size_t ew[] = {16, 7, 9, 11, 12, 10, 10, 11};
+  const size_t ew[] = {18, 8, 9, 11, 12, 10, 10, 11};
   auto erow = [&](const std::vector<std::string>& cells) {
     for (size_t i = 0; i < cells.size(); ++i) out << pad(cells[i], ew[i], i == 0);
     out << "\n";
