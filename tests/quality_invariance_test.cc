@@ -1,7 +1,7 @@
-// `moe-sim quality` (sim/quality) bit for bit: the same report bytes (table, JSON, CSV, SVG) for 1, 2 and 3
-// threads; and order-stable dispatch's promise carried to quality - under stable (prefix scope) with
-// invariant kernels the scored text's predictions do not depend on the traffic, so its metrics are the same
-// bits with strangers at any rate or none, while greedy's move.
+// `moe-sim quality` (sim/quality) bit for bit: the same report bytes (table, JSON, CSV, SVG) for 1 and 2
+// threads (4 serving runs over 2 workers); and order-stable dispatch's promise carried to quality - under
+// stable (prefix scope) with invariant kernels the scored text's predictions do not depend on the traffic, so
+// its metrics are the same bits with strangers at any rate or none, while greedy's move.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,8 +17,8 @@ namespace {
 
 QualityOptions small_options() {
   QualityOptions o;
-  o.window = 48;
-  o.max_tokens = 192;
+  o.window = 32;
+  o.max_tokens = 128;
   o.windows_per_segment = 1;  // 4 serving runs: the unit of parallel work
   o.arrivals = {4, 4};
   o.modes = {"greedy", "stable"};
@@ -32,7 +32,7 @@ TEST(QualityInvariance, SameBytesForAnyThreadCount) {
   const QualityInput in = heldout_input();
   QualityOptions o = small_options();
   std::vector<std::string> first;
-  for (int threads : {1, 2, 3}) {
+  for (int threads : {1, 2}) {
     o.threads = threads;
     const QualityReport r = run_quality(o, in);
     ASSERT_EQ(r.segments, 4);
@@ -49,6 +49,7 @@ TEST(QualityInvariance, SameBytesForAnyThreadCount) {
 TEST(QualityInvariance, StableTextMetricsDoNotDependOnTheTraffic) {
   const QualityInput in = heldout_input();
   QualityOptions o = small_options();
+  o.overflows = {Overflow::kDrop};
   o.refine = 0;
   o.threads = 2;
   std::vector<QualityReport> runs;
