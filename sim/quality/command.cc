@@ -82,6 +82,11 @@ void run(Flags& f) {
     } else {
       const std::filesystem::path corpus =
           f.corpus_dir.empty() ? diverge::locate_corpus(std::cerr) : std::filesystem::path(f.corpus_dir);
+      if (!std::filesystem::is_regular_file(corpus / "heldout.txt")) {
+        throw DataError("quality: " + (corpus / "heldout.txt").string() +
+                        " is missing: run scripts/fetch-corpus.sh " + corpus.string() +
+                        " (it needs the packages bible-kjv and bible-kjv-text), or leave --corpus out");
+      }
       input.stream = quality::read_text_tokens((corpus / "heldout.txt").string(), tokenizer);
       input.text_label = "held-out KJV (heldout.txt)";
     }
@@ -100,10 +105,9 @@ void add_quality_command(CLI::App& app) {
   auto& o = flags->options;
   CLI::App* cmd = app.add_subcommand(
       "quality",
-      "what a capacity factor costs in quality: the trained model's held-out perplexity, top-1 agreement and "
-      "KL "
-      "divergence against dropless, per dispatch mode x capacity factor x overflow, served among stranger "
-      "traffic; the smallest capacity factor within 1 % of dropless perplexity (docs/cli.md)");
+      "what a capacity factor costs in quality: the trained model's held-out perplexity, top-1 agreement "
+      "and KL divergence against dropless, per dispatch mode x capacity factor x overflow, served among "
+      "stranger traffic; the smallest capacity factor within 1 % of dropless perplexity (docs/cli.md)");
   cmd->add_option("--text", flags->text, "a text file to score (default: the held-out KJV text)")
       ->type_name("FILE");
   cmd->add_option(

@@ -35,7 +35,7 @@ struct QualityOptions {
   int window = 256;            // inputs per scored window (at most the model's max_positions)
   int64_t max_tokens = 16384;  // predictions scored: an evenly spread sample of windows (0: all of the text)
   int windows_per_segment = 16;
-  Arrivals arrivals = {16, 8};
+  Arrivals arrivals;
   serving::EngineConfig engine = default_engine();
   diverge::TrafficConfig traffic = default_traffic();
   kernels::KernelKind kernel = kernels::KernelKind::kInvariant;

@@ -22,13 +22,13 @@ namespace moe::sim::quality {
 // When the scored windows arrive among the strangers: window j of a segment at step first_step + j *
 // interval; strangers arrive over [0, first_step + windows * interval).
 struct Arrivals {
-  int first_step = 8;
+  int first_step = 16;
   int interval = 8;
 };
 
 struct Segment {
-  std::vector<diverge::Request>
-      requests;                    // ids 1, 2, ... in arrival order (scored after strangers of a step)
+  // Ids 1, 2, ... in arrival order (request i has id i + 1); a window after the strangers of its step.
+  std::vector<diverge::Request> requests;
   std::vector<int32_t> window_of;  // per request: its window's index in `windows`, -1 for a stranger
   std::vector<Window> windows;
   std::vector<int64_t> first_token;  // per window: the segment index of its first prediction
@@ -47,8 +47,8 @@ Segment make_segment(std::span<const int32_t> stream, std::span<const Window> wi
 struct ServeCounts {
   int64_t steps = 0;
   int64_t rows = 0, text_rows = 0;
-  int64_t pairs = 0, kept = 0, rerouted = 0,
-          dropped = 0;  // kept: on a top-k choice; rerouted: on a later one
+  // kept: on one of the token's top-k experts; rerouted: on a later-ranked one (overflow reroute).
+  int64_t pairs = 0, kept = 0, rerouted = 0, dropped = 0;
   int64_t text_pairs = 0, text_dropped = 0;
   int64_t slots = 0;        // slots the policy offered: the plans' expert_capacity summed over experts
   int64_t peak = 0;         // experts x the busiest expert's load: what one buffer size for all would need
