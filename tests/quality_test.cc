@@ -4,15 +4,12 @@
 #include "sim/quality/quality.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +22,7 @@
 #include "sim/quality/scored_text.h"
 #include "tests/quality_reference.h"
 #include "tests/quality_test_util.h"
+#include "tests/sim_test_util.h"
 
 namespace moe::sim::quality {
 namespace {
@@ -44,29 +42,6 @@ QualityOptions small_options() {
   o.capacity_factors = {0.5, 4.0};
   o.refine = 0;
   return o;
-}
-
-class TempFile {
- public:
-  TempFile(const std::string& name, const std::string& bytes) {
-    path_ = fs::temp_directory_path() / ("moe_quality_" + std::to_string(::getpid()) + "_" + name);
-    std::ofstream(path_, std::ios::binary) << bytes;
-  }
-  ~TempFile() { fs::remove(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
-template <class E, class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
 }
 
 // The reference itself, against the torch twin's logits of the committed checkpoint (reference_logits.npy):
@@ -277,22 +252,17 @@ TEST(QualityReports, TableJsonCsvSvg) {
 }
 
 TEST(QualityInputs, BadFilesAreNamed) {
+  using testing::expect_throw_with;
+  const testing::ScratchDir dir;
   const model::Tokenizer tok = model::Tokenizer::load(kModel);
-  EXPECT_NE(error_of<DataError>([&] {
-              read_text_tokens("/nonexistent/quality.txt", tok);
-            }).find("cannot open text file '/nonexistent/quality.txt': no such file"),
-            std::string::npos);
-  const TempFile empty("empty.txt", "");
-  EXPECT_NE(error_of<DataError>([&] { read_text_tokens(empty.path(), tok); }).find("holds 0 token(s)"),
-            std::string::npos);
-  const TempFile ids("ids.txt", "5 6,7\n8 x9\n");
-  EXPECT_NE(error_of<DataError>([&] { read_token_file(ids.path()); }).find("line 2: 'x9' is not a token id"),
-            std::string::npos);
-  const TempFile good("good.txt", "5 6,7\n8\n");
-  EXPECT_EQ(read_token_file(good.path()), (std::vector<int32_t>{5, 6, 7, 8}));
-  const TempFile one("one.txt", "5\n");
-  EXPECT_NE(error_of<DataError>([&] { read_token_file(one.path()); }).find("holds 1 token(s)"),
-            std::string::npos);
+  expect_throw_with<DataError>([&] { read_text_tokens(dir.file("missing.txt"), tok); },
+                               "cannot open text file '" + dir.file("missing.txt") + "': no such file");
+  const std::string empty = dir.write("empty.txt", "");
+  expect_throw_with<DataError>([&] { read_text_tokens(empty, tok); }, "holds 0 token(s)");
+  const std::string ids = dir.write("ids.txt", "5 6,7\n8 x9\n");
+  expect_throw_with<DataError>([&] { read_token_file(ids); }, "line 2: 'x9' is not a token id");
+  EXPECT_EQ(read_token_file(dir.write("good.txt", "5 6,7\n8\n")), (std::vector<int32_t>{5, 6, 7, 8}));
+  expect_throw_with<DataError>([&] { read_token_file(dir.write("one.txt", "5\n")); }, "holds 1 token(s)");
   // numpy's default integer (int64) is named with its conversion.
   std::string npy = "\x93NUMPY\x01\x00";
   std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }";
@@ -301,72 +271,53 @@ TEST(QualityInputs, BadFilesAreNamed) {
   npy += static_cast<char>(header.size() & 0xff);
   npy += static_cast<char>(header.size() >> 8);
   npy += header + std::string(16, '\0');
-  const TempFile i8("i8.npy", npy);
-  EXPECT_NE(error_of<DataError>([&] { read_token_file(i8.path()); }).find("int64 ids ('<i8')"),
-            std::string::npos);
+  expect_throw_with<DataError>([&] { read_token_file(dir.write("i8.npy", npy)); }, "int64 ids ('<i8')");
   // Tokens outside the vocabulary: the index and the value.
   QualityInput in = heldout_input();
   in.stream[1000] = 1024;
-  EXPECT_NE(error_of<DataError>([&] {
-              run_quality(small_options(), in);
-            }).find("token 1000 is 1024, outside the model's vocabulary [0, 1024)"),
-            std::string::npos);
+  expect_throw_with<DataError>([&] { run_quality(small_options(), in); },
+                               "token 1000 is 1024, outside the model's vocabulary [0, 1024)");
   in.stream[1000] = -1;
-  EXPECT_NE(error_of<DataError>([&] { run_quality(small_options(), in); }).find("token 1000 is -1"),
-            std::string::npos);
+  expect_throw_with<DataError>([&] { run_quality(small_options(), in); }, "token 1000 is -1");
   // A text too short for the strangers' prompts (windows of it), unless there are none.
   in.stream.assign(heldout_tokens().begin(), heldout_tokens().begin() + 40);
-  EXPECT_NE(error_of<DataError>([&] {
-              run_quality(small_options(), in);
-            }).find("holds 40 tokens, fewer than their longest prompt (96)"),
-            std::string::npos);
+  expect_throw_with<DataError>([&] { run_quality(small_options(), in); },
+                               "holds 40 tokens, fewer than their longest prompt (96)");
   QualityOptions alone = small_options();
   alone.traffic.arrival_rate = 0;
   EXPECT_EQ(run_quality(alone, in).dropless.tokens.tokens, 39);
 }
 
 TEST(QualityInputs, ImpossibleSettingsAreUsageErrors) {
-  const int P = 256;
-  auto with_cf = [&](double cf) {
-    QualityOptions o;
-    o.capacity_factors = {1.0, cf};
-    return error_of<UsageError>([&] { o.validate(P); });
-  };
-  EXPECT_NE(with_cf(0).find("capacity_factor must be finite and > 0 (got 0)"), std::string::npos);
-  EXPECT_NE(with_cf(-1).find("capacity_factor must be finite and > 0"), std::string::npos);
-  EXPECT_NE(with_cf(std::numeric_limits<double>::quiet_NaN()).find("capacity_factor"), std::string::npos);
-  EXPECT_NE(with_cf(std::numeric_limits<double>::infinity()).find("capacity_factor"), std::string::npos);
-  EXPECT_NE(with_cf(2e6).find("capacity_factor"), std::string::npos);
-  auto invalid = [&](auto&& change) {
+  auto invalid = [](auto&& change, const std::string& message) {
     QualityOptions o;
     change(o);
-    return error_of<UsageError>([&] { o.validate(P); });
+    testing::expect_throw_with<UsageError>([&] { o.validate(256); }, message);
   };
-  EXPECT_NE(invalid([](QualityOptions& o) { o.modes = {"fast"}; }).find("unknown dispatch mode 'fast'"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) { o.modes = {"dropless"}; }).find("'dropless' is the reference"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) {
-              o.modes = {"stable", "stable"};
-            }).find("given twice"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) { o.capacity_factors.clear(); }).find("no capacity factors"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) {
-              o.capacity_factors = {1.25, 1, 1.25};
-            }).find("capacity factor 1.25 is given twice"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) { o.window = 257; }).find("window (257) must be in [1, 256]"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) { o.engine.token_budget = 0; }).find("token_budget (0)"),
-            std::string::npos);
-  EXPECT_NE(
-      invalid([](QualityOptions& o) { o.traffic.decode_max = 200; }).find("exceed the model's max_positions"),
-      std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) { o.tolerance = 0; }).find("tolerance (0) must be > 0"),
-            std::string::npos);
-  EXPECT_NE(invalid([](QualityOptions& o) { o.refine = 11; }).find("refine (11)"), std::string::npos);
-  EXPECT_EQ(invalid([](QualityOptions&) {}), "(nothing thrown)");
+  for (double cf :
+       {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 2e6}) {
+    invalid([&](QualityOptions& o) { o.capacity_factors = {1.0, cf}; }, "capacity_factor must be");
+  }
+  invalid(
+      [](QualityOptions& o) {
+        o.capacity_factors = {1.0, 0.0};
+      },
+      "capacity factor: dispatch policy: capacity_factor must be finite and > 0 (got 0)");
+  invalid([](QualityOptions& o) { o.modes = {"fast"}; }, "unknown dispatch mode 'fast'");
+  invalid([](QualityOptions& o) { o.modes = {"dropless"}; }, "'dropless' is the reference");
+  invalid([](QualityOptions& o) { o.modes = {"stable", "stable"}; }, "mode 'stable' is given twice");
+  invalid([](QualityOptions& o) { o.capacity_factors.clear(); }, "no capacity factors");
+  invalid(
+      [](QualityOptions& o) {
+        o.capacity_factors = {1.25, 1, 1.25};
+      },
+      "capacity factor 1.25 is given twice");
+  invalid([](QualityOptions& o) { o.window = 257; }, "window (257) must be in [1, 256]");
+  invalid([](QualityOptions& o) { o.engine.token_budget = 0; }, "token_budget (0)");
+  invalid([](QualityOptions& o) { o.traffic.decode_max = 200; }, "exceed the model's max_positions");
+  invalid([](QualityOptions& o) { o.tolerance = 0; }, "tolerance (0) must be > 0");
+  invalid([](QualityOptions& o) { o.refine = 11; }, "refine (11)");
+  EXPECT_NO_THROW(QualityOptions().validate(256));
 }
 
 }  // namespace
