@@ -71,22 +71,32 @@ std::string xml_escape(const std::string& s) {
 }
 
 std::string render_svg(const LinePlot& plot) {
-  double x_min = 1e300, x_max = -1e300, y_max = 0.0;
+  double x_min = 1e300, x_max = -1e300, y_max = 0.0, y_low = 1e300;
   for (const auto& s : plot.series) {
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       x_min = std::min(x_min, s.x[i]);
       x_max = std::max(x_max, s.x[i]);
       y_max = std::max(y_max, s.y[i]);
+      y_low = std::min(y_low, s.y[i]);
     }
   }
   if (x_min > x_max) x_min = 0, x_max = 1;
   if (x_max == x_min) x_min -= 0.5, x_max += 0.5;
-  const double y_step = nice_step(y_max > 0 ? y_max : 1.0, 5);
-  const double y_top = y_max > 0 ? std::ceil(y_max / y_step - 1e-9) * y_step : 1.0;
+  // The y range: [0, a nice top], or [a nice bottom, a nice top] around the data.
+  double y_bottom = 0.0, y_step, y_top;
+  if (plot.y_from_zero || !(y_low < 1e300)) {
+    y_step = nice_step(y_max > 0 ? y_max : 1.0, 5);
+    y_top = y_max > 0 ? std::ceil(y_max / y_step - 1e-9) * y_step : 1.0;
+  } else {
+    if (y_max == y_low) y_low -= 0.5, y_max += 0.5;
+    y_step = nice_step(y_max - y_low, 5);
+    y_bottom = std::floor(y_low / y_step + 1e-9) * y_step;
+    y_top = std::ceil(y_max / y_step - 1e-9) * y_step;
+  }
   const double x_step = nice_step(x_max - x_min, 8);
   const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
   auto px = [&](double x) { return kLeft + (x - x_min) / (x_max - x_min) * pw; };
-  auto py = [&](double y) { return kTop + ph - y / y_top * ph; };
+  auto py = [&](double y) { return kTop + ph - (y - y_bottom) / (y_top - y_bottom) * ph; };
 
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -100,7 +110,7 @@ std::string render_svg(const LinePlot& plot) {
     << xml_escape(plot.title) << "</text>\n";
   // Grid and ticks.
   o << "<g class=\"y-ticks\" stroke=\"#dddddd\">\n";
-  for (double y = 0; y <= y_top + y_step * 1e-6; y += y_step) {
+  for (double y = y_bottom; y <= y_top + y_step * 1e-6; y += y_step) {
     o << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(py(y)) << "\" x2=\"" << num(kLeft + pw)
       << "\" y2=\"" << num(py(y)) << "\"/>\n";
     o << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(py(y) + 4)
@@ -125,20 +135,29 @@ std::string render_svg(const LinePlot& plot) {
     << "<text x=\"20\" y=\"" << num(kTop + ph / 2) << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
     << num(kTop + ph / 2) << ")\">" << xml_escape(plot.y_label) << "</text>\n";
   // Series.
+  auto color_of = [&](size_t i) {
+    return plot.series[i].reference ? "#888888" : kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+  };
+  auto width_of = [&](size_t i) { return plot.series[i].reference ? "1" : "2"; };
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const auto& s = plot.series[i];
-    const char* color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+    const char* color = color_of(i);
     o << "<g class=\"series-group\">\n<polyline class=\"series\" data-series=\"" << xml_escape(s.name)
-      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\""
-      << kDashes[i % 4] << "\" points=\"";
+      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width_of(i)
+      << "\" stroke-dasharray=\"" << kDashes[i % 4] << "\" points=\"";
     for (size_t p = 0; p < s.x.size() && p < s.y.size(); ++p) {
       o << (p ? " " : "") << num(px(s.x[p])) << "," << num(py(s.y[p]));
     }
     o << "\"/>\n";
-    for (size_t p = 0; p < s.x.size() && p < s.y.size(); ++p) {
-      o << "<circle cx=\"" << num(px(s.x[p])) << "\" cy=\"" << num(py(s.y[p])) << "\" r=\"3\" fill=\""
-        << color << "\"><title>" << xml_escape(s.name) << ": " << format_double(s.x[p]) << ", "
-        << format_double(s.y[p]) << "</title></circle>\n";
+    // Nested: 1.5 larger for every later series with markers.
+    double r = 3.0;
+    for (size_t later = i + 1; plot.nested_markers && later < plot.series.size(); ++later) {
+      if (!plot.series[later].reference) r += 1.5;
+    }
+    for (size_t p = 0; p < s.x.size() && p < s.y.size() && !s.reference; ++p) {
+      o << "<circle cx=\"" << num(px(s.x[p])) << "\" cy=\"" << num(py(s.y[p])) << "\" r=\""
+        << format_double(r) << "\" fill=\"" << color << "\"><title>" << xml_escape(s.name) << ": "
+        << format_double(s.x[p]) << ", " << format_double(s.y[p]) << "</title></circle>\n";
     }
     o << "</g>\n";
   }
@@ -147,9 +166,10 @@ std::string render_svg(const LinePlot& plot) {
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const double y = kTop + 10 + 20.0 * static_cast<double>(i);
     const double x = kLeft + pw + 20;
-    const char* color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+    const char* color = color_of(i);
     o << "<line x1=\"" << num(x) << "\" y1=\"" << num(y) << "\" x2=\"" << num(x + 24) << "\" y2=\"" << num(y)
-      << "\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\"" << kDashes[i % 4] << "\"/>\n"
+      << "\" stroke=\"" << color << "\" stroke-width=\"" << width_of(i) << "\" stroke-dasharray=\""
+      << kDashes[i % 4] << "\"/>\n"
       << "<text x=\"" << num(x + 30) << "\" y=\"" << num(y + 4) << "\">" << xml_escape(plot.series[i].name)
       << "</text>\n";
   }
