@@ -3,7 +3,7 @@
 //
 //   mpirun -np N build/bin/parallel_ep_bench [--hidden 1024] [--ff 1408] [--experts 16] [--top-k 2]
 //       [--tokens 256] [--steps 20] [--warmup 3] [--preset deterministic|greedy] [--threads 1] [--cf 1.25]
-//       [--global-tokens G] [--planning global|home] [--zipf S] [--redundant F] [--storage f32|bf16]
+//       [--global-tokens G] [--planning global|home] [--zipf S] [--redundant F] [--storage f32|bf16|fp8]
 //       [--checkpoint DIR] [--mode step|balance|memory] [--markdown-header]
 //
 // A plain program with its own timing (Google Benchmark does not know about ranks). Every rank routes
@@ -27,6 +27,10 @@
 //            first if it has no config.json), each rank only its experts; the rank's resident memory
 //            (/proc/self/status VmRSS, RssAnon, RssFile) before the layer, after building it and after the
 //            steps, against the bytes of its part (its experts + the router gate) and its workspace.
+//            --storage fp8 writes the experts as F8_E4M3 with 128 x 128 block scales (DeepSeek-V3's layout,
+//            config.json's quantization_config) and holds them as stored: the quantized kernels' panels are
+//            a copy of the part (anonymous memory) and the mapped file pages are only read while they are
+//            made (clean page cache the kernel may reclaim).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,8 +44,10 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "kernels/quant_formats.h"
 #include "moe/io/pretrained.h"
 #include "moe/parallel/eplb.h"
 #include "moe/parallel/expert_parallel_layer.h"
@@ -120,7 +126,10 @@ Args parse(int argc, char** argv) {
   if (a.mode != "step" && a.mode != "balance" && a.mode != "memory") {
     throw std::invalid_argument("--mode must be step, balance or memory");
   }
-  if (a.storage != "f32" && a.storage != "bf16") throw std::invalid_argument("--storage must be f32 or bf16");
+  if (a.storage != "f32" && a.storage != "bf16" && a.storage != "fp8")
+    throw std::invalid_argument("--storage must be f32, bf16 or fp8");
+  if (a.storage == "fp8" && a.mode != "memory")
+    throw std::invalid_argument("--storage fp8 is for --mode memory (a checkpoint held as stored)");
   if (a.mode == "memory" && a.checkpoint.empty())
     throw std::invalid_argument("--mode memory needs --checkpoint");
   return a;
@@ -158,30 +167,41 @@ Rss read_rss() {
 
 // A Mixtral-style checkpoint directory of any size (config.json + model.safetensors), written tensor by
 // tensor without holding the layer: the F32 router gate, then each expert's w1, w3, w2 in `storage` (values
-// uniform in
-// +-1/sqrt(in), bf16 by truncation), so that a layer larger than this host's memory can be written.
+// uniform in +-1/sqrt(in), bf16 by truncation; FP8: e4m3 codes of value / s with one scale s = bound / 448
+// per 128 x 128 block, written as "<name>_scale_inv" beside each matrix), so that a layer larger than this
+// host's memory can be written.
 void write_checkpoint(const std::filesystem::path& dir, const Args& a, moe::kernels::DType storage) {
   std::filesystem::create_directories(dir);
   const int64_t E = a.experts, d = a.hidden, ff = a.ff;
-  const size_t es = moe::kernels::dtype_size(storage);
-  const std::string dtype = storage == moe::kernels::DType::kBF16 ? "BF16" : "F32";
+  const bool fp8 = storage == moe::kernels::DType::kFP8;
+  const size_t es = fp8 ? 1 : moe::kernels::dtype_size(storage);
+  const std::string dtype = fp8 ? "F8_E4M3" : storage == moe::kernels::DType::kBF16 ? "BF16" : "F32";
+  constexpr int64_t kBlock = 128;
+  // An entry is a matrix (the gate in F32, an expert in `dtype`) or an FP8 matrix's F32 block scales.
   struct Entry {
     std::string name;
     int64_t rows, cols;
-    bool gate;
+    bool f32;
+    float scale = 0;  // scales: every block's
   };
   std::vector<Entry> entries = {{"model.layers.0.block_sparse_moe.gate.weight", E, d, true}};
   for (int64_t e = 0; e < E; ++e) {
     const std::string base = "model.layers.0.block_sparse_moe.experts." + std::to_string(e) + ".";
-    entries.push_back({base + "w1.weight", ff, d, false});
-    entries.push_back({base + "w3.weight", ff, d, false});
-    entries.push_back({base + "w2.weight", d, ff, false});
+    for (const auto& [name, rows, cols] :
+         {std::tuple{"w1", ff, d}, std::tuple{"w3", ff, d}, std::tuple{"w2", d, ff}}) {
+      entries.push_back({base + name + ".weight", rows, cols, false});
+      if (fp8) {
+        const float bound = 1.0f / std::sqrt(static_cast<float>(cols));
+        entries.push_back({base + name + ".weight_scale_inv", (rows + kBlock - 1) / kBlock,
+                           (cols + kBlock - 1) / kBlock, true, bound / 448.0f});
+      }
+    }
   }
   std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
   uint64_t offset = 0;
   for (const Entry& t : entries) {
-    const uint64_t bytes = static_cast<uint64_t>(t.rows * t.cols) * (t.gate ? 4 : es);
-    header += ",\"" + t.name + "\":{\"dtype\":\"" + (t.gate ? std::string("F32") : dtype) + "\",\"shape\":[" +
+    const uint64_t bytes = static_cast<uint64_t>(t.rows * t.cols) * (t.f32 ? 4 : es);
+    header += ",\"" + t.name + "\":{\"dtype\":\"" + (t.f32 ? std::string("F32") : dtype) + "\",\"shape\":[" +
               std::to_string(t.rows) + "," + std::to_string(t.cols) + "],\"data_offsets\":[" +
               std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
     offset += bytes;
@@ -195,8 +215,13 @@ void write_checkpoint(const std::filesystem::path& dir, const Args& a, moe::kern
   uint64_t state = 0x9e3779b97f4a7c15ull;
   std::vector<char> buf;
   for (const Entry& t : entries) {
-    const size_t count = static_cast<size_t>(t.rows * t.cols), size = t.gate ? 4 : es;
+    const size_t count = static_cast<size_t>(t.rows * t.cols), size = t.f32 ? 4 : es;
     buf.resize(count * size);
+    if (t.scale > 0) {  // an FP8 matrix's block scales
+      for (size_t i = 0; i < count; ++i) std::memcpy(buf.data() + i * 4, &t.scale, 4);
+      out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+      continue;
+    }
     const float bound = 1.0f / std::sqrt(static_cast<float>(t.cols));
     for (size_t i = 0; i < count; ++i) {
       state ^= state << 13;
@@ -207,6 +232,8 @@ void write_checkpoint(const std::filesystem::path& dir, const Args& a, moe::kern
       std::memcpy(&bits, &v, 4);
       if (size == 4) {
         std::memcpy(buf.data() + i * 4, &v, 4);
+      } else if (fp8) {
+        buf[i] = static_cast<char>(moe::kernels::f32_to_e4m3(v / (bound / 448.0f)));
       } else {
         const uint16_t top = static_cast<uint16_t>(bits >> 16);
         std::memcpy(buf.data() + i * 2, &top, 2);
@@ -220,7 +247,11 @@ void write_checkpoint(const std::filesystem::path& dir, const Args& a, moe::kern
       << ", \"num_local_experts\": " << E << ", \"num_experts_per_tok\": " << a.top_k
       << ", \"num_hidden_layers\": 1, \"vocab_size\": 32, \"num_attention_heads\": 8, "
          "\"num_key_value_heads\": 8,"
-         " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"hidden_act\": \"silu\"}";
+         " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"hidden_act\": \"silu\""
+      << (fp8 ? ", \"quantization_config\": {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", "
+                "\"weight_block_size\": [128, 128]}"
+              : "")
+      << "}";
 }
 
 double gb(double bytes) {
@@ -266,7 +297,9 @@ int main(int argc, char** argv) {
     }
     args.tokens = args.global_tokens / P;
   }
-  const kernels::DType storage = args.storage == "bf16" ? kernels::DType::kBF16 : kernels::DType::kF32;
+  const kernels::DType storage = args.storage == "bf16"  ? kernels::DType::kBF16
+                                 : args.storage == "fp8" ? kernels::DType::kFP8
+                                                         : kernels::DType::kF32;
   const Rss rss_start = read_rss();
 
   io::LayerShape shape;
@@ -355,15 +388,22 @@ int main(int argc, char** argv) {
   };
 
   if (args.mode == "memory") {
-    auto layer = parallel::ExpertParallelLayer::from_pretrained(args.checkpoint, 0, args.preset, comm,
-                                                                std::nullopt, options, storage);
+    // FP8 as stored (storage nullopt: a quantized checkpoint's default); f32 / bf16 as the file holds them.
+    auto layer = parallel::ExpertParallelLayer::from_pretrained(
+        args.checkpoint, 0, args.preset, comm, std::nullopt, options,
+        storage == kernels::DType::kFP8 ? std::optional<kernels::DType>()
+                                        : std::optional<kernels::DType>(storage));
     const Rss rss_built = read_rss();
     std::vector<double> sums, rows;
     run_steps(*layer, sums, rows);
     const Rss rss_after = read_rss();
     const io::LayerWeights& w = layer->weights();
+    // An FP8 expert: one byte per weight and its fp32 block scales.
+    const double fp8_scales = 4.0 * ((args.ff + 127) / 128) * ((args.hidden + 127) / 128) * 3.0;
     const double expert_bytes =
-        3.0 * static_cast<double>(args.hidden) * args.ff * kernels::dtype_size(storage);
+        storage == kernels::DType::kFP8
+            ? 3.0 * static_cast<double>(args.hidden) * args.ff + fp8_scales
+            : 3.0 * static_cast<double>(args.hidden) * args.ff * kernels::dtype_size(storage);
     const double part = static_cast<double>(w.held().list().size()) * expert_bytes +
                         static_cast<double>(args.experts) * args.hidden * 4.0;
     const double layer_bytes =

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Expert parallelism at scale (issue 34, docs/results.md section 4b): bytes per step against the world size,
 # per-rank load on a Zipf-skewed workload with and without EPLB's redundant experts, memory per rank of a layer
-# read in parts from a checkpoint, and (--big) a layer larger than this host's memory over 4 ranks.
+# read in parts from a checkpoint, and (--big) a layer larger than this host's memory over 4 ranks, then
+# DeepSeek-V3's layer in FP8 as stored in one process (issue 33).
 # Usage: bench/parallel_ep_scale.sh [BUILD] [--big]
 # Checkpoints are written once under $MOE_EP_BENCH_DIR (default BUILD/bench/ep-checkpoints; the --big one is
-# 26 GB: set MOE_EP_BENCH_DIR to a disk with room) and removed at the end unless MOE_EP_BENCH_KEEP=1.
+# 26 GB, then the FP8 one 11.3 GB: set MOE_EP_BENCH_DIR to a disk with room) and removed at the end unless MOE_EP_BENCH_KEEP=1.
 # NOTES: with fewer cores than ranks the ranks are oversubscribed (--oversubscribe); times then include waiting
 # for a CPU, bytes and loads do not depend on it.
 set -euo pipefail
@@ -69,5 +70,12 @@ trap cleanup EXIT
     echo
     "${mpirun_cmd[@]}" -np 4 "$bin" --mode memory --checkpoint "$ckpts/big" --hidden 7168 --ff 2048 --experts 300 \
       --top-k 8 --storage bf16 --planning home --tokens 16 --steps 1 --warmup 0 --markdown-header
+    [[ "${MOE_EP_BENCH_KEEP:-0}" == 1 ]] || rm -rf "$ckpts/big"  # room for the next one
+    echo
+    echo "DeepSeek-V3's MoE layer in FP8 as stored (d = 7168, ff = 2048, E = 256, k = 8, 128 x 128 block scales: 11.3 GB;"
+    echo "22.6 GB in bf16, more than this host holds) in one process, held as stored and run by the quantized kernels."
+    echo
+    "${mpirun_cmd[@]}" -np 1 "$bin" --mode memory --checkpoint "$ckpts/dsv3-fp8" --hidden 7168 --ff 2048 --experts 256 \
+      --top-k 8 --storage fp8 --planning home --tokens 16 --steps 3 --warmup 1 --markdown-header
   fi
 } | tee "$out/parallel_ep_scale$( (( big )) && echo _big).md"

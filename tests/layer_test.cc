@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "moe/io/io_error.h"
 #include "tests/support/allocation_counter.h"
 #include "tests/support/expect_invalid.h"
 #include "tests/support/layer_fixtures.h"
@@ -29,6 +31,36 @@ TEST(Layer, RejectsConfigsThatDoNotFitTheWeights) {
   ExpectInvalid([&] { MoELayer(c, weights); }, "num_threads must be >= 1");
   ExpectInvalid([] { MoELayerConfig::preset("fastest", io::Architecture::kMixtral); },
                 "unknown layer preset");
+}
+
+// The copies a layer makes of its experts' weights - the quantized kernels' panels, bf16 compute's bf16 copy
+// - are checked against the memory the process may take before any is allocated: refused with the numbers.
+TEST(Layer, PreparedWeightsThatDoNotFitTheMemoryAreRefused) {
+  const io::LayerShape shape = testing::SmallShape(256, 256, 8);
+  const auto q8 = std::make_shared<const io::LayerWeights>(io::random_layer(shape, kernels::DType::kQ8_0, 3));
+  const auto f32 = RandomWeights(shape);
+  const uint64_t q8_bytes = q8->expert_matrix_bytes();  // 8 experts x 3 matrices of 256 x 256 in Q8_0
+  MoELayerConfig bf16c = testing::SmallConfig("deterministic", 8, 2);
+  bf16c.compute = kernels::ComputePrecision::kBF16;
+  ::setenv("MOE_MEMORY_LIMIT_BYTES", std::to_string(q8_bytes - 1).c_str(), 1);
+  std::string q8_msg, bf16_msg;
+  try {
+    MoELayer(testing::SmallConfig("deterministic", 8, 2), q8);
+  } catch (const io::OutOfMemory& e) {
+    q8_msg = e.what();
+  }
+  try {
+    MoELayer(bf16c, f32);  // 2 bytes an element: 8 x 3 x 256 x 256 x 2 bytes
+  } catch (const io::OutOfMemory& e) {
+    bf16_msg = e.what();
+  }
+  // fp32 compute on fp32 weights copies nothing.
+  EXPECT_NO_THROW(MoELayer(testing::SmallConfig("deterministic", 8, 2), f32));
+  ::unsetenv("MOE_MEMORY_LIMIT_BYTES");
+  EXPECT_NE(q8_msg.find("the prepared expert weights"), std::string::npos) << q8_msg;
+  EXPECT_NE(q8_msg.find(std::to_string(q8_bytes) + " bytes)"), std::string::npos) << q8_msg;
+  EXPECT_NE(bf16_msg.find(std::to_string(8 * 3 * 256 * 256 * 2) + " bytes)"), std::string::npos) << bf16_msg;
+  EXPECT_NO_THROW(MoELayer(testing::SmallConfig("deterministic", 8, 2), q8));
 }
 
 TEST(Layer, RejectsBadInputWithoutTouchingOutputOrState) {

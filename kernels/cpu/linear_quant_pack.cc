@@ -148,9 +148,12 @@ void pack_block_step(const MatrixView& w, int64_t j, int64_t b, std::byte* wt, s
       }
       case DType::kQ6_K: {  // ql[128], qh[64], scales[16], d
         for (int h = 0; h < 2; ++h) {
-          for (int g = 0; g < 16; ++g) std::memcpy(lane(wt + 64 * (24 * h + g), o), blk + 64 * h + 4 * g, 4);
-          for (int g = 0; g < 8; ++g)
-            std::memcpy(lane(wt + 64 * (24 * h + 16 + g), o), blk + 128 + 32 * h + 4 * g, 4);
+          for (int g = 0; g < 8; ++g) {
+            std::byte* step = wt + 64 * (24 * h + 3 * g);
+            std::memcpy(lane(step, o), blk + 64 * h + 4 * g, 4);              // ql[64h + 4g ..]
+            std::memcpy(lane(step + 64, o), blk + 64 * h + 32 + 4 * g, 4);    // ql[64h + 32 + 4g ..]
+            std::memcpy(lane(step + 128, o), blk + 128 + 32 * h + 4 * g, 4);  // qh[32h + 4g ..]
+          }
         }
         put_f16(sc, o, get_f16(blk + 208));
         for (int sub = 0; sub < 16; ++sub) reinterpret_cast<uint8_t*>(sc + 32)[16 * sub + o] = blk[192 + sub];

@@ -202,11 +202,11 @@ void q6_k(const QuantPanels& p, const std::byte* panel, const Rows& x, float* y,
 #pragma GCC unroll 4
         for (int g4 = 0; g4 < 4; ++g4) {
           const int g = 4 * half + g4;
-          O::prefetch(wt + 64 * (24 * h + g) + kPrefetchBytes);
-          O::prefetch(wt + 64 * (24 * h + 8 + g) + kPrefetchBytes);
-          O::prefetch(wt + 64 * (24 * h + 16 + g) + kPrefetchBytes);
-          const VI qa = O::load(wt + 64 * (24 * h + g)), qb = O::load(wt + 64 * (24 * h + 8 + g));
-          const VI qh = O::load(wt + 64 * (24 * h + 16 + g));
+          const std::byte* chunks = wt + 64 * (24 * h + 3 * g);
+          O::prefetch(chunks + kPrefetchBytes);
+          O::prefetch(chunks + 64 + kPrefetchBytes);
+          O::prefetch(chunks + 128 + kPrefetchBytes);
+          const VI qa = O::load(chunks), qb = O::load(chunks + 64), qh = O::load(chunks + 128);
           // The code + 32 of elements 128h + 32t + 4g (t = 0..3): 4 low bits from ql, 2 high from qh.
           const VI u[4] = {O::or_(O::and_(qa, low4), O::and_(O::slli16(qh, 4), bits45)),
                            O::or_(O::and_(qb, low4), O::and_(O::slli16(qh, 2), bits45)),

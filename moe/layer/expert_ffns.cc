@@ -1,10 +1,13 @@
 #include "moe/layer/expert_ffns.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cpu/bf16_linear_op.h"
+#include "kernels/quant_formats.h"
+#include "moe/io/memory.h"
 #if defined(MOE_HAVE_ONEDNN)
 #include "kernels/cpu/linear_onednn.h"
 #endif
@@ -21,6 +24,29 @@ kernels::Bf16LinearMaker bf16_maker(kernels::KernelKind kind, int threads) {
   (void)threads;
   return kernels::make_eigen_bf16_linear;
 #endif
+}
+
+// Bytes of the copy an FFN's weights get here: the quantized kernels' panels (about the stored blocks' bytes:
+// kernels/cpu/linear_quant_pack.h) of its quantized matrices, and under bf16 compute the bf16 copy of a plain
+// FFN (2 bytes an element).
+uint64_t prepared_bytes(kernels::Activation act, const kernels::FfnWeights& w,
+                        kernels::ComputePrecision compute) {
+  const bool gated = kernels::is_gated(act);
+  const kernels::MatrixView* matrices[] = {&w.w1, gated ? &w.w3 : nullptr, &w.w2};
+  if (kernels::ffn_has_quantized(act, w)) {
+    uint64_t bytes = 0;
+    for (const kernels::MatrixView* m : matrices) {
+      if (m == nullptr || !kernels::is_quantized(m->dtype)) continue;
+      bytes += static_cast<uint64_t>(m->rows) * kernels::row_bytes(m->dtype, m->cols);
+    }
+    return bytes;
+  }
+  if (compute != kernels::ComputePrecision::kBF16) return 0;
+  uint64_t elements = 0;
+  for (const kernels::MatrixView* m : matrices) {
+    if (m != nullptr) elements += static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols);
+  }
+  return 2 * elements;
 }
 
 }  // namespace
@@ -51,6 +77,14 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
     kernels::validate_ffn_weights(act_, shared_, &d, &ff, true);
     has_shared_ = true;
   }
+  // The copies made below, checked against the memory the process may still take (the mapped checkpoint's
+  // pages they are made from are reclaimable page cache): a layer that does not fit is refused with numbers
+  // instead of failing in the allocator.
+  uint64_t copies = has_shared_ ? prepared_bytes(act_, shared_, compute_) : 0;
+  for (int e : experts) copies += prepared_bytes(act_, experts_[static_cast<size_t>(e)], compute_);
+  io::check_memory(copies,
+                   "the prepared expert weights (the quantized kernels' panels, bf16 compute's copies) of " +
+                       std::to_string(experts.size()) + " experts");
   // Quantized FFNs run their own kernels; the plain ones follow `compute`.
   quant_.resize(experts_.size());
   for (int e : experts) {
