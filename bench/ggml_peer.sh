@@ -9,7 +9,7 @@
 #             backend is configured and built there (native, Release, no GPU backends, OpenMP and llamafile's
 #             sgemm as llama.cpp builds it) into BUILD/ggml-peer/ggml, installed into BUILD/ggml-peer/install,
 #             and bench/ggml_moe_peer.cc (the graph of llama.cpp's build_moe_ffn) compiled against it.
-# Environment (comma-separated subsets; the defaults are the full matrix, about 40 minutes here):
+# Environment (comma-separated subsets; the defaults are the full matrix, 32 minutes on the 2-core VM):
 #   SHAPES   mixtral_like,deepseek_like,qwen3_30b_a3b      TYPES    f32,bf16,q8_0,q4_k,q6_k,mxfp4
 #   TOKENS   1,16,256,2048                                  THREADS  1,2
 #   REPS     repetitions on both sides (5; the medians are compared)

@@ -47,37 +47,48 @@ def main():
     peaks = load_peaks(args.peaks) if args.peaks else {}
     bandwidth = {t: bw for (prec, t), (_, bw) in peaks.items() if prec == "f32"}
 
+    thread_counts = sorted({k[3] for k in ggml})
+
+    def per_threads(values):
+        """One cell: the values of the thread counts in order, joined by ' / '."""
+        return " / ".join("-" if v is None else v for v in values)
+
     def gbps(v, threads):
         bw = bandwidth.get(threads)
         return f"{v:.1f}" + (f" ({100 * v / bw:.0f}%)" if bw else "")
 
     first = next(iter(ggml.values()))
-    lines = [f"ggml {first['ggml_version']} (commit {first['ggml_commit']}), CPU backend; ours: layer_bench, "
-             "deterministic preset. ms per layer call: medians (ggml's best repetition in brackets). "
-             "MB: expert, shared-expert and router bytes one call touches (ggml's routing, averaged over the "
-             "8 inputs). "
-             "% bw: of the streaming bandwidth measured by peak_bench for the thread count.", "",
-             "| shape | type | T | threads | ggml ms (best) | ours ms | ggml/ours | MB per call | "
+    threads_text = " / ".join(str(t) for t in thread_counts)
+    lines = [f"ggml {first['ggml_version']} (commit {first['ggml_commit']}), CPU backend; ours: "
+             f"layer_bench, deterministic preset. Each cell: {threads_text} thread(s). ms per layer call: "
+             "medians of the repetitions (ggml's best repetition beside). MB: the expert, shared-expert and "
+             "router bytes one call touches (ggml's routing, averaged over the 8 inputs). % bw: of the "
+             "streaming bandwidth that peak_bench measured for the thread count. ggml/ours > 1: ours faster.",
+             "",
+             "| shape | type | T | ggml ms | ggml best ms | ours ms | ggml/ours | MB per call | "
              "ggml GB/s (% bw) | ours GB/s (% bw) | ours dropped |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def order(key):
-        shape, dtype, T, threads = key
-        return (SHAPES.index(shape) if shape in SHAPES else 99, TYPES.index(dtype) if dtype in TYPES else 99,
-                T, threads)
+        shape, dtype, T = key[:3]
+        return (SHAPES.index(shape) if shape in SHAPES else 99,
+                TYPES.index(dtype) if dtype in TYPES else 99, T)
 
-    for key in sorted(ggml, key=order):
-        shape, dtype, T, threads = key
-        g = ggml[key]
-        o = ours.get((our_shape(shape, dtype), T, threads, "deterministic"))
-        cells = [shape, dtype, str(T), str(threads), f"{g['ms']:.2f} ({g['best_ms']:.2f})"]
-        if o:
-            drop = o.get("drop_rate")
-            cells += [f"{o['ms']:.2f}", f"{g['ms'] / o['ms']:.2f}", f"{g['weight_MB']:.1f}",
-                      gbps(g["GBps"], threads), gbps(o["gbps"], threads),
-                      "-" if drop is None else f"{100 * drop:.1f}%"]
-        else:
-            cells += ["-", "-", f"{g['weight_MB']:.1f}", gbps(g["GBps"], threads), "-", "-"]
+    for shape, dtype, T in sorted({k[:3] for k in ggml}, key=order):
+        g = [ggml.get((shape, dtype, T, t)) for t in thread_counts]
+        o = [ours.get((our_shape(shape, dtype), T, t, "deterministic")) for t in thread_counts]
+        mb = next(x["weight_MB"] for x in g if x)
+        drop = next((y["drop_rate"] for y in o if y and y.get("drop_rate") is not None), None)
+        both = list(zip(g, o, thread_counts))
+        cells = [shape, dtype, str(T),
+                 per_threads([f"{x['ms']:.2f}" if x else None for x in g]),
+                 per_threads([f"{x['best_ms']:.2f}" if x else None for x in g]),
+                 per_threads([f"{y['ms']:.2f}" if y else None for y in o]),
+                 per_threads([f"{x['ms'] / y['ms']:.2f}" if x and y else None for x, y, _ in both]),
+                 f"{mb:.1f}",
+                 per_threads([gbps(x["GBps"], t) if x else None for x, _, t in both]),
+                 per_threads([gbps(y["gbps"], t) if y else None for _, y, t in both]),
+                 "-" if drop is None else f"{100 * drop:.1f}%"]
         lines.append("| " + " | ".join(cells) + " |")
 
     # How ggml held each type's experts, and how far its output was from the float64 reference.
@@ -85,7 +96,7 @@ def main():
               "|---|---|---|---|"]
     seen = set()
     for key in sorted(ggml, key=order):
-        shape, dtype = key[0], key[1]
+        shape, dtype = key[:2]
         if (shape, dtype) not in seen:
             seen.add((shape, dtype))
             g = ggml[key]
