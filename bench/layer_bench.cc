@@ -3,10 +3,11 @@
 // ff=512, E=64, k=6, 2 shared experts), T in {1, 16, 256, 2048}, 1 and 2 threads; fp32 weights and compute,
 // and (names *_bf16_*) bf16 weights with bf16 compute (MoELayerConfig::compute: the invariant vdpbf16ps
 // kernel under deterministic, oneDNN's bf16 matmul under greedy); and Qwen3-30B-A3B's layer at full size
-// (d=2048, ff=768, E=128, k=8) in bf16 only. Quantized storage (names *_<type>_deterministic, type q8_0,
-// q4_k, q6_k, mxfp4, fp8): the weights held as stored (io::random_layer quantizes the same seeded values; FP8
-// in 128 x 128 blocks) and run by the quantized kernels (kernels/cpu/linear_quant.h) under the deterministic
-// preset, for all three shapes.
+// (d=2048, ff=768, E=128, k=8) in bf16, and in fp32 under deterministic (2.4 GB of weights: the f32 row of
+// bench/ggml_peer.sh's comparison with ggml at that shape). Quantized storage (names *_<type>_deterministic,
+// type q8_0, q4_k, q6_k, mxfp4, fp8): the weights held as stored (io::random_layer quantizes the same seeded
+// values; FP8 in 128 x 128 blocks) and run by the quantized kernels (kernels/cpu/linear_quant.h) under the
+// deterministic preset, for all three shapes.
 //
 // Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
 // weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second, in
@@ -182,6 +183,9 @@ BENCHMARK_CAPTURE(BM_Layer, deepseek_like_bf16_greedy, DeepSeekLike(), std::stri
     ->Apply(Args);
 BENCHMARK_CAPTURE(BM_Layer, deepseek_like_bf16_deterministic, DeepSeekLike(), std::string("deterministic"),
                   kBF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_deterministic, bench::Qwen3_30bA3b(), std::string("deterministic"),
+                  kF32)
     ->Apply(Args);
 BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_bf16_greedy, bench::Qwen3_30bA3b(), std::string("greedy"), kBF16)
     ->Apply(Args);

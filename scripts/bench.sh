@@ -20,9 +20,19 @@ for exe in "$build"/bin/*_bench; do
 done
 for script in bench/*_peer.sh; do
   [ -x "$script" ] || continue
+  [ "$script" = bench/ggml_peer.sh ] && continue # needs a ggml checkout: below
   echo "== $script"
   "$script" "$build"
 done
+# llama.cpp's MoE graph on ggml beside our layer (docs/results.md section 3e): only with a ggml checkout.
+if [ -n "${GGML_DIR:-}" ]; then
+  echo "== bench/ggml_peer.sh $GGML_DIR"
+  bench/ggml_peer.sh "$GGML_DIR" "$build"
+else
+  echo "== bench/ggml_peer.sh skipped: set GGML_DIR to a checkout of github.com/ggml-org/ggml outside" \
+    "this tree (make bench GGML_DIR=/path/to/ggml; SHAPES, TYPES, TOKENS, THREADS narrow it:" \
+    "bench/ggml_peer.sh)"
+fi
 # Planning's instruction counts (greedy vs stable vs causal), immune to the noise of a shared machine. Needs
 # valgrind; the script builds its own non-AVX-512 tree ($build-callgrind), as valgrind cannot decode AVX-512.
 if command -v valgrind >/dev/null; then

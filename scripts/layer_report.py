@@ -32,7 +32,8 @@ def load_ours(path):
             continue
         shape, preset, T, threads = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
         ms = b["real_time"] if b["time_unit"] == "ms" else b["real_time"] / 1e6
-        rows[(shape, T, threads, preset)] = dict(ms=ms, gflops=b["GFLOPs"], gbps=b["weight_GBps"])  # already rates
+        rows[(shape, T, threads, preset)] = dict(ms=ms, gflops=b["GFLOPs"], gbps=b["weight_GBps"],  # already rates
+                                                 drop_rate=b.get("drop_rate"))
     return rows
 
 
