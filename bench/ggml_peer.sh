@@ -17,8 +17,9 @@
 #   GGML_REPACK=0  ggml's weights in its plain CPU buffer (llama.cpp's --no-repack); default: its CPU_REPACK
 #            buffer where ggml offers it for the type, as llama.cpp does
 #   GGML_COMMIT    ggml's commit for the record, where GGML_DIR is not a git work tree
-# Each (shape, type) runs ggml's graph, then our layer_bench rows of the same shape and type (deterministic
-# preset), so that both see the machine in the same minutes. Output under BUILD/bench/: ggml_peer.jsonl
+# Each (shape, type) runs ggml's graph, then our layer_bench rows of the same shape and type (dropless, as
+# ggml's graph: the deterministic preset's invariant kernels, capacity scope none), so that both see the
+# machine in the same minutes. Output under BUILD/bench/: ggml_peer.jsonl
 # (ggml), ggml_peer_ours_<shape>_<type>.json (layer_bench), peak.json (peak_bench, when absent),
 # ggml_results.md.
 set -euo pipefail
@@ -127,11 +128,11 @@ for shape in "${shape_list[@]}"; do
     echo "== $shape $type: ggml" >&2
     "$peer" --shape "$shape" --type "$type" --tokens "$tokens" --threads "$threads" --reps "$reps" \
       --min-time "$min_time" --ggml-commit "$commit" "${repack[@]}" >> "$out/ggml_peer.jsonl"
-    # Our rows of the same shape and type: <shape>_deterministic for f32 weights, else
-    # <shape>_<type>_deterministic.
+    # Our rows of the same shape and type, dropless as ggml's graph is: <shape>_dropless for f32 weights, else
+    # <shape>_<type>_dropless (the deterministic preset's invariant kernels, capacity scope none).
     case $type in
-      f32) name=${shape}_deterministic ;;
-      *) name=${shape}_${type}_deterministic ;;
+      f32) name=${shape}_dropless ;;
+      *) name=${shape}_${type}_dropless ;;
     esac
     filter="^BM_Layer/$name/T:(${tokens//,/|})/threads:(${threads//,/|})(/|$)"
     if ! "$build/bin/layer_bench" --benchmark_list_tests --benchmark_filter="$filter" | grep -q .; then

@@ -8,6 +8,9 @@
 // type q8_0, q4_k, q6_k, mxfp4, fp8): the weights held as stored (io::random_layer quantizes the same seeded
 // values; FP8 in 128 x 128 blocks) and run by the quantized kernels (kernels/cpu/linear_quant.h) under the
 // deterministic preset, for all three shapes.
+// Dropless rows (names *_dropless: f32, bf16 and every quantized type, all three shapes): the deterministic
+// preset's invariant kernels with capacity scope none, so that every pair is computed - what llama.cpp's
+// graph computes; bench/ggml_peer.sh compares ggml with these.
 //
 // Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
 // weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second, in
@@ -69,8 +72,9 @@ double StreamSeconds() {
 
 // compute kBF16: bf16 weights (as checkpoints ship them) and bf16 compute; kF32: fp32 weights and compute;
 // `quantized`: weights of that type held as stored (the compute setting does not apply to them).
+// `dropless`: the preset's kernels with capacity scope none (every pair kept).
 void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels::ComputePrecision compute,
-              std::optional<kernels::DType> quantized = std::nullopt) {
+              std::optional<kernels::DType> quantized = std::nullopt, bool dropless = false) {
   const int T = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   const bool bf16 = compute == kernels::ComputePrecision::kBF16;
@@ -86,6 +90,7 @@ void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels:
   config.compute = compute;
   config.num_threads = threads;
   config.max_tokens = T;
+  if (dropless) config.policy.scope = CapacityScope::kNone;
   MoELayer layer(config, weights);
 
   const int64_t d = shape.layer.hidden;
@@ -193,15 +198,33 @@ BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_bf16_deterministic, bench::Qwen3_30bA3
                   std::string("deterministic"), kBF16)
     ->Apply(Args);
 
-// Quantized storage: every format on every shape, deterministic preset.
+// Quantized storage: every format on every shape, deterministic preset (capacity binds); and the dropless
+// rows of every storage type.
 int RegisterQuantized() {
+  const std::optional<kernels::DType> kQuantized[] = {kernels::DType::kQ8_0, kernels::DType::kQ4_K,
+                                                      kernels::DType::kQ6_K, kernels::DType::kMXFP4,
+                                                      kernels::DType::kFP8};
   for (const Shape& shape : {MixtralLike(), DeepSeekLike(), bench::Qwen3_30bA3b()}) {
-    for (kernels::DType t : {kernels::DType::kQ8_0, kernels::DType::kQ4_K, kernels::DType::kQ6_K,
-                             kernels::DType::kMXFP4, kernels::DType::kFP8}) {
-      const std::string name =
-          "BM_Layer/" + std::string(shape.name) + "_" + std::string(kernels::to_string(t)) + "_deterministic";
-      benchmark::RegisterBenchmark(name.c_str(), BM_Layer, shape, std::string("deterministic"), kF32,
-                                   std::optional<kernels::DType>(t))
+    for (const std::optional<kernels::DType>& t : kQuantized) {
+      const std::string name = "BM_Layer/" + std::string(shape.name) + "_" +
+                               std::string(kernels::to_string(*t)) + "_deterministic";
+      benchmark::RegisterBenchmark(name.c_str(), BM_Layer, shape, std::string("deterministic"), kF32, t,
+                                   false)
+          ->Apply(Args);
+    }
+  }
+  for (const Shape& shape : {MixtralLike(), DeepSeekLike(), bench::Qwen3_30bA3b()}) {
+    // f32, bf16 (bf16 compute), then the quantized types.
+    const std::string base = "BM_Layer/" + std::string(shape.name);
+    benchmark::RegisterBenchmark((base + "_dropless").c_str(), BM_Layer, shape, std::string("deterministic"),
+                                 kF32, std::nullopt, true)
+        ->Apply(Args);
+    benchmark::RegisterBenchmark((base + "_bf16_dropless").c_str(), BM_Layer, shape,
+                                 std::string("deterministic"), kBF16, std::nullopt, true)
+        ->Apply(Args);
+    for (const std::optional<kernels::DType>& t : kQuantized) {
+      benchmark::RegisterBenchmark((base + "_" + std::string(kernels::to_string(*t)) + "_dropless").c_str(),
+                                   BM_Layer, shape, std::string("deterministic"), kF32, t, true)
           ->Apply(Args);
     }
   }

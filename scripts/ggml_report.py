@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Turns bench/ggml_peer.sh's measurements into a markdown table: ggml (llama.cpp's MoE FFN graph) beside our
-layer (layer_bench, deterministic preset) per shape, weight type, T and threads.
+layer (layer_bench's dropless rows: the deterministic preset's invariant kernels with capacity scope none, every
+pair computed, as in ggml's graph) per shape, weight type, T and threads.
 
 Inputs: the peer's JSON lines (bench/ggml_moe_peer.cc: median and best ms per call, the weight bytes a call
-touches) and layer_bench JSON files (medians of interleaved repetitions; rows BM_Layer/<shape>_deterministic
-for f32 weights, BM_Layer/<shape>_<type>_deterministic otherwise). With --peaks (peak_bench's JSON) the weight
-GB/s of both sides are also shown against the measured streaming bandwidth of the row's thread count.
-ggml/ours > 1: ours is faster. "ours dropped": the share of (token, expert) pairs our deterministic preset
-dropped at capacity (cf 1.25); ggml's graph is dropless, so where it is not 0 ours did less work.
+touches) and layer_bench JSON files (medians of interleaved repetitions; rows BM_Layer/<shape>_dropless for
+f32 weights, BM_Layer/<shape>_<type>_dropless otherwise). With --peaks (peak_bench's JSON) the weight GB/s of
+both sides are also shown against the measured streaming bandwidth of the row's thread count. ggml/ours > 1:
+ours is faster. "ours dropped": the share of (token, expert) pairs ours dropped (0 for dropless rows: a check).
 """
 import argparse
 import json
@@ -60,7 +60,8 @@ def main():
     first = next(iter(ggml.values()))
     threads_text = " / ".join(str(t) for t in thread_counts)
     lines = [f"ggml {first['ggml_version']} (commit {first['ggml_commit']}), CPU backend; ours: "
-             f"layer_bench, deterministic preset. Each cell: {threads_text} thread(s). ms per layer call: "
+             "layer_bench, dropless rows (the deterministic preset's invariant kernels, capacity scope none). "
+             f"Each cell: {threads_text} thread(s). ms per layer call: "
              "medians of the repetitions (ggml's best repetition beside). MB: the expert, shared-expert and "
              "router bytes one call touches (ggml's routing, averaged over the 8 inputs). % bw: of the "
              "streaming bandwidth that peak_bench measured for the thread count. ggml/ours > 1: ours faster.",
@@ -76,7 +77,7 @@ def main():
 
     for shape, dtype, T in sorted({k[:3] for k in ggml}, key=order):
         g = [ggml.get((shape, dtype, T, t)) for t in thread_counts]
-        o = [ours.get((our_shape(shape, dtype), T, t, "deterministic")) for t in thread_counts]
+        o = [ours.get((our_shape(shape, dtype), T, t, "dropless")) for t in thread_counts]
         mb = next(x["weight_MB"] for x in g if x)
         drop = next((y["drop_rate"] for y in o if y and y.get("drop_rate") is not None), None)
         both = list(zip(g, o, thread_counts))

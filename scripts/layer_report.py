@@ -27,7 +27,7 @@ def load_ours(path):
             continue
         if b.get("run_type") == "iteration" and b.get("repetitions", 1) > 1:
             continue
-        m = re.match(r"BM_Layer/(\w+?)_(greedy|deterministic)/T:(\d+)/threads:(\d+)", b["name"])
+        m = re.match(r"BM_Layer/(\w+?)_(greedy|deterministic|dropless)/T:(\d+)/threads:(\d+)", b["name"])
         if not m:
             continue
         shape, preset, T, threads = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
