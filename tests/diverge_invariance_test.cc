@@ -21,8 +21,8 @@ DivergeOptions options() {
   o.trials = 32;
   o.probe_length = 20;
   o.gen_length = 24;
-  o.scheduler.engine.token_budget = 32;
-  o.scheduler.engine.chunk_size = 8;
+  o.engine.token_budget = 32;
+  o.engine.chunk_size = 8;
   o.vary_chunks = {1, 3, 8, 16, 32};
   o.vary_budgets = {16, 32, 64};
   o.traffic.arrival_rate = 0.7;

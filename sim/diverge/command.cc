@@ -151,9 +151,8 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens (random models: random tokens)")
       ->capture_default_str();
   cmd->add_option("--gen-length", o.gen_length, "tokens the probe generates")->capture_default_str();
-  cmd->add_option("--budget", o.scheduler.engine.token_budget, "token budget per step (rows)")
-      ->capture_default_str();
-  cmd->add_option("--chunk", o.scheduler.engine.chunk_size, "prefill chunk size")->capture_default_str();
+  cmd->add_option("--budget", o.engine.token_budget, "token budget per step (rows)")->capture_default_str();
+  cmd->add_option("--chunk", o.engine.chunk_size, "prefill chunk size")->capture_default_str();
   cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */varied configs")
       ->delimiter(',')
       ->capture_default_str();
@@ -170,7 +169,8 @@ void add_diverge_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-sweep", flags->no_sweep, "skip the capacity-factor sweep");
-  cmd->add_option("--vary-spec", o.vary_spec, "draft tokens cycled over the trials of */varied configs (0: none)")
+  cmd->add_option("--vary-spec", o.vary_spec,
+                  "draft tokens cycled over the trials of */varied configs (0: none)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--vary-cache", o.vary_cache,
@@ -181,14 +181,16 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tight-kv-blocks", o.tight_kv_blocks, "KV blocks (16 positions) of a tight trial")
       ->capture_default_str();
-  cmd->add_option("--system-prompts", o.traffic.system_prompts,
-                  "shared system prompts (the probe begins with the first; strangers with one, half the time)")
+  cmd->add_option(
+         "--system-prompts", o.traffic.system_prompts,
+         "shared system prompts (the probe begins with the first; strangers with one, half the time)")
       ->capture_default_str();
-  cmd->add_option("--modes", flags->modes,
-                  "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
-                  "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
-                  "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone); default: the full "
-                  "grid")
+  cmd->add_option(
+         "--modes", flags->modes,
+         "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
+         "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
+         "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone); default: the full "
+         "grid")
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')
@@ -225,7 +227,9 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--record-window", flags->record_window, "tokens per recorded request (window)")
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "trials run in parallel")->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "threads the trials run on (0: one per core; the same results for any count)")
+      ->capture_default_str();
   cmd->add_option("--arrival-rate", o.traffic.arrival_rate, "stranger arrivals per step (Poisson mean)")
       ->capture_default_str();
   cmd->add_option("--fixed-interval", o.traffic.fixed_interval,
