@@ -219,6 +219,78 @@ TEST(ServingEngine, BadInputIsAClearError) {
   EXPECT_THROW(e.complete(step), std::logic_error);  // nothing pending
 }
 
+// The lifecycle driver (sim/serving/lifecycle.h) hands each step's events to its handler in the one order:
+// preempted released, admissions, the forward pass, the verdict, rollbacks, registered blocks, finished
+// released - and replay_step hands a recorded step's events to another handler the same way (without the
+// verdict, which the step carries).
+TEST(ServingLifecycle, EventsReachTheHandlerInOrderAndReplayAlike) {
+  struct Log : StepHandler {
+    std::vector<std::string> events;
+    void release(uint64_t id) override { events.push_back("release " + std::to_string(id)); }
+    void admit(const Admission& a) override {
+      events.push_back("admit " + std::to_string(a.id) + " cached " + std::to_string(a.cached));
+    }
+    void forward(const Step& step) override {
+      events.push_back("forward " + std::to_string(step.rows.size()));
+    }
+    void accept(const Step& step, std::vector<uint32_t>& accepted) override {
+      events.push_back("accept");
+      for (const Span& s : step.spans) accepted.push_back(s.drafts > 0 ? 1 : s.end - s.begin);
+    }
+    void rollback(uint64_t id, uint32_t position) override {
+      events.push_back("rollback " + std::to_string(id) + " " + std::to_string(position));
+    }
+    void keep(const Registered& b) override { events.push_back("keep " + std::to_string(b.block)); }
+  };
+  TestClient client;
+  client.drafts = 2;
+  client.shared = {{1, 40}, {2, 40}, {3, 40}};
+  EngineConfig c;
+  c.token_budget = 24;
+  c.chunk_size = 8;
+  c.prefix_cache = true;
+  c.block_size = 4;
+  c.kv_blocks = 16;
+  c.spec_tokens = 2;
+  Engine engine(c, {{1, 0, 30, 8}, {2, 0, 20, 12}, {3, 6, 44, 6}}, client);
+  Log live, replayed;
+  Step step;
+  std::map<std::string, int> seen;
+  // Within a step: release (preempted) < admit < forward < accept < rollback < keep < release (finished).
+  auto rank = [](const std::string& e, bool after_forward) {
+    if (e.starts_with("release")) return after_forward ? 6 : 0;
+    if (e.starts_with("admit")) return 1;
+    if (e.starts_with("forward")) return 2;
+    if (e == "accept") return 3;
+    if (e.starts_with("rollback")) return 4;
+    return 5;  // keep
+  };
+  for (size_t from = 0; run_step(engine, step, live); from = live.events.size()) {
+    replay_step(step, replayed);
+    int last = -1;
+    bool after_forward = false;
+    for (size_t i = from; i < live.events.size(); ++i) {
+      const std::string& e = live.events[i];
+      after_forward |= e.starts_with("forward");
+      const int r = rank(e, after_forward);
+      EXPECT_GE(r, last) << "step " << step.index << ": " << e;
+      last = r;
+      ++seen[e.substr(0, e.find(' '))];
+    }
+  }
+  // Replayed events are the live ones without the verdicts.
+  std::vector<std::string> without_accept;
+  for (const std::string& e : live.events) {
+    if (e != "accept") without_accept.push_back(e);
+  }
+  EXPECT_EQ(replayed.events, without_accept);
+  for (const char* kind : {"release", "admit", "forward", "accept", "rollback", "keep"}) {
+    EXPECT_GT(seen[kind], 0) << kind << " never happened";
+  }
+  EXPECT_GT(engine.stats().preemptions, 0);
+  EXPECT_GT(engine.stats().cached_tokens, 0);
+}
+
 TEST(BlockPool, LeastRecentlyReleasedIsEvictedFirst) {
   BlockPool pool(3);
   std::vector<int32_t> a, b;
