@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@ struct Flags {
   std::string corpus_dir;  // empty: located or prepared (corpus.h)
   std::string prompt;
   std::string record_dir;
+  std::string replot;  // a report's JSON: draw its figures again (with --svg-dir) instead of running
   int64_t record_tokens = 4096;
   int record_window = 256;
   std::vector<std::string> modes;
@@ -40,6 +42,16 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream f(path);
   f << text;
   if (!f) throw std::runtime_error("diverge: cannot write " + path.string());
+}
+
+void write_plots(const diverge::DivergeReport& report, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  if (!report.sweep.empty()) {
+    write_file(std::filesystem::path(dir) / "diverge_capacity.svg", diverge::svg_capacity_plot(report));
+  }
+  if (!report.grid.empty()) {
+    write_file(std::filesystem::path(dir) / "diverge_length.svg", diverge::svg_length_plot(report));
+  }
 }
 
 void run(Flags& f) {
@@ -74,6 +86,15 @@ void run(Flags& f) {
     }
   } else if (!o.model_dir.empty()) {
     o.prompt = diverge::default_prompts().front();
+  }
+  if (!f.replot.empty()) {
+    if (f.svg_dir.empty()) throw std::invalid_argument("diverge: --replot needs --svg-dir");
+    std::ifstream in(f.replot);
+    if (!in) throw std::invalid_argument("diverge: cannot read '" + f.replot + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    write_plots(diverge::report_from_json(text.str()), f.svg_dir);
+    return;
   }
   if (!f.record_dir.empty()) {
     if (o.model_dir.empty()) {
@@ -125,14 +146,7 @@ void run(Flags& f) {
     std::cout << diverge::format_completions(report);
   }
   if (!f.json_out.empty()) write_file(f.json_out, diverge::to_json(report));
-  if (!f.svg_dir.empty()) {
-    std::filesystem::create_directories(f.svg_dir);
-    if (!report.sweep.empty()) {
-      write_file(std::filesystem::path(f.svg_dir) / "diverge_capacity.svg",
-                 diverge::svg_capacity_plot(report));
-    }
-    write_file(std::filesystem::path(f.svg_dir) / "diverge_length.svg", diverge::svg_length_plot(report));
-  }
+  if (!f.svg_dir.empty()) write_plots(report, f.svg_dir);
 }
 
 }  // namespace
@@ -245,6 +259,9 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON instead of the table");
   cmd->add_option("--json-out", flags->json_out, "also write the JSON report to this file");
+  cmd->add_option(
+      "--replot", flags->replot,
+      "instead of the experiment: draw the figures of a report written by --json-out (with --svg-dir)");
   cmd->add_option("--svg-dir", flags->svg_dir, "write diverge_capacity.svg and diverge_length.svg here");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress lines on stderr");
   cmd->callback([flags] { run(*flags); });

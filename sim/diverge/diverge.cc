@@ -18,8 +18,8 @@
 
 #include "base/splitmix64.h"
 #include "moe/model/model.h"
-#include "sim/diverge/svg.h"
 #include "sim/report.h"
+#include "sim/svg_plot.h"
 
 namespace moe::sim::diverge {
 namespace {
@@ -698,18 +698,76 @@ std::string to_json(const DivergeReport& report) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+DivergeReport report_from_json(const std::string& text) {
+  DivergeReport r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    DivergeOptions& o = r.options;
+    o.trials = j.at("trials").get<int>();
+    o.gen_length = j.at("gen_length").get<int>();
+    o.engine.token_budget = j.at("token_budget").get<int>();
+    o.capacity_factor = j.at("capacity_factor").get<double>();
+    o.seed = j.at("seed").get<uint64_t>();
+    r.model = j.at("weights").get<std::string>();
+    auto config = [](const nlohmann::json& c) {
+      ConfigResult res;
+      res.spec.mode = c.at("mode").get<std::string>();
+      const std::string kernel = c.at("kernel").get<std::string>();
+      if (kernel != "fast" && kernel != "invariant") throw std::invalid_argument("kernel '" + kernel + "'");
+      res.spec.kernel = kernel == "fast" ? kernels::KernelKind::kFast : kernels::KernelKind::kInvariant;
+      res.spec.capacity_factor = c.at("capacity_factor").get<double>();
+      res.spec.varied = c.at("varied").get<bool>();
+      res.spec.token_keyed = c.value("token_keyed_cache", false);
+      res.distinct = c.at("distinct").get<int>();
+      res.gen_points = c.at("gen_points").get<std::vector<int>>();
+      res.distinct_at = c.at("distinct_at").get<std::vector<int>>();
+      if (res.gen_points.size() != res.distinct_at.size()) {
+        throw std::invalid_argument(res.spec.label() + ": gen_points and distinct_at differ in length");
+      }
+      return res;
+    };
+    for (const auto& c : j.at("grid")) r.grid.push_back(config(c));
+    o.sweep_modes.clear();
+    o.sweep_capacity_factors.clear();
+    for (const auto& c : j.at("sweep")) {
+      r.sweep.push_back(config(c));
+      const std::string mode =
+          c.at("mode").get<std::string>() + (r.sweep.back().spec.token_keyed ? "-tokens-key" : "");
+      if (std::find(o.sweep_modes.begin(), o.sweep_modes.end(), mode) == o.sweep_modes.end()) {
+        o.sweep_modes.push_back(mode);
+      }
+      const double cf = r.sweep.back().spec.capacity_factor;
+      if (std::find(o.sweep_capacity_factors.begin(), o.sweep_capacity_factors.end(), cf) ==
+          o.sweep_capacity_factors.end()) {
+        o.sweep_capacity_factors.push_back(cf);
+      }
+    }
+    if (r.sweep.size() != o.sweep_modes.size() * o.sweep_capacity_factors.size()) {
+      throw std::invalid_argument("the sweep is not one configuration per mode and capacity factor");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("diverge: not a report of moe-sim diverge --json: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("diverge: not a report of moe-sim diverge --json: ") + e.what());
+  }
+  return r;
+}
+
 std::string svg_capacity_plot(const DivergeReport& report) {
   const auto& o = report.options;
-  Chart c;
+  LinePlot c;
   c.title = "Distinct completions of one probe vs capacity factor";
   c.note = std::to_string(o.trials) + " trials per point, invariant kernels, " +
            std::to_string(o.gen_length) + " generated tokens, budget " +
-           std::to_string(o.engine.token_budget) + ", seed " + std::to_string(o.seed);
+           std::to_string(o.engine.token_budget) + ", seed " + std::to_string(o.seed) +
+           "; coinciding series drawn once";
   c.x_label = "capacity factor";
-  c.y_label = "distinct completions";
+  c.y_label = "distinct completions (of " + std::to_string(o.trials) + " trials)";
+  c.y_top = o.trials;
+  c.description = "moe-sim diverge: " + report.model;
   size_t i = 0;
   for (const auto& mode : o.sweep_modes) {
-    Series s;
+    PlotSeries s;
     s.name = mode;
     for (double cf : o.sweep_capacity_factors) {
       s.x.push_back(cf);
@@ -717,41 +775,31 @@ std::string svg_capacity_plot(const DivergeReport& report) {
     }
     c.series.push_back(std::move(s));
   }
-  return render_chart(c);
+  return render_svg(c);
 }
 
 std::string svg_length_plot(const DivergeReport& report) {
   const auto& o = report.options;
-  Chart c;
+  LinePlot c;
   c.title = "Distinct completions vs generation length";
   c.note = std::to_string(o.trials) + " trials, capacity factor " + fmt("%.2f", o.capacity_factor) +
-           ", budget " + std::to_string(o.engine.token_budget) + ", seed " + std::to_string(o.seed);
+           ", budget " + std::to_string(o.engine.token_budget) + ", seed " + std::to_string(o.seed) +
+           "; coinciding series drawn once";
   c.x_label = "generated tokens (log2 scale)";
-  c.y_label = "distinct completions";
+  c.y_label = "distinct completions (of " + std::to_string(o.trials) + " trials)";
+  c.y_top = o.trials;
   c.log2_x = true;
-  // A fast-kernel row whose curve equals its invariant twin's is folded into the twin's legend entry.
-  auto twin = [&](const ConfigResult& r) -> const ConfigResult* {
-    for (const auto& other : report.grid) {
-      if (&other != &r && other.spec.mode == r.spec.mode && other.spec.varied == r.spec.varied &&
-          other.spec.capacity_factor == r.spec.capacity_factor && other.spec.kernel != r.spec.kernel) {
-        return &other;
-      }
-    }
-    return nullptr;
-  };
+  c.description = "moe-sim diverge: " + report.model;
   for (const auto& r : report.grid) {
-    const ConfigResult* t = twin(r);
-    const bool same = t && t->distinct_at == r.distinct_at;
-    if (same && r.spec.kernel == kernels::KernelKind::kFast) continue;
-    Series s;
-    s.name = r.spec.label() + (same ? " (= fast)" : "");
+    PlotSeries s;
+    s.name = r.spec.label();
     for (size_t k = 0; k < r.gen_points.size(); ++k) {
       s.x.push_back(r.gen_points[k]);
       s.y.push_back(r.distinct_at[k]);
     }
     c.series.push_back(std::move(s));
   }
-  return render_chart(c);
+  return render_svg(c);
 }
 
 }  // namespace moe::sim::diverge

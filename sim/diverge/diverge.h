@@ -211,6 +211,10 @@ std::string format_table(const DivergeReport& report);
 // differing position, as text.
 std::string format_completions(const DivergeReport& report);
 std::string to_json(const DivergeReport& report);
+// The part of a report to_json wrote that the plots read (the options they name, each configuration's spec,
+// distinct completions and per-length counts), so that a run's figures can be drawn again from its JSON.
+// Throws std::invalid_argument naming what is missing or malformed.
+DivergeReport report_from_json(const std::string& json);
 // Distinct completions vs capacity factor, one series per mode (from the sweep).
 std::string svg_capacity_plot(const DivergeReport& report);
 // Distinct completions vs generation length, one series per grid configuration.

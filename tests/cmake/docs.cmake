@@ -24,6 +24,12 @@ if(TARGET moe-sim AND TARGET write_family_checkpoints)
   add_test(NAME docs_prose_test COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/docs_prose_test.py
                                         ${CMAKE_BINARY_DIR})
   set_tests_properties(docs_prose_test PROPERTIES LABELS docs TIMEOUT 300)
+  # The figures: every SVG the project writes (moe-sim's line plots, the layer benchmark's bars, docs/img)
+  # rendered by rsvg-convert (librsvg2-bin) and measured: parses, every label inside the view box, no series
+  # hidden under another.
+  add_test(NAME svg_render_test COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/svg_render_test.py
+                                        ${CMAKE_BINARY_DIR})
+  set_tests_properties(svg_render_test PROPERTIES LABELS docs TIMEOUT 300)
   add_test(NAME doc_examples_self_test
            COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/doc_examples_test.py ${CMAKE_BINARY_DIR})
   set_tests_properties(doc_examples_self_test PROPERTIES LABELS docs TIMEOUT 120)
