@@ -50,13 +50,12 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -L "unit|invariance" -LE "python|mpi|gpu|heavy|install|build"
 
-# Threaded code (thread pool, kernels, layer, the simulator's streaming) under ThreadSanitizer: the tests labelled `threaded`. Without oneDNN
+# Threaded code (thread pool, kernels, layer, the simulator's streaming) under ThreadSanitizer: the tests labelled
+# `threaded` (their programs: the target threaded_tests, tests/CMakeLists.txt). Without oneDNN
 # (its OpenMP runtime and JIT code are not instrumented): the bf16 fast kind then runs its Eigen fallback there.
-TSAN_TESTS = kernels_cpu_thread_pool_test kernels_cpu_invariance_test kernels_cpu_bf16_invariance_test layer_test \
-             layer_cases_test sim_experiment_test sim_parallel_test sim_deploy_test
 tsan: deps
 	@cmake -S . -B build-tsan $(SANITIZER_FLAGS) $(call sanitizer_opt,-O2) -DMOE_SANITIZE=thread -DMOE_ENABLE_ONEDNN=OFF > /dev/null
-	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
+	cmake --build build-tsan -j $(JOBS) --target threaded_tests
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L threaded
 
 # The portable build (MOE_NATIVE=OFF: the x86-64 baseline, ISA-specific kernels chosen at run time) of the
@@ -65,7 +64,7 @@ tsan: deps
 PORTABLE_TARGETS = router_topk_test router_topk_rule_test router_topk_block_test router_exp_test \
                    router_planner_test router_invariance_test sim_score_model_test sim_routing_stats_test \
                    sim_experiment_test sim_parallel_test kernels_cpu_thread_pool_test kernels_cpu_linear_test \
-                   kernels_cpu_invariance_test peak_bench
+                   kernels_cpu_invariance_test kernels_cpu_quant_invariance_test peak_bench
 PORTABLE_TESTS = $(subst $(eval) ,|,$(filter-out peak_bench,$(PORTABLE_TARGETS)))
 portable: deps
 	@cmake -S . -B build-portable $(CMAKE_FLAGS) -DMOE_NATIVE=OFF -DMOE_ENABLE_CUDA=OFF -DMOE_ENABLE_PYTHON=OFF \

@@ -13,6 +13,11 @@
 // bfloat16 GEMM, which also accumulates in bf16: timed for comparison, not a candidate). Each call includes
 // rounding x to bf16. Weight bytes are the packed bf16 weights (2 bytes each).
 //
+// Quantized weights (kernels/cpu/linear_quant.h, expert_ffn_quant.h): linear_quant/<type>/<in>x<out>/... and
+// ffn_quant/<type>/... for q8_0, q4_k, q6_k, mxfp4 and fp8 (128 x 128 blocks), the same values quantized
+// (kernels::quantize_row, quantize_fp8); each call includes quantizing x by the type's activation rule.
+// Weight bytes are what the kernel streams (QuantLinear::weight_bytes).
+//
 // Run: build/bin/kernels_cpu_linear_bench --benchmark_filter=linear/invariant
 // On a loaded machine: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true and read the
 // _max rows of cpuGFLOP/s (per busy core) rather than the wall-clock rates.
@@ -34,9 +39,12 @@
 #include "kernels/cpu/bf16_linear_op.h"
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
+#include "kernels/cpu/expert_ffn_quant.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_quant.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/quant_formats.h"
 #if defined(MOE_HAVE_ONEDNN)
 #include "kernels/cpu/linear_onednn.h"
 #endif
@@ -248,6 +256,94 @@ void bm_ffn_bf16c(benchmark::State& state, Bf16Impl impl, int64_t rows, int thre
                process_cpu_seconds() - cpu0);
 }
 
+// ---- quantized weights -------------------------------------------------------------------------------
+
+// A matrix's values quantized to `t` (FP8: 128 x 128 blocks), kept with its view.
+struct QuantMatrix {
+  std::vector<std::byte> data;
+  std::vector<float> scales;
+  MatrixView view;
+  QuantMatrix(const Matrix& m, DType t) {
+    view = MatrixView{nullptr, t, m.rows, m.cols, m.cols};
+    if (t == DType::kFP8) {
+      data.resize(static_cast<size_t>(m.rows * m.cols));
+      scales.resize(static_cast<size_t>(((m.rows + 127) / 128) * ((m.cols + 127) / 128)));
+      quantize_fp8(m.f32.data(), m.rows, m.cols, 128, 128, reinterpret_cast<uint8_t*>(data.data()),
+                   scales.data());
+      view.scales = scales.data();
+      view.scale_stride = (m.cols + 127) / 128;
+      view.scale_block_rows = view.scale_block_cols = 128;
+    } else {
+      const size_t rb = row_bytes(t, m.cols);
+      data.resize(rb * static_cast<size_t>(m.rows));
+      for (int64_t r = 0; r < m.rows; ++r)
+        quantize_row(t, m.f32.data() + r * m.cols, m.cols, data.data() + r * rb);
+    }
+    view.data = data.data();
+  }
+};
+
+struct QuantExpert {
+  QuantMatrix w1, w3, w2;
+  QuantExpert(const Expert& e, DType t) : w1(e.w1, t), w3(e.w3, t), w2(e.w2, t) {}
+};
+
+const QuantExpert& quant_expert(int e, DType t) {
+  static std::unique_ptr<QuantExpert> experts[8][kNumExperts];
+  auto& slot = experts[static_cast<int>(t) % 8][e];
+  if (!slot) slot = std::make_unique<QuantExpert>(expert(e), t);
+  return *slot;
+}
+
+void bm_linear_quant(benchmark::State& state, DType t, bool up, int64_t rows, int threads) {
+  const int64_t in = up ? kD : kFf, out = up ? kFf : kD;
+  std::vector<std::unique_ptr<QuantLinear>> w;
+  for (int e = 0; e < kNumExperts; ++e) {
+    const QuantExpert& q = quant_expert(e, t);
+    w.push_back(std::make_unique<QuantLinear>((up ? q.w1 : q.w2).view, "w"));
+  }
+  const auto x = random_x(rows, in);
+  std::vector<float> y(static_cast<size_t>(rows * out));
+  ThreadPool& p = pool(threads);
+  w[0]->forward(x.data(), rows, in, y.data(), out, nullptr, p);  // warm-up (workspace)
+  int e = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    w[static_cast<size_t>(e)]->forward(x.data(), rows, in, y.data(), out, nullptr, p);
+    e = (e + 1) % kNumExperts;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 2.0 * rows * kD * kFf, static_cast<double>(w[0]->weight_bytes()),
+               process_cpu_seconds() - cpu0);
+  state.SetLabel(to_string(quant_kernel()));
+}
+
+void bm_ffn_quant(benchmark::State& state, DType t, int64_t rows, int threads) {
+  std::vector<std::unique_ptr<PackedFfnQuant>> w;
+  for (int e = 0; e < kNumExperts; ++e) {
+    const QuantExpert& q = quant_expert(e, t);
+    w.push_back(std::make_unique<PackedFfnQuant>(
+        Activation::kSwiGLU, FfnWeights{q.w1.view, q.w3.view, q.w2.view}, KernelKind::kInvariant, "expert"));
+  }
+  const auto x = random_x(rows, kD);
+  std::vector<float> y(static_cast<size_t>(rows * kD));
+  std::vector<float> scratch(ffn_quant_scratch_floats(*w[0], rows));
+  ThreadPool& p = pool(threads);
+  ffn_quant_forward(x.data(), rows, kD, *w[0], y.data(), kD, scratch.data(), p);
+  int e = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    ffn_quant_forward(x.data(), rows, kD, *w[static_cast<size_t>(e)], y.data(), kD, scratch.data(), p);
+    e = (e + 1) % kNumExperts;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 3 * 2.0 * rows * kD * kFf, static_cast<double>(w[0]->weight_bytes()),
+               process_cpu_seconds() - cpu0);
+  state.SetLabel(to_string(quant_kernel()));
+}
+
 void add_statistics(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
   b->ComputeStatistics("max",
@@ -290,6 +386,28 @@ void register_bf16_compute() {
   }
 }
 
+void register_quant() {
+  for (DType t : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4, DType::kFP8}) {
+    const std::string type(to_string(t));
+    for (bool up : {true, false}) {
+      for (int64_t rows : {1, 16, 256, 2048}) {
+        for (int threads : {1, 2}) {
+          const std::string name = "linear_quant/" + type + (up ? "/1024x2816" : "/2816x1024") +
+                                   "/rows:" + std::to_string(rows) + "/threads:" + std::to_string(threads);
+          add_statistics(benchmark::RegisterBenchmark(name.c_str(), bm_linear_quant, t, up, rows, threads));
+        }
+      }
+    }
+    for (int64_t rows : {1, 16, 256, 2048}) {
+      for (int threads : {1, 2}) {
+        const std::string name =
+            "ffn_quant/" + type + "/rows:" + std::to_string(rows) + "/threads:" + std::to_string(threads);
+        add_statistics(benchmark::RegisterBenchmark(name.c_str(), bm_ffn_quant, t, rows, threads));
+      }
+    }
+  }
+}
+
 int register_all() {
   for (const char* op : {"linear", "ffn"}) {
     for (KernelKind kind : {KernelKind::kFast, KernelKind::kInvariant}) {
@@ -313,6 +431,7 @@ int register_all() {
     }
   }
   register_bf16_compute();
+  register_quant();
   return 0;
 }
 

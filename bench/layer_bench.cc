@@ -3,10 +3,14 @@
 // ff=512, E=64, k=6, 2 shared experts), T in {1, 16, 256, 2048}, 1 and 2 threads; fp32 weights and compute,
 // and (names *_bf16_*) bf16 weights with bf16 compute (MoELayerConfig::compute: the invariant vdpbf16ps
 // kernel under deterministic, oneDNN's bf16 matmul under greedy); and Qwen3-30B-A3B's layer at full size
-// (d=2048, ff=768, E=128, k=8) in bf16 only.
+// (d=2048, ff=768, E=128, k=8) in bf16 only. Quantized storage (names *_<type>_deterministic, type q8_0,
+// q4_k, q6_k, mxfp4, fp8): the weights held as stored (io::random_layer quantizes the same seeded values; FP8
+// in 128 x 128 blocks) and run by the quantized kernels (kernels/cpu/linear_quant.h) under the deterministic
+// preset, for all three shapes.
 //
 // Counters: GFLOPs = useful FLOP/s of the pairs actually computed (gate + 3 GEMMs per kept pair + shared);
-// weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second.
+// weight_GBps = bytes of the weights the step touches (active experts, shared expert, gate) per second, in
+// their storage type (a quantized expert's stored bytes: blocks and scales).
 // scripts/layer-report.py turns them into ratios against greedy, the FMA peak (170 GFLOP/s per thread) and
 // memory bandwidth (13 GB/s per thread) measured on this machine class (docs/results.md). Batches are
 // requests of up to 128 tokens, rows in request order. Iterations cycle through kInputs different batches, so
@@ -15,11 +19,19 @@
 // batches.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/layer_shapes.h"
+#include "bench/stream_read.h"
+#include "kernels/cpu/cpu_features.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe {
@@ -31,19 +43,42 @@ using bench::MixtralLike;
 
 std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape, kernels::DType storage) {
   // Cached: random init of ~300 MB is slower than the benchmarks themselves.
-  static std::shared_ptr<const io::LayerWeights> slots[3][2];
-  const int which = shape.layer.num_experts == 8 ? 0 : (shape.layer.num_experts == 64 ? 1 : 2);
-  auto& slot = slots[which][storage == kernels::DType::kBF16 ? 1 : 0];
+  static std::map<std::pair<int64_t, kernels::DType>, std::shared_ptr<const io::LayerWeights>> cache;
+  auto& slot = cache[{shape.layer.num_experts, storage}];
   if (!slot) slot = std::make_shared<const io::LayerWeights>(io::random_layer(shape.layer, storage, 7));
   return slot;
 }
 
-// compute kBF16: bf16 weights (as checkpoints ship them) and bf16 compute; kF32: fp32 weights and compute.
-void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels::ComputePrecision compute) {
+// The streaming read of kStreamBytes (bench/stream_read.h: peak_bench's stream), in seconds; 0 on a CPU
+// without AVX-512.
+constexpr size_t kStreamBytes = size_t{256} << 20;
+
+double StreamSeconds() {
+  if (!kernels::cpu_has_avx512f()) return 0;
+  static std::unique_ptr<float[], void (*)(float*)> buffer = [] {
+    auto* p = static_cast<float*>(::operator new(kStreamBytes, std::align_val_t(64)));
+    std::fill(p, p + kStreamBytes / sizeof(float), 1.0f);
+    return std::unique_ptr<float[], void (*)(float*)>(
+        p, [](float* q) { ::operator delete(q, std::align_val_t(64)); });
+  }();
+  const auto t0 = std::chrono::steady_clock::now();
+  benchmark::DoNotOptimize(bench::stream_sum(buffer.get(), kStreamBytes / sizeof(float)));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// compute kBF16: bf16 weights (as checkpoints ship them) and bf16 compute; kF32: fp32 weights and compute;
+// `quantized`: weights of that type held as stored (the compute setting does not apply to them).
+void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels::ComputePrecision compute,
+              std::optional<kernels::DType> quantized = std::nullopt) {
   const int T = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   const bool bf16 = compute == kernels::ComputePrecision::kBF16;
-  auto weights = WeightsFor(shape, bf16 ? kernels::DType::kBF16 : kernels::DType::kF32);
+  const kernels::DType storage = quantized ? *quantized : bf16 ? kernels::DType::kBF16 : kernels::DType::kF32;
+  auto weights = WeightsFor(shape, storage);
+  // Bytes of one routed expert's three matrices and of the shared expert, in the storage type.
+  const double expert_bytes = static_cast<double>(weights->expert_matrix_bytes()) / shape.layer.num_experts;
+  const double elem =
+      quantized ? expert_bytes / (3.0 * shape.layer.hidden * shape.layer.expert_ff) : (bf16 ? 2.0 : 4.0);
   MoELayerConfig config = MoELayerConfig::preset(preset, io::Architecture::kMixtral);
   config.router.num_experts = shape.layer.num_experts;
   config.router.top_k = shape.top_k;
@@ -79,23 +114,48 @@ void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels:
     int active = 0;
     for (int32_t load : plan.expert_load) active += load > 0;
     // The fp32 gate, and the experts' weights in their storage type (2 bytes for bf16).
-    bytes += 4.0 * d * shape.layer.num_experts +
-             (bf16 ? 2.0 : 4.0) * (active * 3.0 * d * shape.layer.expert_ff +
-                                   (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
+    bytes +=
+        4.0 * d * shape.layer.num_experts + elem * (active * 3.0 * d * shape.layer.expert_ff +
+                                                    (shape.layer.num_shared_experts ? 3.0 * d * sff : 0.0));
     drop_rate += plan.num_dropped / static_cast<double>(plan.num_pairs());
   }
   size_t next = 0;
+  // At T <= 16 (memory-bound), the streaming read bandwidth is measured in the same run, between
+  // iterations (untimed), so that the ratio stream_ratio = weight_GBps / stream_GBps compares the two at the
+  // same moment: this VM's bandwidth drifts with its neighbours' load by tens of percent over a minute.
+  const bool measure_stream = T <= 16;
+  double stream_seconds = 0, stream_bytes = 0, forward_seconds = 0;
+  int64_t iteration = 0;
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     layer.forward(xs[next].data(), T, meta, y.data());
+    forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % kInputs;
+    if (measure_stream && ++iteration % 8 == 0) {
+      state.PauseTiming();
+      stream_seconds += StreamSeconds();
+      stream_bytes += static_cast<double>(kStreamBytes);
+      state.ResumeTiming();
+    }
+  }
+  if (stream_seconds > 0 && forward_seconds > 0) {
+    const double stream_gbps = stream_bytes / stream_seconds / 1e9;
+    const double layer_gbps =
+        bytes / kInputs * static_cast<double>(state.iterations()) / forward_seconds / 1e9;
+    state.counters["stream_GBps"] = stream_gbps;
+    state.counters["stream_ratio"] = layer_gbps / stream_gbps;
   }
   state.counters["GFLOPs"] =
       benchmark::Counter(flops / kInputs / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["weight_GBps"] =
       benchmark::Counter(bytes / kInputs / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["drop_rate"] = drop_rate / kInputs;
-  state.SetLabel(std::string(shape.name) + (bf16 ? " bf16" : "") + " " + preset);
+  state.counters["weight_MB"] = bytes / kInputs / 1e6;  // per call
+  state.SetLabel(
+      std::string(shape.name) + " " +
+      (quantized ? std::string(kernels::to_string(*quantized)) : std::string(bf16 ? "bf16" : "f32")) + " " +
+      preset);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -128,6 +188,22 @@ BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_bf16_greedy, bench::Qwen3_30bA3b(), st
 BENCHMARK_CAPTURE(BM_Layer, qwen3_30b_a3b_bf16_deterministic, bench::Qwen3_30bA3b(),
                   std::string("deterministic"), kBF16)
     ->Apply(Args);
+
+// Quantized storage: every format on every shape, deterministic preset.
+int RegisterQuantized() {
+  for (const Shape& shape : {MixtralLike(), DeepSeekLike(), bench::Qwen3_30bA3b()}) {
+    for (kernels::DType t : {kernels::DType::kQ8_0, kernels::DType::kQ4_K, kernels::DType::kQ6_K,
+                             kernels::DType::kMXFP4, kernels::DType::kFP8}) {
+      const std::string name =
+          "BM_Layer/" + std::string(shape.name) + "_" + std::string(kernels::to_string(t)) + "_deterministic";
+      benchmark::RegisterBenchmark(name.c_str(), BM_Layer, shape, std::string("deterministic"), kF32,
+                                   std::optional<kernels::DType>(t))
+          ->Apply(Args);
+    }
+  }
+  return 0;
+}
+const int kQuantizedRegistered = RegisterQuantized();
 
 }  // namespace
 }  // namespace moe

@@ -4,6 +4,8 @@
 //              FMA ports), GFLOP/s = 32 per instruction (16 lanes x multiply + add)
 //   bf16_dp    register-only vdpbf16ps zmm (24 independent accumulators), GFLOP/s = 64 per instruction
 //              (16 lanes x 2 products x multiply + add); only on CPUs with AVX512_BF16 (a run-time check)
+//   int8_dp    register-only vpdpbusd zmm (AVX512_VNNI; 24 independent accumulators), GOP/s = 128 per
+//              instruction (16 lanes x 4 byte products x multiply + add); only on CPUs with AVX512_VNNI
 //   amx_bf16   register-only AMX tdpbf16ps on 16 x 16 fp32 tiles (4 accumulator tiles, A and B tiles loaded
 //              once), GFLOP/s = 16384 per instruction (16 x 16 outputs x 32 products x multiply + add); only
 //              on CPUs with AMX-BF16 (a run-time check)
@@ -30,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/stream_read.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd.h"
 
@@ -85,6 +88,21 @@ MOE_TARGET_AVX512_BF16 float dp_loop(int64_t iterations) {
 }
 #endif
 
+#if MOE_HAVE_AVX512_BF16_TARGET
+__attribute__((target("avx512f,avx512vnni"))) float vnni_loop(int64_t iterations) {
+  __m512i acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return static_cast<float>(_mm512_reduce_add_epi32(s));
+}
+#endif
+
 #if MOE_HAVE_AMX_TARGET
 struct alignas(64) AmxConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -123,18 +141,6 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(int64_t iterations) 
   return c[0];
 }
 #endif
-
-// Sum of n floats (n a multiple of 128) at 64-byte-aligned p.
-PEAK_TARGET_AVX512F float stream_sum(const float* p, size_t n) {
-  __m512 acc[8];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; i += 128) {
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(p + i + 16 * j));
-  }
-  for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
-  return _mm512_reduce_add_ps(acc[0]);
-}
 
 struct Rate {
   double wall = 0, cpu = 0;  // units (GFLOP or GB) per second: wall clock over all threads, and per busy core
@@ -277,6 +283,20 @@ int main(int argc, char** argv) {
 #else
   json << "  \"bf16_dp\": null,\n";
 #endif
+#if MOE_HAVE_AVX512_BF16_TARGET
+  if (moe::kernels::cpu_has_avx512_vnni()) {
+    section(
+        "int8_dp", "gops",
+        [&](int threads) {
+          return run_parallel(threads, 4 * fma_gflop, [&](int) { return vnni_loop(iters); });
+        },
+        false);
+  } else {
+    json << "  \"int8_dp\": null,\n";
+  }
+#else
+  json << "  \"int8_dp\": null,\n";
+#endif
 #if MOE_HAVE_AMX_TARGET
   if (moe::kernels::cpu_has_amx_bf16()) {
     const int64_t amx_iters = 1'000'000;  // ~0.1-0.2 s on one core at ~2 TFLOP/s
@@ -298,7 +318,7 @@ int main(int argc, char** argv) {
       [&](int threads) {
         return run_parallel(threads, gb / threads, [&](int t) {
           const size_t part = n / static_cast<size_t>(threads);
-          return stream_sum(buf + part * static_cast<size_t>(t), part);
+          return moe::bench::stream_sum(buf + part * static_cast<size_t>(t), part);
         });
       },
       true);

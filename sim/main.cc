@@ -6,6 +6,7 @@
 
 #ifdef MOE_SIM_HAVE_DIVERGE
 #include "sim/diverge/command.h"
+#include "sim/quality/command.h"
 #endif
 #include <map>
 #include <string>
@@ -142,6 +143,8 @@ int real_main(int argc, char** argv, const Job& job) {
 #ifdef MOE_SIM_HAVE_DIVERGE
   // The divergence lab (sim/diverge): its callback runs the experiment while parsing.
   moe::sim::add_diverge_command(app);
+  // What a capacity factor costs in quality (sim/quality), run while parsing too.
+  moe::sim::add_quality_command(app);
 #endif
   // inspect DIR (sim/inspect): a checkpoint directory's report, printed while parsing.
   const std::shared_ptr<int> inspect_status = moe::sim::add_inspect_command(app);
@@ -177,6 +180,7 @@ int real_main(int argc, char** argv, const Job& job) {
   }
   if (fit_app->parsed()) return moe::sim::run_fit(fit, std::cout);
   if (app.got_subcommand("diverge")) return 0;
+  if (app.got_subcommand("quality")) return 0;
   if (app.got_subcommand("inspect")) return *inspect_status;
   return 2;
 }

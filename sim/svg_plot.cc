@@ -65,7 +65,8 @@ std::string marker(int shape, double x, double y, double r, const char* color, c
   };
   switch (shape) {
     case 0:
-      o = "<circle cx=\"" + num(x) + "\" cy=\"" + num(y) + "\" r=\"" + num(r) + "\" fill=\"" + color + "\">";
+      o = "<circle cx=\"" + num(x) + "\" cy=\"" + num(y) + "\" r=\"" + format_double(r) + "\" fill=\"" +
+          color + "\">";
       return o + "<title>" + title + "</title></circle>\n";
     case 1:
       o = poly({{-0.9, -0.9}, {0.9, -0.9}, {0.9, 0.9}, {-0.9, 0.9}});
@@ -99,8 +100,9 @@ struct Drawn {
 std::vector<Drawn> drawn_series(const std::vector<PlotSeries>& series) {
   std::vector<Drawn> out;
   for (const PlotSeries& s : series) {
-    auto same = std::find_if(out.begin(), out.end(),
-                             [&](const Drawn& d) { return d.points.x == s.x && d.points.y == s.y; });
+    auto same = std::find_if(out.begin(), out.end(), [&](const Drawn& d) {
+      return d.points.reference == s.reference && d.points.x == s.x && d.points.y == s.y;
+    });
     if (same == out.end()) {
       out.push_back(Drawn{s, {s.name}});
     } else {
@@ -141,7 +143,7 @@ std::string xml_escape(const std::string& s) {
 std::string render_svg(const LinePlot& plot) {
   const std::vector<Drawn> drawn = drawn_series(plot.series);
   auto tx = [&](double x) { return plot.log2_x ? std::log2(x) : x; };
-  double x_min = 1e300, x_max = -1e300, y_max = 0.0;
+  double x_min = 1e300, x_max = -1e300, y_max = 0.0, y_low = 1e300;
   std::vector<double> xs;  // the data's distinct x values
   for (const Drawn& d : drawn) {
     const PlotSeries& s = d.points;
@@ -149,16 +151,24 @@ std::string render_svg(const LinePlot& plot) {
       x_min = std::min(x_min, tx(s.x[i]));
       x_max = std::max(x_max, tx(s.x[i]));
       y_max = std::max(y_max, s.y[i]);
+      y_low = std::min(y_low, s.y[i]);
       if (std::find(xs.begin(), xs.end(), s.x[i]) == xs.end()) xs.push_back(s.x[i]);
     }
   }
   std::sort(xs.begin(), xs.end());
   if (x_min > x_max) x_min = 0, x_max = 1;
   if (x_max == x_min) x_min -= 0.5, x_max += 0.5;
-  const double y_step = nice_step(plot.y_top > 0 ? plot.y_top : (y_max > 0 ? y_max : 1.0), 5);
-  const double y_top = plot.y_top > 0 ? plot.y_top
-                       : y_max > 0    ? std::ceil(y_max / y_step - 1e-9) * y_step
-                                      : 1.0;
+  // The y range: [0, y_top or a nice top], or [a nice bottom, a nice top] around the data.
+  double y_bottom = 0.0, y_step, y_top;
+  if (plot.y_from_zero || !(y_low < 1e300)) {
+    y_step = nice_step(plot.y_top > 0 ? plot.y_top : (y_max > 0 ? y_max : 1.0), 5);
+    y_top = plot.y_top > 0 ? plot.y_top : y_max > 0 ? std::ceil(y_max / y_step - 1e-9) * y_step : 1.0;
+  } else {
+    if (y_max == y_low) y_low -= 0.5, y_max += 0.5;
+    y_step = nice_step(y_max - y_low, 5);
+    y_bottom = std::floor(y_low / y_step + 1e-9) * y_step;
+    y_top = std::ceil(y_max / y_step - 1e-9) * y_step;
+  }
   const double pw = kPlotWidth, ph = kPlotHeight;
   // The canvas: the plot, the legend at its right (as wide as its longest line, as tall as its lines: a
   // series drawn for several names lists them one a line, "= name"), the title above; each wide enough for
@@ -174,7 +184,7 @@ std::string render_svg(const LinePlot& plot) {
                                  text_width(plot.note, 11) + 20, kLeft + pw + 20});
   const double height = std::max(kTop + ph + kBottom, kTop + legend_h + 20);
   auto px = [&](double x) { return kLeft + (tx(x) - x_min) / (x_max - x_min) * pw; };
-  auto py = [&](double y) { return kTop + ph - y / y_top * ph; };
+  auto py = [&](double y) { return kTop + ph - (y - y_bottom) / (y_top - y_bottom) * ph; };
 
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -194,7 +204,7 @@ std::string render_svg(const LinePlot& plot) {
   }
   // Grid and ticks: y at nice steps, x at the data's values (or nice steps when there are many).
   o << "<g class=\"y-ticks\" stroke=\"#dddddd\">\n";
-  for (double y = 0; y <= y_top + y_step * 1e-6; y += y_step) {
+  for (double y = y_bottom; y <= y_top + y_step * 1e-6; y += y_step) {
     o << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(py(y)) << "\" x2=\"" << num(kLeft + pw)
       << "\" y2=\"" << num(py(y)) << "\"/>\n";
     o << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(py(y) + 4)
@@ -230,20 +240,34 @@ std::string render_svg(const LinePlot& plot) {
     << "<text x=\"20\" y=\"" << num(kTop + ph / 2) << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
     << num(kTop + ph / 2) << ")\">" << xml_escape(plot.y_label) << "</text>\n";
   // Series: each its colour, dash and marker; later markers smaller, so that coinciding points show all.
-  auto radius = [](size_t i) { return std::max(2.5, 5.0 - 0.5 * static_cast<double>(i)); };
+  // Nested markers: circles 1.5 larger for every later series with markers; else a shape per series, 0.5
+  // smaller for every earlier one.
+  auto radius = [&](size_t i) {
+    if (!plot.nested_markers) return std::max(2.5, 5.0 - 0.5 * static_cast<double>(i));
+    double r = 3.0;
+    for (size_t later = i + 1; later < drawn.size(); ++later) {
+      if (!drawn[later].points.reference) r += 1.5;
+    }
+    return r;
+  };
+  auto shape = [&](size_t i) { return plot.nested_markers ? 0 : static_cast<int>(i % kMarkers); };
+  auto color_of = [&](size_t i) {
+    return drawn[i].points.reference ? "#888888" : kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+  };
+  auto width_of = [&](size_t i) { return drawn[i].points.reference ? "1" : "2"; };
   for (size_t i = 0; i < drawn.size(); ++i) {
     const PlotSeries& s = drawn[i].points;
     const std::string name = drawn[i].joined();
-    const char* color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+    const char* color = color_of(i);
     o << "<g class=\"series-group\">\n<polyline class=\"series\" data-series=\"" << xml_escape(name)
-      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\""
-      << kDashes[i % 4] << "\" points=\"";
+      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width_of(i)
+      << "\" stroke-dasharray=\"" << kDashes[i % 4] << "\" points=\"";
     for (size_t p = 0; p < s.x.size() && p < s.y.size(); ++p) {
       o << (p ? " " : "") << num(px(s.x[p])) << "," << num(py(s.y[p]));
     }
     o << "\"/>\n";
-    for (size_t p = 0; p < s.x.size() && p < s.y.size(); ++p) {
-      o << marker(static_cast<int>(i % kMarkers), px(s.x[p]), py(s.y[p]), radius(i), color,
+    for (size_t p = 0; p < s.x.size() && p < s.y.size() && !s.reference; ++p) {
+      o << marker(shape(i), px(s.x[p]), py(s.y[p]), radius(i), color,
                   xml_escape(name) + ": " + format_double(s.x[p]) + ", " + format_double(s.y[p]));
     }
     o << "</g>\n";
@@ -253,10 +277,13 @@ std::string render_svg(const LinePlot& plot) {
   double y = kTop + 10;
   for (size_t i = 0; i < drawn.size(); ++i) {
     const double x = kLeft + pw + kLegendGap;
-    const char* color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+    const char* color = color_of(i);
     o << "<line x1=\"" << num(x) << "\" y1=\"" << num(y) << "\" x2=\"" << num(x + 24) << "\" y2=\"" << num(y)
-      << "\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\"" << kDashes[i % 4] << "\"/>\n"
-      << marker(static_cast<int>(i % kMarkers), x + 12, y, radius(i), color, xml_escape(drawn[i].joined()));
+      << "\" stroke=\"" << color << "\" stroke-width=\"" << width_of(i) << "\" stroke-dasharray=\""
+      << kDashes[i % 4] << "\"/>\n";
+    if (!drawn[i].points.reference && !plot.nested_markers) {
+      o << marker(shape(i), x + 12, y, radius(i), color, xml_escape(drawn[i].joined()));
+    }
     for (size_t n = 0; n < drawn[i].names.size(); ++n, y += 16) {
       o << "<text x=\"" << num(x + 30) << "\" y=\"" << num(y + 4) << "\">" << (n ? "= " : "")
         << xml_escape(drawn[i].names[n]) << "</text>\n";

@@ -10,6 +10,8 @@ struct PlotSeries {
   std::string name;
   std::vector<double> x;
   std::vector<double> y;  // same length as x
+  // A reference level (a baseline, a threshold): a thin grey line without markers, in the legend alike.
+  bool reference = false;
 };
 
 struct LinePlot {
@@ -21,6 +23,13 @@ struct LinePlot {
   std::vector<PlotSeries> series;
   double y_top = 0;     // the y axis's end (0: a "nice" value >= the largest y), e.g. the number of trials
   bool log2_x = false;  // x on a log2 scale (every x > 0)
+  // false: the y range spans the data (nice steps below the smallest y and above the largest), for values
+  // that differ by little beside their size (perplexities).
+  bool y_from_zero = true;
+  // Every series' markers are circles that shrink with the series' index (earlier series' larger, drawn
+  // underneath), so points where several series coincide show as concentric rings of every colour; the
+  // legend shows the lines alone. Off: each series its own marker shape (below).
+  bool nested_markers = false;
 };
 
 // Renders a standalone SVG 1.1 document. Text is XML-escaped, and every label lies inside the canvas: the

@@ -91,13 +91,25 @@ std::vector<float> special_rows(int64_t in, int64_t rows, uint32_t seed) {
 
 TEST(QuantLinearInvariant, EveryKernelEqualsTheEmulation) {
   ThreadPool pool(2);
-  const QuantKernel kernels[] = {QuantKernel::kAvx512, QuantKernel::kAvxVnni, QuantKernel::kAmx,
-                                 QuantKernel::kAmxEmulated};
-  for (DType t : kQuantTypes) {
+  const QuantKernel kernels[] = {QuantKernel::kAvx512, QuantKernel::kAvxVnni};
+  struct Case {
+    DType type;
+    int32_t fp8_block;  // FP8 only: blocks of fp8_block x fp8_block (odd pairs per block at 6 and 10; several
+                        // scale rows within a panel of 16 outputs)
+  };
+  std::vector<Case> cases;
+  for (DType t : kQuantTypes) cases.push_back({t, 128});
+  cases.push_back({DType::kFP8, 6});
+  cases.push_back({DType::kFP8, 10});
+  for (const Case& c : cases) {
+    const DType t = c.type;
     for (bool random_bytes : {false, true}) {
-      const int64_t in = in_for(t, 512), out = 45, rows = 40;
-      SCOPED_TRACE(::testing::Message() << to_string(t) << (random_bytes ? " random blocks" : " quantized"));
-      const QuantWeights qw(t, out, in, 5, random_bytes);
+      // 70 rows: row groups of every kernel and the remainders, and two row chunks (kChunkRows = 64).
+      const int64_t in = in_for(t, 512), out = 45, rows = 70;
+      SCOPED_TRACE(::testing::Message() << to_string(t) << (t == DType::kFP8 ? " block " : "")
+                                        << (t == DType::kFP8 ? std::to_string(c.fp8_block) : "")
+                                        << (random_bytes ? " random blocks" : " quantized"));
+      const QuantWeights qw(t, out, in, 5, random_bytes, 1, c.fp8_block);
       const QuantLinear w(qw.view, "w");
       const std::vector<float> x = special_rows(in, rows, 9);
       // The activation rule: the fastest code equals the emulation byte for byte.
@@ -112,12 +124,13 @@ TEST(QuantLinearInvariant, EveryKernelEqualsTheEmulation) {
       w.forward_quantized_with(QuantKernel::kPortable, xa, rows, ref.data(), out, pool);
       int compared = 0;
       for (QuantKernel k : kernels) {
-        if (!quant_kernel_available(k)) {
-          std::printf("  [%s] %s: not on this CPU, skipped\n", std::string(to_string(t)).c_str(),
-                      to_string(k));
+        if (!quant_kernel_covers(k, t)) {
+          std::printf(
+              "  [%s] %s: not on this CPU, or no code of its own for this type (the emulation): skipped\n",
+              std::string(to_string(t)).c_str(), to_string(k));
           continue;
         }
-        for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{7}, rows}) {
+        for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, rows}) {
           std::fill(y.begin(), y.end(), -1.0f);
           w.forward_quantized_with(k, xa, m, y.data(), out, pool);
           ASSERT_EQ(std::memcmp(y.data(), ref.data(), static_cast<size_t>(m * out) * sizeof(float)), 0)

@@ -130,5 +130,29 @@ TEST(SimSvg, DegenerateDataStillRenders) {
   EXPECT_EQ(check_xml("<a><b></a></b>"), "mismatched </a>");  // the checker itself
 }
 
+// Values that differ by little beside their size (perplexities): without y_from_zero the axis spans them,
+// reference series are thin grey lines without markers, nested markers shrink with the series' index.
+TEST(SimSvg, DataRangeReferencesAndNestedMarkers) {
+  LinePlot plot;
+  plot.y_from_zero = false;
+  plot.nested_markers = true;
+  plot.series.push_back({"baseline", {1.0, 2.0}, {29.6, 29.6}, true});
+  plot.series.push_back({"a", {1.0, 2.0}, {33.0, 29.7}});
+  plot.series.push_back({"b", {1.0, 2.0}, {35.5, 29.7}});
+  const std::string svg = render_svg(plot);
+  EXPECT_EQ(check_xml(svg), "") << svg;
+  EXPECT_EQ(svg.find(">0</text>"), std::string::npos) << "the y axis does not start at 0";
+  EXPECT_NE(svg.find(">28</text>"), std::string::npos);  // nice steps of 2 around 29.6 .. 35.5
+  EXPECT_NE(svg.find(">36</text>"), std::string::npos);
+  EXPECT_NE(svg.find("data-series=\"baseline\" fill=\"none\" stroke=\"#888888\" stroke-width=\"1\""),
+            std::string::npos);
+  EXPECT_EQ(count(svg, "<circle "), 4u);   // none on the reference line
+  EXPECT_EQ(count(svg, "r=\"4.5\""), 2u);  // series a: one later series with markers
+  EXPECT_EQ(count(svg, "r=\"3\""), 2u);    // series b, the last
+  // The default keeps the axis from 0.
+  plot.y_from_zero = true;
+  EXPECT_NE(render_svg(plot).find(">0</text>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace moe::sim

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Every SVG the project writes, rendered and measured (docs/doc-examples.md, "Figures").
 
-The plots come from three writers: moe-sim's line plots (sim/svg_plot.cc: `sweep --svg`, `run/sweep
---deploy-svg`, `diverge --svg-dir`) and the layer benchmark's bar plot (scripts/layer_report.py). This test runs
+The plots come from two writers: moe-sim's line plots (sim/svg_plot.cc: `sweep --svg`, `run/sweep
+--deploy-svg`, `diverge --svg-dir`, `quality --svg`) and the layer benchmark's bar plot
+(scripts/layer_report.py). This test runs
 each writer on small inputs, and takes the figures committed under docs/img, and for every SVG:
 
   - it parses as XML and rsvg-convert (Debian's librsvg2-bin, scripts/install-deps.sh) renders it to a PNG;
@@ -176,6 +177,13 @@ class Figures(unittest.TestCase):
         self.assertRenders(sorted(glob.glob(os.path.join(out, "*.svg"))))
         capacity = read(os.path.join(out, "diverge_capacity.svg"))
         self.assertIn(">1.25<", capacity, "a tick at each capacity factor of the data")
+
+    def test_quality_plot(self):
+        svg = os.path.join(self.tmp, "quality.svg")
+        run(self.sim, "quality", "--corpus", os.path.join(BUILD, "kjv"), "--max-tokens", "256", "--window", "64",
+            "--windows-per-run", "2", "--modes", "greedy,stable", "--overflows", "drop", "--capacity-factors",
+            "1,2", "--refine", "0", "--svg", svg)
+        self.assertRenders([svg])
 
     def test_layer_report_plot(self):
         ours = {"benchmarks": []}

@@ -46,21 +46,79 @@ bool cpu_has_avx512_skx() {
 #endif
 }
 
+bool cpu_has_avx512_vnni() {
+#if MOE_HAVE_AVX512_BF16_TARGET
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512_skx() && __builtin_cpu_supports("avx512vnni");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_vbmi_bf16() {
+#if MOE_HAVE_AVX512_BF16_TARGET
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512_skx() && __builtin_cpu_supports("avx512vbmi") &&
+           __builtin_cpu_supports("avx512bf16");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx_vnni() {
+#if MOE_HAVE_AVX512_BF16_TARGET
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avxvnni");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+#if MOE_HAVE_AMX_TARGET
+// AMX-TILE and the feature bit `feature` of CPUID.(7,0):EDX (22 AMX-BF16, 25 AMX-INT8), the OS's tile state
+// (XCR0 bits 17-18) and this process's permission (asked once for the whole process).
+bool amx_usable(unsigned feature) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool has = (d >> feature) & 1u, amx_tile = (d >> 24) & 1u;
+  if (!has || !amx_tile) return false;
+  __get_cpuid(1, &a, &b, &c, &d);
+  if (!((c >> 27) & 1u)) return false;  // no OSXSAVE: XCR0 cannot be read
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3u) != 3u) return false;  // XTILECFG and XTILEDATA not enabled by the OS
+  // ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): Linux 5.16 and later.
+  static const bool permitted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return permitted;
+}
+#endif
+
+}  // namespace
+
 bool cpu_has_amx_bf16() {
 #if MOE_HAVE_AMX_TARGET
-  static const bool yes = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool amx_bf16 = (d >> 22) & 1u, amx_tile = (d >> 24) & 1u;
-    if (!amx_bf16 || !amx_tile) return false;
-    __get_cpuid(1, &a, &b, &c, &d);
-    if (!((c >> 27) & 1u)) return false;  // no OSXSAVE: XCR0 cannot be read
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if (((lo >> 17) & 3u) != 3u) return false;  // XTILECFG and XTILEDATA not enabled by the OS
-    // ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): Linux 5.16 and later.
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
+  static const bool yes = amx_usable(22);
+  return yes;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_amx_int8() {
+#if MOE_HAVE_AMX_TARGET
+  static const bool yes = amx_usable(25);
   return yes;
 #else
   return false;

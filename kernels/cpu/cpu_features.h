@@ -51,6 +51,18 @@ bool cpu_has_avx512f();
 // True when this CPU and OS run AVX512F + AVX512BW + AVX512VL + AVX512DQ code (the Skylake-X set, which every
 // AVX-512 CPU since has: the fp32 invariant kernel's target region). Cached; thread-safe.
 bool cpu_has_avx512_skx();
+// True when this CPU and OS run the Skylake-X set plus AVX512_VNNI (vpdpbusd, vpdpwssd on zmm): the quantized
+// kernels' AVX-512 path. Cached; thread-safe.
+bool cpu_has_avx512_vnni();
+// True when this CPU and OS run AVX512_VBMI (vpermi2b) and AVX512_BF16 besides the Skylake-X set: the FP8
+// kernel's AVX-512 path (byte table lookups, vdpbf16ps). Cached; thread-safe.
+bool cpu_has_avx512_vbmi_bf16();
+// True when this CPU and OS run AVX2, FMA, F16C and the VEX-encoded AVX-VNNI (vpdpbusd on ymm; Alder Lake and
+// later, Zen 5). Cached; thread-safe.
+bool cpu_has_avx_vnni();
+// True when this CPU has AMX-TILE and AMX-INT8 (tdpbssd), the OS saves the tile state and has granted this
+// process its use (as cpu_has_amx_bf16). Cached; thread-safe.
+bool cpu_has_amx_int8();
 // True when this CPU has AMX-TILE and AMX-BF16 (tdpbf16ps), the OS saves the tile state (XCR0) and has
 // granted this process its use (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here, for the whole process).
 // Cached; thread-safe.

@@ -311,10 +311,6 @@ const char* to_string(QuantKernel k) {
       return "avx512";
     case QuantKernel::kAvxVnni:
       return "avxvnni";
-    case QuantKernel::kAmx:
-      return "amx";
-    case QuantKernel::kAmxEmulated:
-      return "amx-emulated";
   }
   return "?";
 }
@@ -323,17 +319,21 @@ bool quant_kernel_available(QuantKernel k) {
   return detail::quant_kernel_compiled_and_supported(k);
 }
 
+bool quant_kernel_covers(QuantKernel k, DType t) {
+  if (!quant_kernel_available(k)) return false;
+  return k == QuantKernel::kPortable || t != DType::kFP8 || detail::fp8_packs_for(k);
+}
+
 namespace {
 
 QuantKernel choose_quant_kernel() {
-  constexpr QuantKernel kAll[] = {QuantKernel::kPortable, QuantKernel::kAvx512, QuantKernel::kAvxVnni,
-                                  QuantKernel::kAmx, QuantKernel::kAmxEmulated};
+  constexpr QuantKernel kAll[] = {QuantKernel::kPortable, QuantKernel::kAvx512, QuantKernel::kAvxVnni};
   if (const char* forced = std::getenv("MOE_QUANT_KERNEL")) {
     for (QuantKernel k : kAll) {
       if (std::string(forced) == to_string(k) && quant_kernel_available(k)) return k;
     }
   }
-  for (QuantKernel k : {QuantKernel::kAmx, QuantKernel::kAvx512, QuantKernel::kAvxVnni}) {
+  for (QuantKernel k : {QuantKernel::kAvx512, QuantKernel::kAvxVnni}) {
     if (quant_kernel_available(k)) return k;
   }
   return QuantKernel::kPortable;
@@ -434,6 +434,7 @@ void QuantLinear::forward_quantized_with(QuantKernel k, const std::byte* xq, int
     repacked = detail::pack_quant(w_, k);  // a test or benchmark asking for another layout
     packed = repacked.get();
   }
+  if (packed == nullptr) k = QuantKernel::kPortable;  // a type k runs by the emulation (pack_quant)
   pool.parallel_for(tasks, [&](int64_t task, int) {
     int64_t j0 = 0, j1 = 0;
     ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);

@@ -39,10 +39,10 @@
 // The tests assert both bounds and print the measured errors.
 //
 // Implementations (QuantKernel below): the portable scalar emulation (this file's reference, any CPU), and
-// the SIMD kernels (kernels/cpu/linear_quant_*.cc) on weights repacked once into panels of 16 outputs. All
-// of them give the same bits: the integer parts are exact whatever the instruction (vpdpbusd, AMX's
-// tdpbusd, scalar), and each then runs the fp32 chain above with the same operations (the SIMD fma is
-// IEEE fused multiply-add under the default MXCSR, as std::fma).
+// the SIMD kernels (kernels/cpu/linear_quant_*.cc) on weights repacked once into panels of 16 outputs
+// (kernels/cpu/linear_quant_pack.h). All of them give the same bits: the integer parts are exact whatever
+// the instruction (vpdpbusd, scalar) or grouping, and each then runs the fp32 chain above with the same
+// operations.
 #pragma once
 
 #include <cstddef>
@@ -79,17 +79,23 @@ void quantize_rows_portable(QuantRule rule, const float* x, int64_t rows, int64_
 
 // The implementations; all give the same bits (tested), they differ in speed:
 //   kPortable   the scalar emulation of the contract on the stored blocks (any CPU)
-//   kAvx512     AVX-512 (F/BW/VL) with VNNI vpdpbusd on packed panels; FP8 with vdpbf16ps (AVX512_BF16)
-//   kAvxVnni    256-bit AVX-VNNI vpdpbusd (CPUs with AVX-VNNI and no AVX-512); FP8 by the emulation
-//   kAmx        AMX-INT8 tdpbusd for the integer dots of 16-row tiles, the chain in AVX-512 (CPUs with
-//               AMX-INT8); its scalar emulation (kAmxEmulated: the tile's integer products, then the chain)
-//               runs anywhere
-enum class QuantKernel : uint8_t { kPortable, kAvx512, kAvxVnni, kAmx, kAmxEmulated };
+//   kAvx512     AVX-512 (F/BW/VL/DQ) with VNNI vpdpbusd / vpdpwssd on packed panels of 16 outputs
+//               (kernels/cpu/linear_quant_simd.h); FP8 with vpermi2b and vdpbf16ps where the CPU also has
+//               AVX512_VBMI and AVX512_BF16, else by the emulation
+//   kAvxVnni    the same kernels on 256-bit AVX-VNNI (CPUs with AVX-VNNI and no AVX-512); FP8 by the
+//               emulation
+// Every integer product and sum is exact in any order and grouping, and each kernel runs the fp32 chain above
+// per output, blocks ascending, with the same operations (the SIMD fma is IEEE fused multiply-add under the
+// default MXCSR, as std::fma; vdpbf16ps is dpbf16's definition), so all give the emulation's bits: tested on
+// random blocks of every code and on extreme rows (kernels_cpu_quant_invariance_test).
+enum class QuantKernel : uint8_t { kPortable, kAvx512, kAvxVnni };
 const char* to_string(QuantKernel k);
 bool quant_kernel_available(QuantKernel k);
-// The implementation QuantLinear runs, chosen once per process: MOE_QUANT_KERNEL=portable|avx512|avxvnni|amx|
-// amx-emulated forces one (if this CPU has it); otherwise AMX where available, then AVX-512 VNNI, then
-// AVX-VNNI, then the portable emulation.
+// Whether kernel k (available) runs code of its own for weights of type t, rather than the emulation.
+bool quant_kernel_covers(QuantKernel k, DType t);
+// The implementation QuantLinear runs, chosen once per process: MOE_QUANT_KERNEL=portable|avx512|avxvnni
+// forces one (if this CPU has it); otherwise AVX-512 VNNI where available, then AVX-VNNI, then the portable
+// emulation.
 QuantKernel quant_kernel();
 
 // A quantized weight matrix prepared once (validated: every FP8 code and e8m0 scale checked, NaN refused by

@@ -1,5 +1,37 @@
 // Internal to the quantized linear (kernels/cpu/linear_quant.h): the SIMD kernels' packed panels, the per-CPU
 // kernel entry points, and the checks of the stored codes.
+//
+// The packed layout (QuantPanels; one layout for the AVX-512 and the AVX-VNNI kernels, which read 16 outputs
+// as one zmm or two ymm). The outputs are cut into panels of 16 (the last one padded with zero codes and zero
+// scales; its padding lanes are computed and never stored). Panel j is `panel_bytes` bytes, 64-byte aligned,
+// a sequence of groups of `group_bytes`: each group holds 2^group_shift consecutive steps' weights
+// (`step_weight_bytes` each), then their scales (`step_scale_bytes` each), padded to 64 bytes, so that a
+// one-row product reads the whole matrix as one ascending stream (with the scales in a region of their own
+// per panel, each panel began a second stream that the hardware prefetcher caught late). A "chunk" below is
+// 64 bytes whose 4-byte lane o belongs to output 16 j + o.
+//
+//   Q8_0  step = block (32 elements), 2 a group. Weights: 8 chunks, chunk k lane o = the codes qs[4k .. 4k+3]
+//         of o, each + 128 (as uint8: vpdpbusd's unsigned operand). Scales: 16 fp16 d (32 bytes).
+//   MXFP4 step = block (32 elements), 4 a group. Weights: 4 chunks, chunk g lane o = the stored bytes
+//         qs[4g .. 4g+3] of o (low nibbles: elements 4g..4g+3, high nibbles: 16+4g..16+4g+3; a table maps a
+//         code to its value + 128). Scales: 16 e8m0 bytes.
+//   Q4_K  step = super-block (256 elements), 1 a group. Weights: 32 chunks, chunk 8c + g (c < 4, g < 8) lane
+//         o = the stored bytes qs[32c + 4g .. 32c + 4g + 3] of o (low nibbles: elements 64c + 4g.., sub-block
+//         2c; high nibbles: 64c + 32 + 4g.., sub-block 2c + 1). Scales (320 bytes): d[16] fp16, dmin[16]
+//         fp16, sc[8][16] uint8 (sub-block j's 6-bit scale of each output), m[4][16][2] uint8 (the mins of
+//         sub-blocks 2p and 2p + 1 of each output, side by side: widened to int16 pairs for vpdpwssd).
+//   Q6_K  step = super-block (256 elements), 1 a group. Weights: 48 chunks: for half h < 2, chunks 24h + g
+//         (g < 16) lane o = the stored ql[64h + 4g .. +3] of o, chunks 24h + 16 + g (g < 8) = qh[32h + 4g ..
+//         +3] (the 6-bit code + 32 is rebuilt from them in registers). Scales (288 bytes): d[16] fp16,
+//         sc[16][16] int8.
+//   FP8   step = 2 pairs (4 elements) of one scale block; a group is one scale block (group_shift unused):
+//         its P pairs take block_steps = ceil(block_pairs / 2) steps (the last one half used when P is odd),
+//         then 16 fp32 scales. A step's chunk holds the e4m3 codes of pairs p, p + 1: byte 16 (o / 4) + 2 (o
+//         % 4) + e = w[o][2p + e], byte 16 (o / 4) + 8 + 2 (o % 4) + e = w[o][2p + 2 + e] (a zero code past
+//         an odd `in`), the order in which vpunpck{l,h}bw of the bf16 bytes yields the pair-interleaved
+//         dwords of p and p + 1.
+// The integer parts of the contract are exact in any order, so these layouts change no bits: each kernel
+// still runs the header's fp32 chain per output, blocks ascending.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +44,7 @@
 
 namespace moe::kernels {
 
-// The weights of a QuantLinear repacked for one SIMD kernel (layout: linear_quant_pack.cc).
+// The weights of a QuantLinear repacked for one SIMD kernel.
 struct QuantLinear::Packed {
   QuantKernel kernel = QuantKernel::kPortable;
   DType type = DType::kQ8_0;
@@ -23,6 +55,38 @@ struct QuantLinear::Packed {
 
 namespace detail {
 
+inline constexpr int64_t kQuantPanelOutputs = 16;
+
+// The panels described above.
+struct QuantPanels final : QuantLinear::Packed {
+  int64_t panels = 0;
+  int64_t steps = 0;  // per panel: blocks (Q8_0, MXFP4), super-blocks (Q4_K, Q6_K), 2-pair steps (FP8)
+  size_t step_weight_bytes = 0, step_scale_bytes = 0, group_bytes = 0, panel_bytes = 0;
+  int group_shift = 0;
+  // FP8: the scale blocks along the columns (block c, group c: pairs [c * block_pairs, min(pairs, (c + 1) *
+  // block_pairs)), in block_steps steps).
+  int64_t pairs = 0, block_pairs = 0, block_steps = 0, scale_blocks = 0;
+
+  // Step b's weights and scales in a panel (the block types).
+  const std::byte* step_weights(const std::byte* panel, int64_t b) const {
+    return panel + static_cast<size_t>(b >> group_shift) * group_bytes +
+           static_cast<size_t>(b & ((int64_t{1} << group_shift) - 1)) * step_weight_bytes;
+  }
+  const std::byte* step_scales(const std::byte* panel, int64_t b) const {
+    return panel + static_cast<size_t>(b >> group_shift) * group_bytes + (step_weight_bytes << group_shift) +
+           static_cast<size_t>(b & ((int64_t{1} << group_shift) - 1)) * step_scale_bytes;
+  }
+
+  const std::byte* panel(int64_t j) const { return data.get() + static_cast<size_t>(j) * panel_bytes; }
+  std::byte* panel(int64_t j) { return data.get() + static_cast<size_t>(j) * panel_bytes; }
+  size_t bytes() const override { return static_cast<size_t>(panels) * panel_bytes; }
+
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte[], Free> data;
+};
+
 // Whether this build has kernel k and this CPU runs it.
 bool quant_kernel_compiled_and_supported(QuantKernel k);
 
@@ -31,7 +95,11 @@ bool quant_kernel_compiled_and_supported(QuantKernel k);
 // non-finite FP8 block scale.
 void check_codes(const MatrixView& w, const std::string& what);
 
-// `w` repacked for kernel k, or null for the portable emulation (which reads the stored blocks).
+// Whether kernel k has FP8 code on this CPU (kAvx512 with AVX512_VBMI + AVX512_BF16).
+bool fp8_packs_for(QuantKernel k);
+
+// `w` repacked for kernel k, or null where k runs the portable emulation on the stored blocks (k itself
+// portable, or a type k has no code for on this CPU: FP8 without AVX512_VBMI + AVX512_BF16).
 std::unique_ptr<QuantLinear::Packed> pack_quant(const MatrixView& w, QuantKernel k);
 
 // Outputs [o_begin, o_end) of `rows` quantized rows (quant_row_layout's stride apart) by the scalar emulation
@@ -42,6 +110,21 @@ void quant_outputs_portable(const MatrixView& w, const std::byte* xq, int64_t ro
 // Outputs of panels [j_begin, j_end) (16 outputs each) by kernel k on its packed weights.
 void quant_panels(const QuantLinear::Packed& w, QuantKernel k, const std::byte* xq, int64_t rows,
                   int64_t j_begin, int64_t j_end, float* y, int64_t y_stride);
+
+// The per-ISA entry points of quant_panels (linear_quant_avx512.cc, linear_quant_avxvnni.cc); each is
+// called only where its cpu_has_* check says yes.
+void quant_panels_avx512(const QuantPanels& w, const std::byte* xq, int64_t rows, int64_t j_begin,
+                         int64_t j_end, float* y, int64_t y_stride);
+void quant_panels_avxvnni(const QuantPanels& w, const std::byte* xq, int64_t rows, int64_t j_begin,
+                          int64_t j_end, float* y, int64_t y_stride);
+// Whether those files were compiled with their code (a compiler without the target gives stubs).
+bool quant_avx512_built();
+bool quant_avxvnni_built();
+
+// The int8 rules' quantize_rows on the calling thread with AVX-512 (linear_quant_avx512.cc; call it only
+// where cpu_has_avx512_skx()).
+void quantize_rows_avx512(QuantRule rule, const float* x, int64_t rows, int64_t x_stride, int64_t in,
+                          std::byte* out);
 
 // quantize_rows on the calling thread, with the fastest code this CPU has (the same bytes as the portable
 // one).

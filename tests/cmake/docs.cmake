@@ -29,7 +29,7 @@ if(TARGET moe-sim AND TARGET write_family_checkpoints)
   # hidden under another.
   add_test(NAME svg_render_test COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/svg_render_test.py
                                         ${CMAKE_BINARY_DIR})
-  set_tests_properties(svg_render_test PROPERTIES LABELS docs TIMEOUT 300)
+  set_tests_properties(svg_render_test PROPERTIES LABELS docs TIMEOUT 300 FIXTURES_REQUIRED kjv_corpus)
   add_test(NAME doc_examples_self_test
            COMMAND ${moe_test_python} ${PROJECT_SOURCE_DIR}/tests/doc_examples_test.py ${CMAKE_BINARY_DIR})
   set_tests_properties(doc_examples_self_test PROPERTIES LABELS docs TIMEOUT 120)

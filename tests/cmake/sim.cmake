@@ -12,7 +12,9 @@ foreach(name sim_workload_test sim_serving_engine_test sim_score_model_test sim_
     TIMEOUT 120)
 endforeach()
 # The streamed simulation's routing workers and planning thread (make tsan).
-set_property(TEST sim_experiment_test sim_parallel_test sim_deploy_test APPEND PROPERTY LABELS threaded)
+foreach(name sim_experiment_test sim_parallel_test sim_deploy_test)
+  moe_label_threaded(TARGET ${name} TESTS ${name})
+endforeach()
 
 # The CLI end to end: every subcommand, JSON keys, exit codes and messages, determinism of the output.
 if(TARGET moe-sim)
