@@ -149,7 +149,8 @@ namespace {
 // One streamed pass of the workload's steps under `policies`.
 WorkloadRun simulate_steps(const SimConfig& config, const std::vector<RequestSpec>& requests,
                            const WorkloadFootprint& f, const std::vector<DispatchPolicy>& policies,
-                           int num_ranked, const StreamOptions& options) {
+                           const std::vector<DispatchPolicy>& schedule_policies, int num_ranked,
+                           const StreamOptions& options) {
   const int E = config.router.num_experts, k = config.router.top_k;
   const bool record = config.workload.prefix_cache || config.workload.spec_tokens > 0;
   std::vector<PolicySimulator> sims;
@@ -161,7 +162,7 @@ WorkloadRun simulate_steps(const SimConfig& config, const std::vector<RequestSpe
   // The prefix cache serves a block only where every policy's rule allows it: one schedule for all.
   std::vector<RoutingRule> cache_rules;
   if (config.workload.prefix_cache) {
-    for (const DispatchPolicy& p : policies) cache_rules.push_back(RoutingRule::of(p));
+    for (const DispatchPolicy& p : schedule_policies) cache_rules.push_back(RoutingRule::of(p));
   }
 
   const ScoreModel scores(config.scores, E, config.seed);
@@ -296,7 +297,8 @@ WorkloadRun simulate_steps(const SimConfig& config, const std::vector<RequestSpe
 }  // namespace
 
 WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
-                              const StreamOptions& options) {
+                              const StreamOptions& options,
+                              const std::vector<DispatchPolicy>& schedule_policies) {
   const int E = config.router.num_experts, k = config.router.top_k;
   int num_ranked = k;
   for (const DispatchPolicy& p : policies) num_ranked = std::max(num_ranked, ranks_needed(config.router, p));
@@ -316,7 +318,8 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   check_workload_size(f, E, k, num_ranked,
                       config.workload.trace_file.empty() ? advice : "use a shorter trace");
 
-  return simulate_steps(config, requests, f, policies, num_ranked, options);
+  return simulate_steps(config, requests, f, policies,
+                        schedule_policies.empty() ? policies : schedule_policies, num_ranked, options);
 }
 
 }  // namespace moe::sim

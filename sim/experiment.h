@@ -132,8 +132,12 @@ struct WorkloadRun {
 // planning one work item beside the next window's routing), and the window dropped. Memory: the request
 // specs, the live requests and one window (three with two or more threads), checked first
 // (check_workload_size). Every token's logits are a function of (seed, request, position), so neither the
-// window nor the thread count changes any result. Throws UsageError / DataError (trace file, size).
+// window nor the thread count changes any result. `schedule_policies`, when given, are the policies whose
+// rules key the cache instead of `policies`: a caller that plans a sweep's points in parts (the ranks of an
+// MPI job) passes every point's, so that each part plans the steps of the whole sweep. Throws UsageError /
+// DataError (trace file, size).
 WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
-                              const StreamOptions& options = {});
+                              const StreamOptions& options = {},
+                              const std::vector<DispatchPolicy>& schedule_policies = {});
 
 }  // namespace moe::sim
