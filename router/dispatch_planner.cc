@@ -299,7 +299,7 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
   // With a state: the admitted prompt length, the slots and choice counts its earlier chunks hold (advanced
   // in place). Without: these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
   const uint32_t prompt_length = request ? request->prompt_length : static_cast<uint32_t>(end - begin);
-  const size_t counts = static_cast<size_t>(rules::sequence_counts_size(top_k_, num_experts_));
+  const size_t counts = static_cast<size_t>(rules::prompt_choice_counts_size(top_k_, num_experts_));
   if (request != nullptr && request->higher_choices.size() != counts) {
     request->higher_choices.assign(counts, 0);  // top_k 0
   }
@@ -323,10 +323,9 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
       scratch_counts_.assign(counts, 0);
     }
     int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
-    rules::decide_sequence_prompt(arrays, policy_, num_experts_, order_.data(), begin, first_decode,
-                                  first_row, prompt_length, prompt_capacity(prompt_length, capacity),
-                                  pool_count_.data(), higher, out.pair_expert.data(), out.pair_status.data(),
-                                  place);
+    rules::decide_prompt_pool(arrays, policy_, num_experts_, order_.data(), begin, first_decode, first_row,
+                              prompt_length, prompt_capacity(prompt_length, capacity), pool_count_.data(),
+                              higher, out.pair_expert.data(), out.pair_status.data(), place);
     // Slots offered: what the prompt pool had left for this batch's prompt rows.
     for (int e = 0; e < num_experts_; ++e) {
       const int64_t held = request ? request->slots_held[e] : 0;

@@ -103,6 +103,21 @@ const std::vector<std::string>& DispatchPolicy::mode_names() {
   return names;
 }
 
+std::string describe_rules(const DispatchPolicy& p) {
+  std::string out = std::string(to_string(p.scope)) + " scope";
+  if (p.scope == CapacityScope::kPrefix) out += " (lookahead " + std::to_string(p.lookahead) + ")";
+  return out + ", " + std::string(to_string(p.priority)) + " priority, " + std::string(to_string(p.overflow));
+}
+
+const std::vector<std::string>& capacity_scope_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, value] : kScopes) out.emplace_back(name);
+    return out;
+  }();
+  return names;
+}
+
 std::string_view to_string(CapacityScope v) {
   return name_of(v, kScopes);
 }

@@ -66,6 +66,14 @@ struct DispatchPolicy {
   static const std::vector<std::string>& mode_names();
 };
 
+// What a policy's rules are, in words: its scope (prefix scope with its lookahead), priority and overflow,
+// "prefix scope (lookahead 16), request priority, drop". The one description of a mode's or a preset's rules
+// (MoELayerConfig::preset_description, moe-sim's --mode help and the docs test read it).
+std::string describe_rules(const DispatchPolicy& policy);
+// Every capacity scope's name, in declaration order of the parsers' table (batch, request, causal, sequence,
+// prefix, none).
+const std::vector<std::string>& capacity_scope_names();
+
 std::string_view to_string(CapacityScope v);
 std::string_view to_string(CapacityRounding v);
 std::string_view to_string(Priority v);

@@ -46,4 +46,16 @@ uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end, ui
   return prefix_cache_salt(RoutingRule::of(policy), prefix_end, prompt_length);
 }
 
+uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end, uint32_t prompt_length) {
+  if (rules.size() == 1) return prefix_cache_salt(rules.front(), prefix_end, prompt_length);
+  bool any = false;
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (const RoutingRule& rule : rules) {
+    const uint64_t salt = prefix_cache_salt(rule, prefix_end, prompt_length);
+    any |= salt != 0;
+    mix(h, salt);
+  }
+  return any ? (h == 0 ? 1 : h) : 0;
+}
+
 }  // namespace moe

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "router/dispatch_policy.h"
 
@@ -35,5 +36,11 @@ struct RoutingRule {
 //                    promise across batches anyway)
 uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end, uint32_t prompt_length);
 uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end, uint32_t prompt_length);
+// The key extension of a cache whose blocks serve requests planned under several rules at once (a simulator
+// planning several policies over one engine pass): 0 where every rule's salt is 0 (no rule's decisions in
+// the prefix saw the prompt length: a cache keyed by tokens alone), else a hash of all the rules' salts -
+// so two blocks share a key only where every rule's salt is equal, and a hit is valid under each rule. With
+// one rule it is that rule's salt; with none, 0.
+uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end, uint32_t prompt_length);
 
 }  // namespace moe

@@ -41,7 +41,7 @@ struct RoutingSegment {
 // each expert, and (when the state records) the routing of each of its positions so far.
 //   CapacityScope::kSequence, kPrefix  a request must be admitted with its prompt length (or restored) before
 //     its first forward pass; slots_held counts its prompt's slots (decode rows never hold any),
-//     higher_choices its prompt's choice counts (rules::sequence_counts_size).
+//     higher_choices its prompt's choice counts (rules::prompt_choice_counts_size).
 //   CapacityScope::kCausal    a request is created at its first forward pass (no admission needed; an
 //     admitted one works too); slots_held counts every earlier token's slots.
 // The planner reads and advances it, so a token's decision depends only on its own request's prefix, however
@@ -59,9 +59,9 @@ class RoutingState {
     RoutingRule rule;  // the rule its positions were planned under (empty before the first plan)
     std::vector<int32_t> slots_held;  // [num_experts]
     // Sequence and prefix scopes, [top_k * num_experts]: block j - 1 at e counts the prompt rows so far whose
-    // choices of rank < j include e (rules::sequence_counts_size). Sized at admission when the state knows
-    // top_k, else by the first planner that decides the request's prompt (a later planner of another top_k
-    // is an error).
+    // choices of rank < j include e (rules::prompt_choice_counts_size). Sized at admission when the state
+    // knows top_k, else by the first planner that decides the request's prompt (a later planner of another
+    // top_k is an error).
     std::vector<int32_t> higher_choices;
     // Recording states: [next_position * top_k] each, position-major (RoutingSegment's layout).
     std::vector<int32_t> choices, placed;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The divergence lab in about a minute and a half (2 cores), on the trained model (models/kjv-moe, docs/training.md): one KJV prompt
+# The divergence lab in about 16 s (2 cores), on the trained model (models/kjv-moe, docs/training.md): one KJV prompt
 # served 30 times among stranger traffic drawn from the held-out books (continuous batching, chunked prefill),
 # per dispatch mode and kernel kind; prints the table and every distinct completion as text, then checks the
-# claims: greedy dispatch gives more than one distinct completion of 30, stable (sequence scope + invariant
-# kernels, chunk sizes and token budgets varied over the trials) exactly one, with bit-identical logits in 30 of
-# 30. Writes JSON + SVG under <build>/demo/diverge/. The full experiment (grid and capacity sweep) is
+# claims: greedy dispatch gives more than one distinct completion of 30, stable (prefix scope + invariant
+# kernels, the server varied over the trials: chunk sizes, token budgets, the prefix cache, preemption,
+# speculation) exactly one, with bit-identical logits in 30 of 30. Writes JSON + SVG under <build>/demo/diverge/. The full experiment (grid and capacity sweep) is
 # `moe-sim diverge` with no flags; docs/divergence.md explains the columns. Usage: scripts/demo-diverge.sh [build]
 set -euo pipefail
 BUILD=${1:-build}

@@ -14,6 +14,7 @@ packages=(
   clang-format
   clang-14 libclang-rt-14-dev
   valgrind
+  librsvg2-bin  # rsvg-convert: the SVG test renders every plot the project writes
   bible-kjv bible-kjv-text
   dpkg-dev file  # make package: CPack's DEB generator runs dpkg-shlibdeps and file
 )

@@ -12,6 +12,7 @@ the CPU has AMX, oneDNN (ours under greedy, and torch's) uses it and the vdpbf16
 """
 import argparse
 import json
+import math
 import re
 
 PEAK_GFLOPS_PER_THREAD = 170.0
@@ -64,42 +65,144 @@ def load_peer(path):
     return rows
 
 
-def svg_plot(points, path):
-    """Bars of peer/ours speed-up (deterministic preset) per (shape, T, threads)."""
-    w, h, left, bottom = 900, 360, 60, 80
-    n = len(points)
-    vmax = max(max(v for _, v in points), 3.5)
-    bar = (w - left - 20) / max(n, 1)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
-             f'font-size="11"><desc>moe layer: speed-up of the deterministic preset over a PyTorch HF-style '
-             f'block</desc><rect width="{w}" height="{h}" fill="white"/>']
-    y0 = h - bottom
-    scale = (h - bottom - 30) / vmax
-    for ref, color in ((1.0, "#999"), (3.0, "#c33"), (1.4, "#c93")):
-        y = y0 - ref * scale
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w-20}" y2="{y:.1f}" stroke="{color}" stroke-dasharray="4 3"/>'
-                     f'<text x="{w-18}" y="{y+4:.1f}" fill="{color}">{ref}x</text>')
-    for i, (label, v) in enumerate(points):
-        x = left + i * bar + 2
-        parts.append(f'<rect x="{x:.1f}" y="{y0 - v*scale:.1f}" width="{bar-4:.1f}" height="{v*scale:.1f}" '
-                     f'fill="#3870b8"/><text x="{x + bar/2 - 2:.1f}" y="{y0 - v*scale - 3:.1f}" '
-                     f'text-anchor="middle">{v:.1f}</text>')
-        parts.append(f'<text transform="translate({x + bar/2:.1f},{y0 + 8}) rotate(60)" font-size="10">{label}</text>')
-    parts.append(f'<line x1="{left}" y1="{y0}" x2="{w-20}" y2="{y0}" stroke="black"/>')
-    parts.append(f'<text x="10" y="20" font-size="13">speed-up over PyTorch HF-style block (deterministic preset)</text>')
+# Estimated advance per character in ems: the canvas is laid out so that every label fits.
+EM_PER_CHAR = 0.62
+
+
+def esc(text):
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def nice_step(span, target):
+    raw = span / target
+    p = 10 ** math.floor(math.log10(raw))
+    return next(m * p for m in (1, 2, 5, 10) if m * p >= raw)
+
+
+def svg_plot(points, path, targets=()):
+    """Bars of the peer/ours speed-up of the deterministic preset, grouped by (shape, precision, threads), one
+    bar per T in each group (T under the bars, the group under them), a y axis with ticks, and reference lines
+    at 1x (parity) and at each (value, label) of `targets`, named in a legend. points: (shape, bf16, T,
+    threads, speed-up)."""
+    groups = {}
+    for shape, bf16, T, threads, v in points:
+        groups.setdefault((shape, bf16, threads), []).append((T, v))
+    keys = sorted(groups, key=lambda k: (k[0], k[1], k[2]))
+    refs = [(1.0, "1x: parity", "#777")] + [(v, "%gx: %s" % (v, label), c) for (v, label), c in
+                                             zip(targets, ("#c33", "#c93", "#393", "#339"))]
+    bar, gap, left, plot_h = 22, 26, 64, 260
+    top = 44 + 14 * len(refs)  # the title, then the reference lines' legend, then the plot
+    title = "Speed-up of the deterministic preset over the PyTorch HF-style block (peer ms / ours)"
+    n_bars = sum(len(v) for v in groups.values())
+    plot_w = n_bars * bar + len(keys) * gap
+    legend_w = max(EM_PER_CHAR * 11 * len(label) for _, label, _ in refs) + 40
+    caption = "T (tokens per call) under each bar; bars grouped by shape, precision and threads"
+    w = max(left + plot_w + 20, EM_PER_CHAR * 14 * len(title) + 20, left + legend_w + 20,
+            EM_PER_CHAR * 10 * len(caption) + 20)
+    group_label_size = 11
+    h = top + plot_h + 70
+    vmax = max([v for *_, v in points] + [r for r, _, _ in refs]) * 1.1
+    step = nice_step(vmax, 6)
+    ymax = math.ceil(vmax / step) * step
+    y0 = top + plot_h
+    y = lambda v: y0 - v / ymax * plot_h
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" '
+             'font-family="sans-serif" font-size="11">' % (w, h, w, h),
+             '<desc>moe layer: speed-up of the deterministic preset over a PyTorch HF-style block</desc>',
+             '<rect width="%.0f" height="%.0f" fill="white"/>' % (w, h),
+             '<text x="%.1f" y="22" text-anchor="middle" font-size="14">%s</text>' % (w / 2, esc(title))]
+    for i in range(int(round(ymax / step)) + 1):
+        v = i * step
+        parts.append('<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#e4e4e4"/>'
+                     '<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (left, y(v), left + plot_w, y(v),
+                                                                           left - 6, y(v) + 4, round(v, 6)))
+    parts.append('<text x="16" y="%.1f" text-anchor="middle" transform="rotate(-90 16 %.1f)">speed-up (x)</text>'
+                 % (top + plot_h / 2, top + plot_h / 2))
+    x = left + gap / 2
+    for key in keys:
+        shape, bf16, threads = key
+        bars = sorted(groups[key])
+        x_group = x
+        for T, v in bars:
+            parts.append('<rect x="%.1f" y="%.1f" width="%d" height="%.1f" fill="%s"><title>%s: %.2fx</title></rect>'
+                         % (x + 1, y(v), bar - 2, y0 - y(v), "#c27c2c" if bf16 else "#3870b8",
+                            esc("%s%s T=%d, %d thread%s" % (shape, " bf16" if bf16 else "", T, threads,
+                                                             "s" if threads > 1 else "")), v))
+            parts.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%.1f</text>'
+                         % (x + bar / 2, y(v) - 3, v))
+            parts.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="9">%d</text>' % (x + bar / 2, y0 + 12, T))
+            x += bar
+        label = "%s%s, %d thread%s" % (shape, " bf16" if bf16 else "", threads, "s" if threads > 1 else "")
+        # A group's label under its bars, in as many lines as it needs to stay within the group's width.
+        words, lines = label.split(" "), [""]
+        for word in words:
+            if lines[-1] and EM_PER_CHAR * group_label_size * len(lines[-1] + " " + word) > x - x_group + gap - 4:
+                lines.append(word)
+            else:
+                lines[-1] = (lines[-1] + " " + word).strip()
+        for k, line in enumerate(lines):
+            parts.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="%d">%s</text>'
+                         % ((x_group + x) / 2, y0 + 28 + 12 * k, group_label_size, esc(line)))
+        x += gap
+    parts.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="10" fill="#555">%s</text>'
+                 % (w / 2, h - 6, esc(caption)))
+    for v, label, color in refs:
+        parts.append('<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="5 3"/>'
+                     % (left, y(v), left + plot_w, y(v), color))
+    parts.append('<line x1="%d" y1="%d" x2="%.1f" y2="%d" stroke="black"/><line x1="%d" y1="%d" x2="%d" y2="%d" '
+                 'stroke="black"/>' % (left, y0, left + plot_w, y0, left, top, left, y0))
+    for k, (v, label, color) in enumerate(refs):
+        ly = 40 + 14 * k
+        parts.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-dasharray="5 3"/>'
+                     '<text x="%d" y="%d" font-size="11">%s</text>' % (left, ly, left + 26, ly, color, left + 32,
+                                                                      ly + 4, esc(label)))
     parts.append("</svg>")
-    open(path, "w").write("\n".join(parts))
+    open(path, "w").write("\n".join(parts) + "\n")
+
+
+def points_from_markdown(path):
+    """The plot's points from layer_report's own tables (layer_results.md, or a copy in docs/results.md): fp32
+    rows' peer/det and bf16 rows' torch(AMX)/det."""
+    points = []
+    header = None
+    for line in open(path):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| shape |"):
+            header = cells
+            continue
+        if header is None or not line.startswith("| ") or line.startswith("|---"):
+            if not line.startswith("|"):
+                header = None
+            continue
+        row = dict(zip(header, cells))
+        column = next((c for c in ("peer/det", "torch(AMX)/det", "torch(default)/det") if c in row), None)
+        if column is None:
+            continue
+        if row.get(column, "-") in ("-", ""):
+            continue
+        shape = row["shape"]
+        bf16 = shape.endswith("_bf16")
+        points.append((shape[:-5] if bf16 else shape, bf16, int(row["T"]), int(row["threads"]), float(row[column])))
+    return points
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("ours")
-    p.add_argument("peer")
+    p.add_argument("peer", nargs="?")
     p.add_argument("--capped", help="layer_bench JSON of the bf16 greedy cases run with oneDNN capped at vdpbf16ps")
     p.add_argument("--markdown")
     p.add_argument("--svg")
     p.add_argument("--peaks", help="peak_bench JSON: measured denominators for %% peak and %% bw")
+    p.add_argument("--targets", default="1.4:target at T = 2048,3:target at T = 16 and 256",
+                   help="reference lines of the plot besides 1x, VALUE:LABEL[,VALUE:LABEL...]")
+    p.add_argument("--from-markdown", action="store_true",
+                   help="OURS is a markdown file of this script's tables (no PEER): replot them with --svg")
     args = p.parse_args()
+    targets = [(float(t.split(":", 1)[0]), t.split(":", 1)[1]) for t in args.targets.split(",") if t]
+    if args.from_markdown:
+        svg_plot(points_from_markdown(args.ours), args.svg, targets)
+        return
     ours, peer = load_ours(args.ours), load_peer(args.peer)
     capped = load_ours(args.capped) if args.capped else {}
     peaks = load_peaks(args.peaks) if args.peaks else {}
@@ -149,14 +252,14 @@ def main():
                         f"{fmt(ratio(det['ms'], g_ms))} | {fmt(ratio(det['ms'], gc_ms))} | {fmt(pm)} | {fmt(ratio(pm, det['ms']))} | {fmt(pc)} | "
                         f"{fmt(ratio(pc, det['ms']))} | " + use)
         if pm:
-            points.append((f"{shape.split('_')[0]}{' bf16' if is_bf16 else ''} T{T} t{threads}", pm / det["ms"]))
+            points.append((shape[:-5] if is_bf16 else shape, is_bf16, T, threads, pm / det["ms"]))
     # A table without rows (a run of bf16 shapes only, e.g. bench/layer_peer.sh build qwen3_30b_a3b) is left out.
     text = "\n\n".join("\n".join(t) for t in (f32, bf16) if len(t) > 4) + "\n"
     print(text)
     if args.markdown:
         open(args.markdown, "w").write(text)
     if args.svg and points:
-        svg_plot(points, args.svg)
+        svg_plot(points, args.svg, targets)
 
 
 if __name__ == "__main__":

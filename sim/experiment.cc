@@ -52,34 +52,44 @@ void PolicySimulator::account(const deploy::DeployConfig& deployment, const Rout
   deploy_.emplace(deployment, num_experts_, top_k_, router.num_groups, policy_);
 }
 
-void PolicySimulator::add(const Step& step, const TokenRoutes& routes) {
-  if (stateful_) {
-    for (uint64_t id : step.preempted) state_.release_if_held(id);
-    for (const serving::Admission& a : step.admitted) {
-      if (a.cached > 0) {
-        prefix_.clear();
-        for (int32_t b : a.blocks) prefix_.push_back(cached_.at(static_cast<size_t>(b)));
-        state_.restore(a.id, a.prompt_length, prefix_);
-      } else if (prompt_pools_) {
-        state_.admit(a.id, a.prompt_length);
-      }
-    }
-  }
-  if (!step.rows.empty()) plan_step(step, routes);
-  if (stateful_) {
-    for (const TokenMeta& r : step.rollbacks) {
-      if (state_.find(r.request_id) != nullptr) state_.rollback(r.request_id, r.position);
-    }
-    for (const serving::Registered& b : step.registered) {
-      if (!cached_.empty()) cached_.at(static_cast<size_t>(b.block)) = state_.segment(b.id, b.begin, b.end);
-    }
-    for (uint64_t id : step.finished) state_.release_if_held(id);
+void PolicySimulator::add(const serving::Step& step, const TokenRoutes& routes) {
+  routes_ = &routes;
+  serving::replay_step(step, *this);
+  routes_ = nullptr;
+}
+
+void PolicySimulator::release(uint64_t id) {
+  if (stateful_) state_.release_if_held(id);
+}
+
+void PolicySimulator::admit(const serving::Admission& a) {
+  if (!stateful_) return;
+  if (a.cached > 0) {
+    prefix_.clear();
+    for (int32_t b : a.blocks) prefix_.push_back(cached_.at(static_cast<size_t>(b)));
+    state_.restore(a.id, a.prompt_length, prefix_);
+  } else if (prompt_pools_) {
+    state_.admit(a.id, a.prompt_length);
   }
 }
 
-void PolicySimulator::plan_step(const Step& step, const TokenRoutes& routes) {
+void PolicySimulator::forward(const serving::Step& step) {
+  if (!step.rows.empty()) fold_plan(step.rows);
+}
+
+void PolicySimulator::rollback(uint64_t id, uint32_t position) {
+  if (stateful_ && state_.find(id) != nullptr) state_.rollback(id, position);
+}
+
+void PolicySimulator::keep(const serving::Registered& b) {
+  if (stateful_ && !cached_.empty())
+    cached_.at(static_cast<size_t>(b.block)) = state_.segment(b.id, b.begin, b.end);
+}
+
+void PolicySimulator::fold_plan(const std::vector<TokenMeta>& rows) {
   const int E = num_experts_;
-  planner_.plan(routes, step.rows, stateful_ ? &state_ : nullptr, plan_);
+  const TokenRoutes& routes = *routes_;
+  planner_.plan(routes, rows, stateful_ ? &state_ : nullptr, plan_);
   const DispatchPlan& plan = plan_;
   RunStats& r = r_;
   if (stateful_) r.peak_live_requests = std::max<int64_t>(r.peak_live_requests, state_.num_requests());
@@ -114,7 +124,7 @@ void PolicySimulator::plan_step(const Step& step, const TokenRoutes& routes) {
       static_cast<double>(*std::max_element(plan.expert_load.begin(), plan.expert_load.end())) / nominal;
   peak_sum_ += peak;
   r.step_peak_load_max = std::max(r.step_peak_load_max, peak);
-  if (deploy_) deploy_->add(step.rows, routes, plan);
+  if (deploy_) deploy_->add(rows, routes, plan);
 }
 
 RunStats PolicySimulator::result(const RoutingStats& routing) const {
@@ -136,21 +146,11 @@ RunStats PolicySimulator::result(const RoutingStats& routing) const {
 
 namespace {
 
-// The prefix cache's key rule for a policy: its own where its routing state's decisions depend on the
-// prompt length (sequence and prefix scopes), else none (tokens alone).
-RoutingRule cache_key_rule(const DispatchPolicy& policy) {
-  if (!rules::pools_prompt(policy)) return RoutingRule{};
-  RoutingRule r;
-  r.scope = policy.scope;
-  r.lookahead = policy.scope == CapacityScope::kPrefix ? policy.lookahead : 0;
-  r.fingerprint = 1;
-  return r;
-}
-
-// One streamed pass of the workload's steps (scheduled with `cache_rule`'s salt) under `policies`.
-WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpec>& requests,
+// One streamed pass of the workload's steps under `policies`.
+WorkloadRun simulate_steps(const SimConfig& config, const std::vector<RequestSpec>& requests,
                            const WorkloadFootprint& f, const std::vector<DispatchPolicy>& policies,
-                           const RoutingRule& cache_rule, int num_ranked, const StreamOptions& options) {
+                           const std::vector<DispatchPolicy>& schedule_policies, int num_ranked,
+                           const StreamOptions& options) {
   const int E = config.router.num_experts, k = config.router.top_k;
   const bool record = config.workload.prefix_cache || config.workload.spec_tokens > 0;
   std::vector<PolicySimulator> sims;
@@ -158,6 +158,11 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
   for (const DispatchPolicy& p : policies) {
     sims.emplace_back(E, k, p, true, config.workload.kv_blocks, record);
     if (config.deploy.enabled()) sims.back().account(config.deploy, config.router);
+  }
+  // The prefix cache serves a block only where every policy's rule allows it: one schedule for all.
+  std::vector<RoutingRule> cache_rules;
+  if (config.workload.prefix_cache) {
+    for (const DispatchPolicy& p : schedule_policies) cache_rules.push_back(RoutingRule::of(p));
   }
 
   const ScoreModel scores(config.scores, E, config.seed);
@@ -184,14 +189,15 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
     int first, count;
   };
   struct Window {
-    std::vector<Step> steps;
+    std::vector<serving::Step> steps;
+    std::vector<std::vector<TokenMeta>> keys;  // per step: its rows' router-input keys (empty: the rows)
     std::vector<TokenRoutes> routes;
     std::vector<Item> items;
     size_t n = 0;
   };
-  StepScheduler scheduler(requests, config.workload, config.seed, cache_rule);
+  StepStream stream(requests, config.workload, config.seed, cache_rules);
   // Schedules the next window into w (at least one step unless the workload is done); false once the
-  // scheduler has no more steps.
+  // stream has no more steps.
   const auto schedule = [&](Window& w) {
     w.n = 0;
     w.items.clear();
@@ -199,9 +205,10 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
     while (window_rows < options.window_tokens || w.n == 0) {
       if (w.n == w.steps.size()) {
         w.steps.emplace_back();
+        w.keys.emplace_back();
         w.routes.emplace_back();
       }
-      if (!scheduler.next(w.steps[w.n])) return false;
+      if (!stream.next(w.steps[w.n], w.keys[w.n])) return false;
       const int rows = static_cast<int>(w.steps[w.n].rows.size());
       w.routes[w.n].resize(rows, E, k, router.num_ranked());
       for (int first = 0; first < rows; first += kRowsPerItem)
@@ -213,8 +220,8 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
   };
   // Scores, routes and counts the statistics of one work item of w.
   const auto route_item = [&](Window& w, const Item& item, int worker) {
-    const Step& step = w.steps[item.step];
-    const std::vector<TokenMeta>& keys = step.keys.empty() ? step.rows : step.keys;
+    const serving::Step& step = w.steps[item.step];
+    const std::vector<TokenMeta>& keys = w.keys[item.step].empty() ? step.rows : w.keys[item.step];
     const std::span<const TokenMeta> rows(keys.data() + item.first, item.count);
     std::vector<float>& buffer = logits[worker];
     buffer.resize(static_cast<size_t>(item.count) * E);
@@ -278,11 +285,11 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
   }
   for (const RoutingStatsCounts& c : counts) counter.merge(c);
   out.routing = counter.result();
-  const serving::EngineStats engine = scheduler.engine_stats();
+  const serving::EngineStats engine = stream.engine_stats();
   for (const PolicySimulator& sim : sims) {
     out.stats.push_back(sim.result(out.routing));
     out.stats.back().engine = engine;
-    out.stats.back().cache_rule = cache_rule;
+    out.stats.back().cache_rules = cache_rules;
   }
   return out;
 }
@@ -290,7 +297,8 @@ WorkloadRun simulate_group(const SimConfig& config, const std::vector<RequestSpe
 }  // namespace
 
 WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
-                              const StreamOptions& options) {
+                              const StreamOptions& options,
+                              const std::vector<DispatchPolicy>& schedule_policies) {
   const int E = config.router.num_experts, k = config.router.top_k;
   int num_ranked = k;
   for (const DispatchPolicy& p : policies) num_ranked = std::max(num_ranked, ranks_needed(config.router, p));
@@ -310,34 +318,8 @@ WorkloadRun simulate_workload(const SimConfig& config, const std::vector<Dispatc
   check_workload_size(f, E, k, num_ranked,
                       config.workload.trace_file.empty() ? advice : "use a shorter trace");
 
-  // Policies that key the prefix cache alike share one streamed pass (without the cache: all of them).
-  std::vector<RoutingRule> keys;
-  std::vector<std::vector<size_t>> groups;
-  for (size_t i = 0; i < policies.size(); ++i) {
-    const RoutingRule rule = config.workload.prefix_cache ? cache_key_rule(policies[i]) : RoutingRule{};
-    size_t g = 0;
-    while (g < keys.size() && !(keys[g] == rule)) ++g;
-    if (g == keys.size()) {
-      keys.push_back(rule);
-      groups.emplace_back();
-    }
-    groups[g].push_back(i);
-  }
-  WorkloadRun out;
-  out.stats.resize(policies.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    std::vector<DispatchPolicy> subset;
-    for (size_t i : groups[g]) subset.push_back(policies[i]);
-    WorkloadRun run = simulate_group(config, requests, f, subset, keys[g], num_ranked, options);
-    for (size_t j = 0; j < groups[g].size(); ++j) out.stats[groups[g][j]] = std::move(run.stats[j]);
-    if (g == 0) {
-      out.num_requests = run.num_requests;
-      out.num_tokens = run.num_tokens;
-      out.num_steps = run.num_steps;
-      out.routing = run.routing;
-    }
-  }
-  return out;
+  return simulate_steps(config, requests, f, policies,
+                        schedule_policies.empty() ? policies : schedule_policies, num_ranked, options);
 }
 
 }  // namespace moe::sim

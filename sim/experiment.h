@@ -49,31 +49,33 @@ struct RunStats {
   // (docs/routing.md section 2, "What each scope bounds").
   double step_peak_load_mean = 0.0, step_peak_load_max = 0.0;
   int64_t peak_live_requests = 0;  // most requests held in the routing state at once
-  // The workload's choices before capacity: the same for every policy whose steps are the same (every
-  // policy but with the prefix cache, whose keying can change which rows are computed: then per group).
+  // The workload's choices before capacity (every policy of a run sees the same steps: RoutingStats of them).
   RoutingStats routing;
-  // The serving engine's counts for the steps this policy was planned over (continuous batching): what its
-  // prefix cache served (keyed for this policy: prefix_cache_salt of its rule), preemptions, drafts.
+  // The serving engine's counts for the steps (continuous batching; the same for every policy of a run): what
+  // its prefix cache served, preemptions, drafts.
   serving::EngineStats engine;
-  RoutingRule cache_rule;  // the rule whose salt keyed the prefix cache (empty: tokens alone)
+  // The rules whose prefix_cache_salt keyed the prefix cache (every policy's of the run, so that each may
+  // restore what it serves; empty: no cache). A block is shared only where every rule allows it.
+  std::vector<RoutingRule> cache_rules;
   // The deployment accounting of this policy's steps (enabled with SimConfig::deploy, ep-size > 0).
   deploy::DeployStats deploy;
 };
 
 // One policy planned step by step, its statistics folded as it goes. With `stateful` (a workload's steps)
 // the scopes that carry a routing state (causal, sequence, prefix) keep one across steps and apply each
-// step's lifecycle events (Step): release the preempted, admit the admitted - restoring the positions a
-// prefix cache served from the routing segments it kept for those blocks under this policy -, plan the rows,
-// roll back, keep the segments of newly registered blocks (`kv_blocks` of them at most), release the
-// finished. Without (replay: one batch of logits) sequence and prefix scopes plan without a state: each
-// request's rows are its whole prompt. Deterministic: the same steps give the same stats.
-class PolicySimulator {
+// step's lifecycle events (serving::replay_step, sim/serving/lifecycle.h): release the preempted, admit the
+// admitted - restoring the positions a prefix cache served from the routing segments it kept for those
+// blocks under this policy -, plan the rows, roll back, keep the segments of newly registered blocks
+// (`kv_blocks` of them at most), release the finished. Without (replay: one batch of logits) sequence and
+// prefix scopes plan without a state: each request's rows are its whole prompt. Deterministic: the same steps
+// give the same stats.
+class PolicySimulator : private serving::StepHandler {
  public:
   PolicySimulator(int num_experts, int top_k, const DispatchPolicy& policy, bool stateful,
                   int64_t kv_blocks = 0, bool record = false);
   // Applies `step`'s lifecycle events around planning its rows with `routes` (its rows' routes), and folds
   // the plan into the statistics.
-  void add(const Step& step, const TokenRoutes& routes);
+  void add(const serving::Step& step, const TokenRoutes& routes);
   // Accounts every planned step on `deployment` too (sim/deploy/accounting.h; validated for this router).
   void account(const deploy::DeployConfig& deployment, const RouterConfig& router);
   // The plan of the last step add() planned.
@@ -82,7 +84,13 @@ class PolicySimulator {
   RunStats result(const RoutingStats& routing) const;
 
  private:
-  void plan_step(const Step& step, const TokenRoutes& routes);
+  // The lifecycle's hooks (serving::StepHandler) on this policy's routing state.
+  void release(uint64_t id) override;
+  void admit(const serving::Admission& admission) override;
+  void forward(const serving::Step& step) override;
+  void rollback(uint64_t id, uint32_t position) override;
+  void keep(const serving::Registered& block) override;
+  void fold_plan(const std::vector<TokenMeta>& rows);
 
   int num_experts_, top_k_;
   DispatchPolicy policy_;
@@ -91,6 +99,7 @@ class PolicySimulator {
   bool prompt_pools_, stateful_;
   std::vector<RoutingSegment> cached_;  // per KV block: the routing segment the cache keeps beside it
   std::vector<RoutingSegment> prefix_;
+  const TokenRoutes* routes_ = nullptr;  // the routes of the step being added
   DispatchPlan plan_;
   std::optional<deploy::DeployAccounter> deploy_;
   RunStats r_;
@@ -114,18 +123,21 @@ struct WorkloadRun {
   std::vector<RunStats> stats;  // per policy, in the order given (each with `routing`)
 };
 
-// Streams config.workload through config.router under every policy at once: steps are scheduled
-// incrementally (StepScheduler; with the prefix cache on, once per group of policies that key it alike:
-// prefix_cache_salt of their rule - prefix scope per lookahead, sequence scope by the prompt length, every
-// other scope by tokens alone - each group its own streamed pass, the routing statistics from the first); a
-// window of whole steps (options.window_tokens tokens, at least one step) is routed (synthetic logits from
-// the score model, parallel over 256-row items on config.threads workers, which also count the routing
-// statistics), the statistics linked and every policy planned over it in step order (one PolicySimulator
-// each; each policy's planning one work item beside the next window's routing), and the window dropped.
-// Memory: the request specs, the live requests and one window (three with two or more threads), checked first
+// Streams config.workload through config.router under every policy at once, over one sequence of steps
+// (StepStream, scheduled incrementally; with the prefix cache on, its blocks keyed by the salts of every
+// policy's rule, so that every policy sees the same steps and may restore every hit): a window of whole steps
+// (options.window_tokens tokens, at least one step) is routed (synthetic logits from the score model,
+// parallel over 256-row items on config.threads workers, which also count the routing statistics), the
+// statistics linked and every policy planned over it in step order (one PolicySimulator each; each policy's
+// planning one work item beside the next window's routing), and the window dropped. Memory: the request
+// specs, the live requests and one window (three with two or more threads), checked first
 // (check_workload_size). Every token's logits are a function of (seed, request, position), so neither the
-// window nor the thread count changes any result. Throws UsageError / DataError (trace file, size).
+// window nor the thread count changes any result. `schedule_policies`, when given, are the policies whose
+// rules key the cache instead of `policies`: a caller that plans a sweep's points in parts (the ranks of an
+// MPI job) passes every point's, so that each part plans the steps of the whole sweep. Throws UsageError /
+// DataError (trace file, size).
 WorkloadRun simulate_workload(const SimConfig& config, const std::vector<DispatchPolicy>& policies,
-                              const StreamOptions& options = {});
+                              const StreamOptions& options = {},
+                              const std::vector<DispatchPolicy>& schedule_policies = {});
 
 }  // namespace moe::sim

@@ -49,9 +49,8 @@ ReplayResult run_replay(const SimConfig& input) {
   for (const auto& m : meta) requests.insert(m.request_id);
   result.num_requests = static_cast<int64_t>(requests.size());
 
-  Step step;
+  serving::Step step;
   step.rows = meta;
-  step.num_prefill_tokens = T;
   step.finished.assign(requests.begin(), requests.end());
   TokenRoutes routes;
   DispatchPlan plan;

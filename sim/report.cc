@@ -122,21 +122,28 @@ double cache_hit_rate(const serving::EngineStats& e) {
              : 0.0;
 }
 
-std::string cache_key_name(const RoutingRule& rule) {
-  switch (rule.scope) {
-    case CapacityScope::kPrefix:
-      return "tokens+salt(prefix, lookahead " + std::to_string(rule.lookahead) + ")";
-    case CapacityScope::kSequence:
-      return "tokens+salt(sequence: prompt length)";
-    default:
-      return "tokens";
+std::string cache_key_name(const std::vector<RoutingRule>& rules) {
+  std::vector<std::string> salted;
+  for (const RoutingRule& rule : rules) {
+    // A rule salts its blocks when a decode block (ending past a 1-token prompt) is keyed by the prompt
+    // length; a rule that never salts adds nothing to the key.
+    if (prefix_cache_salt(rule, 2, 1) == 0) continue;
+    std::string name(to_string(rule.scope));
+    if (rule.scope == CapacityScope::kPrefix) name += ", lookahead " + std::to_string(rule.lookahead);
+    if (rule.scope == CapacityScope::kSequence) name += ": prompt length";
+    if (std::find(salted.begin(), salted.end(), name) == salted.end()) salted.push_back(name);
   }
+  if (salted.empty()) return "tokens";
+  std::sort(salted.begin(), salted.end());  // the key, whatever order the policies came in
+  std::string out = "tokens+salt(";
+  for (size_t i = 0; i < salted.size(); ++i) out += (i ? "; " : "") + salted[i];
+  return out + ")";
 }
 
 nlohmann::ordered_json serving_stats_json(const RunStats& s) {
   const serving::EngineStats& e = s.engine;
   nlohmann::ordered_json j;
-  j["cache_key"] = cache_key_name(s.cache_rule);
+  j["cache_key"] = cache_key_name(s.cache_rules);
   j["prompt_tokens"] = e.prompt_tokens;
   j["cached_prompt_tokens"] = e.cached_prompt_tokens;
   j["cache_hit_rate"] = cache_hit_rate(e);
@@ -249,7 +256,7 @@ void print_run_table(std::ostream& out, const std::vector<RunColumn>& columns, b
   row("routing: consecutive same first choice", routing(&RoutingStats::same_first));
   row("routing: consecutive same first or second", routing(&RoutingStats::same_first_or_second));
   if (serving) {
-    row("serving: cache key", [](const RunStats& s) { return cache_key_name(s.cache_rule); });
+    row("serving: cache key", [](const RunStats& s) { return cache_key_name(s.cache_rules); });
     row("serving: prompt tokens from the cache", [](const RunStats& s) {
       const serving::EngineStats& e = s.engine;
       return std::to_string(e.cached_prompt_tokens) + " of " + std::to_string(e.prompt_tokens) + " (" +

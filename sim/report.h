@@ -51,7 +51,10 @@ nlohmann::ordered_json probe_json(const ProbeResult& r);
 // positions served from it at the requests' first admission), preemptions, draft tokens.
 nlohmann::ordered_json serving_stats_json(const RunStats& stats);
 double cache_hit_rate(const serving::EngineStats& e);
-std::string cache_key_name(const RoutingRule& rule);
+// What the prefix cache's blocks were keyed by (RunStats::cache_rules): "tokens", or their tokens and the
+// salt of every rule whose decisions can read the prompt length:
+// "tokens+salt(prefix, lookahead 16; sequence: prompt length)".
+std::string cache_key_name(const std::vector<RoutingRule>& rules);
 
 // Tables of the experiments. serving: add the serving engine's rows / columns (prefix cache, preemption or
 // speculation on). A run's table has a column per run: `label` heads it ("value" for one run,

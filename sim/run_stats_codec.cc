@@ -23,7 +23,7 @@ static_assert(sizeof(deploy::DeployStats) ==
               "DeployStats changed: encode its new fields in run_stats_codec.cc");
 static_assert(sizeof(RunStats) == 8 * 7 + 2 * sizeof(std::vector<int64_t>) + 8 * 2 + 8 * 9 + 8 +
                                       sizeof(RoutingStats) + sizeof(serving::EngineStats) +
-                                      sizeof(RoutingRule) + sizeof(deploy::DeployStats),
+                                      sizeof(std::vector<RoutingRule>) + sizeof(deploy::DeployStats),
               "RunStats changed: encode its new fields in run_stats_codec.cc");
 
 template <typename T>
@@ -152,9 +152,12 @@ void encode_run_stats(const RunStats& s, std::string& out) {
                     e.drafted, e.accepted, e.evictions, e.peak_blocks_used}) {
     put(out, v);
   }
-  put(out, static_cast<int32_t>(s.cache_rule.scope));
-  put(out, s.cache_rule.lookahead);
-  put(out, s.cache_rule.fingerprint);
+  put(out, static_cast<int64_t>(s.cache_rules.size()));
+  for (const RoutingRule& rule : s.cache_rules) {
+    put(out, static_cast<int32_t>(rule.scope));
+    put(out, rule.lookahead);
+    put(out, rule.fingerprint);
+  }
   put_deploy(out, s.deploy);
 }
 
@@ -186,14 +189,22 @@ RunStats decode_run_stats(std::string_view bytes, size_t& offset) {
                      &e.preemptions, &e.drafted, &e.accepted, &e.evictions, &e.peak_blocks_used}) {
     *v = in.get<int64_t>();
   }
-  const int32_t scope = in.get<int32_t>();
-  if (scope < static_cast<int32_t>(CapacityScope::kBatch) ||
-      scope > static_cast<int32_t>(CapacityScope::kPrefix)) {
-    throw DataError("point statistics: cache rule scope " + std::to_string(scope) + " is not a scope");
+  const int64_t num_rules = in.get<int64_t>();
+  if (num_rules < 0 || num_rules > 1 << 16) {
+    throw DataError("point statistics: " + std::to_string(num_rules) + " cache rules is not a count");
   }
-  s.cache_rule.scope = static_cast<CapacityScope>(scope);
-  s.cache_rule.lookahead = in.get<uint32_t>();
-  s.cache_rule.fingerprint = in.get<uint64_t>();
+  for (int64_t i = 0; i < num_rules; ++i) {
+    RoutingRule rule;
+    const int32_t scope = in.get<int32_t>();
+    if (scope < static_cast<int32_t>(CapacityScope::kBatch) ||
+        scope > static_cast<int32_t>(CapacityScope::kPrefix)) {
+      throw DataError("point statistics: cache rule scope " + std::to_string(scope) + " is not a scope");
+    }
+    rule.scope = static_cast<CapacityScope>(scope);
+    rule.lookahead = in.get<uint32_t>();
+    rule.fingerprint = in.get<uint64_t>();
+    s.cache_rules.push_back(rule);
+  }
   s.deploy = in.get_deploy();
   return s;
 }

@@ -39,6 +39,22 @@ std::string bool_text(bool b) {
   return b ? "true" : "false";
 }
 
+// "a|b|c" of a list of names.
+std::string alternatives(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : "|") + n;
+  return out;
+}
+
+// The modes and their rules, from the modes themselves (describe_rules).
+std::string mode_help() {
+  std::string out = "dispatch mode (";
+  for (const std::string& m : DispatchPolicy::mode_names()) {
+    out += (out.back() == '(' ? "" : "; ") + m + ": " + describe_rules(DispatchPolicy::mode(m));
+  }
+  return out + "); default greedy";
+}
+
 std::vector<Setting> make_settings() {
   std::vector<Setting> s;
   auto add = [&](Setting setting) { s.push_back(std::move(setting)); };
@@ -49,7 +65,7 @@ std::vector<Setting> make_settings() {
        "router preset (scoring and weighting rules, experts, top-k)", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.preset = v; },
        [](const SimConfig& c) { return c.preset.empty() ? std::string("none") : c.preset; }});
-  add({"mode", "greedy|stable|rank-only", "dispatch mode (scope, priority, overflow); default greedy",
+  add({"mode", alternatives(DispatchPolicy::mode_names()), mode_help(),
        kAllCommands, false, false, true, [](SimConfig& c, const std::string& v) { c.mode = v; },
        [](const SimConfig& c) { return c.mode; }});
 
@@ -105,7 +121,7 @@ std::vector<Setting> make_settings() {
   add({"min-capacity", "INT", "lower bound on any capacity", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.policy.min_capacity = to_int("min-capacity", v); },
        [](const SimConfig& c) { return std::to_string(c.policy.min_capacity); }});
-  add({"scope", "batch|request|causal|sequence|prefix|none", "capacity scope", kAllCommands, false, false,
+  add({"scope", alternatives(capacity_scope_names()), "capacity scope", kAllCommands, false, false,
        true, [](SimConfig& c, const std::string& v) { c.policy.scope = parse_capacity_scope(v); },
        [](const SimConfig& c) { return std::string(to_string(c.policy.scope)); }});
   add({"priority", "arrival|request|score|random", "who claims slots first", kAllCommands, false, false, true,

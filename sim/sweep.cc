@@ -110,16 +110,19 @@ std::vector<PointResult> sweep_stats(const Overrides& overrides, PointRange rang
     const size_t begin = std::max(range.begin, first), end = std::min(range.end, first + per_combo);
     if (begin < end) {
       // One streamed pass plans this combination's points of the range (in lockstep, over the same routed
-      // windows); every mode's configuration supplies its policy, the first one the workload.
+      // windows); every mode's configuration supplies its policy, the first one the workload. The steps are
+      // the whole combination's (a prefix cache keyed for every point of it), whatever part of it the range
+      // holds.
       const std::vector<SimConfig> per_mode = per_mode_configs(combo.overrides, modes);
-      std::vector<DispatchPolicy> policies;
-      for (size_t i = begin; i < end; ++i) {
+      std::vector<DispatchPolicy> all, policies;
+      for (size_t i = first; i < first + per_combo; ++i) {
         const size_t m = (i - first) / base.sweep.capacity_factors.size();
-        policies.push_back(per_mode[m].policy);
-        policies.back().capacity_factor =
+        all.push_back(per_mode[m].policy);
+        all.back().capacity_factor =
             base.sweep.capacity_factors[(i - first) % base.sweep.capacity_factors.size()];
+        if (i >= begin && i < end) policies.push_back(all.back());
       }
-      WorkloadRun run = simulate_workload(per_mode.front(), policies);
+      WorkloadRun run = simulate_workload(per_mode.front(), policies, {}, all);
       for (RunStats& s : run.stats) stats.push_back({std::move(s), run.num_requests});
       if (progress) progress->advance(static_cast<int64_t>(end - begin));
     }

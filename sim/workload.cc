@@ -172,33 +172,58 @@ std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t se
 }
 
 // The engine's client for a synthetic workload: tokens from each request's content (its system prompt's,
-// else its own), drafts always proposed, each accepted with probability spec_accept.
-class StepScheduler::Client : public serving::EngineClient {
+// else its own), drafts always proposed, blocks salted for every rule the steps are planned under.
+class StepStream::Client : public serving::EngineClient {
  public:
-  Client(const std::vector<RequestSpec>& requests, const RoutingRule& rule)
-      : requests_(requests), rule_(rule) {}
-  const RequestSpec& spec(const serving::EngineRequest& r) const { return requests_[r.client_index]; }
+  Client(const std::vector<RequestSpec>& requests, std::vector<RoutingRule> rules)
+      : requests_(requests), rules_(std::move(rules)) {}
   uint64_t token(const serving::EngineRequest& r, uint32_t position) override {
-    const RequestSpec& s = spec(r);
+    const RequestSpec& s = requests_[r.client_index];
     if (position < s.system_len)
       return mix64(kSystemPromptContent | static_cast<uint64_t>(s.system_prompt)) + position;
     return mix64(s.id) + position;
   }
   int propose(const serving::EngineRequest&, uint32_t, int max) override { return max; }
   uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
-    return prefix_cache_salt(rule_, block_end, prompt_length);
+    return prefix_cache_salt(rules_, block_end, prompt_length);
   }
 
  private:
   const std::vector<RequestSpec>& requests_;
-  RoutingRule rule_;
+  std::vector<RoutingRule> rules_;
 };
 
-StepScheduler::StepScheduler(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
-                             uint64_t seed, const RoutingRule& cache_rule)
-    : requests_(requests), config_(config), seed_(seed) {
+// The verdict of a synthetic workload: the leading drafts that pass a Bernoulli(spec_accept) draw from
+// (seed, request, position) are accepted. Nothing is computed here: the consumers replay the steps.
+class StepStream::Verdict : public serving::StepHandler {
+ public:
+  Verdict(uint64_t seed, double accept) : seed_(seed), accept_(accept) {}
+  void accept(const serving::Step& step, std::vector<uint32_t>& accepted) override {
+    for (const serving::Span& s : step.spans) {
+      uint32_t n = s.end - s.begin;
+      if (s.drafts > 0) {
+        n = 1;
+        while (n < s.end - s.begin) {
+          Rng draw(stream_key(seed_, s.id, s.begin + n, kDraftTag));
+          if (!(draw.uniform() < accept_)) break;
+          ++n;
+        }
+      }
+      accepted.push_back(n);
+    }
+  }
+
+ private:
+  uint64_t seed_;
+  double accept_;
+};
+
+StepStream::StepStream(const std::vector<RequestSpec>& requests, const WorkloadConfig& config, uint64_t seed,
+                       std::vector<RoutingRule> cache_rules)
+    : requests_(requests), config_(config) {
   if (config_.token_budget <= 0) return;
-  client_ = std::make_unique<Client>(requests, cache_rule);
+  client_ = std::make_unique<Client>(requests, std::move(cache_rules));
+  verdict_ = std::make_unique<Verdict>(seed, config_.spec_accept);
   serving::EngineConfig e;
   e.token_budget = config_.token_budget;
   e.chunk_size = config_.chunk_size;
@@ -220,82 +245,71 @@ StepScheduler::StepScheduler(const std::vector<RequestSpec>& requests, const Wor
   }
 }
 
-StepScheduler::~StepScheduler() = default;
+StepStream::~StepStream() = default;
 
-serving::EngineStats StepScheduler::engine_stats() const {
+serving::EngineStats StepStream::engine_stats() const {
   return engine_ ? engine_->stats() : serving::EngineStats{};
 }
 
-bool StepScheduler::next(Step& step) {
-  if (requests_.empty()) return false;
-  if (config_.token_budget <= 0) {
-    if (static_done_) return false;
-    static_done_ = true;
-    step = Step{};
-    for (const RequestSpec& r : requests_) {
-      step.admitted.push_back(serving::Admission{r.id, r.prompt_len, 0, {}, false});
-      for (uint32_t p = 0; p < r.prompt_len; ++p) step.rows.push_back(TokenMeta{r.id, p});
-      step.num_prefill_tokens += static_cast<int>(r.prompt_len);
-      step.finished.push_back(r.id);
-    }
-    return true;
+bool StepStream::next_static(serving::Step& step, std::vector<TokenMeta>& keys) {
+  if (static_done_) return false;
+  static_done_ = true;
+  step = serving::Step{};
+  keys.clear();
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    const RequestSpec& r = requests_[i];
+    step.admitted.push_back(serving::Admission{r.id, r.prompt_len, 0, {}, false});
+    step.spans.push_back(
+        serving::Span{r.id, 0, r.prompt_len, static_cast<int32_t>(step.rows.size()), 0, true, i});
+    for (uint32_t p = 0; p < r.prompt_len; ++p) step.rows.push_back(TokenMeta{r.id, p});
+    step.accepted.push_back(r.prompt_len);
+    step.finished.push_back(r.id);
   }
-  if (!engine_->next(plan_)) return false;
-  step.index = plan_.step;
-  step.rows.swap(plan_.rows);
-  step.keys.clear();
-  step.preempted.swap(plan_.preempted);
-  step.admitted.swap(plan_.admitted);
-  step.num_prefill_tokens = 0;
-  step.num_decode_tokens = 0;
-  // Drafts: the leading ones that pass a Bernoulli(spec_accept) draw from (seed, request, position) are
-  // accepted. Router keys: a system prompt's rows and rejected drafts are keyed by their content.
-  accepted_.clear();
-  bool keyed = false;
-  for (const serving::Span& s : plan_.spans) {
-    const RequestSpec& r = requests_[s.client_index];
-    uint32_t accepted = s.end - s.begin;
-    if (s.drafts > 0) {
-      accepted = 1;
-      while (accepted < s.end - s.begin) {
-        Rng draw(stream_key(seed_, s.id, s.begin + accepted, kDraftTag));
-        if (!(draw.uniform() < config_.spec_accept)) break;
-        ++accepted;
-      }
-    }
-    accepted_.push_back(accepted);
-    const uint32_t prompt_rows = std::min(s.end, std::max(s.begin, r.prompt_len)) - s.begin;
-    step.num_prefill_tokens += static_cast<int>(prompt_rows);
-    step.num_decode_tokens += static_cast<int>(s.end - s.begin - prompt_rows);
-    keyed |= s.begin < r.system_len || accepted < s.end - s.begin;
-  }
-  if (keyed) {
-    step.keys.assign(step.rows.begin(), step.rows.end());
-    for (size_t i = 0; i < plan_.spans.size(); ++i) {
-      const serving::Span& s = plan_.spans[i];
-      const RequestSpec& r = requests_[s.client_index];
-      for (uint32_t q = s.begin; q < std::min(s.end, r.system_len); ++q) {
-        step.keys[s.row + (q - s.begin)] =
-            TokenMeta{kSystemPromptContent | static_cast<uint64_t>(r.system_prompt), q};
-      }
-      for (uint32_t q = s.begin + accepted_[i]; q < s.end; ++q) {
-        step.keys[s.row + (q - s.begin)] = TokenMeta{kDraftContent | s.id, q};
-      }
-    }
-  }
-  engine_->complete(accepted_, result_);
-  step.rollbacks.swap(result_.rollbacks);
-  step.registered.swap(result_.registered);
-  step.finished.swap(result_.finished);
   return true;
 }
 
-std::vector<Step> schedule(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
-                           uint64_t seed) {
-  std::vector<Step> steps;
-  StepScheduler scheduler(requests, config, seed);
-  Step step;
-  while (scheduler.next(step)) steps.push_back(step);
+// A system prompt's rows and rejected drafts are keyed by their content.
+void StepStream::key_rows(const serving::Step& step, std::vector<TokenMeta>& keys) const {
+  keys.clear();
+  bool keyed = false;
+  for (size_t i = 0; i < step.spans.size() && !keyed; ++i) {
+    const serving::Span& s = step.spans[i];
+    keyed = s.begin < requests_[s.client_index].system_len || step.accepted[i] < s.end - s.begin;
+  }
+  if (!keyed) return;
+  keys.assign(step.rows.begin(), step.rows.end());
+  for (size_t i = 0; i < step.spans.size(); ++i) {
+    const serving::Span& s = step.spans[i];
+    const RequestSpec& r = requests_[s.client_index];
+    for (uint32_t q = s.begin; q < std::min(s.end, r.system_len); ++q) {
+      keys[s.row + (q - s.begin)] =
+          TokenMeta{kSystemPromptContent | static_cast<uint64_t>(r.system_prompt), q};
+    }
+    for (uint32_t q = s.begin + step.accepted[i]; q < s.end; ++q) {
+      keys[s.row + (q - s.begin)] = TokenMeta{kDraftContent | s.id, q};
+    }
+  }
+}
+
+bool StepStream::next(serving::Step& step, std::vector<TokenMeta>& keys) {
+  if (requests_.empty()) return false;
+  if (config_.token_budget <= 0) return next_static(step, keys);
+  if (!serving::run_step(*engine_, step, *verdict_)) return false;
+  key_rows(step, keys);
+  return true;
+}
+
+std::vector<serving::Step> schedule(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
+                                    uint64_t seed, std::vector<std::vector<TokenMeta>>* keys) {
+  std::vector<serving::Step> steps;
+  StepStream stream(requests, config, seed);
+  serving::Step step;
+  std::vector<TokenMeta> step_keys;
+  if (keys) keys->clear();
+  while (stream.next(step, step_keys)) {
+    steps.push_back(step);
+    if (keys) keys->push_back(step_keys);
+  }
   return steps;
 }
 

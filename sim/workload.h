@@ -11,6 +11,7 @@
 #include "sim/length_dist.h"
 #include "sim/request_spec.h"
 #include "sim/serving/engine.h"
+#include "sim/serving/lifecycle.h"
 
 namespace moe::sim {
 
@@ -60,7 +61,7 @@ struct WorkloadConfig {
 std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed);
 
 // What a workload holds in memory while it is simulated, counted before it is generated. Steps stream
-// (StepScheduler, simulate_workload), so what is held is: per request its spec and its place in the
+// (StepStream, simulate_workload), so what is held is: per request its spec and its place in the
 // scheduler's queues; per token of kWindowsHeld windows of steps (each at least the largest step; one is
 // planned while the next is routed and the one after is scheduled) its row and its routes;
 // for the largest step the plan's arrays; per item in flight its logits. Counts are doubles so that no
@@ -90,65 +91,53 @@ WorkloadFootprint footprint(const std::vector<RequestSpec>& requests, int token_
 void check_workload_size(const WorkloadFootprint& f, int num_experts, int top_k, int num_ranked,
                          const std::string& advice, double memory_limit_bytes = 0);
 
-// One forward pass and the lifecycle events around it, in the order they apply: release the preempted
-// requests; admit the admitted ones (restoring their cached positions from the blocks' payloads); the rows;
-// roll back the rolled-back requests; keep the payload of the registered blocks; release the finished ones.
-struct Step {
-  int64_t index = 0;  // the scheduler step number (idle steps, with nothing to run, are skipped)
-  std::vector<TokenMeta> rows;
-  // Per row, what its router input is keyed by (the token it holds): (system prompt content, position) for
-  // a shared system prompt's rows, (draft content, position) for a rejected draft token, else the row
-  // itself. Empty: every row keys itself.
-  std::vector<TokenMeta> keys;
-  std::vector<uint64_t> preempted;
-  std::vector<serving::Admission> admitted;
-  std::vector<TokenMeta> rollbacks;
-  std::vector<serving::Registered> registered;
-  std::vector<uint64_t> finished;
-  int num_prefill_tokens = 0;  // rows at prompt positions
-  int num_decode_tokens = 0;   // rows past the prompt (decode, drafts, generated tokens recomputed)
-};
-
 // Router-input keys: a shared system prompt's rows, and rejected draft tokens, are keyed apart from request
 // ids (which are below 2^62).
 inline constexpr uint64_t kSystemPromptContent = uint64_t{1} << 63;
 inline constexpr uint64_t kDraftContent = uint64_t{1} << 62;
 
-// The workload's steps, one at a time (the steps schedule() returns, in order), holding the live requests
-// only. Static batch (token_budget == 0): one step with every request's whole prompt, requests in the given
-// order, all admitted before it and finished with it. Continuous batching (token_budget > 0): the serving
-// engine (sim/serving/engine.h) with the workload's settings: requests arrive at arrival_step, running ones
-// send their next prompt chunk or decode row (with draft tokens when speculating: spec_tokens drafts, each
-// accepted with probability spec_accept from the stream (seed, request, position)), then waiting ones start;
-// a request's rows are its prompt_len + decode_len positions (decode_len generated tokens, the last one
-// needing no row). The prefix cache keys blocks by their tokens (a system prompt's, or the request's own)
-// and prefix_cache_salt(cache_rule): a rule with salt 0 everywhere (the default) is a cache keyed by tokens
-// alone. `requests` must outlive the scheduler.
-class StepScheduler {
+// The workload's steps (serving::Step), one at a time, holding the live requests only; each consumer replays
+// them (serving::replay_step). Static batch (token_budget == 0): one step with every request's whole prompt,
+// requests in the given order, all admitted before it and finished with it. Continuous batching
+// (token_budget > 0): the serving engine (sim/serving/engine.h) with the workload's settings, driven by
+// serving::run_step: requests arrive at arrival_step, running ones send their next prompt chunk or decode row
+// (with draft tokens when speculating: spec_tokens drafts, each accepted with probability spec_accept from
+// the stream (seed, request, position), the leading accepted ones counting), then waiting ones start; a
+// request's rows are its prompt_len + decode_len positions (decode_len generated tokens, the last one needing
+// no row). The prefix cache keys blocks by their tokens (a system prompt's, or the request's own) and by
+// prefix_cache_salt(cache_rules): a block is shared only where it is valid under every rule (none: a cache
+// keyed by tokens alone), so every policy planned over these steps may restore what the cache serves.
+// `requests` must outlive the stream.
+class StepStream {
  public:
-  StepScheduler(const std::vector<RequestSpec>& requests, const WorkloadConfig& config, uint64_t seed,
-                const RoutingRule& cache_rule = {});
-  ~StepScheduler();
-  // Fills `step` (reusing its vectors' capacity) with the next step; false (step untouched) after the last.
-  bool next(Step& step);
+  StepStream(const std::vector<RequestSpec>& requests, const WorkloadConfig& config, uint64_t seed,
+             std::vector<RoutingRule> cache_rules = {});
+  ~StepStream();
+  // Fills `step` (reusing its vectors' capacity) with the next step, and `keys` with what each of its rows'
+  // router input is keyed by (the token it holds): (system prompt content, position) for a shared system
+  // prompt's rows, (draft content, position) for a rejected draft token, else the row itself - left empty
+  // when every row keys itself. False (both untouched) after the last step.
+  bool next(serving::Step& step, std::vector<TokenMeta>& keys);
   // The engine's statistics (continuous batching; zero for a static batch).
   serving::EngineStats engine_stats() const;
 
  private:
   class Client;
+  class Verdict;
+  bool next_static(serving::Step& step, std::vector<TokenMeta>& keys);
+  void key_rows(const serving::Step& step, std::vector<TokenMeta>& keys) const;
+
   const std::vector<RequestSpec>& requests_;
   WorkloadConfig config_;
-  uint64_t seed_;
   std::unique_ptr<Client> client_;
+  std::unique_ptr<Verdict> verdict_;
   std::unique_ptr<serving::Engine> engine_;
-  serving::StepPlan plan_;
-  serving::StepResult result_;
-  std::vector<uint32_t> accepted_;
   bool static_done_ = false;
 };
 
-// Every step of the workload at once (StepScheduler run to the end).
-std::vector<Step> schedule(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
-                           uint64_t seed = 0);
+// Every step of the workload at once (a StepStream run to the end), and each step's row keys into `keys`
+// when it is given.
+std::vector<serving::Step> schedule(const std::vector<RequestSpec>& requests, const WorkloadConfig& config,
+                                    uint64_t seed = 0, std::vector<std::vector<TokenMeta>>* keys = nullptr);
 
 }  // namespace moe::sim

@@ -422,9 +422,9 @@ TEST(CudaPlanOmp, ShapeValidationNamesTheField) {
 }
 
 // The serving engine's whole lifecycle on the GPU planner's algorithm (docs/determinism.md clause 2b): 2000
-// served probes (cached prefixes from other requests, preemption and recompute, speculative drafts partly
-// rejected, prompt rollbacks, strangers, shuffled rows; prefix scope with lookahead 0-64) planned by the
-// OpenMP twin equal the CPU planner's probe alone.
+// served probes (the engine model of sim/serving: cached prefixes from other requests, preemption and
+// recompute, speculative drafts partly rejected, strangers, shuffled rows; prefix scope with lookahead 0-64)
+// planned by the OpenMP twin equal the CPU planner's probe alone.
 TEST(CudaPlanOmp, ServedProbesEqualTheCpuPlannersProbeAlone) {
   const moe::testing::ServingTally t = moe::testing::ServeProbes(
       DispatchPolicy::mode("stable"), 2000, 91, {}, true, [](const DispatchPolicy& p) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,8 @@ DivergeOptions options() {
   o.trials = 32;
   o.probe_length = 20;
   o.gen_length = 24;
-  o.scheduler.engine.token_budget = 32;
-  o.scheduler.engine.chunk_size = 8;
+  o.engine.token_budget = 32;
+  o.engine.chunk_size = 8;
   o.vary_chunks = {1, 3, 8, 16, 32};
   o.vary_budgets = {16, 32, 64};
   o.traffic.arrival_rate = 0.7;
@@ -98,16 +99,32 @@ TEST(DivergeInvariance, DroplessInvariantGivesOneCompletion) {
   EXPECT_EQ(rep.grid[0].diverged, 0);
 }
 
+// The trials of every configuration share one pool of threads: the report's bytes (its JSON, times aside) are
+// the same on 1 and 3 threads, for a grid of two configurations and a sweep of two more.
 TEST(DivergeInvariance, ThreadCountDoesNotChangeResults) {
   DivergeOptions o = options();
   o.trials = 6;
-  o.grid = {{"greedy", kernels::KernelKind::kFast, 1.0, false}};
+  o.grid = {{"greedy", kernels::KernelKind::kFast, 1.0, false},
+            {"stable", kernels::KernelKind::kInvariant, 1.0, true}};
+  o.sweep_modes = {"greedy"};
+  o.sweep_capacity_factors = {0.75, 1.5};
+  auto bytes = [](const DivergeReport& r) {
+    std::string json = to_json(r), out;
+    std::istringstream lines(json);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("\"seconds\"") == std::string::npos) out += line + "\n";
+    }
+    return out;
+  };
   o.threads = 1;
   const DivergeReport a = run_diverge(o);
   o.threads = 3;
   const DivergeReport b = run_diverge(o);
+  ASSERT_EQ(a.grid.size(), 2u);
+  ASSERT_EQ(a.sweep.size(), 2u);
   EXPECT_EQ(a.grid[0].completions, b.grid[0].completions);
   EXPECT_EQ(a.grid[0].alone, b.grid[0].alone);
+  EXPECT_EQ(bytes(a), bytes(b));
 }
 
 }  // namespace

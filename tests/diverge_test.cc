@@ -1,5 +1,5 @@
-// sim/diverge: the server's batch formation and drafting, traffic, summaries, reports, and the headline claim that
-// greedy dispatch at capacity factor <= 1 gives a probe more than one completion.
+// sim/diverge: the server's batch formation and drafting, traffic, summaries, reports, and the headline claim
+// that greedy dispatch at capacity factor <= 1 gives a probe more than one completion.
 #include "sim/diverge/diverge.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include "sim/diverge/serving.h"
 #include "sim/diverge/traffic.h"
 #include "sim/serving/engine.h"
+#include "sim/serving/lifecycle.h"
 
 namespace moe::sim::diverge {
 namespace {
@@ -31,24 +32,21 @@ struct PromptClient : serving::EngineClient {
 // Batch formation of the lab's server (the serving engine, vLLM v1 style): running requests in start order
 // continue (a prompt chunk, or a decode row), then waiting ones start, while the budget lasts.
 TEST(Server, RunningFirstThenWaitingInArrivalOrder) {
-  SchedulerConfig c;
-  c.engine.token_budget = 4;
-  c.engine.chunk_size = 4;
+  serving::EngineConfig c = lab_engine_defaults();
+  c.token_budget = 4;
+  c.chunk_size = 4;
   const std::vector<Request> reqs = {
       {2, 0, {20, 21, 22}, 2},
       {1, 0, {10, 11, 12, 13, 14}, 2},
       {3, 1, {30}, 1},
   };
   PromptClient client(reqs);
-  serving::Engine e(c.engine, engine_requests(reqs), client);
-  serving::StepPlan p;
-  serving::StepResult r;
+  serving::Engine e(c, engine_requests(reqs), client);
+  serving::Step r;
+  serving::StepHandler prompts_only;  // accepts every row: no drafts here
   auto step = [&] {
-    EXPECT_TRUE(e.next(p));
-    std::vector<uint32_t> accepted;
-    for (const auto& s : p.spans) accepted.push_back(s.end - s.begin);
-    e.complete(accepted, r);
-    return p.rows;
+    EXPECT_TRUE(serving::run_step(e, r, prompts_only));
+    return r.rows;
   };
   // Step 0: request 1 (same arrival step, lower id) takes a full chunk of 4; no budget left for 2.
   auto rows = step();
@@ -80,45 +78,45 @@ TEST(Server, RowsFollowRequestOrderUnderFcfs) {
   probe.prompt = std::vector<int32_t>(20, 3);
   probe.max_new_tokens = 10;
   uint64_t probe_id = 0;
-  SchedulerConfig c;
-  c.engine.token_budget = 48;
-  c.engine.chunk_size = 8;
+  serving::EngineConfig c = lab_engine_defaults();
+  c.token_budget = 48;
+  c.chunk_size = 8;
   const std::vector<Request> reqs = make_traffic(t, 64, 5, probe, &probe_id);
   PromptClient client(reqs);
-  serving::Engine e(c.engine, engine_requests(reqs), client);
-  serving::StepPlan p;
-  serving::StepResult r;
+  serving::Engine e(c, engine_requests(reqs), client);
+  serving::Step p;
+  serving::StepHandler prompts_only;
   int checked = 0;
-  while (e.next(p)) {
+  while (serving::run_step(e, p, prompts_only)) {
     for (size_t i = 1; i < p.rows.size(); ++i) {
-      const bool ordered = p.rows[i - 1].request_id < p.rows[i].request_id ||
-                           (p.rows[i - 1].request_id == p.rows[i].request_id &&
-                            p.rows[i - 1].position < p.rows[i].position);
-      ASSERT_TRUE(ordered) << "step " << p.step << " row " << i;
+      const bool ordered =
+          p.rows[i - 1].request_id < p.rows[i].request_id ||
+          (p.rows[i - 1].request_id == p.rows[i].request_id && p.rows[i - 1].position < p.rows[i].position);
+      ASSERT_TRUE(ordered) << "step " << p.index << " row " << i;
       ++checked;
     }
-    std::vector<uint32_t> accepted;
-    for (const auto& s : p.spans) accepted.push_back(s.end - s.begin);
-    e.complete(accepted, r);
   }
   EXPECT_TRUE(e.all_finished());
   EXPECT_GT(checked, 1000);
 }
 
 TEST(Server, RejectsBadRequestsAndConfigs) {
-  SchedulerConfig c;
   EXPECT_THROW(engine_requests({{1, 0, {}, 1}}), std::invalid_argument);
   EXPECT_THROW(engine_requests({{1, 0, {1}, 0}}), std::invalid_argument);
-  c.engine.token_budget = 0;
-  EXPECT_THROW(c.validate(), std::invalid_argument);
-  c = SchedulerConfig{};
-  c.engine.prefix_cache = true;  // without a KV pool
-  EXPECT_THROW(c.validate(), std::invalid_argument);
-  c = SchedulerConfig{};
-  c.engine.chunk_size = 0;  // the engine's "budget only": the lab always chunks
-  EXPECT_NO_THROW(c.engine.validate());
-  EXPECT_THROW(c.validate(), std::invalid_argument);
-  EXPECT_NO_THROW(SchedulerConfig{}.validate());
+  DivergeOptions o;
+  o.engine.token_budget = 0;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o = DivergeOptions{};
+  o.engine.prefix_cache = true;  // without a KV pool
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o = DivergeOptions{};
+  o.engine.chunk_size = 0;  // the engine's "budget only": the lab always chunks
+  EXPECT_NO_THROW(o.engine.validate());
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  model::Model m(model::random_model(model::ModelShape::tiny(), 0), model::ModelOptions{});
+  EXPECT_THROW(serve(m, {{1, 0, {1, 2}, 1}}, o.engine, CacheKey::kSalted, 1), std::invalid_argument);
+  EXPECT_EQ(m.num_requests(), 0u);
+  EXPECT_NO_THROW(DivergeOptions{}.validate());
 }
 
 // Prompt-lookup drafting: the tokens after the latest earlier occurrence of the last 3, 2 or 1 tokens.
@@ -182,8 +180,8 @@ DivergeOptions tiny_options() {
   o.trials = 8;
   o.probe_length = 12;
   o.gen_length = 16;
-  o.scheduler.engine.token_budget = 32;
-  o.scheduler.engine.chunk_size = 8;
+  o.engine.token_budget = 32;
+  o.engine.chunk_size = 8;
   o.traffic.arrival_rate = 0.6;
   o.traffic.prompt_max = 32;
   o.traffic.decode_max = 24;
@@ -211,7 +209,7 @@ TEST(Diverge, ReportsRenderAsTableJsonAndSvg) {
   EXPECT_EQ(j["grid"][1]["distinct"], 1);
   EXPECT_EQ(j["grid"][1]["chunk_sizes"], (std::vector<int>{8, 16, 32}));
   EXPECT_EQ(j["grid"][1]["token_budgets"], (std::vector<int>{32, 32, 32}));  // the first of vary_budgets
-  EXPECT_EQ(j["grid"][0]["token_budgets"], (std::vector<int>{32, 32, 32}));  // the scheduler's
+  EXPECT_EQ(j["grid"][0]["token_budgets"], (std::vector<int>{32, 32, 32}));  // the engine's
   const std::string svg = svg_capacity_plot(rep);
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
   EXPECT_NE(svg.find("<polyline class=\"series\""), std::string::npos);

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "base/splitmix64.h"
 #include "moe/model/model.h"
+#include "moe/model/ops.h"
 
 namespace moe::model {
 namespace {
@@ -202,6 +204,69 @@ TEST(ModelKvCache, GenerateIsChunkInvariant) {
     EXPECT_EQ(m.num_requests(), 0u);
     EXPECT_EQ(m.generate(2, prompt, 20, 4), a) << mode;
     EXPECT_EQ(m.generate(3, prompt, 20, 1), a) << mode;
+  }
+}
+
+// The row ops' fast paths keep the contract's bits (moe/model/ops.h: the order of every float operation is
+// written there): attention_row (eight keys' dot products side by side, eight output elements side by side
+// on AVX2 machines) equals the contract's loop, written out here, bit for bit - key counts around the
+// vectors' width, head dims that take the vector path (multiples of 8) and one that does not; and the rotary
+// embedding from kept angles (rope_angles + rotate_rope, the model's path) equals apply_rope.
+TEST(ModelOps, FastPathsKeepTheContractsBits) {
+  auto contract = [](const float* q, const float* keys, const float* values, int64_t num_keys, int heads,
+                     int head_dim, float* out) {
+    const int64_t width = int64_t{heads} * head_dim;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    std::vector<float> scores(static_cast<size_t>(num_keys));
+    for (int h = 0; h < heads; ++h) {
+      const float* qh = q + int64_t{h} * head_dim;
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j < num_keys; ++j) {
+        const float* kh = keys + j * width + int64_t{h} * head_dim;
+        float dot = 0.0f;
+        for (int i = 0; i < head_dim; ++i) dot += qh[i] * kh[i];
+        scores[j] = dot * scale;
+        if (scores[j] > max_score) max_score = scores[j];
+      }
+      float* oh = out + int64_t{h} * head_dim;
+      for (int i = 0; i < head_dim; ++i) oh[i] = 0.0f;
+      float sum = 0.0f;
+      for (int64_t j = 0; j < num_keys; ++j) {
+        const float p = std::exp(scores[j] - max_score);
+        sum += p;
+        const float* vh = values + j * width + int64_t{h} * head_dim;
+        for (int i = 0; i < head_dim; ++i) oh[i] += p * vh[i];
+      }
+      const float inv = 1.0f / sum;
+      for (int i = 0; i < head_dim; ++i) oh[i] *= inv;
+    }
+  };
+  SplitMix64 rng(2029);
+  auto fill = [&](std::vector<float>& v, float scale) {
+    for (float& x : v) x = (2.0f * rng.uniform_float() - 1.0f) * scale;
+  };
+  for (int head_dim : {8, 12, 64}) {
+    for (int64_t keys : {1, 7, 8, 9, 15, 16, 17, 40, 203}) {
+      const int heads = 4;
+      const size_t width = static_cast<size_t>(heads * head_dim);
+      std::vector<float> q(width), k(width * keys), v(width * keys), got(width), want(width), scratch(keys);
+      fill(q, 3.0f);
+      fill(k, 3.0f);
+      fill(v, 1.0f);
+      attention_row(q.data(), k.data(), v.data(), keys, heads, head_dim, got.data(), scratch.data());
+      contract(q.data(), k.data(), v.data(), keys, heads, head_dim, want.data());
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), width * sizeof(float)), 0)
+          << "head_dim " << head_dim << ", " << keys << " keys";
+    }
+    for (uint32_t position : {0u, 5u, 300u, 4000u}) {
+      std::vector<float> a(static_cast<size_t>(4 * head_dim)), cos(head_dim / 2), sin(head_dim / 2);
+      fill(a, 2.0f);
+      std::vector<float> b = a;
+      apply_rope(a.data(), 4, head_dim, position, 10000.0f);
+      rope_angles(position, head_dim, 10000.0f, cos.data(), sin.data());
+      rotate_rope(b.data(), 4, head_dim, cos.data(), sin.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "position " << position;
+    }
   }
 }
 

@@ -422,9 +422,9 @@ TEST(ExpertParallel, SequenceScopeProbeEqualsItsPlanAloneAndUnchunked) {
 }
 
 // The serving engine's whole lifecycle on the expert-parallel layer (docs/determinism.md clause 2b): 2000
-// served probes per world size - cached prefixes restored collectively from another request's segments,
-// preemption and recompute, speculative drafts partly rejected and rolled back collectively, prompt
-// rollbacks, strangers, rows shuffled and split unevenly over the ranks, each lifecycle call passed by a
+// served probes per world size (the engine model of sim/serving) - cached prefixes restored collectively from
+// another request's segments, preemption and recompute, speculative drafts partly rejected and rolled back
+// collectively, strangers, rows shuffled and split unevenly over the ranks, each lifecycle call passed by a
 // varying rank - equal, pair by pair and output row by output row, the probe alone on a single-process layer.
 TEST(ExpertParallel, ServedProbesEqualTheProbeAlone) {
   MpiCommunicator comm(MPI_COMM_WORLD, TestOptions());

@@ -300,11 +300,13 @@ ServingTally ServeProbes(const DispatchPolicy& base, int trials, uint64_t seed,
   return t;
 }
 
-// Prefix scope (the stable mode) under everything a serving engine does (docs/determinism.md clause 2b): a
-// probe whose first P positions come from a prefix cache (a writer that shared them, with another prompt
-// length where prefix_cache_salt allows), prefilled in random chunks, decoding with speculative drafts partly
-// rejected, preempted and recomputed from a shorter cached prefix, its prompt partly rolled back, among
-// strangers doing the same, rows shuffled: 2400 draws, each equal to the probe alone in one call.
+// Prefix scope (the stable mode) under everything a serving engine does (docs/determinism.md clause 2b; the
+// engine model of sim/serving driven by its lifecycle driver): a probe whose first P positions come from a
+// prefix cache (a writer that shared them, with another prompt length where prefix_cache_salt allows),
+// prefilled in random chunks, decoding with speculative drafts partly rejected, preempted and recomputed
+// from what the cache still holds, among strangers doing the same, rows shuffled: 2400 draws, each equal to
+// the probe alone in one call. (Rolling a prompt back into its prompt rows, which no engine here does, is
+// RoutingStateLifecycle.RollbackForgetsThePositions.)
 TEST(Invariance, PrefixScopeServesCachedPreemptedAndSpeculatedProbesAsAlone) {
   const ServingTally t = ServeProbes(DispatchPolicy::mode("stable"), 2400, 77, {}, true);
   EXPECT_EQ(t.mismatched, 0);
@@ -312,7 +314,6 @@ TEST(Invariance, PrefixScopeServesCachedPreemptedAndSpeculatedProbesAsAlone) {
   EXPECT_GT(t.cached, t.trials / 2);
   EXPECT_GT(t.preempted, t.trials / 10);
   EXPECT_GT(t.speculated, t.trials / 10);
-  EXPECT_GT(t.rolled_back, t.trials / 20);
 }
 
 // The same engine for causal scope (no decision depends on the prompt length) and for sequence scope with

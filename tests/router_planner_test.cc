@@ -373,19 +373,46 @@ TEST(Planner, PrefixWorkedExample) {
   EXPECT_EQ(prefix_cache_salt(p, 7, 12), 0u);
 }
 
+// The key of a cache shared by several rules: 0 where every rule's salt is 0; else equal for two requests'
+// blocks exactly where every rule's salt is equal; one rule's salt alone; none, 0.
+TEST(Planner, PrefixCacheSaltOfSeveralRules) {
+  DispatchPolicy prefix = DispatchPolicy::mode("stable");
+  prefix.lookahead = 2;
+  DispatchPolicy sequence = prefix;
+  sequence.scope = CapacityScope::kSequence;
+  const DispatchPolicy greedy = DispatchPolicy::mode("greedy");
+  const std::vector<RoutingRule> one = {RoutingRule::of(prefix)};
+  const std::vector<RoutingRule> tokens_only = {RoutingRule::of(greedy), RoutingRule::of(greedy)};
+  const std::vector<RoutingRule> both = {RoutingRule::of(greedy), RoutingRule::of(prefix)};
+  const std::vector<RoutingRule> all = {RoutingRule::of(prefix), RoutingRule::of(sequence)};
+  EXPECT_EQ(prefix_cache_salt(std::span<const RoutingRule>{}, 6, 8), 0u);
+  EXPECT_EQ(prefix_cache_salt(tokens_only, 7, 8), 0u);
+  for (uint32_t end : {4u, 6u, 7u, 9u}) {
+    for (uint32_t L : {8u, 12u}) {
+      EXPECT_EQ(prefix_cache_salt(one, end, L), prefix_cache_salt(prefix, end, L));
+      EXPECT_EQ(prefix_cache_salt(both, end, L) == 0, prefix_cache_salt(prefix, end, L) == 0);
+    }
+  }
+  // Prefix scope alone shares the block ending at 6 between L = 8 and 12; beside sequence scope it does not.
+  EXPECT_EQ(prefix_cache_salt(both, 6, 8), prefix_cache_salt(both, 6, 12));
+  EXPECT_NE(prefix_cache_salt(all, 6, 8), prefix_cache_salt(all, 6, 12));
+  EXPECT_EQ(prefix_cache_salt(all, 6, 12), prefix_cache_salt(all, 6, 12));
+  EXPECT_NE(prefix_cache_salt(both, 7, 8), prefix_cache_salt(both, 7, 12));
+}
+
 // The reserve in exact integers, as docs/routing.md gives it.
 TEST(Planner, SequenceReserve) {
   // Rank 1 (h = the first choices so far): round(3 * (h + 1) * n / (2 * (p + 1 + E))), halves up.
-  EXPECT_EQ(rules::sequence_reserve(0, 0, 8, 4, 1), 2);     // round(21 / 10) = round(2.1)
-  EXPECT_EQ(rules::sequence_reserve(0, 1, 8, 4, 1), 2);     // round(18 / 12) = round(1.5)
-  EXPECT_EQ(rules::sequence_reserve(0, 2, 8, 4, 1), 1);     // round(15 / 14)
-  EXPECT_EQ(rules::sequence_reserve(0, 4, 8, 4, 1), 1);     // round(9 / 18) = round(0.5)
-  EXPECT_EQ(rules::sequence_reserve(0, 5, 8, 4, 1), 0);     // round(6 / 20)
-  EXPECT_EQ(rules::sequence_reserve(4, 0, 101, 8, 1), 83);  // round(1500 / 18) = round(83.33)
+  EXPECT_EQ(rules::prompt_pool_reserve(0, 0, 8, 4, 1), 2);     // round(21 / 10) = round(2.1)
+  EXPECT_EQ(rules::prompt_pool_reserve(0, 1, 8, 4, 1), 2);     // round(18 / 12) = round(1.5)
+  EXPECT_EQ(rules::prompt_pool_reserve(0, 2, 8, 4, 1), 1);     // round(15 / 14)
+  EXPECT_EQ(rules::prompt_pool_reserve(0, 4, 8, 4, 1), 1);     // round(9 / 18) = round(0.5)
+  EXPECT_EQ(rules::prompt_pool_reserve(0, 5, 8, 4, 1), 0);     // round(6 / 20)
+  EXPECT_EQ(rules::prompt_pool_reserve(4, 0, 101, 8, 1), 83);  // round(1500 / 18) = round(83.33)
   // Rank j counts the h choices of rank < j so far with a prior of j: rank 3 with h = 10 of them.
-  EXPECT_EQ(rules::sequence_reserve(10, 0, 101, 8, 3), 217);  // round(3 * 13 * 100 / 18) = round(216.67)
-  EXPECT_EQ(rules::sequence_reserve(9, 7, 8, 4, 1), 0);       // the last row leaves nothing to reserve
-  EXPECT_EQ(rules::sequence_reserve(INT64_MAX / 2, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits
+  EXPECT_EQ(rules::prompt_pool_reserve(10, 0, 101, 8, 3), 217);  // round(3 * 13 * 100 / 18) = round(216.67)
+  EXPECT_EQ(rules::prompt_pool_reserve(9, 7, 8, 4, 1), 0);       // the last row leaves nothing to reserve
+  EXPECT_EQ(rules::prompt_pool_reserve(INT64_MAX / 2, 0, UINT32_MAX, 4, 7), INT64_MAX);  // beyond 64 bits
 }
 
 // The reserve's gate (docs/routing.md, the second worked example): E = 4, k = 2, cf 1.5 (ceil), a 9-token
@@ -421,21 +448,21 @@ TEST(Planner, ReserveArithmeticMatchesWideReference) {
       const unsigned __int128 num = 3 * (static_cast<unsigned __int128>(h) + rank) * n;
       want = num >> 64 != 0 ? INT64_MAX : static_cast<int64_t>((num + den / 2) / den);
     }
-    ASSERT_EQ(rules::sequence_reserve(h, position, length, E, rank), want)
+    ASSERT_EQ(rules::prompt_pool_reserve(h, position, length, E, rank), want)
         << h << " " << position << " " << length << " " << E << " " << rank;
   }
 }
 
 TEST(Planner, SequenceReserveGate) {
-  EXPECT_FALSE(rules::sequence_reserve_holds(4, 3, 3, 9, 4, 2));    // 120 > 120 is false
-  EXPECT_TRUE(rules::sequence_reserve_holds(4, 2, 3, 9, 4, 2));     // 120 > 80
-  EXPECT_TRUE(rules::sequence_reserve_holds(0, -1, 3, 9, 4, 2));    // a full pool: nothing to decide
-  EXPECT_FALSE(rules::sequence_reserve_holds(100, 0, 8, 9, 4, 2));  // the last row
+  EXPECT_FALSE(rules::prompt_pool_reserve_holds(4, 3, 3, 9, 4, 2));    // 120 > 120 is false
+  EXPECT_TRUE(rules::prompt_pool_reserve_holds(4, 2, 3, 9, 4, 2));     // 120 > 80
+  EXPECT_TRUE(rules::prompt_pool_reserve_holds(0, -1, 3, 9, 4, 2));    // a full pool: nothing to decide
+  EXPECT_FALSE(rules::prompt_pool_reserve_holds(100, 0, 8, 9, 4, 2));  // the last row
   // Exact beyond 64 bits (73- and 74-bit products): L = 2^32 - 1, p = 2^31, a = 2^40, so 4 n (a + k) is about
   // 2^73 against 5 room (2^31 + 5): about 2^73.3 with room 2^40, 2^72.3 with room 2^39.
   const uint32_t big = UINT32_MAX, mid = uint32_t{1} << 31;
-  EXPECT_FALSE(rules::sequence_reserve_holds(int64_t{1} << 40, int64_t{1} << 40, mid, big, 4, 2));
-  EXPECT_TRUE(rules::sequence_reserve_holds(int64_t{1} << 40, int64_t{1} << 39, mid, big, 4, 2));
+  EXPECT_FALSE(rules::prompt_pool_reserve_holds(int64_t{1} << 40, int64_t{1} << 40, mid, big, 4, 2));
+  EXPECT_TRUE(rules::prompt_pool_reserve_holds(int64_t{1} << 40, int64_t{1} << 39, mid, big, 4, 2));
   EXPECT_TRUE(rules::product_greater(UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX - 1));
   EXPECT_FALSE(rules::product_greater(UINT64_MAX - 1, UINT64_MAX, UINT64_MAX, UINT64_MAX - 1));
   EXPECT_TRUE(

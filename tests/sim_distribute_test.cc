@@ -105,7 +105,8 @@ TEST(SimDistribute, StatisticsTravelBitForBit) {
 }
 
 // Any split of a sweep's points into rank blocks gives the statistics of the whole sweep, bit for bit: a
-// point's statistics do not depend on the other policies planned in its pass.
+// point's statistics do not depend on which other points share its pass - with the prefix cache too, whose
+// steps are the whole combination's (keyed by every point's rule: here greedy's tokens and stable's salt).
 TEST(SimDistribute, SweepSplitIntoBlocksEqualsTheWhole) {
   const Overrides o = {{"axis", "top-k=1,2"},
                        {"modes", "greedy,stable,rank-only"},
@@ -114,15 +115,32 @@ TEST(SimDistribute, SweepSplitIntoBlocksEqualsTheWhole) {
                        {"token-budget", "96"},
                        {"decode-len", "uniform:2,12"},
                        {"arrival-rate", "0.5"}};
-  const size_t count = sweep_points(o).size();
-  ASSERT_EQ(count, 12u);
-  const std::string whole = bytes_of(sweep_stats(o, {0, count}));
-  for (int ranks : {2, 3, 5, 12, 13}) {
-    std::vector<PointResult> joined;
-    for (int r = 0; r < ranks; ++r) {
-      for (PointResult& p : sweep_stats(o, point_range(count, r, ranks))) joined.push_back(std::move(p));
+  Overrides cached = o;
+  for (const auto& [k, v] : Overrides{{"system-prompts", "2"},
+                                      {"system-prompt-len", "uniform:16,40"},
+                                      {"prefix-cache", "true"},
+                                      {"kv-blocks", "48"},
+                                      {"block-size", "8"},
+                                      {"prompt-len", "uniform:20,80"}}) {
+    cached[k] = v;
+  }
+  for (const Overrides& overrides : {o, cached}) {
+    const bool cache = overrides.count("prefix-cache") > 0;
+    const size_t count = sweep_points(overrides).size();
+    ASSERT_EQ(count, 12u);
+    const std::vector<PointResult> all = sweep_stats(overrides, {0, count});
+    if (cache) {
+      EXPECT_GT(all.back().stats.engine.cached_prompt_tokens, 0);
     }
-    EXPECT_EQ(bytes_of(joined), whole) << ranks << " ranks";
+    const std::string whole = bytes_of(all);
+    for (int ranks : {2, 3, 5, 12, 13}) {
+      std::vector<PointResult> joined;
+      for (int r = 0; r < ranks; ++r) {
+        for (PointResult& p : sweep_stats(overrides, point_range(count, r, ranks)))
+          joined.push_back(std::move(p));
+      }
+      EXPECT_EQ(bytes_of(joined), whole) << ranks << " ranks" << (cache ? ", prefix cache" : "");
+    }
   }
   // Points carry the policy they ran: a --modes stable point says prefix scope whatever --mode says.
   for (const SweepPoint& p : sweep_points(o)) {

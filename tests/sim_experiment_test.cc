@@ -101,8 +101,10 @@ TEST(SimExperiment, PeakLoadAgainstTheNominalCapacity) {
 
 // Streaming changes nothing: every policy's JSON is the same with a window of one token (one step at a time)
 // as with the whole workload in one window, on 1 and 3 threads, planned alone or in lockstep with others -
-// plain continuous batching, and with the serving engine's shared system prompts, prefix cache (policies
-// keyed apart), preemption and speculation.
+// plain continuous batching, and with the serving engine's shared system prompts, prefix cache, preemption
+// and speculation. With the cache every policy of a run sees the same steps (the cache keyed by every rule's
+// salt): planned in another order, each policy's JSON is the same; planned alone, a policy whose rule salts
+// the cache as the run's do gets the same steps too.
 TEST(SimExperiment, WindowSizeChangesNoResult) {
   const Overrides plain = {
       {"requests", "40"},     {"prompt-len", "uniform:1,90"}, {"decode-len", "uniform:0,30"},
@@ -119,10 +121,14 @@ TEST(SimExperiment, WindowSizeChangesNoResult) {
     serving[k] = v;
   }
   for (const Overrides& base : {plain, serving}) {
+    const SimConfig c = build_config(base);
+    const bool cache = c.workload.prefix_cache;
     std::vector<DispatchPolicy> policies;
     std::vector<std::string> names;
     for (const char* mode : {"greedy", "stable", "rank-only"}) {
       for (const char* scope : {"batch", "causal", "sequence", "prefix", "request", "none"}) {
+        // Sequence scope salts every block with the prompt length: beside it the cache would serve nothing.
+        if (cache && std::string(scope) == "sequence") continue;
         Overrides o = base;
         o["mode"] = mode;
         o["scope"] = scope;
@@ -132,17 +138,17 @@ TEST(SimExperiment, WindowSizeChangesNoResult) {
         names.push_back(std::string(mode) + " " + scope);
       }
     }
-    const SimConfig c = build_config(base);
-    SCOPED_TRACE(c.workload.prefix_cache ? "serving engine" : "plain");
+    SCOPED_TRACE(cache ? "serving engine" : "plain");
     const auto json = [](const RunStats& s) { return run_stats_json(s, true).dump(); };
     const WorkloadRun whole =
         simulate_workload(c, policies, StreamOptions{.window_tokens = int64_t{1} << 40});
     ASSERT_EQ(whole.stats.size(), policies.size());
     EXPECT_GT(whole.num_steps, 10);
-    if (c.workload.prefix_cache) {
+    if (cache) {
       EXPECT_GT(whole.stats[0].engine.cached_prompt_tokens, 0);
       EXPECT_GT(whole.stats[0].engine.preemptions, 0);
       EXPECT_GT(whole.stats[0].engine.accepted, 0);
+      EXPECT_EQ(whole.stats[0].cache_rules.size(), policies.size());
     }
     for (int threads : {1, 3}) {
       SimConfig t = c;
@@ -154,11 +160,62 @@ TEST(SimExperiment, WindowSizeChangesNoResult) {
         EXPECT_EQ(json(one.stats[i]), json(whole.stats[i])) << names[i] << ", " << threads << " threads";
       }
     }
+    const std::vector<DispatchPolicy> reversed(policies.rbegin(), policies.rend());
+    const WorkloadRun backwards = simulate_workload(c, reversed, StreamOptions{.window_tokens = 100});
+    for (size_t i = 0; i < policies.size(); ++i) {
+      EXPECT_EQ(json(backwards.stats[policies.size() - 1 - i]), json(whole.stats[i]))
+          << names[i] << " reversed";
+    }
     for (size_t i = 0; i < policies.size(); i += 4) {
+      if (cache) break;  // alone, a policy keys the cache by its own salt: other steps (the next test)
       const WorkloadRun alone = simulate_workload(c, {policies[i]}, StreamOptions{.window_tokens = 100});
       EXPECT_EQ(json(alone.stats.front()), json(whole.stats[i])) << names[i] << " alone";
     }
   }
+}
+
+// One schedule for every policy of a sweep: the prefix cache is keyed by every rule's salt, so adding
+// sequence scope (salted by the prompt length everywhere) to a sweep of prefix-scope policies changes the
+// steps of all of them - the same steps for each, the cache serving only blocks of equal prompt length - and
+// a policy whose rule never salts (batch scope) gets the salting rules' steps beside them. The table names
+// the key.
+TEST(SimExperiment, PoliciesOfASweepShareOneSchedule) {
+  const SimConfig c = build_config({{"requests", "60"},
+                                    {"prompt-len", "uniform:1,90"},
+                                    {"decode-len", "uniform:0,30"},
+                                    {"token-budget", "64"},
+                                    {"arrival-rate", "2"},
+                                    {"system-prompts", "3"},
+                                    {"system-prompt-len", "uniform:16,48"},
+                                    {"prefix-cache", "true"},
+                                    {"kv-blocks", "60"},
+                                    {"block-size", "8"},
+                                    {"spec-tokens", "2"}});
+  DispatchPolicy greedy = DispatchPolicy::mode("greedy");
+  DispatchPolicy stable = DispatchPolicy::mode("stable");
+  DispatchPolicy sequence = stable;
+  sequence.scope = CapacityScope::kSequence;
+  const auto serving = [](const RunStats& s) { return serving_stats_json(s).dump(); };
+  const WorkloadRun prefix_only = simulate_workload(c, {stable});
+  const WorkloadRun both = simulate_workload(c, {greedy, stable});
+  const WorkloadRun with_sequence = simulate_workload(c, {greedy, stable, sequence});
+  // Greedy's rule never salts: beside stable it gets stable's steps.
+  EXPECT_EQ(serving(both.stats[0]), serving(both.stats[1]));
+  EXPECT_EQ(both.stats[1].engine.cached_prompt_tokens, prefix_only.stats[0].engine.cached_prompt_tokens);
+  EXPECT_EQ(both.num_steps, prefix_only.num_steps);
+  EXPECT_EQ(both.stats[1].dropped, prefix_only.stats[0].dropped);
+  EXPECT_GT(prefix_only.stats[0].engine.cached_prompt_tokens, 0);
+  EXPECT_EQ(cache_key_name(both.stats[0].cache_rules), "tokens+salt(prefix, lookahead 16)");
+  // With sequence scope in the sweep every policy's cache serves only equal prompt lengths, fewer hits.
+  for (const RunStats& s : with_sequence.stats) {
+    EXPECT_EQ(serving(s), serving(with_sequence.stats[0]));
+    EXPECT_EQ(s.engine.steps, with_sequence.num_steps);
+  }
+  EXPECT_LT(with_sequence.stats[0].engine.cached_prompt_tokens,
+            prefix_only.stats[0].engine.cached_prompt_tokens);
+  EXPECT_EQ(cache_key_name(with_sequence.stats[0].cache_rules),
+            "tokens+salt(prefix, lookahead 16; sequence: prompt length)");
+  EXPECT_EQ(cache_key_name({}), "tokens");
 }
 
 std::vector<ProbeResult> probe(const Overrides& o) {

@@ -13,6 +13,7 @@
 #include "base/splitmix64.h"
 #include "sim/serving/block_pool.h"
 #include "sim/serving/engine.h"
+#include "sim/serving/lifecycle.h"
 
 namespace moe::sim::serving {
 namespace {
@@ -41,26 +42,31 @@ std::string Describe(const EngineConfig& c) {
          std::to_string(c.spec_tokens);
 }
 
-// Runs an engine to the end; checks every step's invariants; accepted drafts from `accept`.
+// The verdict of a test: every row of a span without drafts, accept(span) rows of one with drafts.
+template <typename Accept>
+struct TestVerdict : StepHandler {
+  Accept accept_drafts;
+  explicit TestVerdict(Accept a) : accept_drafts(std::move(a)) {}
+  void accept(const Step& step, std::vector<uint32_t>& accepted) override {
+    for (const Span& s : step.spans) accepted.push_back(s.drafts > 0 ? accept_drafts(s) : s.end - s.begin);
+  }
+};
+
+// Runs an engine to the end through the lifecycle driver (run_step); accepted drafts from `accept`.
 struct EngineRun {
-  std::vector<StepPlan> plans;
-  std::vector<StepResult> results;
+  std::vector<Step> steps;
 };
 template <typename Accept>
 EngineRun RunAll(Engine& engine, Accept&& accept, int max_steps = 100000) {
   EngineRun run;
-  StepPlan plan;
-  while (engine.next(plan)) {
-    if (static_cast<int>(run.plans.size()) >= max_steps) {
+  Step step;
+  TestVerdict<std::decay_t<Accept>> verdict(accept);
+  while (run_step(engine, step, verdict)) {
+    run.steps.push_back(step);
+    if (static_cast<int>(run.steps.size()) >= max_steps) {
       ADD_FAILURE() << "no end after " << max_steps << " steps";
       break;
     }
-    std::vector<uint32_t> accepted;
-    for (const Span& s : plan.spans) accepted.push_back(s.drafts > 0 ? accept(s) : s.end - s.begin);
-    StepResult result;
-    engine.complete(accepted, result);
-    run.plans.push_back(plan);
-    run.results.push_back(result);
   }
   return run;
 }
@@ -73,21 +79,21 @@ TEST(ServingEngine, ChunkedPrefillThenDecodeUnderTheBudget) {
   Engine engine(c, {{1, 0, 12, 3}, {2, 0, 3, 2}, {3, 5, 4, 1}}, client);
   EngineRun run = RunAll(engine, [](const Span&) { return 1u; });
   // Step 0: request 1 chunk [0, 5), request 2 [0, 3) (budget 8). Step 1: 1 [5, 10), 2 decodes [3, 4).
-  ASSERT_GE(run.plans.size(), 3u);
-  ASSERT_EQ(run.plans[0].spans.size(), 2u);
-  EXPECT_EQ(run.plans[0].spans[0].end, 5u);
-  EXPECT_FALSE(run.plans[0].spans[0].samples);
-  EXPECT_EQ(run.plans[0].spans[1].end, 3u);
-  EXPECT_TRUE(run.plans[0].spans[1].samples);  // its whole prompt: the last row gives its first token
-  EXPECT_EQ(run.plans[1].spans[0].begin, 5u);
-  EXPECT_EQ(run.plans[1].spans[1].begin, 3u);  // request 2's first decode row
-  EXPECT_EQ(run.plans[1].spans[1].end, 4u);
+  ASSERT_GE(run.steps.size(), 3u);
+  ASSERT_EQ(run.steps[0].spans.size(), 2u);
+  EXPECT_EQ(run.steps[0].spans[0].end, 5u);
+  EXPECT_FALSE(run.steps[0].spans[0].samples);
+  EXPECT_EQ(run.steps[0].spans[1].end, 3u);
+  EXPECT_TRUE(run.steps[0].spans[1].samples);  // its whole prompt: the last row gives its first token
+  EXPECT_EQ(run.steps[1].spans[0].begin, 5u);
+  EXPECT_EQ(run.steps[1].spans[1].begin, 3u);  // request 2's first decode row
+  EXPECT_EQ(run.steps[1].spans[1].end, 4u);
   // Every position of every request once, in order; each generates its tokens and finishes.
   std::map<uint64_t, uint32_t> next;
   std::map<uint64_t, int> finished;
-  for (size_t i = 0; i < run.plans.size(); ++i) {
-    for (const TokenMeta& m : run.plans[i].rows) EXPECT_EQ(m.position, next[m.request_id]++);
-    for (uint64_t id : run.results[i].finished) ++finished[id];
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    for (const TokenMeta& m : run.steps[i].rows) EXPECT_EQ(m.position, next[m.request_id]++);
+    for (uint64_t id : run.steps[i].finished) ++finished[id];
   }
   EXPECT_EQ(next[1], 12u + 3 - 1);  // the last generated token needs no row
   EXPECT_EQ(next[2], 3u + 2 - 1);
@@ -113,7 +119,7 @@ TEST(ServingEngine, PrefixCacheServesSharedBlocksAndRespectsTheSalt) {
     Engine engine(c, {{1, 0, 50, 2}, {2, 3, 70, 2}}, client);
     EngineRun run = RunAll(engine, [](const Span&) { return 1u; });
     int registered_by_1 = 0;
-    for (const StepResult& r : run.results) {
+    for (const Step& r : run.steps) {
       for (const Registered& b : r.registered) registered_by_1 += b.id == 1;
     }
     EXPECT_EQ(registered_by_1, 3) << "request 1's full blocks: [0, 48)";
@@ -121,7 +127,7 @@ TEST(ServingEngine, PrefixCacheServesSharedBlocksAndRespectsTheSalt) {
     // (50 < 16 + 64: salted with 50) and request 2 (L = 70) has other keys: no hit.
     const uint32_t cached = engine.request_stats(2).cached_at_admission;
     EXPECT_EQ(cached, salt_above == 0 ? 32u : 0u);
-    for (const StepPlan& p : run.plans) {
+    for (const Step& p : run.steps) {
       for (const Admission& a : p.admitted) {
         if (a.id == 2) {
           EXPECT_EQ(a.blocks.size() * 16, a.cached);
@@ -146,7 +152,7 @@ TEST(ServingEngine, PreemptionRecomputesPromptAndGeneratedTokens) {
   // A preempted request releases first, is admitted again (resumed) from what the cache still holds, and
   // recomputes its prompt and generated positions as prefill chunks.
   bool saw_resume = false;
-  for (const StepPlan& p : run.plans) {
+  for (const Step& p : run.steps) {
     for (const Admission& a : p.admitted) {
       if (!a.resumed) continue;
       saw_resume = true;
@@ -173,8 +179,8 @@ TEST(ServingEngine, SpeculationAcceptsSomeDraftsAndRollsBackTheRest) {
   // Accept 2 of 3 drafts every time: rows [c, c + 4), 3 accepted, rollback to c + 3.
   EngineRun run = RunAll(engine, [](const Span& s) { return std::min<uint32_t>(3, s.end - s.begin); });
   std::vector<uint32_t> spans;
-  for (size_t i = 0; i < run.plans.size(); ++i) {
-    for (const Span& s : run.plans[i].spans) spans.push_back(s.end - s.begin);
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    for (const Span& s : run.steps[i].spans) spans.push_back(s.end - s.begin);
   }
   // The prompt (6 rows) gives token 1; then 10 tokens to go: each step sends 1 + min(3, to go - 1) rows and
   // gains 3 (2 drafts and the token the last accepted row samples): 10 -> 7 -> 4 -> 1, then a plain row.
@@ -182,8 +188,8 @@ TEST(ServingEngine, SpeculationAcceptsSomeDraftsAndRollsBackTheRest) {
   const RequestStats st = engine.request_stats(1);
   EXPECT_EQ(st.drafted, 3 + 3 + 3);
   EXPECT_EQ(st.accepted, 2 + 2 + 2);
-  EXPECT_EQ(run.results[1].rollbacks.size(), 1u);
-  EXPECT_EQ(run.results[1].rollbacks[0].position, 6u + 3);
+  EXPECT_EQ(run.steps[1].rollbacks.size(), 1u);
+  EXPECT_EQ(run.steps[1].rollbacks[0].position, 6u + 3);
 }
 
 TEST(ServingEngine, BadInputIsAClearError) {
@@ -203,12 +209,86 @@ TEST(ServingEngine, BadInputIsAClearError) {
   EXPECT_THROW(Engine(c, {{1, 0, 4, 1}, {1, 2, 4, 1}}, client), std::invalid_argument);  // duplicate id
   EXPECT_THROW(Engine(c, {{1, 0, 0, 1}}, client), std::invalid_argument);
   Engine e(c, {{1, 0, 4, 2}}, client);
-  StepPlan plan;
-  ASSERT_TRUE(e.next(plan));
-  StepResult r;
-  const std::vector<uint32_t> wrong = {3};
-  EXPECT_THROW(e.complete(wrong, r), std::invalid_argument);  // a prompt chunk is accepted whole
-  EXPECT_THROW(e.next(plan), std::logic_error);               // the step is not completed
+  Step step;
+  ASSERT_TRUE(e.next(step));
+  step.accepted = {3};
+  EXPECT_THROW(e.complete(step), std::invalid_argument);  // a prompt chunk is accepted whole
+  EXPECT_THROW(e.next(step), std::logic_error);           // the step is not completed
+  step.accepted = {4};
+  EXPECT_NO_THROW(e.complete(step));
+  EXPECT_THROW(e.complete(step), std::logic_error);  // nothing pending
+}
+
+// The lifecycle driver (sim/serving/lifecycle.h) hands each step's events to its handler in the one order:
+// preempted released, admissions, the forward pass, the verdict, rollbacks, registered blocks, finished
+// released - and replay_step hands a recorded step's events to another handler the same way (without the
+// verdict, which the step carries).
+TEST(ServingLifecycle, EventsReachTheHandlerInOrderAndReplayAlike) {
+  struct Log : StepHandler {
+    std::vector<std::string> events;
+    void release(uint64_t id) override { events.push_back("release " + std::to_string(id)); }
+    void admit(const Admission& a) override {
+      events.push_back("admit " + std::to_string(a.id) + " cached " + std::to_string(a.cached));
+    }
+    void forward(const Step& step) override {
+      events.push_back("forward " + std::to_string(step.rows.size()));
+    }
+    void accept(const Step& step, std::vector<uint32_t>& accepted) override {
+      events.push_back("accept");
+      for (const Span& s : step.spans) accepted.push_back(s.drafts > 0 ? 1 : s.end - s.begin);
+    }
+    void rollback(uint64_t id, uint32_t position) override {
+      events.push_back("rollback " + std::to_string(id) + " " + std::to_string(position));
+    }
+    void keep(const Registered& b) override { events.push_back("keep " + std::to_string(b.block)); }
+  };
+  TestClient client;
+  client.drafts = 2;
+  client.shared = {{1, 40}, {2, 40}, {3, 40}};
+  EngineConfig c;
+  c.token_budget = 24;
+  c.chunk_size = 8;
+  c.prefix_cache = true;
+  c.block_size = 4;
+  c.kv_blocks = 16;
+  c.spec_tokens = 2;
+  Engine engine(c, {{1, 0, 30, 8}, {2, 0, 20, 12}, {3, 6, 44, 6}}, client);
+  Log live, replayed;
+  Step step;
+  std::map<std::string, int> seen;
+  // Within a step: release (preempted) < admit < forward < accept < rollback < keep < release (finished).
+  auto rank = [](const std::string& e, bool after_forward) {
+    if (e.starts_with("release")) return after_forward ? 6 : 0;
+    if (e.starts_with("admit")) return 1;
+    if (e.starts_with("forward")) return 2;
+    if (e == "accept") return 3;
+    if (e.starts_with("rollback")) return 4;
+    return 5;  // keep
+  };
+  for (size_t from = 0; run_step(engine, step, live); from = live.events.size()) {
+    replay_step(step, replayed);
+    int last = -1;
+    bool after_forward = false;
+    for (size_t i = from; i < live.events.size(); ++i) {
+      const std::string& e = live.events[i];
+      after_forward |= e.starts_with("forward");
+      const int r = rank(e, after_forward);
+      EXPECT_GE(r, last) << "step " << step.index << ": " << e;
+      last = r;
+      ++seen[e.substr(0, e.find(' '))];
+    }
+  }
+  // Replayed events are the live ones without the verdicts.
+  std::vector<std::string> without_accept;
+  for (const std::string& e : live.events) {
+    if (e != "accept") without_accept.push_back(e);
+  }
+  EXPECT_EQ(replayed.events, without_accept);
+  for (const char* kind : {"release", "admit", "forward", "accept", "rollback", "keep"}) {
+    EXPECT_GT(seen[kind], 0) << kind << " never happened";
+  }
+  EXPECT_GT(engine.stats().preemptions, 0);
+  EXPECT_GT(engine.stats().cached_tokens, 0);
 }
 
 TEST(BlockPool, LeastRecentlyReleasedIsEvictedFirst) {
@@ -267,8 +347,8 @@ TEST(ServingEngine, RandomWorkloadsKeepTheInvariants) {
     ASSERT_TRUE(engine.all_finished());
     std::map<uint64_t, uint32_t> computed;
     std::map<uint64_t, int> finishes;
-    for (size_t i = 0; i < run.plans.size(); ++i) {
-      const StepPlan& p = run.plans[i];
+    for (size_t i = 0; i < run.steps.size(); ++i) {
+      const Step& p = run.steps[i];
       EXPECT_LE(static_cast<int>(p.rows.size()), c.token_budget);
       for (uint64_t id : p.preempted) computed[id] = 0;
       for (const Admission& a : p.admitted) computed[a.id] = a.cached;
@@ -280,8 +360,8 @@ TEST(ServingEngine, RandomWorkloadsKeepTheInvariants) {
         }
         computed[s.id] = s.end;
       }
-      for (const TokenMeta& rb : run.results[i].rollbacks) computed[rb.request_id] = rb.position;
-      for (uint64_t id : run.results[i].finished) ++finishes[id];
+      for (const TokenMeta& rb : run.steps[i].rollbacks) computed[rb.request_id] = rb.position;
+      for (uint64_t id : run.steps[i].finished) ++finishes[id];
     }
     for (const EngineRequest& r : reqs) EXPECT_EQ(finishes[r.id], 1) << "request " << r.id;
     if (c.kv_blocks == 0) {
@@ -294,8 +374,8 @@ TEST(ServingEngine, RandomWorkloadsKeepTheInvariants) {
     };
     Engine again(c, reqs, client);
     EngineRun run2 = RunAll(again, again_accept);
-    ASSERT_EQ(run2.plans.size(), run.plans.size());
-    for (size_t i = 0; i < run.plans.size(); ++i) ASSERT_EQ(run2.plans[i].rows, run.plans[i].rows);
+    ASSERT_EQ(run2.steps.size(), run.steps.size());
+    for (size_t i = 0; i < run.steps.size(); ++i) ASSERT_EQ(run2.steps[i].rows, run.steps[i].rows);
   }
 }
 

@@ -73,8 +73,10 @@ TEST(SimSvg, WellFormedWithOnePolylinePerSeries) {
   plot.x_label = "capacity factor";
   plot.y_label = "drop rate";
   plot.description = "moe-sim 0.1.0 sweep experts=8 axis=top-k=1,2;scope=batch";
+  double shift = 0;
   for (const char* mode : {"greedy", "stable", "rank-only"}) {
-    plot.series.push_back({mode, {0.5, 1.0, 1.25, 2.0}, {0.4, 0.2, 0.1, 0.0}});
+    plot.series.push_back({mode, {0.5, 1.0, 1.25, 2.0}, {0.4 + shift, 0.2, 0.1, 0.0}});
+    shift += 0.05;
   }
   const std::string svg = render_svg(plot);
   EXPECT_EQ(check_xml(svg), "") << svg;
@@ -85,6 +87,37 @@ TEST(SimSvg, WellFormedWithOnePolylinePerSeries) {
     EXPECT_NE(svg.find(std::string("data-series=\"") + mode + "\""), std::string::npos);
     EXPECT_NE(svg.find(std::string(">") + mode + "</text>"), std::string::npos) << "legend entry " << mode;
   }
+}
+
+// What a reader needs: series with the same points drawn once and named together (none hidden under
+// another), a tick at each x value of the data (1.25, not a rounded 1.2), the y axis ending where asked (the
+// number of trials, not the next "nice" value), a note under the title, and a canvas as wide as its longest
+// label.
+TEST(SimSvg, CoincidingSeriesTicksAtTheDataAndLabelsInside) {
+  LinePlot plot;
+  plot.title = "distinct completions";
+  plot.note = "30 trials";
+  plot.y_top = 30;
+  const std::vector<double> cf = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
+  plot.series.push_back({"greedy", cf, {26, 21, 18, 10, 6, 2}});
+  plot.series.push_back({"rank-only", cf, {26, 21, 18, 10, 6, 2}});
+  plot.series.push_back({"stable", cf, {1, 1, 1, 1, 1, 1}});
+  plot.series.push_back({"a configuration with a rather long name that needs room/invariant/varied", cf,
+                         {1, 1, 1, 1, 1, 1}});
+  const std::string svg = render_svg(plot);
+  EXPECT_EQ(check_xml(svg), "") << svg;
+  EXPECT_EQ(count(svg, "<polyline "), 2u);
+  EXPECT_NE(svg.find("data-series=\"greedy = rank-only\""), std::string::npos);
+  EXPECT_NE(svg.find(">= rank-only</text>"), std::string::npos) << "the legend names both";
+  for (const char* tick : {">0.5<", ">0.75<", ">1<", ">1.25<", ">1.5<", ">2<"}) {
+    EXPECT_NE(svg.find(tick), std::string::npos) << tick;
+  }
+  EXPECT_NE(svg.find(">30</text>"), std::string::npos);
+  EXPECT_EQ(svg.find(">40</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">30 trials</text>"), std::string::npos);
+  // The canvas holds the longest legend line (72 characters at 12 px: about 540 px right of the plot).
+  const size_t w = svg.find("width=\"");
+  EXPECT_GT(std::stod(svg.substr(w + 7)), 80 + 500 + 20 + 30 + 0.62 * 12 * 72);
 }
 
 TEST(SimSvg, DegenerateDataStillRenders) {

@@ -108,7 +108,8 @@ TEST(SimWorkload, RequestsAreDeterministicPerSeedAndPerRequest) {
 }
 
 // Checks the scheduler's contract on a set of requests.
-void check_schedule(const std::vector<RequestSpec>& requests, const std::vector<Step>& steps, int budget) {
+void check_schedule(const std::vector<RequestSpec>& requests, const std::vector<serving::Step>& steps,
+                    int budget) {
   std::map<uint64_t, const RequestSpec*> by_id;
   for (const auto& r : requests) by_id[r.id] = &r;
   std::map<uint64_t, uint32_t> next;             // next expected position
@@ -116,12 +117,18 @@ void check_schedule(const std::vector<RequestSpec>& requests, const std::vector<
   std::map<uint64_t, int> finished;
   int64_t last_index = -1;
   for (size_t s = 0; s < steps.size(); ++s) {
-    const Step& step = steps[s];
+    const serving::Step& step = steps[s];
     EXPECT_GT(step.index, last_index);
     last_index = step.index;
     EXPECT_LE(static_cast<int>(step.rows.size()), budget) << "step " << s << " exceeds the token budget";
     EXPECT_FALSE(step.rows.empty());
-    EXPECT_EQ(step.num_prefill_tokens + step.num_decode_tokens, static_cast<int>(step.rows.size()));
+    size_t span_rows = 0;  // the spans cover the rows, in order
+    for (const serving::Span& span : step.spans) {
+      EXPECT_EQ(span.row, static_cast<int32_t>(span_rows));
+      span_rows += span.end - span.begin;
+    }
+    EXPECT_EQ(span_rows, step.rows.size());
+    EXPECT_EQ(step.accepted.size(), step.spans.size());
     std::map<uint64_t, int> decode_in_step;
     for (const TokenMeta& m : step.rows) {
       const RequestSpec& r = *by_id.at(m.request_id);
@@ -173,7 +180,8 @@ TEST(SimWorkload, StaticBatchHoldsEveryPromptOnce) {
   for (const auto& r : requests) total += r.prompt_len;
   EXPECT_EQ(steps[0].rows.size(), total);
   EXPECT_EQ(steps[0].finished.size(), 5u);
-  EXPECT_EQ(steps[0].num_decode_tokens, 0);
+  EXPECT_EQ(steps[0].spans.size(), 5u);
+  for (const TokenMeta& m : steps[0].rows) EXPECT_LT(m.position, requests.at(m.request_id).prompt_len);
 }
 
 // Shared system prompts: a share of the requests begins with one of the workload's system prompts (each of
@@ -209,24 +217,27 @@ TEST(SimWorkload, SystemPromptsAreSharedAndCached) {
   EXPECT_EQ(length.size(), 4u);
   c.prefix_cache = true;
   c.kv_blocks = 256;
-  const auto steps = schedule(requests, c, 5);
+  std::vector<std::vector<TokenMeta>> keys;
+  const auto steps = schedule(requests, c, 5, &keys);
+  ASSERT_EQ(keys.size(), steps.size());
   int64_t cached = 0, keyed_rows = 0;
   std::map<uint64_t, const RequestSpec*> by_id;
   for (const RequestSpec& r : requests) by_id[r.id] = &r;
-  for (const Step& s : steps) {
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const serving::Step& s = steps[k];
     for (const serving::Admission& a : s.admitted) {
       cached += a.cached;
       EXPECT_LE(a.cached, by_id.at(a.id)->system_len + 15) << "only system prompts are shared";
     }
-    if (s.keys.empty()) continue;
-    ASSERT_EQ(s.keys.size(), s.rows.size());
+    if (keys[k].empty()) continue;
+    ASSERT_EQ(keys[k].size(), s.rows.size());
     for (size_t i = 0; i < s.rows.size(); ++i) {
       const RequestSpec& r = *by_id.at(s.rows[i].request_id);
       if (s.rows[i].position < r.system_len) {
-        EXPECT_EQ(s.keys[i].request_id, kSystemPromptContent | static_cast<uint64_t>(r.system_prompt));
+        EXPECT_EQ(keys[k][i].request_id, kSystemPromptContent | static_cast<uint64_t>(r.system_prompt));
         ++keyed_rows;
       } else {
-        EXPECT_EQ(s.keys[i], s.rows[i]);
+        EXPECT_EQ(keys[k][i], s.rows[i]);
       }
     }
   }
@@ -245,18 +256,20 @@ TEST(SimWorkload, SpeculationIsSeededAndRollsBackRejectedDrafts) {
   c.spec_tokens = 3;
   c.spec_accept = 0.6;
   const auto requests = make_requests(c, 2);
-  const auto a = schedule(requests, c, 2), b = schedule(requests, c, 2);
+  std::vector<std::vector<TokenMeta>> keys;
+  const auto a = schedule(requests, c, 2, &keys), b = schedule(requests, c, 2);
   ASSERT_EQ(a.size(), b.size());
   int64_t rollbacks = 0, drafts = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].rows, b[i].rows);
+    EXPECT_EQ(a[i].accepted, b[i].accepted);
     rollbacks += static_cast<int64_t>(a[i].rollbacks.size());
-    for (size_t r = 0; r < a[i].keys.size(); ++r) drafts += (a[i].keys[r].request_id & kDraftContent) != 0;
+    for (size_t r = 0; r < keys[i].size(); ++r) drafts += (keys[i][r].request_id & kDraftContent) != 0;
   }
   EXPECT_GT(rollbacks, 0);
   EXPECT_GT(drafts, 0);
   c.spec_accept = 1.0;  // every draft accepted: no rollback
-  for (const Step& s : schedule(requests, c, 2)) EXPECT_TRUE(s.rollbacks.empty());
+  for (const serving::Step& s : schedule(requests, c, 2)) EXPECT_TRUE(s.rollbacks.empty());
 }
 
 TEST(SimWorkload, SizeIsCheckedBeforeAnythingIsAllocated) {

@@ -374,17 +374,17 @@ void moe_routing_state_destroy(moe_routing_state_t* state);
  *   hidden       the row length of x and y; must equal the layer's hidden size
  *   request_ids  [num_tokens] the request each row belongs to
  *   positions    [num_tokens] each row's index within its request; (request_id, position) pairs must be
- *                distinct within a batch (and, under sequence and causal scopes with a state, continue each
- *                request's positions where its previous forward pass left them)
+ *                distinct within a batch (and, under prefix, sequence and causal scopes with a state,
+ *                continue each request's positions where its previous forward pass left them)
  *   y            [num_tokens, hidden] fp32, caller-owned, overwritten; must not overlap x
- *   state        the routing state to read and advance (sequence and causal scopes), or NULL: then every
- *                request starts at position 0 and, under sequence scope, its rows in this call are its whole
- *                prompt
+ *   state        the routing state to read and advance (prefix, sequence and causal scopes), or NULL: then
+ *                every request starts at position 0 and, under prefix and sequence scopes, its rows in this
+ *                call are its whole prompt
  * num_tokens may be 0 (nothing is written; pointers may then be NULL).
  * Errors: MOE_INVALID_ARGUMENT for a null pointer with rows, hidden that does not match the layer, negative
  * num_tokens, a row of x whose router logits are all non-finite (NaN/inf in x; the message names the row),
- * duplicate (request_id, position) pairs, positions that skip or go back, a request not admitted (sequence
- * scope), or a state made for a layer of another shape. On an error y and state are
+ * duplicate (request_id, position) pairs, positions that skip or go back, a request not admitted (prefix and
+ * sequence scopes), or a state made for a layer of another shape. On an error y and state are
  * unchanged. Threading: one thread at a time per layer. Memory: allocation-free after the first call, for
  * batches up to the largest seen (or max_tokens). */
 moe_status_t moe_layer_forward(moe_layer_t* layer, const float* x, int64_t num_tokens, int64_t hidden,

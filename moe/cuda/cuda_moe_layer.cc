@@ -303,7 +303,7 @@ void CudaMoELayer::ensure_workspace(int num_tokens) {
     if (rules::pools_prompt(config_.policy)) {
       w->prompt_length = cuda::DeviceBuffer<uint32_t>(T);
       w->higher_choices =
-          cuda::DeviceBuffer<int32_t>(T * rules::sequence_counts_size(top_k(), num_experts()));
+          cuda::DeviceBuffer<int32_t>(T * rules::prompt_choice_counts_size(top_k(), num_experts()));
     }
   }
   const cuda::PlanShape shape{num_tokens, num_experts(), top_k(), num_ranked_, config_.policy};

@@ -92,11 +92,8 @@ std::string MoELayerConfig::preset_description(std::string_view preset_name) {
   const DispatchPolicy& p = c.policy;
   std::ostringstream cf;
   cf << p.capacity_factor;
-  std::string rules = std::string(to_string(p.scope)) + " scope";
-  if (p.scope == CapacityScope::kPrefix) rules += " (lookahead " + std::to_string(p.lookahead) + ")";
-  rules += ", " + std::string(to_string(p.priority)) + " priority, " + std::string(to_string(p.overflow)) +
-           ", capacity factor " + cf.str() + ", " + std::string(kernels::to_string(c.expert_kernel)) +
-           " kernels";
+  const std::string rules = describe_rules(p) + ", capacity factor " + cf.str() + ", " +
+                            std::string(kernels::to_string(c.expert_kernel)) + " kernels";
   // What the rules give; kept beside preset(), which sets them.
   const std::string_view guarantee =
       preset_name == "deterministic"

@@ -70,13 +70,14 @@ Model::CachedBlock Model::cached_block(uint64_t request_id, uint32_t begin, uint
   for (size_t l = 0; l < layers_.size(); ++l) {
     b.keys.emplace_back(c.keys[l].begin() + begin * d, c.keys[l].begin() + end * d);
     b.values.emplace_back(c.values[l].begin() + begin * d, c.values[l].begin() + end * d);
-    if (rules::carries_routing_state(options_.policy)) b.routing.push_back(routing_[l].segment(request_id, begin, end));
+    if (rules::carries_routing_state(options_.policy))
+      b.routing.push_back(routing_[l].segment(request_id, begin, end));
   }
   return b;
 }
 
-void Model::admit_cached(uint64_t request_id, uint32_t prompt_length, std::span<const CachedBlock* const> blocks,
-                         bool ignore_salt) {
+void Model::admit_cached(uint64_t request_id, uint32_t prompt_length,
+                         std::span<const CachedBlock* const> blocks, bool ignore_salt) {
   const std::string who = "Model::admit_cached: request " + std::to_string(request_id);
   if (blocks.empty()) {
     admit(request_id, prompt_length);
@@ -109,7 +110,8 @@ void Model::admit_cached(uint64_t request_id, uint32_t prompt_length, std::span<
   for (size_t l = 0; l < layers_.size() && stateful; ++l) {
     for (const CachedBlock* b : blocks) {
       if (b->routing.size() != layers_.size()) {
-        throw std::invalid_argument(who + ": a cached block holds no routing segments (the writer did not "
+        throw std::invalid_argument(who +
+                                    ": a cached block holds no routing segments (the writer did not "
                                     "record routing)");
       }
       prefix[l].push_back(b->routing[l]);
@@ -257,6 +259,16 @@ void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_
                 sizeof(float) * d);
   }
   if (scores_.size() < max_keys) scores_.resize(max_keys);
+  const int half = s.head_dim() / 2;
+  if (rope_positions_ < max_keys) {
+    rope_cos_.resize(static_cast<size_t>(max_keys) * half);
+    rope_sin_.resize(static_cast<size_t>(max_keys) * half);
+    for (uint32_t p = rope_positions_; p < max_keys; ++p) {
+      rope_angles(p, s.head_dim(), s.rope_theta, rope_cos_.data() + size_t{p} * half,
+                  rope_sin_.data() + size_t{p} * half);
+    }
+    rope_positions_ = max_keys;
+  }
   const bool stateful = rules::carries_routing_state(options_.policy);
   if (stats) {
     stats->dropped_pairs.assign(num_rows, 0);
@@ -274,8 +286,10 @@ void Model::forward(std::span<const BatchRow> rows, std::vector<int32_t>& logit_
     kernels::linear(kind, norm_.data(), num_rows, d, view(b.wk, d, d), k_.data(), d, pool_);
     kernels::linear(kind, norm_.data(), num_rows, d, view(b.wv, d, d), v_.data(), d, pool_);
     for (int r = 0; r < num_rows; ++r) {
-      apply_rope(q_.data() + r * d, s.num_heads, s.head_dim(), rows[r].position, s.rope_theta);
-      apply_rope(k_.data() + r * d, s.num_heads, s.head_dim(), rows[r].position, s.rope_theta);
+      const float* cos = rope_cos_.data() + size_t{rows[r].position} * half;
+      const float* sin = rope_sin_.data() + size_t{rows[r].position} * half;
+      rotate_rope(q_.data() + r * d, s.num_heads, s.head_dim(), cos, sin);
+      rotate_rope(k_.data() + r * d, s.num_heads, s.head_dim(), cos, sin);
       // Rows of a request come in ascending position order, each continuing the cache: append.
       RequestCache& c = *row_cache_[r];
       c.keys[l].insert(c.keys[l].end(), k_.data() + r * d, k_.data() + (r + 1) * d);

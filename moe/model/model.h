@@ -139,6 +139,9 @@ class Model {
   // Workspace (grows to the largest batch).
   std::vector<TokenMeta> meta_;
   std::vector<float> h_, norm_, q_, k_, v_, attn_, proj_, moe_out_, scores_;
+  // The rotary angles of positions [0, rope_positions_) (rope_angles): cos and sin, head_dim / 2 each.
+  std::vector<float> rope_cos_, rope_sin_;
+  uint32_t rope_positions_ = 0;
   std::vector<RequestCache*> row_cache_;
 };
 

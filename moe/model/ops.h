@@ -22,6 +22,11 @@ void rms_norm_reference_f64(const float* x, const float* weight, int64_t n, doub
 // The angle, cos and sin are computed in double and rounded to float once, so the rotation of a row is a
 // fixed function of (row, position, theta). head_dim must be even.
 void apply_rope(float* row, int num_heads, int head_dim, uint32_t position, float theta);
+// apply_rope in two halves, for a caller that keeps the angles of the positions it sees: rope_angles writes
+// the head_dim / 2 floats cos a and sin a of `position` (as apply_rope computes them), rotate_rope applies
+// them. rotate_rope(row, ..., cos, sin) after rope_angles(position, ..., cos, sin) is apply_rope's bits.
+void rope_angles(uint32_t position, int head_dim, float theta, float* cos, float* sin);
+void rotate_rope(float* row, int num_heads, int head_dim, const float* cos, const float* sin);
 void apply_rope_reference_f64(double* row, int num_heads, int head_dim, uint32_t position, double theta);
 
 // Causal attention of one query row over the first num_keys rows of a request's cache:

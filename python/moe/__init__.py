@@ -166,9 +166,10 @@ class Layer:
         numpy: x must be C-contiguous float32 (no copy is made; other dtypes raise TypeError). Returns a new
         float32 array, or fills `out`. torch (CPU): float32 contiguous tensors share memory with the call;
         bfloat16/float16 are converted to float32 for the layer and the result back to x's dtype. Inference only
-        (no autograd). state: the layer's moe.RoutingState (layer.routing_state()) under scopes "sequence" (the
-        deterministic preset: admit every request first) and "causal"; None: every request starts at position 0
-        and, under "sequence", its rows in this call are its whole prompt.
+        (no autograd). state: the layer's moe.RoutingState (layer.routing_state()) under the scopes that carry
+        state, "prefix" (the deterministic preset), "sequence" and "causal" (under "prefix" and "sequence" admit
+        every request first); None: every request starts at position 0 and, under "prefix" and "sequence", its
+        rows in this call are its whole prompt.
         """
         if _is_torch_tensor(x):
             return self._forward_torch(x, request_ids, positions, out, state)

@@ -31,7 +31,8 @@ Differences from the Hugging Face block, by design:
   than the bf16 HF block's (tests/python/test_bf16_compute.py), not bitwise equal to it. The router gate is
   fp32 in every case. Activations of any dtype are converted to float32 and the output back to their dtype.
 - Defaults to the "deterministic" preset with dropless dispatch (scope="none"), matching the HF blocks, which
-  never drop tokens; pass scope="sequence" (or "request"/"causal") and capacity_factor to enable capacity.
+  never drop tokens; pass scope="prefix" (the deterministic preset's own scope), "sequence", "request" or
+  "causal" and capacity_factor to enable capacity without losing batch invariance.
 - scope="prefix" (the deterministic preset's own scope), "sequence" and "causal": the block keeps a recording
   moe.RoutingState, so a request's routing depends only on the request itself however the prompt is chunked,
   cached, preempted or decoded (speculatively too) and whoever shares the batch. The serving lifecycle:
@@ -142,8 +143,8 @@ class MoEBlock(torch.nn.Module):
     def __init__(self, layer, gate_weight, architecture, stateful=False, router_bias=None):
         super().__init__()
         self.layer = layer
-        # scope="sequence"/"causal": routing state carried across calls per request (positions must continue
-        # where the request left off; admit_request() first, release_request() when it finishes).
+        # scope="prefix"/"sequence"/"causal": routing state carried across calls per request (positions must
+        # continue where the request left off; admit_request() first, release_request() when it finishes).
         self.routing_state = layer.routing_state(record=True) if stateful else None
         self.architecture = architecture
         self.num_experts = layer.num_experts
@@ -317,7 +318,7 @@ class MoEBlock(torch.nn.Module):
 
     def admit_request(self, request_id, prompt_length):
         """Admits a request that will send prompt_length prompt tokens (in calls of any size), then decode
-        (scopes "sequence" and "causal"; a no-op otherwise). ValueError if it is already admitted."""
+        (scopes "prefix", "sequence" and "causal"; a no-op otherwise). ValueError if it is already admitted."""
         if self.routing_state is not None:
             self.routing_state.admit(int(request_id), int(prompt_length))
 
@@ -347,7 +348,7 @@ class MoEBlock(torch.nn.Module):
         return self.layer.prefix_cache_salt(prefix_end, prompt_length)
 
     def release_request(self, request_id):
-        """Forgets a finished request's routing state (scopes "sequence" and "causal"; a no-op otherwise).
+        """Forgets a finished request's routing state (scopes "prefix", "sequence" and "causal"; a no-op otherwise).
         ValueError if the block does not hold it."""
         if self.routing_state is not None:
             self.routing_state.release(int(request_id))

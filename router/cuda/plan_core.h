@@ -525,7 +525,7 @@ struct DecideSequence {
     const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
     const int row = c.group_row(g);
     int32_t* held = row >= 0 ? c.held + static_cast<int64_t>(row) * c.E : nullptr;
-    const int64_t counts_size = rules::sequence_counts_size(c.k, c.E);
+    const int64_t counts_size = rules::prompt_choice_counts_size(c.k, c.E);
     int32_t* higher = row >= 0 ? c.higher_choices + static_cast<int64_t>(row) * counts_size
                                : c.group_higher + static_cast<int64_t>(g) * counts_size;
     int32_t* count = c.group_counts + static_cast<int64_t>(g) * c.E;
@@ -535,7 +535,7 @@ struct DecideSequence {
     }
     const SequenceGroup s = sequence_group(c, g);
     const int64_t capacity = rules::request_capacity(c.policy, s.prompt_length, c.k, c.E);
-    rules::decide_sequence_prompt(
+    rules::decide_prompt_pool(
         c.routes(), c.policy, c.E, c.order, gb, s.prompt_end, s.first_row,
         static_cast<uint32_t>(s.prompt_length),
         rules::PromptCapacity{&c.policy, c.k, c.E, static_cast<uint32_t>(s.prompt_length), capacity}, count,

@@ -17,7 +17,7 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   DeviceBuffer<float> weights(T * R), top1(T);
   DeviceBuffer<TokenMeta> meta(T);
   DeviceBuffer<uint32_t> next(rows), prompt(host_in.state_prompt_length ? rows : 0);
-  const size_t KE = static_cast<size_t>(shape.top_k) * E;  // rules::sequence_counts_size
+  const size_t KE = static_cast<size_t>(shape.top_k) * E;  // rules::prompt_choice_counts_size
   DeviceBuffer<int32_t> first(host_in.state_higher_choices ? rows * KE : 0);
   experts.upload(host_in.route_experts, T * R);
   weights.upload(host_in.route_weights, T * R);

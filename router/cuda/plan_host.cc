@@ -24,7 +24,7 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
   slots_held.assign(request_ids.size() * E, 0);
   next_position.assign(request_ids.size(), 0);
   prompt_length.assign(request_ids.size(), 0);
-  counts_size = static_cast<size_t>(rules::sequence_counts_size(top_k, num_experts));
+  counts_size = static_cast<size_t>(rules::prompt_choice_counts_size(top_k, num_experts));
   higher_choices.assign(request_ids.size() * counts_size, 0);
   for (size_t r = 0; r < request_ids.size(); ++r) {
     if (const RoutingState::Request* known = state.find(request_ids[r])) {

@@ -27,7 +27,7 @@ struct RoutingStateTable {
   std::vector<int32_t> slots_held;      // [rows * E]
   std::vector<uint32_t> next_position;  // [rows]
   std::vector<uint32_t> prompt_length;  // [rows]: 0 = not admitted
-  std::vector<int32_t> higher_choices;  // [rows * top_k * E] (rules::sequence_counts_size per row)
+  std::vector<int32_t> higher_choices;  // [rows * top_k * E] (rules::prompt_choice_counts_size per row)
   size_t counts_size = 0;               // top_k * E
 
   // Rows for the requests of `meta`; a request `state` knows starts from its state, a new one from zero (and

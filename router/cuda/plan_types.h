@@ -49,7 +49,7 @@ struct PlanInputs {
   //   state_prompt_length[row]          sequence: the admitted prompt length L (read only)
   //   state_higher_choices[row * k * E + (j - 1) * E + e]
   //                                     sequence: the prompt rows so far whose choices of rank < j include e
-  //                                     (j = 1 .. k; rules::sequence_counts_size)
+  //                                     (j = 1 .. k; rules::prompt_choice_counts_size)
   const int32_t* token_state_row = nullptr;
   int num_state_rows = 0;
   int32_t* state_slots_held = nullptr;

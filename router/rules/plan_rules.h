@@ -123,10 +123,11 @@ MOE_HD inline void decide_in_position_order(const RouteArrays& routes, const Dis
   }
 }
 
-// The size of a request's sequence-scope choice counts (RoutingState::Request::higher_choices, the GPU
-// state table's row): top_k blocks of num_experts; block j - 1 (j = 1 .. top_k) at expert e counts the prompt
-// rows so far whose choices of rank < j include e. (Block top_k - 1 counts every choice: a reroute's.)
-MOE_HD inline int64_t sequence_counts_size(int top_k, int num_experts) {
+// The size of a request's prompt-pool choice counts (sequence and prefix scopes;
+// RoutingState::Request::higher_choices, the GPU state table's row): top_k blocks of num_experts; block j - 1
+// (j = 1 .. top_k) at expert e counts the prompt rows so far whose choices of rank < j include e. (Block
+// top_k - 1 counts every choice: a reroute's.)
+MOE_HD inline int64_t prompt_choice_counts_size(int top_k, int num_experts) {
   return int64_t{top_k} * num_experts;
 }
 
@@ -149,8 +150,9 @@ MOE_HD inline bool row_changes_counts(CapacityScope scope, uint32_t position, ui
   return scope == CapacityScope::kCausal || position < prompt_length;
 }
 
-// Sequence scope's reserve at expert e for a pair of rank j >= 1 (a reroute counts as rank top_k) of the
-// prompt row at `position` of a prompt of `prompt_length` tokens: the room it must leave for the choices of
+// The prompt pool's reserve (sequence and prefix scopes; prefix scope passes its horizon as the prompt
+// length) at expert e for a pair of rank j >= 1 (a reroute counts as rank top_k) of the prompt row at
+// `position` of a prompt of `prompt_length` tokens: the room it must leave for the choices of
 // rank < j that the rest of the prompt (n = L - 1 - position rows) is expected to bring to e, which claiming
 // choice-major within one batch would have served first. The estimate is 1.5 times n * (h_e + j) /
 // (position + 1 + E), from the h_e choices of rank < j that the prompt's positions <= `position` made for e
@@ -162,8 +164,8 @@ MOE_HD inline bool row_changes_counts(CapacityScope scope, uint32_t position, ui
 // top-8; rounding up instead of to nearest dropped 8.9 % of the divergence lab probe's pairs at cf 1.25
 // against 8.0 %; a factor 2 instead of 1.5 dropped 1.31x request scope's pairs at cf 2 on serving.toml
 // against 1.03x: docs/results.md.) INT64_MAX when the product exceeds 64 bits: more than any pool can hold.
-MOE_HD inline int64_t sequence_reserve(int64_t higher_choices_so_far, uint32_t position,
-                                       uint32_t prompt_length, int num_experts, int rank) {
+MOE_HD inline int64_t prompt_pool_reserve(int64_t higher_choices_so_far, uint32_t position,
+                                          uint32_t prompt_length, int num_experts, int rank) {
   if (position + 1 >= prompt_length) return 0;
   const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
   const uint64_t h = static_cast<uint64_t>(higher_choices_so_far) + static_cast<uint64_t>(rank);
@@ -191,17 +193,18 @@ MOE_HD inline bool product_greater(uint64_t a, uint64_t b, uint64_t c, uint64_t 
   return lhs_hi != rhs_hi ? lhs_hi > rhs_hi : lhs_lo > rhs_lo;
 }
 
-// Whether sequence scope's reserve holds at expert e for a later choice of the prompt row at `position`: only
-// while the pool is expected to overflow, i.e. while the choices of every rank that the rest of the prompt
-// (n = L - 1 - position rows) is expected to bring to e, n (a_e + k) / (position + 1 + E) from the a_e
-// choices of e so far (every rank; Laplace prior 1/E per rank), exceed 5/4 of the room the pool has left
-// after this pair, capacity - count - 1. A pool that the rest of the prompt is not expected to fill keeps
-// room for every claim, and slots held back there would only stay empty (without this gate sequence scope
-// dropped up to 1.24x request scope's pairs on serving.toml under the calibrated Mixtral scores, with it up
-// to 1.06x over 40 seeds: docs/results.md section 5). Exact integer arithmetic:
+// Whether the prompt pool's reserve (sequence and prefix scopes) holds at expert e for a later choice of the
+// prompt row at `position`: only while the pool is expected to overflow, i.e. while the choices of every rank
+// that the rest of the prompt (n = L - 1 - position rows) is expected to bring to e, n (a_e + k) / (position
+// + 1 + E) from the a_e choices of e so far (every rank; Laplace prior 1/E per rank), exceed 5/4 of the room
+// the pool has left after this pair, capacity - count - 1. A pool that the rest of the prompt is not expected
+// to fill keeps room for every claim, and slots held back there would only stay empty (without this gate
+// sequence scope dropped up to 1.24x request scope's pairs on serving.toml under the calibrated Mixtral
+// scores, with it up to 1.06x over 40 seeds: docs/results.md section 5). Exact integer arithmetic:
 //   4 n (a_e + k) > 5 (capacity - count - 1) (position + 1 + E)
-MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t room_after, uint32_t position,
-                                          uint32_t prompt_length, int num_experts, int top_k) {
+MOE_HD inline bool prompt_pool_reserve_holds(int64_t all_choices_so_far, int64_t room_after,
+                                             uint32_t position, uint32_t prompt_length, int num_experts,
+                                             int top_k) {
   if (position + 1 >= prompt_length) return false;  // nothing left to reserve for
   if (room_after < 0) return true;                  // the pool is full: nothing to decide
   const uint64_t remaining = uint64_t{prompt_length} - 1 - position;
@@ -218,12 +221,12 @@ MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t ro
 // capacity = prompt_budget(policy, p, L) and its horizon h = prompt_horizon(policy, p, L) (sequence scope: L
 // and request_capacity(L) at every row; prefix scope: the prompt up to `lookahead` positions past p), the
 // budget read from `capacity` (PromptCapacity of this prompt). count[e] holds the pool's slots at e and
-// higher[(j - 1) * E + e] the prompt's choice counts (sequence_counts_size; both carried in the request's
-// RoutingState; advanced in place). At a row:
+// higher[(j - 1) * E + e] the prompt's choice counts (prompt_choice_counts_size; both carried in the
+// request's RoutingState; advanced in place). At a row:
 //   its first choice (j = 0) is kept while count[e] < capacity;
 //   a later choice of rank j, or a reroute (rank top_k), of a token that already holds a slot is kept while
-//     count[e] < capacity - sequence_reserve(higher[(j - 1) * E + e], p, h, E, j)
-//   when sequence_reserve_holds(higher[(k - 1) * E + e], capacity - count[e] - 1, p, h, E, k),
+//     count[e] < capacity - prompt_pool_reserve(higher[(j - 1) * E + e], p, h, E, j)
+//   when prompt_pool_reserve_holds(higher[(k - 1) * E + e], capacity - count[e] - 1, p, h, E, k),
 //   and while count[e] < capacity otherwise, so that lower choices cannot take the slots the rest of the
 //   horizon's higher choices need in a pool they are expected to fill (as choice-major claiming within one
 //   batch guarantees, but decided causally);
@@ -232,17 +235,17 @@ MOE_HD inline bool sequence_reserve_holds(int64_t all_choices_so_far, int64_t ro
 // The counts include the row's own choices before its later choices decide. Every quantity a row reads is a
 // function of the request's rows at positions <= p and of its horizon: under prefix scope the decisions of
 // positions 0..p do not depend on L when L >= p + 1 + lookahead.
-// The rows order[begin .. end) of decide_sequence_prompt below, the first at `first_position`: kGrows, rows
+// The rows order[begin .. end) of decide_prompt_pool below, the first at `first_position`: kGrows, rows
 // whose horizon is position + 1 + lookahead < L (prefix scope); else rows whose horizon is L (sequence scope,
 // and a prefix-scope prompt's last lookahead + 1 rows). Two instantiations keep the second's budget a
 // constant.
 template <bool kGrows, class Place>
-MOE_HD inline void decide_sequence_prompt_rows(const RouteArrays& routes, const DispatchPolicy& policy,
-                                               int num_experts, const int32_t* order, int32_t begin,
-                                               int32_t end, uint32_t first_position, uint32_t prompt_length,
-                                               const PromptCapacity& capacity_of, int32_t* count,
-                                               int32_t* higher, const int32_t* pair_expert,
-                                               const PairStatus* pair_status, Place& place) {
+MOE_HD inline void decide_prompt_pool_rows(const RouteArrays& routes, const DispatchPolicy& policy,
+                                           int num_experts, const int32_t* order, int32_t begin, int32_t end,
+                                           uint32_t first_position, uint32_t prompt_length,
+                                           const PromptCapacity& capacity_of, int32_t* count, int32_t* higher,
+                                           const int32_t* pair_expert, const PairStatus* pair_status,
+                                           Place& place) {
   const int k = routes.top_k;
   const bool reroute = policy.overflow == Overflow::kReroute;
   // In locals: the planner's stores through `place` must not make the loop reload them.
@@ -258,11 +261,11 @@ MOE_HD inline void decide_sequence_prompt_rows(const RouteArrays& routes, const 
                                                     : capacity_of.at(horizon);
     count_prompt_choices(routes.experts + int64_t{t} * routes.num_ranked, k, num_experts, higher, 1);
     auto later_capacity = [&](int32_t e, int rank) {
-      if (!sequence_reserve_holds(higher[int64_t{k - 1} * num_experts + e], capacity - count[e] - 1, position,
-                                  horizon, num_experts, k))
+      if (!prompt_pool_reserve_holds(higher[int64_t{k - 1} * num_experts + e], capacity - count[e] - 1,
+                                     position, horizon, num_experts, k))
         return capacity;
-      const int64_t reserve =
-          sequence_reserve(higher[int64_t{rank - 1} * num_experts + e], position, horizon, num_experts, rank);
+      const int64_t reserve = prompt_pool_reserve(higher[int64_t{rank - 1} * num_experts + e], position,
+                                                  horizon, num_experts, rank);
       return reserve >= capacity ? int64_t{0} : capacity - reserve;
     };
     bool holds = false;
@@ -289,12 +292,11 @@ MOE_HD inline void decide_sequence_prompt_rows(const RouteArrays& routes, const 
 }
 
 template <class Place>
-MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const DispatchPolicy& policy,
-                                          int num_experts, const int32_t* order, int32_t begin, int32_t end,
-                                          uint32_t first_row, uint32_t prompt_length,
-                                          PromptCapacity capacity_of, int32_t* count, int32_t* higher,
-                                          const int32_t* pair_expert, const PairStatus* pair_status,
-                                          Place&& place) {
+MOE_HD inline void decide_prompt_pool(const RouteArrays& routes, const DispatchPolicy& policy,
+                                      int num_experts, const int32_t* order, int32_t begin, int32_t end,
+                                      uint32_t first_row, uint32_t prompt_length, PromptCapacity capacity_of,
+                                      int32_t* count, int32_t* higher, const int32_t* pair_expert,
+                                      const PairStatus* pair_status, Place&& place) {
   // Rows at positions < grows_until have the horizon position + 1 + lookahead (prompt_horizon, hoisted).
   const uint32_t grows_until = growing_horizon_end(policy, prompt_length);
   const int32_t split =
@@ -303,12 +305,11 @@ MOE_HD inline void decide_sequence_prompt(const RouteArrays& routes, const Dispa
           : static_cast<int32_t>(begin + (int64_t{grows_until} - first_row < int64_t{end} - begin
                                               ? int64_t{grows_until} - first_row
                                               : int64_t{end} - begin));
-  decide_sequence_prompt_rows<true>(routes, policy, num_experts, order, begin, split, first_row,
-                                    prompt_length, capacity_of, count, higher, pair_expert, pair_status,
-                                    place);
-  decide_sequence_prompt_rows<false>(routes, policy, num_experts, order, split, end,
-                                     first_row + static_cast<uint32_t>(split - begin), prompt_length,
-                                     capacity_of, count, higher, pair_expert, pair_status, place);
+  decide_prompt_pool_rows<true>(routes, policy, num_experts, order, begin, split, first_row, prompt_length,
+                                capacity_of, count, higher, pair_expert, pair_status, place);
+  decide_prompt_pool_rows<false>(routes, policy, num_experts, order, split, end,
+                                 first_row + static_cast<uint32_t>(split - begin), prompt_length, capacity_of,
+                                 count, higher, pair_expert, pair_status, place);
 }
 
 // Sequence scope, the decode rows order[begin .. end) of one request (positions >= its prompt length): each

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@ struct Flags {
   std::string corpus_dir;  // empty: located or prepared (corpus.h)
   std::string prompt;
   std::string record_dir;
+  std::string replot;  // a report's JSON: draw its figures again (with --svg-dir) instead of running
   int64_t record_tokens = 4096;
   int record_window = 256;
   std::vector<std::string> modes;
@@ -40,6 +42,16 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream f(path);
   f << text;
   if (!f) throw std::runtime_error("diverge: cannot write " + path.string());
+}
+
+void write_plots(const diverge::DivergeReport& report, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  if (!report.sweep.empty()) {
+    write_file(std::filesystem::path(dir) / "diverge_capacity.svg", diverge::svg_capacity_plot(report));
+  }
+  if (!report.grid.empty()) {
+    write_file(std::filesystem::path(dir) / "diverge_length.svg", diverge::svg_length_plot(report));
+  }
 }
 
 void run(Flags& f) {
@@ -74,6 +86,15 @@ void run(Flags& f) {
     }
   } else if (!o.model_dir.empty()) {
     o.prompt = diverge::default_prompts().front();
+  }
+  if (!f.replot.empty()) {
+    if (f.svg_dir.empty()) throw std::invalid_argument("diverge: --replot needs --svg-dir");
+    std::ifstream in(f.replot);
+    if (!in) throw std::invalid_argument("diverge: cannot read '" + f.replot + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    write_plots(diverge::report_from_json(text.str()), f.svg_dir);
+    return;
   }
   if (!f.record_dir.empty()) {
     if (o.model_dir.empty()) {
@@ -125,14 +146,7 @@ void run(Flags& f) {
     std::cout << diverge::format_completions(report);
   }
   if (!f.json_out.empty()) write_file(f.json_out, diverge::to_json(report));
-  if (!f.svg_dir.empty()) {
-    std::filesystem::create_directories(f.svg_dir);
-    if (!report.sweep.empty()) {
-      write_file(std::filesystem::path(f.svg_dir) / "diverge_capacity.svg",
-                 diverge::svg_capacity_plot(report));
-    }
-    write_file(std::filesystem::path(f.svg_dir) / "diverge_length.svg", diverge::svg_length_plot(report));
-  }
+  if (!f.svg_dir.empty()) write_plots(report, f.svg_dir);
 }
 
 }  // namespace
@@ -151,9 +165,8 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--probe-length", o.probe_length, "probe prompt tokens (random models: random tokens)")
       ->capture_default_str();
   cmd->add_option("--gen-length", o.gen_length, "tokens the probe generates")->capture_default_str();
-  cmd->add_option("--budget", o.scheduler.engine.token_budget, "token budget per step (rows)")
-      ->capture_default_str();
-  cmd->add_option("--chunk", o.scheduler.engine.chunk_size, "prefill chunk size")->capture_default_str();
+  cmd->add_option("--budget", o.engine.token_budget, "token budget per step (rows)")->capture_default_str();
+  cmd->add_option("--chunk", o.engine.chunk_size, "prefill chunk size")->capture_default_str();
   cmd->add_option("--vary-chunks", o.vary_chunks, "chunk sizes cycled over the trials of */varied configs")
       ->delimiter(',')
       ->capture_default_str();
@@ -170,7 +183,8 @@ void add_diverge_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-sweep", flags->no_sweep, "skip the capacity-factor sweep");
-  cmd->add_option("--vary-spec", o.vary_spec, "draft tokens cycled over the trials of */varied configs (0: none)")
+  cmd->add_option("--vary-spec", o.vary_spec,
+                  "draft tokens cycled over the trials of */varied configs (0: none)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--vary-cache", o.vary_cache,
@@ -181,14 +195,16 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tight-kv-blocks", o.tight_kv_blocks, "KV blocks (16 positions) of a tight trial")
       ->capture_default_str();
-  cmd->add_option("--system-prompts", o.traffic.system_prompts,
-                  "shared system prompts (the probe begins with the first; strangers with one, half the time)")
+  cmd->add_option(
+         "--system-prompts", o.traffic.system_prompts,
+         "shared system prompts (the probe begins with the first; strangers with one, half the time)")
       ->capture_default_str();
-  cmd->add_option("--modes", flags->modes,
-                  "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
-                  "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
-                  "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone); default: the full "
-                  "grid")
+  cmd->add_option(
+         "--modes", flags->modes,
+         "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
+         "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
+         "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone); default: the full "
+         "grid")
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')
@@ -225,7 +241,9 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--record-window", flags->record_window, "tokens per recorded request (window)")
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "trials run in parallel")->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "threads the trials run on (0: one per core; the same results for any count)")
+      ->capture_default_str();
   cmd->add_option("--arrival-rate", o.traffic.arrival_rate, "stranger arrivals per step (Poisson mean)")
       ->capture_default_str();
   cmd->add_option("--fixed-interval", o.traffic.fixed_interval,
@@ -241,6 +259,9 @@ void add_diverge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON instead of the table");
   cmd->add_option("--json-out", flags->json_out, "also write the JSON report to this file");
+  cmd->add_option(
+      "--replot", flags->replot,
+      "instead of the experiment: draw the figures of a report written by --json-out (with --svg-dir)");
   cmd->add_option("--svg-dir", flags->svg_dir, "write diverge_capacity.svg and diverge_length.svg here");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress lines on stderr");
   cmd->callback([flags] { run(*flags); });

@@ -18,8 +18,8 @@
 
 #include "base/splitmix64.h"
 #include "moe/model/model.h"
-#include "sim/diverge/svg.h"
 #include "sim/report.h"
+#include "sim/svg_plot.h"
 
 namespace moe::sim::diverge {
 namespace {
@@ -49,6 +49,10 @@ void parallel(int n, int threads, F&& fn) {
   worker();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+}
+
+int resolved_threads(int threads) {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 uint64_t trial_seed(uint64_t seed, int trial) {
@@ -85,11 +89,13 @@ double ConfigResult::cache_hit_share() const {
 }
 
 int ConfigResult::trials_preempted() const {
-  return static_cast<int>(std::count_if(probe_preemptions.begin(), probe_preemptions.end(), [](int p) { return p > 0; }));
+  return static_cast<int>(
+      std::count_if(probe_preemptions.begin(), probe_preemptions.end(), [](int p) { return p > 0; }));
 }
 
 int ConfigResult::trials_with_cache_hits() const {
-  return static_cast<int>(std::count_if(probe_cached.begin(), probe_cached.end(), [](int c) { return c > 0; }));
+  return static_cast<int>(
+      std::count_if(probe_cached.begin(), probe_cached.end(), [](int c) { return c > 0; }));
 }
 
 void DivergeOptions::validate() const {
@@ -99,7 +105,7 @@ void DivergeOptions::validate() const {
   check(trials >= 1, "trials (" + std::to_string(trials) + ") must be >= 1");
   check(probe_length >= 1, "probe length (" + std::to_string(probe_length) + ") must be >= 1");
   check(gen_length >= 1, "generation length (" + std::to_string(gen_length) + ") must be >= 1");
-  check(threads >= 1, "threads (" + std::to_string(threads) + ") must be >= 1");
+  check(threads >= 0, "threads (" + std::to_string(threads) + ") must be >= 0 (0: one per core)");
   check(capacity_factor > 0, "capacity factor (" + std::to_string(capacity_factor) + ") must be > 0");
   check(!vary_chunks.empty(), "the list of varied chunk sizes is empty");
   for (int c : vary_chunks) check(c >= 1, "chunk size (" + std::to_string(c) + ") must be >= 1");
@@ -113,7 +119,9 @@ void DivergeOptions::validate() const {
     check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
   for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(sweep_spec(m, 1.0).mode, 1.0);
   for (const auto& g : grid) model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
-  scheduler.validate();
+  check(engine.chunk_size > 0, "chunk size (" + std::to_string(engine.chunk_size) +
+                                   ") must be positive (the lab's server always chunks its prefill)");
+  engine.validate();
   traffic.validate();
   if (weights_path.empty()) shape.validate();
 }
@@ -140,7 +148,7 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
 }
 
 int DivergeOptions::max_token_budget() const {
-  int budget = scheduler.engine.token_budget;
+  int budget = engine.token_budget;
   for (int b : vary_budgets) budget = std::max(budget, b);
   return budget;
 }
@@ -261,70 +269,102 @@ void summarize(ConfigResult& r, int gen_length) {
   }
 }
 
-ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
-                        const std::shared_ptr<const model::ModelWeights>& weights,
-                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout,
-                        const std::vector<std::vector<int32_t>>& system_prompts, int probe_system_length) {
-  const double start = now_seconds();
-  model::ModelOptions mo;
+namespace {
+
+// What every configuration of a run serves: the weights, the probe and the traffic's texts.
+struct LabInputs {
+  std::shared_ptr<const model::ModelWeights> weights;
+  const std::vector<int32_t>& probe_prompt;
+  std::span<const int32_t> heldout;
+  const std::vector<std::vector<int32_t>>& system_prompts;
+  int probe_system_length = 0;
+};
+
+// One configuration while its items run: item 0 is the probe alone (at step 0, the fixed chunk and budget, no
+// cache, no speculation), items 1..N the trials. Items of every configuration of a run share one pool of
+// threads; each writes only its own outcome and its trial's settings.
+struct ConfigRun {
+  ConfigResult result;
+  model::ModelOptions model;
+  std::vector<ServeOutcome> outcomes;
+  std::vector<double> seconds;  // per item
+  std::atomic<int> left{0};     // items not yet finished
+};
+
+void prepare(ConfigRun& run, const ConfigSpec& spec, const DivergeOptions& options, const LabInputs& in) {
+  model::ModelOptions& mo = run.model;
   mo.kernel = spec.kernel;
   mo.compute = options.compute;
   mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
-  mo.max_tokens = options.max_token_budget() * (1 + *std::max_element(options.vary_spec.begin(), options.vary_spec.end()));
+  mo.max_tokens = options.max_token_budget() *
+                  (1 + *std::max_element(options.vary_spec.begin(), options.vary_spec.end()));
   mo.record_routing = spec.varied;
   const int n = options.trials;
-  ConfigResult r;
+  ConfigResult& r = run.result;
   r.spec = spec;
-  r.probe_prompt_length = static_cast<int>(probe_prompt.size());
+  r.probe_prompt_length = static_cast<int>(in.probe_prompt.size());
   r.completions.resize(n);
-  for (auto* v : {&r.chunk_sizes, &r.token_budgets, &r.spec_tokens, &r.cache_modes, &r.kv_blocks, &r.probe_cached,
-                  &r.probe_preemptions, &r.probe_drafted, &r.probe_accepted}) {
+  for (auto* v : {&r.chunk_sizes, &r.token_budgets, &r.spec_tokens, &r.cache_modes, &r.kv_blocks,
+                  &r.probe_cached, &r.probe_preemptions, &r.probe_drafted, &r.probe_accepted}) {
     v->assign(n, 0);
   }
-  std::vector<ServeOutcome> outcomes(n + 1);
+  run.outcomes.resize(n + 1);
+  run.seconds.assign(n + 1, 0.0);
+  run.left = n + 1;
+}
+
+// Serves item `item` of a configuration (0: the probe alone; 1..N: trial item - 1).
+void run_item(ConfigRun& run, int item, const DivergeOptions& options, const LabInputs& in) {
+  const double start = now_seconds();
+  const ConfigSpec& spec = run.result.spec;
+  model::Model m(in.weights, run.model);
+  serving::EngineConfig engine = options.engine;
   Request probe;
-  probe.prompt = probe_prompt;
+  probe.prompt = in.probe_prompt;
   probe.max_new_tokens = options.gen_length;
-  const int text_length = static_cast<int>(probe_prompt.size()) - probe_system_length;
-  // Item 0: the probe alone (arrives at step 0, chunk_size); items 1..n: the trials.
-  parallel(n + 1, options.threads, [&](int item) {
-    model::Model m(weights, mo);
-    SchedulerConfig sc = options.scheduler;
-    if (item == 0) {
-      Request p = probe;
-      p.id = 1;
-      outcomes[0] = serve(m, {p}, sc, 1);
-      return;
-    }
-    const int trial = item - 1;
-    TrafficConfig traffic = options.traffic;
-    sc.key_by_tokens = spec.token_keyed;
-    if (spec.varied) {
-      const size_t nc = options.vary_chunks.size(), ns = options.vary_spec.size();
-      const size_t t = static_cast<size_t>(trial);
-      sc.engine.chunk_size = options.vary_chunks[t % nc];
-      sc.engine.token_budget = options.vary_budgets[(t / nc) % options.vary_budgets.size()];
-      sc.engine.spec_tokens = options.vary_spec[t % ns];
-      const int cache_mode = options.vary_cache ? static_cast<int>((t / ns) % 4) : 0;
-      sc.engine.prefix_cache = cache_mode > 0;
-      sc.engine.kv_blocks = sc.engine.prefix_cache ? options.cache_kv_blocks : 0;
-      if (options.vary_preemption && (t % 5 == 1 || t % 5 == 3))
-        sc.engine.kv_blocks = options.tight_kv_blocks;
-      if (cache_mode == 2) traffic.twin_tokens = probe_system_length + text_length / 2;
-      if (cache_mode == 3) traffic.twin_tokens = static_cast<int>(probe_prompt.size());
-      r.cache_modes[trial] = cache_mode;
-    }
-    r.chunk_sizes[trial] = sc.engine.chunk_size;
-    r.token_budgets[trial] = sc.engine.token_budget;
-    r.spec_tokens[trial] = sc.engine.spec_tokens;
-    r.kv_blocks[trial] = static_cast<int>(sc.engine.kv_blocks);
-    uint64_t probe_id = 0;
-    auto requests = make_traffic(traffic, PromptSource{weights->shape.vocab_size, heldout, system_prompts},
-                                 trial_seed(options.seed, trial), probe, &probe_id);
-    outcomes[item] = serve(m, std::move(requests), sc, probe_id);
-  });
+  if (item == 0) {
+    probe.id = 1;
+    run.outcomes[0] = serve(m, {probe}, engine, CacheKey::kSalted, 1);
+    run.seconds[0] = now_seconds() - start;
+    return;
+  }
+  const int trial = item - 1;
+  ConfigResult& r = run.result;
+  TrafficConfig traffic = options.traffic;
+  if (spec.varied) {
+    const size_t nc = options.vary_chunks.size(), ns = options.vary_spec.size();
+    const size_t t = static_cast<size_t>(trial);
+    engine.chunk_size = options.vary_chunks[t % nc];
+    engine.token_budget = options.vary_budgets[(t / nc) % options.vary_budgets.size()];
+    engine.spec_tokens = options.vary_spec[t % ns];
+    const int cache_mode = options.vary_cache ? static_cast<int>((t / ns) % 4) : 0;
+    engine.prefix_cache = cache_mode > 0;
+    engine.kv_blocks = engine.prefix_cache ? options.cache_kv_blocks : 0;
+    if (options.vary_preemption && (t % 5 == 1 || t % 5 == 3)) engine.kv_blocks = options.tight_kv_blocks;
+    const int text_length = static_cast<int>(in.probe_prompt.size()) - in.probe_system_length;
+    if (cache_mode == 2) traffic.twin_tokens = in.probe_system_length + text_length / 2;
+    if (cache_mode == 3) traffic.twin_tokens = static_cast<int>(in.probe_prompt.size());
+    r.cache_modes[trial] = cache_mode;
+  }
+  r.chunk_sizes[trial] = engine.chunk_size;
+  r.token_budgets[trial] = engine.token_budget;
+  r.spec_tokens[trial] = engine.spec_tokens;
+  r.kv_blocks[trial] = static_cast<int>(engine.kv_blocks);
+  uint64_t probe_id = 0;
+  auto requests =
+      make_traffic(traffic, PromptSource{in.weights->shape.vocab_size, in.heldout, in.system_prompts},
+                   trial_seed(options.seed, trial), probe, &probe_id);
+  run.outcomes[item] = serve(m, std::move(requests), engine,
+                             spec.token_keyed ? CacheKey::kTokens : CacheKey::kSalted, probe_id);
+  run.seconds[item] = now_seconds() - start;
+}
+
+// The configuration's result from its items' outcomes.
+void finish(ConfigRun& run, int gen_length) {
+  ConfigResult& r = run.result;
+  const std::vector<ServeOutcome>& outcomes = run.outcomes;
   r.alone = outcomes[0].probe_tokens;
-  for (int i = 0; i < n; ++i) {
+  for (size_t i = 0; i + 1 < outcomes.size(); ++i) {
     const ServeOutcome& o = outcomes[i + 1];
     if (o.probe_logits_hash == outcomes[0].probe_logits_hash) ++r.bitwise_same;
     r.completions[i] = o.probe_tokens;
@@ -338,9 +378,47 @@ ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
     r.probe_drafted[i] = static_cast<int>(o.probe.drafted);
     r.probe_accepted[i] = static_cast<int>(o.probe.accepted);
   }
-  summarize(r, options.gen_length);
-  r.seconds = now_seconds() - start;
-  return r;
+  summarize(r, gen_length);
+  r.seconds = 0;
+  for (double t : run.seconds) r.seconds += t;
+}
+
+// Every configuration's items in one pool of `options.threads` threads (0: one per core), the items of
+// earlier configurations first; `done(i, result)` is called for each configuration in order, as soon as it
+// and every configuration before it have finished (under a lock: one call at a time).
+std::vector<ConfigResult> run_configs(const std::vector<ConfigSpec>& specs, const DivergeOptions& options,
+                                      const LabInputs& in,
+                                      const std::function<void(const ConfigResult&)>& done = {}) {
+  std::vector<ConfigRun> runs(specs.size());
+  for (size_t c = 0; c < specs.size(); ++c) prepare(runs[c], specs[c], options, in);
+  const int per_config = options.trials + 1;
+  std::mutex done_mutex;
+  size_t reported = 0;
+  parallel(static_cast<int>(specs.size()) * per_config, resolved_threads(options.threads), [&](int i) {
+    ConfigRun& run = runs[static_cast<size_t>(i / per_config)];
+    run_item(run, i % per_config, options, in);
+    if (--run.left > 0) return;
+    std::lock_guard<std::mutex> lock(done_mutex);
+    finish(run, options.gen_length);
+    while (reported < runs.size() && runs[reported].left == 0) {
+      if (done) done(runs[reported].result);
+      ++reported;
+    }
+  });
+  std::vector<ConfigResult> out;
+  out.reserve(runs.size());
+  for (ConfigRun& run : runs) out.push_back(std::move(run.result));
+  return out;
+}
+
+}  // namespace
+
+ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
+                        const std::shared_ptr<const model::ModelWeights>& weights,
+                        const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout,
+                        const std::vector<std::vector<int32_t>>& system_prompts, int probe_system_length) {
+  const LabInputs in{weights, probe_prompt, heldout, system_prompts, probe_system_length};
+  return std::move(run_configs({spec}, options, in).front());
 }
 
 DivergeReport run_diverge(const DivergeOptions& options) {
@@ -360,7 +438,8 @@ DivergeReport run_diverge(const DivergeOptions& options) {
       options.traffic, PromptSource{weights->shape.vocab_size, lab.heldout, {}}, options.seed);
   if (options.traffic.probe_system && !report.system_prompts.empty()) {
     report.probe_system = report.system_prompts.front();
-    report.probe_prompt.insert(report.probe_prompt.begin(), report.probe_system.begin(), report.probe_system.end());
+    report.probe_prompt.insert(report.probe_prompt.begin(), report.probe_system.begin(),
+                               report.probe_system.end());
   }
   const int longest = static_cast<int>(report.probe_prompt.size()) + options.gen_length;
   if (longest > weights->shape.max_positions) {
@@ -376,25 +455,24 @@ DivergeReport run_diverge(const DivergeOptions& options) {
         std::to_string(weights->shape.max_positions) + ")");
   }
   const auto grid = options.grid.empty() ? options.default_grid() : options.grid;
-  auto progress = [&](const ConfigResult& r, const char* what) {
+  std::vector<ConfigSpec> specs = grid;
+  for (const auto& mode : options.sweep_modes) {
+    for (double cf : options.sweep_capacity_factors) specs.push_back(sweep_spec(mode, cf));
+  }
+  const LabInputs in{weights, report.probe_prompt, lab.heldout, report.system_prompts,
+                     static_cast<int>(report.probe_system.size())};
+  size_t finished = 0;
+  std::vector<ConfigResult> results = run_configs(specs, options, in, [&](const ConfigResult& r) {
+    const char* what = finished++ < grid.size() ? "grid" : "sweep";
     if (!options.progress) return;
     options.progress(std::string(what) + " " + r.spec.label() + " cf " + fmt("%.2f", r.spec.capacity_factor) +
                      ": " + std::to_string(r.distinct) + " distinct of " + std::to_string(options.trials) +
                      " (" + fmt("%.1f", r.seconds) + " s)");
-  };
-  for (const auto& spec : grid) {
-    report.grid.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout, report.system_prompts,
-                                     static_cast<int>(report.probe_system.size())));
-    progress(report.grid.back(), "grid");
-  }
-  for (const auto& mode : options.sweep_modes) {
-    for (double cf : options.sweep_capacity_factors) {
-      const ConfigSpec spec = sweep_spec(mode, cf);
-      report.sweep.push_back(run_config(spec, options, weights, report.probe_prompt, lab.heldout, report.system_prompts,
-                                     static_cast<int>(report.probe_system.size())));
-      progress(report.sweep.back(), "sweep");
-    }
-  }
+  });
+  report.grid.assign(std::make_move_iterator(results.begin()),
+                     std::make_move_iterator(results.begin() + static_cast<std::ptrdiff_t>(grid.size())));
+  report.sweep.assign(std::make_move_iterator(results.begin() + static_cast<std::ptrdiff_t>(grid.size())),
+                      std::make_move_iterator(results.end()));
   report.seconds = now_seconds() - start;
   return report;
 }
@@ -403,7 +481,8 @@ std::string format_table(const DivergeReport& report) {
   const auto& o = report.options;
   std::string out;
   out += "model: " + report.model + "\n";
-  const std::span<const int32_t> text = std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size());
+  const std::span<const int32_t> text =
+      std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size());
   if (report.tokenizer) {
     if (!report.probe_system.empty()) {
       out += "system prompt: \"" + tokens_text(report.tokenizer.get(), report.probe_system) + "\"\n";
@@ -415,26 +494,27 @@ std::string format_table(const DivergeReport& report) {
          std::to_string(o.traffic.system_prompts > 0 ? 1 : 0) + " of " +
          std::to_string(o.traffic.system_prompts) + " that strangers share), " +
          std::to_string(o.gen_length) + " generated; " + std::to_string(o.trials) + " trials; budget " +
-         std::to_string(o.scheduler.engine.token_budget) + " tokens/step, chunk " +
-         std::to_string(o.scheduler.engine.chunk_size) + "; seed " + std::to_string(o.seed) +
-         "; expert compute " + std::string(kernels::to_string(o.compute)) + "\n";
+         std::to_string(o.engine.token_budget) + " tokens/step, chunk " +
+         std::to_string(o.engine.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
+         std::string(kernels::to_string(o.compute)) + "\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s\n", "config", "cf",
-                "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
-                "rows", "cache hit", "preempted", "drafts");
+  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s\n", "config",
+                "cf", "distinct", "diverged", "same bits", "first min", "first med", "lost steps",
+                "lost pairs", "rows", "cache hit", "preempted", "drafts");
   out += line;
   auto row = [&](const ConfigResult& r) {
     int64_t drafted = 0, accepted = 0;
     for (int d : r.probe_drafted) drafted += d;
     for (int a : r.probe_accepted) accepted += a;
-    std::snprintf(
-        line, sizeof(line), "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s\n",
-        r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged, r.bitwise_same,
-        r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
-        r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
-        100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
-        100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
-        (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str());
+    std::snprintf(line, sizeof(line),
+                  "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s\n",
+                  r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged,
+                  r.bitwise_same,
+                  r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
+                  r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
+                  100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
+                  100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
+                  (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str());
     out += line;
   };
   for (const auto& r : report.grid) row(r);
@@ -578,8 +658,8 @@ std::string to_json(const DivergeReport& report) {
   j["trials"] = o.trials;
   j["probe_length"] = report.probe_prompt.size();
   j["gen_length"] = o.gen_length;
-  j["token_budget"] = o.scheduler.engine.token_budget;
-  j["chunk_size"] = o.scheduler.engine.chunk_size;
+  j["token_budget"] = o.engine.token_budget;
+  j["chunk_size"] = o.engine.chunk_size;
   j["vary_chunks"] = o.vary_chunks;
   j["vary_budgets"] = o.vary_budgets;
   j["vary_spec"] = o.vary_spec;
@@ -591,8 +671,9 @@ std::string to_json(const DivergeReport& report) {
   j["seed"] = o.seed;
   j["compute"] = std::string(kernels::to_string(o.compute));
   j["weights"] = report.model;
-  j["prompt"] = tokens_text(report.tokenizer.get(),
-                            std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size()));
+  j["prompt"] =
+      tokens_text(report.tokenizer.get(),
+                  std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size()));
   j["system_prompt"] = tokens_text(report.tokenizer.get(), report.probe_system);
   j["stranger_text"] = o.corpus_dir.empty() ? "random tokens" : o.corpus_dir + "/heldout.txt";
   j["traffic"] = {{"arrival_rate", o.traffic.arrival_rate},
@@ -617,18 +698,76 @@ std::string to_json(const DivergeReport& report) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+DivergeReport report_from_json(const std::string& text) {
+  DivergeReport r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    DivergeOptions& o = r.options;
+    o.trials = j.at("trials").get<int>();
+    o.gen_length = j.at("gen_length").get<int>();
+    o.engine.token_budget = j.at("token_budget").get<int>();
+    o.capacity_factor = j.at("capacity_factor").get<double>();
+    o.seed = j.at("seed").get<uint64_t>();
+    r.model = j.at("weights").get<std::string>();
+    auto config = [](const nlohmann::json& c) {
+      ConfigResult res;
+      res.spec.mode = c.at("mode").get<std::string>();
+      const std::string kernel = c.at("kernel").get<std::string>();
+      if (kernel != "fast" && kernel != "invariant") throw std::invalid_argument("kernel '" + kernel + "'");
+      res.spec.kernel = kernel == "fast" ? kernels::KernelKind::kFast : kernels::KernelKind::kInvariant;
+      res.spec.capacity_factor = c.at("capacity_factor").get<double>();
+      res.spec.varied = c.at("varied").get<bool>();
+      res.spec.token_keyed = c.value("token_keyed_cache", false);
+      res.distinct = c.at("distinct").get<int>();
+      res.gen_points = c.at("gen_points").get<std::vector<int>>();
+      res.distinct_at = c.at("distinct_at").get<std::vector<int>>();
+      if (res.gen_points.size() != res.distinct_at.size()) {
+        throw std::invalid_argument(res.spec.label() + ": gen_points and distinct_at differ in length");
+      }
+      return res;
+    };
+    for (const auto& c : j.at("grid")) r.grid.push_back(config(c));
+    o.sweep_modes.clear();
+    o.sweep_capacity_factors.clear();
+    for (const auto& c : j.at("sweep")) {
+      r.sweep.push_back(config(c));
+      const std::string mode =
+          c.at("mode").get<std::string>() + (r.sweep.back().spec.token_keyed ? "-tokens-key" : "");
+      if (std::find(o.sweep_modes.begin(), o.sweep_modes.end(), mode) == o.sweep_modes.end()) {
+        o.sweep_modes.push_back(mode);
+      }
+      const double cf = r.sweep.back().spec.capacity_factor;
+      if (std::find(o.sweep_capacity_factors.begin(), o.sweep_capacity_factors.end(), cf) ==
+          o.sweep_capacity_factors.end()) {
+        o.sweep_capacity_factors.push_back(cf);
+      }
+    }
+    if (r.sweep.size() != o.sweep_modes.size() * o.sweep_capacity_factors.size()) {
+      throw std::invalid_argument("the sweep is not one configuration per mode and capacity factor");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("diverge: not a report of moe-sim diverge --json: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("diverge: not a report of moe-sim diverge --json: ") + e.what());
+  }
+  return r;
+}
+
 std::string svg_capacity_plot(const DivergeReport& report) {
   const auto& o = report.options;
-  Chart c;
+  LinePlot c;
   c.title = "Distinct completions of one probe vs capacity factor";
   c.note = std::to_string(o.trials) + " trials per point, invariant kernels, " +
            std::to_string(o.gen_length) + " generated tokens, budget " +
-           std::to_string(o.scheduler.engine.token_budget) + ", seed " + std::to_string(o.seed);
+           std::to_string(o.engine.token_budget) + ", seed " + std::to_string(o.seed) +
+           "; coinciding series drawn once";
   c.x_label = "capacity factor";
-  c.y_label = "distinct completions";
+  c.y_label = "distinct completions (of " + std::to_string(o.trials) + " trials)";
+  c.y_top = o.trials;
+  c.description = "moe-sim diverge: " + report.model;
   size_t i = 0;
   for (const auto& mode : o.sweep_modes) {
-    Series s;
+    PlotSeries s;
     s.name = mode;
     for (double cf : o.sweep_capacity_factors) {
       s.x.push_back(cf);
@@ -636,41 +775,31 @@ std::string svg_capacity_plot(const DivergeReport& report) {
     }
     c.series.push_back(std::move(s));
   }
-  return render_chart(c);
+  return render_svg(c);
 }
 
 std::string svg_length_plot(const DivergeReport& report) {
   const auto& o = report.options;
-  Chart c;
+  LinePlot c;
   c.title = "Distinct completions vs generation length";
   c.note = std::to_string(o.trials) + " trials, capacity factor " + fmt("%.2f", o.capacity_factor) +
-           ", budget " + std::to_string(o.scheduler.engine.token_budget) + ", seed " + std::to_string(o.seed);
+           ", budget " + std::to_string(o.engine.token_budget) + ", seed " + std::to_string(o.seed) +
+           "; coinciding series drawn once";
   c.x_label = "generated tokens (log2 scale)";
-  c.y_label = "distinct completions";
+  c.y_label = "distinct completions (of " + std::to_string(o.trials) + " trials)";
+  c.y_top = o.trials;
   c.log2_x = true;
-  // A fast-kernel row whose curve equals its invariant twin's is folded into the twin's legend entry.
-  auto twin = [&](const ConfigResult& r) -> const ConfigResult* {
-    for (const auto& other : report.grid) {
-      if (&other != &r && other.spec.mode == r.spec.mode && other.spec.varied == r.spec.varied &&
-          other.spec.capacity_factor == r.spec.capacity_factor && other.spec.kernel != r.spec.kernel) {
-        return &other;
-      }
-    }
-    return nullptr;
-  };
+  c.description = "moe-sim diverge: " + report.model;
   for (const auto& r : report.grid) {
-    const ConfigResult* t = twin(r);
-    const bool same = t && t->distinct_at == r.distinct_at;
-    if (same && r.spec.kernel == kernels::KernelKind::kFast) continue;
-    Series s;
-    s.name = r.spec.label() + (same ? " (= fast)" : "");
+    PlotSeries s;
+    s.name = r.spec.label();
     for (size_t k = 0; k < r.gen_points.size(); ++k) {
       s.x.push_back(r.gen_points[k]);
       s.y.push_back(r.distinct_at[k]);
     }
     c.series.push_back(std::move(s));
   }
-  return render_chart(c);
+  return render_svg(c);
 }
 
 }  // namespace moe::sim::diverge

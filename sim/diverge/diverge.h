@@ -27,11 +27,11 @@ namespace moe::sim::diverge {
 //   varied   the server changes over the trials, as between two deployments, under budget and memory
 //            pressure and with what other requests left in its cache: trial i prefills with chunk size
 //            vary_chunks[i % C] and a token budget of vary_budgets[(i / C) % B] (C, B: the lists' sizes)
-//            instead of the scheduler's chunk_size and token_budget, speculates with vary_spec[i % S] draft
-//            tokens, and (vary_cache) has its prefix cache off, on, on after a twin that continued the probe's
-//            system prompt and half its text, or on after a twin that sent the probe's whole prompt
+//            instead of the engine's chunk_size and token_budget, speculates with vary_spec[i % S] draft
+//            tokens, and (vary_cache) has its prefix cache off, on, on after a twin that continued the
+//            probe's system prompt and half its text, or on after a twin that sent the probe's whole prompt
 //            ((i / S) % 4), and (vary_preemption) a KV pool of tight_kv_blocks when i % 5 is 1 or 3 (the
-//            engine preempts). The probe-alone reference always uses the scheduler's fixed chunk and budget,
+//            engine preempts). The probe-alone reference always uses the engine's fixed chunk and budget,
 //            no cache, no speculation.
 //   token_keyed  the prefix cache keys blocks by their tokens alone (an engine unaware of the routing:
 //            a request restored from a block takes the routing it holds as its own); else by tokens and
@@ -52,10 +52,12 @@ struct ConfigSpec {
 ConfigSpec sweep_spec(const std::string& name, double capacity_factor);
 
 struct DivergeOptions {
-  int trials = 30;                                // N: probe runs per configuration
-  int probe_length = 24;                          // prompt tokens of the probe
-  int gen_length = 32;                            // tokens the probe generates
-  SchedulerConfig scheduler;                      // token budget, chunk size
+  int trials = 30;        // N: probe runs per configuration
+  int probe_length = 24;  // prompt tokens of the probe
+  int gen_length = 32;    // tokens the probe generates
+  // The server's engine of the probe-alone run and of the fixed-server rows (token budget, chunk size; the
+  // varied rows change them per trial). Never its prefix cache or speculation: the varied rows set those.
+  serving::EngineConfig engine = lab_engine_defaults();
   std::vector<int> vary_chunks = {8, 16, 32};     // chunk sizes of */varied configurations
   std::vector<int> vary_budgets = {32, 64, 128};  // token budgets of */varied configurations
   std::vector<int> vary_spec = {0, 2, 3, 4};      // draft tokens of */varied configurations (0: none)
@@ -67,7 +69,9 @@ struct DivergeOptions {
   // The expert FFNs' compute precision in every configuration (fp32 or bf16; model::ModelOptions::compute).
   kernels::ComputePrecision compute = kernels::ComputePrecision::kF32;
   uint64_t seed = 1;  // traffic of trial i: stream (seed, i); the probe prompt: stream (seed)
-  int threads = 1;    // trials run in parallel, one single-threaded Model each
+  // Threads the trials of every configuration are spread over (0: one per core), one single-threaded Model
+  // each; the results are the same for any count.
+  int threads = 0;
   TrafficConfig traffic;
   model::ModelShape shape;  // random weights of this shape, unless weights_path is set
   uint64_t weights_seed = 0;
@@ -88,15 +92,16 @@ struct DivergeOptions {
   // Capacity-factor sweep (invariant kernels, varied serving, one row per mode and factor); empty disables
   // it.
   std::vector<double> sweep_capacity_factors = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
-  // Modes of the sweep (invariant kernels, varied server); "<mode>-tokens-key" keys the cache by tokens alone.
-  std::vector<std::string> sweep_modes = {"greedy", "rank-only", "request", "stable", "sequence-tokens-key",
-                                          "causal"};
+  // Modes of the sweep (invariant kernels, varied server); "<mode>-tokens-key" keys the cache by tokens
+  // alone.
+  std::vector<std::string> sweep_modes = {"greedy", "rank-only",           "request",
+                                          "stable", "sequence-tokens-key", "causal"};
   std::function<void(const std::string&)> progress;  // one line per finished configuration (may be empty)
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
   // At capacity_factor: greedy, rank-only, request, stable and dropless with fast and invariant kernels at
-  // the scheduler's fixed chunk and budget; request, stable and causal with invariant kernels, varied.
+  // the engine's fixed chunk and budget; request, stable and causal with invariant kernels, varied.
   std::vector<ConfigSpec> default_grid() const;
   // The largest token budget a configuration uses (the models' workspace size).
   int max_token_budget() const;
@@ -137,7 +142,7 @@ struct ConfigResult {
   std::vector<int> gen_points;   // generation lengths L (prefixes of the completions)
   std::vector<int> distinct_at;  // distinct completions of length L
   std::vector<int> diverged_at;  // trials differing from alone within the first L tokens
-  double seconds = 0;
+  double seconds = 0;  // the wall time of its items, summed (they run among other configurations' items)
 
   double lost_step_share() const {
     return probe_steps ? static_cast<double>(probe_steps_with_drop) / probe_steps : 0.0;
@@ -191,7 +196,8 @@ std::string tokens_text(const model::Tokenizer* tokenizer, std::span<const int32
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
                         const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout = {},
-                        const std::vector<std::vector<int32_t>>& system_prompts = {}, int probe_system_length = 0);
+                        const std::vector<std::vector<int32_t>>& system_prompts = {},
+                        int probe_system_length = 0);
 
 // The whole experiment: the grid, then the sweep.
 DivergeReport run_diverge(const DivergeOptions& options);
@@ -205,6 +211,10 @@ std::string format_table(const DivergeReport& report);
 // differing position, as text.
 std::string format_completions(const DivergeReport& report);
 std::string to_json(const DivergeReport& report);
+// The part of a report to_json wrote that the plots read (the options they name, each configuration's spec,
+// distinct completions and per-length counts), so that a run's figures can be drawn again from its JSON.
+// Throws std::invalid_argument naming what is missing or malformed.
+DivergeReport report_from_json(const std::string& json);
 // Distinct completions vs capacity factor, one series per mode (from the sweep).
 std::string svg_capacity_plot(const DivergeReport& report);
 // Distinct completions vs generation length, one series per grid configuration.

@@ -1,6 +1,8 @@
 // The divergence lab's server: requests arrive over time, the serving engine (sim/serving/engine.h: chunked
 // prefill under a token budget, a block prefix cache, recompute preemption, prompt-lookup speculative
-// decoding) forms each step, and a moe::model::Model runs the batch and decodes greedily.
+// decoding) forms each step, and a moe::model::Model runs the batch and decodes greedily. The lifecycle of
+// each step is sim/serving/lifecycle.h's; the lab supplies the forward pass, the greedy verification of
+// drafts and what it records of the probe.
 #pragma once
 
 #include <cstdint>
@@ -21,28 +23,16 @@ struct Request {
   int max_new_tokens = 1;
 };
 
-// The server's configuration: the serving engine's (sim/serving/engine.h; docs/divergence.md, "The serving
-// engine": continuous batching with chunked prefill under a token budget, the block prefix cache and its KV
-// pool, recompute preemption, prompt-lookup speculative decoding), whose defaults it keeps but one - the lab
-// always chunks its prefill, in chunks of 16 by default (chunk_size must be positive) - and how the prefix
-// cache keys blocks:
-//   key_by_tokens   the cache keys a block by its tokens alone, and a request restored from it takes the
-//                   routing it holds as its own (an engine unaware of the routing); off: tokens and
-//                   prefix_cache_salt of the model's dispatch rule
-// serve() keeps every request's statistics whatever engine.keep_request_stats says (it reads the probe's
-// after it finished).
-struct SchedulerConfig {
-  serving::EngineConfig engine = lab_engine_defaults();
-  bool key_by_tokens = false;
+// How the prefix cache keys a block:
+//   kSalted   its tokens and prefix_cache_salt of the model's dispatch rule (docs/routing.md, "Prefix
+//             caching"): a hit is the request's own routing
+//   kTokens   its tokens alone (an engine unaware of the routing): a request restored from a block takes the
+//             routing it holds as its own, whatever prompt length it was planned for (the counter-check)
+enum class CacheKey { kSalted, kTokens };
 
-  // Throws std::invalid_argument naming the bad field.
-  void validate() const;
-  static serving::EngineConfig lab_engine_defaults() {
-    serving::EngineConfig e;
-    e.chunk_size = 16;
-    return e;
-  }
-};
+// The serving engine's settings for the lab: the engine's defaults but one - the lab always chunks its
+// prefill, in chunks of 16 by default (serve() refuses chunk_size 0).
+serving::EngineConfig lab_engine_defaults();
 
 // What the probe saw while the server ran.
 struct ServeOutcome {
@@ -61,17 +51,20 @@ struct ServeOutcome {
   serving::EngineStats engine;
 };
 
-// The engine's view of the lab's requests (client_index = index in `requests`).
+// The engine's view of the lab's requests (client_index = index in `requests`). Throws std::invalid_argument
+// for an empty prompt or max_new_tokens < 1.
 std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& requests);
 
-// Runs `requests` through `model` (which must hold no live request) until request `probe_id` finishes: the
-// engine's lifecycle events become the model's (admit / admit_cached from the cached blocks' KV and routing,
-// rollback, release; registered blocks are copied into the cache's payloads); releases every request from
-// the model afterwards. The model must record routing (ModelOptions::record_routing) when the prefix cache
-// or speculation is on. Throws std::invalid_argument if probe_id is absent, a request is bad, or the server
-// runs max_steps steps without finishing it.
-ServeOutcome serve(model::Model& model, std::vector<Request> requests, const SchedulerConfig& config,
-                   uint64_t probe_id, int max_steps = 100000);
+// Runs `requests` through `model` (which must hold no live request) under `engine` (every request's stats are
+// kept whatever engine.keep_request_stats says: the probe's are read after it finished) until request
+// `probe_id` finishes: the engine's lifecycle events become the model's (admit / admit_cached from the cached
+// blocks' KV and routing, rollback, release; registered blocks are copied into the cache's payloads);
+// releases every request from the model afterwards. The model must record routing
+// (ModelOptions::record_routing) when the prefix cache or speculation is on. Throws std::invalid_argument if
+// probe_id is absent, a request or the engine config is bad (chunk_size 0 included), or the server runs
+// max_steps steps without finishing it.
+ServeOutcome serve(model::Model& model, std::vector<Request> requests, const serving::EngineConfig& engine,
+                   CacheKey cache_key, uint64_t probe_id, int max_steps = 100000);
 
 // Prompt-lookup drafting: up to `max` tokens that followed the latest earlier occurrence of the last n tokens
 // of `tokens` (n = 3, then 2, then 1); none when no n-gram recurs.

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/serving/lifecycle.h"
+
 namespace moe::sim::quality {
 namespace {
 
@@ -89,6 +91,97 @@ Segment make_segment(std::span<const int32_t> stream, std::span<const Window> wi
   return s;
 }
 
+namespace {
+
+// The quality run's side of each step (sim/serving/lifecycle.h): the model's request lifecycle, the forward
+// pass with every logits row of a scored window handed to the sink, greedy decoding of the strangers, and
+// the counts.
+class SegmentHandler : public serving::StepHandler {
+ public:
+  SegmentHandler(model::Model& model, Client& client, const Segment& segment, const RowSink& sink,
+                 ServeCounts& c)
+      : model_(model),
+        client_(client),
+        segment_(segment),
+        sink_(sink),
+        c_(c),
+        vocab_(model.shape().vocab_size),
+        layers_(model.shape().num_layers),
+        top_k_(model.shape().top_k) {}
+
+  void release(uint64_t id) override { model_.release(id); }
+  void admit(const serving::Admission& a) override { model_.admit(a.id, a.prompt_length); }
+  void forward(const serving::Step& step) override {
+    rows_.clear();
+    bool scored = false;
+    for (const serving::Span& s : step.spans) {
+      const std::vector<int32_t>& tokens = client_.tokens(s.client_index);
+      for (uint32_t q = s.begin; q < s.end; ++q) rows_.push_back(model::BatchRow{s.id, q, tokens.at(q)});
+      scored |= segment_.window_of[s.client_index] >= 0;
+    }
+    model_.forward(rows_, logit_rows_, logits_, &stats_,
+                   scored ? model::LogitRows::kEvery : model::LogitRows::kLastPerRequest);
+    logit_index_.assign(rows_.size(), -1);
+    for (size_t i = 0; i < logit_rows_.size(); ++i) logit_index_[logit_rows_[i]] = static_cast<int32_t>(i);
+    count_step();
+    for (const serving::Span& s : step.spans) {
+      const int32_t window = segment_.window_of[s.client_index];
+      if (window < 0) continue;
+      const int64_t first = segment_.first_token[static_cast<size_t>(window)];
+      for (uint32_t q = s.begin; q < s.end; ++q) {
+        const int32_t at = logit_index_[static_cast<size_t>(s.row) + (q - s.begin)];
+        sink_(first + q, logits_.data() + static_cast<size_t>(at) * vocab_);
+        c_.text_dropped += stats_.dropped_pairs[static_cast<size_t>(s.row) + (q - s.begin)];
+      }
+      c_.text_rows += s.end - s.begin;
+      c_.text_pairs += static_cast<int64_t>(s.end - s.begin) * top_k_ * layers_;
+    }
+  }
+  // Every row is accepted (no drafts); a stranger's sampling span takes its greedy next token.
+  void accept(const serving::Step& step, std::vector<uint32_t>& accepted) override {
+    for (const serving::Span& s : step.spans) {
+      if (segment_.window_of[s.client_index] < 0 && s.samples) {
+        const int32_t at = logit_index_.at(static_cast<size_t>(s.row) + (s.end - s.begin - 1));
+        client_.tokens(s.client_index)
+            .push_back(model::Model::argmax(logits_.data() + static_cast<size_t>(at) * vocab_, vocab_));
+      }
+      accepted.push_back(s.end - s.begin);
+    }
+  }
+
+ private:
+  void count_step() {
+    ++c_.steps;
+    c_.rows += static_cast<int64_t>(rows_.size());
+    for (int l = 0; l < layers_; ++l) {
+      const MoEStats& m = stats_.layers[l];
+      c_.kept += m.num_kept;
+      c_.rerouted += m.num_rerouted;
+      c_.dropped += m.num_dropped;
+      for (int64_t cap : model_.moe_layer(l).last_plan().expert_capacity)
+        c_.slots += std::max<int64_t>(cap, 0);
+      c_.peak += static_cast<int64_t>(m.expert_load.size()) *
+                 *std::max_element(m.expert_load.begin(), m.expert_load.end());
+    }
+    c_.pairs += static_cast<int64_t>(rows_.size()) * top_k_ * layers_;
+    c_.step_layers += layers_;
+  }
+
+  model::Model& model_;
+  Client& client_;
+  const Segment& segment_;
+  const RowSink& sink_;
+  ServeCounts& c_;
+  const int vocab_, layers_, top_k_;
+  model::ForwardStats stats_;
+  std::vector<model::BatchRow> rows_;
+  std::vector<int32_t> logit_rows_;
+  std::vector<float> logits_;
+  std::vector<int32_t> logit_index_;  // per row: its logits' index (-1: none)
+};
+
+}  // namespace
+
 ServeCounts serve_segment(model::Model& model, const Segment& segment, const serving::EngineConfig& engine,
                           const RowSink& sink) {
   if (engine.prefix_cache || engine.spec_tokens > 0) {
@@ -99,72 +192,16 @@ ServeCounts serve_segment(model::Model& model, const Segment& segment, const ser
     throw std::invalid_argument("serve_segment: the model already holds requests");
   Client client(segment.requests);
   serving::Engine server(engine, diverge::engine_requests(segment.requests), client);
-  const int vocab = model.shape().vocab_size;
-  const int layers = model.shape().num_layers;
-  const int top_k = model.shape().top_k;
   size_t scored_left = segment.windows.size();
-
   ServeCounts c;
-  serving::StepPlan plan;
-  serving::StepResult result;
-  model::ForwardStats stats;
-  std::vector<model::BatchRow> rows;
-  std::vector<int32_t> logit_rows;
-  std::vector<float> logits;
-  std::vector<int32_t> logit_index;  // per row: its logits' index (-1: none)
-  std::vector<uint32_t> accepted;
+  SegmentHandler handler(model, client, segment, sink, c);
+  serving::Step step;
   try {
     while (scored_left > 0) {
-      if (!server.next(plan))
+      if (!serving::run_step(server, step, handler)) {
         throw std::logic_error("serve_segment: the engine finished before the scored windows");
-      for (const serving::Admission& a : plan.admitted) model.admit(a.id, a.prompt_length);
-      rows.clear();
-      bool scored = false;
-      for (const serving::Span& s : plan.spans) {
-        const std::vector<int32_t>& tokens = client.tokens(s.client_index);
-        for (uint32_t q = s.begin; q < s.end; ++q) rows.push_back(model::BatchRow{s.id, q, tokens.at(q)});
-        scored |= segment.window_of[s.client_index] >= 0;
       }
-      model.forward(rows, logit_rows, logits, &stats,
-                    scored ? model::LogitRows::kEvery : model::LogitRows::kLastPerRequest);
-      logit_index.assign(rows.size(), -1);
-      for (size_t i = 0; i < logit_rows.size(); ++i) logit_index[logit_rows[i]] = static_cast<int32_t>(i);
-      ++c.steps;
-      c.rows += static_cast<int64_t>(rows.size());
-      for (int l = 0; l < layers; ++l) {
-        const MoEStats& m = stats.layers[l];
-        c.kept += m.num_kept;
-        c.rerouted += m.num_rerouted;
-        c.dropped += m.num_dropped;
-        for (int64_t cap : model.moe_layer(l).last_plan().expert_capacity)
-          c.slots += std::max<int64_t>(cap, 0);
-        c.peak += static_cast<int64_t>(m.expert_load.size()) *
-                  *std::max_element(m.expert_load.begin(), m.expert_load.end());
-      }
-      c.pairs += static_cast<int64_t>(rows.size()) * top_k * layers;
-      c.step_layers += layers;
-      accepted.clear();
-      for (const serving::Span& s : plan.spans) {
-        const int32_t window = segment.window_of[s.client_index];
-        if (window >= 0) {
-          const int64_t first = segment.first_token[static_cast<size_t>(window)];
-          for (uint32_t q = s.begin; q < s.end; ++q) {
-            const int32_t at = logit_index[static_cast<size_t>(s.row) + (q - s.begin)];
-            sink(first + q, logits.data() + static_cast<size_t>(at) * vocab);
-            c.text_dropped += stats.dropped_pairs[static_cast<size_t>(s.row) + (q - s.begin)];
-          }
-          c.text_rows += s.end - s.begin;
-          c.text_pairs += static_cast<int64_t>(s.end - s.begin) * top_k * layers;
-        } else if (s.samples) {
-          const int32_t at = logit_index.at(static_cast<size_t>(s.row) + (s.end - s.begin - 1));
-          client.tokens(s.client_index)
-              .push_back(model::Model::argmax(logits.data() + static_cast<size_t>(at) * vocab, vocab));
-        }
-        accepted.push_back(s.end - s.begin);
-      }
-      server.complete(accepted, result);
-      for (uint64_t id : result.finished) {
-        model.release(id);
+      for (uint64_t id : step.finished) {
         if (segment.window_of[id - 1] >= 0) --scored_left;
       }
     }

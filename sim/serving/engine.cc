@@ -13,6 +13,9 @@ namespace {
   throw std::invalid_argument("serving engine: " + msg);
 }
 
+// The hash chain's value before block 0.
+constexpr uint64_t kChainSeed = 0x6A09E667F3BCC908ull;
+
 uint64_t blocks_for(uint64_t positions, int block_size) {
   return (positions + static_cast<uint64_t>(block_size) - 1) / static_cast<uint64_t>(block_size);
 }
@@ -95,34 +98,32 @@ void Engine::release_blocks(Live& l) {
   l.hashes.clear();
 }
 
-void Engine::preempt(size_t running_index) {
+void Engine::preempt(size_t running_index, Step& step) {
   const size_t idx = running_[running_index];
   Live& l = live_[idx];
   release_blocks(l);
   l.computed = 0;
   ++l.stats.preemptions;
   ++stats_.preemptions;
-  last_.preempted.push_back(l.spec->id);
+  step.preempted.push_back(l.spec->id);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
   waiting_.push_front(idx);
 }
 
-bool Engine::reserve_blocks(Live& l, uint32_t end, int64_t protect_started) {
+bool Engine::reserve_blocks(Live& l, uint32_t end, int64_t protect_started, Step& step) {
   const int64_t need =
       static_cast<int64_t>(blocks_for(end, config_.block_size)) - static_cast<int64_t>(l.blocks.size());
   while (!pool_->allocate(need, l.blocks)) {
     // Recompute preemption of the latest-started running request, if it started after this one.
     if (running_.empty() || live_[running_.back()].started <= protect_started) return false;
-    preempt(running_.size() - 1);
+    preempt(running_.size() - 1, step);
   }
   return true;
 }
 
-bool Engine::next(StepPlan& plan) {
-  if (pending_complete_) throw std::logic_error("serving engine: next() before the last step was completed");
-  if (all_finished()) return false;
+void Engine::take_arrivals() {
   if (waiting_.empty() && running_.empty() && next_arrival_ < requests_.size()) {
-    now_ = std::max(now_, requests_[next_arrival_].arrival_step);
+    now_ = std::max(now_, requests_[next_arrival_].arrival_step);  // nothing to run: skip the idle steps
   }
   while (next_arrival_ < requests_.size() && requests_[next_arrival_].arrival_step <= now_) {
     const EngineRequest& r = requests_[next_arrival_++];
@@ -141,36 +142,36 @@ bool Engine::next(StepPlan& plan) {
     l.stats.prompt_length = r.prompt_length;
     waiting_.push_back(slot);
   }
-  StepPlan& p = last_;
-  p.step = now_;
-  p.preempted.clear();
-  p.admitted.clear();
-  p.spans.clear();
-  p.rows.clear();
-  int budget = config_.token_budget;
-  const uint32_t bs = static_cast<uint32_t>(config_.block_size);
-  auto add_span = [&](Live& l, uint32_t n, int drafts) {
-    Span s;
-    s.id = l.spec->id;
-    s.begin = l.computed;
-    s.end = l.computed + n;
-    s.row = static_cast<int32_t>(p.rows.size());
-    s.drafts = drafts;
-    s.samples = s.end >= l.known;
-    s.slot = static_cast<int32_t>(&l - live_.data());
-    s.client_index = l.spec->client_index;
-    const size_t at = p.rows.size();
-    p.rows.resize(at + n);
-    TokenMeta* rows = p.rows.data() + at;
-    for (uint32_t q = 0; q < n; ++q) rows[q] = TokenMeta{s.id, s.begin + q};
-    p.spans.push_back(s);
-    budget -= static_cast<int>(n);
-    l.stats.computed_rows += n;
-  };
-  // 1. Running requests, in start order: the next prompt chunk (or recompute chunk), or a decode row with
-  //    its draft tokens.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Live& l = live_[running_[i]];
+}
+
+void Engine::add_span(Step& step, size_t slot, uint32_t rows, int drafts, int& budget) {
+  Live& l = live_[slot];
+  Span s;
+  s.id = l.spec->id;
+  s.begin = l.computed;
+  s.end = l.computed + rows;
+  s.row = static_cast<int32_t>(step.rows.size());
+  s.drafts = drafts;
+  s.samples = s.end >= l.known;
+  s.client_index = l.spec->client_index;
+  const size_t at = step.rows.size();
+  step.rows.resize(at + rows);
+  TokenMeta* out = step.rows.data() + at;
+  for (uint32_t q = 0; q < rows; ++q) out[q] = TokenMeta{s.id, s.begin + q};
+  step.spans.push_back(s);
+  pending_.push_back(Pending{slot, s.begin, s.end, drafts});
+  budget -= static_cast<int>(rows);
+  l.stats.computed_rows += rows;
+}
+
+// Running requests, in start order: the next prompt chunk (or recompute chunk), or a decode row with its
+// draft tokens. One whose blocks cannot be reserved even by preempting later-started ones is preempted itself
+// (it yields its own blocks); the request after it then takes its place in running_.
+void Engine::continue_running(Step& step, int& budget) {
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    const size_t slot = running_[i];
+    Live& l = live_[slot];
     const uint32_t L = l.spec->prompt_length;
     const uint32_t remaining = l.known - l.computed;
     uint32_t n;
@@ -185,33 +186,41 @@ bool Engine::next(StepPlan& plan) {
       if (config_.chunk_size > 0) n = std::min<uint32_t>(n, static_cast<uint32_t>(config_.chunk_size));
       n = std::min<uint32_t>(n, static_cast<uint32_t>(budget));
     }
-    if (pool_ && !reserve_blocks(l, l.computed + n, l.started)) {
-      preempt(i);  // not even the latest-started: it yields its own blocks
-      --i;
+    if (pool_ && !reserve_blocks(l, l.computed + n, l.started, step)) {
+      preempt(i, step);
       continue;
     }
-    add_span(l, n, drafts);
+    add_span(step, slot, n, drafts, budget);
+    ++i;
   }
-  // 2. Waiting requests (preempted ones first, then arrivals in order): the cached prefix, then a first
-  // chunk.
+}
+
+uint32_t Engine::match_cached_prefix(Live& l, Admission& a) {
+  std::vector<uint64_t>& hashes = scratch_hashes_;
+  hashes.clear();
+  if (!config_.prefix_cache) return 0;
+  // Full blocks of the known tokens but the last (one position is always computed: it gives the logits).
+  const uint32_t bs = static_cast<uint32_t>(config_.block_size);
+  const uint32_t full = (l.known - 1) / bs;
+  uint64_t h = kChainSeed;
+  for (uint32_t b = 0; b < full; ++b) hashes.push_back(h = block_hash(l, b, h));
+  const int m = pool_->match(hashes, a.blocks);
+  hashes.resize(static_cast<size_t>(m));
+  return static_cast<uint32_t>(m) * bs;
+}
+
+// Waiting requests (preempted ones first, then arrivals in order) start while the budget and max_running
+// allow: the cached prefix, then a first chunk. One that finds no room for its blocks waits, and so does
+// everyone behind it (an admission never preempts).
+void Engine::start_waiting(Step& step, int& budget) {
   while (budget > 0 && static_cast<int>(running_.size()) < config_.max_running && !waiting_.empty()) {
-    const size_t idx = waiting_.front();
-    Live& l = live_[idx];
+    const size_t slot = waiting_.front();
+    Live& l = live_[slot];
     Admission a;
     a.id = l.spec->id;
     a.prompt_length = l.spec->prompt_length;
     a.resumed = l.admitted_once;
-    std::vector<uint64_t>& hashes = scratch_hashes_;
-    hashes.clear();
-    if (config_.prefix_cache) {
-      // Full blocks of the known tokens but the last (one position is always computed: it gives the logits).
-      const uint32_t full = (l.known - 1) / bs;
-      uint64_t h = 0x6A09E667F3BCC908ull;
-      for (uint32_t b = 0; b < full; ++b) hashes.push_back(h = block_hash(l, b, h));
-      const int m = pool_->match(hashes, a.blocks);
-      hashes.resize(static_cast<size_t>(m));
-      a.cached = static_cast<uint32_t>(m) * bs;
-    }
+    a.cached = match_cached_prefix(l, a);
     uint32_t n = l.known - a.cached;
     if (config_.chunk_size > 0) n = std::min<uint32_t>(n, static_cast<uint32_t>(config_.chunk_size));
     n = std::min<uint32_t>(n, static_cast<uint32_t>(budget));
@@ -220,16 +229,16 @@ bool Engine::next(StepPlan& plan) {
       const int64_t need = static_cast<int64_t>(blocks_for(a.cached + n, config_.block_size)) -
                            static_cast<int64_t>(blocks.size());
       if (!pool_->allocate(need, blocks)) {
-        pool_->release(a.blocks);  // no room: it waits (an admission never preempts)
+        pool_->release(a.blocks);  // no room: it waits
         break;
       }
     }
     waiting_.pop_front();
     l.blocks = std::move(blocks);
-    l.hashes = hashes;
+    l.hashes = scratch_hashes_;
     l.computed = a.cached;
     l.started = starts_++;
-    running_.push_back(idx);
+    running_.push_back(slot);
     if (!l.admitted_once) {
       stats_.prompt_tokens += a.prompt_length;
       stats_.cached_prompt_tokens += a.cached;
@@ -238,79 +247,92 @@ bool Engine::next(StepPlan& plan) {
     }
     stats_.cached_tokens += a.cached;
     l.stats.cached_tokens += a.cached;
-    add_span(l, n, 0);
-    p.admitted.push_back(std::move(a));
+    add_span(step, slot, n, 0, budget);
+    step.admitted.push_back(std::move(a));
   }
+}
+
+bool Engine::next(Step& step) {
+  if (pending_complete_) throw std::logic_error("serving engine: next() before the last step was completed");
+  if (all_finished()) return false;
+  take_arrivals();
+  step.index = now_;
+  for (auto* v : {&step.preempted, &step.finished}) v->clear();
+  step.admitted.clear();
+  step.spans.clear();
+  step.rows.clear();
+  step.accepted.clear();
+  step.rollbacks.clear();
+  step.registered.clear();
+  pending_.clear();
+  int budget = config_.token_budget;
+  continue_running(step, budget);
+  start_waiting(step, budget);
   if (pool_)
     stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_->num_blocks() - pool_->available());
   ++stats_.steps;
-  stats_.rows += static_cast<int64_t>(p.rows.size());
+  stats_.rows += static_cast<int64_t>(step.rows.size());
   ++now_;
   pending_complete_ = true;
-  // The caller gets the step; the engine keeps its spans for complete() and reuses the caller's old buffers.
-  plan.step = p.step;
-  plan.preempted.swap(p.preempted);
-  plan.admitted.swap(p.admitted);
-  plan.rows.swap(p.rows);
-  plan.spans.assign(p.spans.begin(), p.spans.end());
   return true;
 }
 
-void Engine::complete(std::span<const uint32_t> accepted, StepResult& out) {
-  if (!pending_complete_) throw std::logic_error("serving engine: complete() without a step to complete");
-  const StepPlan& p = last_;  // its spans (the rest went to the caller)
-  if (accepted.size() != p.spans.size()) {
-    fail("complete: " + std::to_string(accepted.size()) + " accepted counts for " +
-         std::to_string(p.spans.size()) + " spans");
+void Engine::complete_span(const Pending& span, uint32_t accepted, Step& step) {
+  Live& l = live_[span.slot];
+  const uint64_t id = l.spec->id;
+  const uint32_t end = span.begin + accepted;
+  if (end < span.end) step.rollbacks.push_back(TokenMeta{id, end});
+  if (span.drafts > 0) {
+    l.stats.drafted += span.drafts;
+    l.stats.accepted += accepted - 1;
+    stats_.drafted += span.drafts;
+    stats_.accepted += accepted - 1;
   }
-  for (size_t i = 0; i < p.spans.size(); ++i) {
-    const Span& s = p.spans[i];
+  l.computed = end;
+  if (end >= l.known) l.known = end + 1;  // the accepted drafts, and the token the last row sampled
+  if (config_.prefix_cache) {
+    const uint32_t bs = static_cast<uint32_t>(config_.block_size);
+    while ((l.hashes.size() + 1) * bs <= l.computed) {
+      const uint32_t b = static_cast<uint32_t>(l.hashes.size());
+      const uint64_t h = block_hash(l, b, b == 0 ? kChainSeed : l.hashes.back());
+      l.hashes.push_back(h);
+      if (pool_->register_block(l.blocks[b], h)) {
+        step.registered.push_back(Registered{l.blocks[b], id, b * bs, (b + 1) * bs});
+      }
+    }
+  }
+  if (l.known - l.spec->prompt_length >= l.spec->max_new_tokens) {
+    release_blocks(l);
+    l.stats.finished = true;
+    ++finished_;
+    step.finished.push_back(id);
+    if (config_.keep_request_stats) finished_stats_[id] = l.stats;
+    free_slots_.push_back(span.slot);
+  }
+}
+
+void Engine::complete(Step& step) {
+  if (!pending_complete_) throw std::logic_error("serving engine: complete() without a step to complete");
+  const std::vector<uint32_t>& accepted = step.accepted;
+  if (accepted.size() != pending_.size()) {
+    fail("complete: " + std::to_string(accepted.size()) + " accepted counts for " +
+         std::to_string(pending_.size()) + " spans");
+  }
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const Pending& s = pending_[i];
     const uint32_t n = s.end - s.begin;
     if (accepted[i] < 1 || accepted[i] > n || (s.drafts == 0 && accepted[i] != n)) {
-      fail("complete: span " + std::to_string(i) + " of request " + std::to_string(s.id) + " accepts " +
-           std::to_string(accepted[i]) + " of its " + std::to_string(n) + " rows (" +
+      fail("complete: span " + std::to_string(i) + " of request " + std::to_string(live_[s.slot].spec->id) +
+           " accepts " + std::to_string(accepted[i]) + " of its " + std::to_string(n) + " rows (" +
            std::to_string(s.drafts) + " drafts)");
     }
   }
-  out.rollbacks.clear();
-  out.registered.clear();
-  out.finished.clear();
-  const uint32_t bs = static_cast<uint32_t>(config_.block_size);
-  for (size_t i = 0; i < p.spans.size(); ++i) {
-    const Span& s = p.spans[i];
-    const size_t idx = static_cast<size_t>(s.slot);
-    Live& l = live_[idx];
-    const uint32_t end = s.begin + accepted[i];
-    if (end < s.end) out.rollbacks.push_back(TokenMeta{s.id, end});
-    if (s.drafts > 0) {
-      l.stats.drafted += s.drafts;
-      l.stats.accepted += accepted[i] - 1;
-      stats_.drafted += s.drafts;
-      stats_.accepted += accepted[i] - 1;
-    }
-    l.computed = end;
-    if (end >= l.known) l.known = end + 1;  // the accepted drafts, and the token the last row sampled
-    if (config_.prefix_cache) {
-      while ((l.hashes.size() + 1) * bs <= l.computed) {
-        const uint32_t b = static_cast<uint32_t>(l.hashes.size());
-        const uint64_t h = block_hash(l, b, b == 0 ? 0x6A09E667F3BCC908ull : l.hashes.back());
-        l.hashes.push_back(h);
-        if (pool_->register_block(l.blocks[b], h)) {
-          out.registered.push_back(Registered{l.blocks[b], s.id, b * bs, (b + 1) * bs});
-        }
-      }
-    }
-    if (l.known - l.spec->prompt_length >= l.spec->max_new_tokens) {
-      release_blocks(l);
-      l.stats.finished = true;
-      ++finished_;
-      out.finished.push_back(s.id);
-      if (config_.keep_request_stats) finished_stats_[s.id] = l.stats;
-      free_slots_.push_back(idx);
-    }
-  }
+  step.rollbacks.clear();
+  step.registered.clear();
+  step.finished.clear();
+  for (size_t i = 0; i < pending_.size(); ++i) complete_span(pending_[i], accepted[i], step);
   // One pass for the step's finished requests (their slots are reused only by the next step's arrivals).
-  if (!out.finished.empty()) std::erase_if(running_, [&](size_t idx) { return live_[idx].stats.finished; });
+  if (!step.finished.empty()) std::erase_if(running_, [&](size_t idx) { return live_[idx].stats.finished; });
   if (pool_) stats_.evictions = pool_->evictions();
   pending_complete_ = false;
 }

@@ -10,12 +10,10 @@
 //   - speculative decoding: a decoding request sends its last token and up to spec_tokens draft tokens (the
 //     client's prompt-lookup proposal) in one pass; the client reports how many rows it accepted, the engine
 //     rolls the rest back.
-// The engine decides rows and lifecycle events; it never sees activations. A step:
-//   next(plan)      preempted requests (release them), admissions (admit, or restore the cached positions
-//                   from the blocks' payloads), then the rows of the forward pass, span by span
-//   complete(...)   the client's accepted rows per span; out: rollbacks (forget the rejected positions),
-//                   newly registered blocks (keep their payload: KV, routing segments), finished requests
-// Deterministic: the same requests, config and client answers give the same steps.
+// The engine decides rows and lifecycle events; it never sees activations. A step (Step, below) is planned by
+// next() and completed by complete() once the client has said which rows it accepts; the one driver of that
+// lifecycle - the order in which a step's events reach a model or a routing state - is
+// sim/serving/lifecycle.h. Deterministic: the same requests, config and client answers give the same steps.
 #pragma once
 
 #include <cstdint>
@@ -73,7 +71,7 @@ class EngineClient {
   virtual uint64_t salt(uint32_t block_end, uint32_t prompt_length) = 0;
 };
 
-// A request's rows in one step: positions [begin, end), consecutive rows of StepPlan::rows starting at `row`.
+// A request's rows in one step: positions [begin, end), consecutive rows of Step::rows starting at `row`.
 // drafts > 0: rows begin + 1 .. end - 1 are draft tokens. samples: the last accepted row's logits give the
 // request's next token.
 struct Span {
@@ -82,7 +80,6 @@ struct Span {
   int32_t row = 0;
   int32_t drafts = 0;
   bool samples = false;
-  int32_t slot = 0;           // the engine's own bookkeeping
   uint64_t client_index = 0;  // EngineRequest::client_index
 };
 
@@ -96,14 +93,6 @@ struct Admission {
   bool resumed = false;
 };
 
-struct StepPlan {
-  int64_t step = 0;
-  std::vector<uint64_t> preempted;  // release before the forward pass
-  std::vector<Admission> admitted;  // then admit / restore
-  std::vector<Span> spans;
-  std::vector<TokenMeta> rows;  // the forward pass, span by span
-};
-
 // A block the cache now holds: positions [begin, end) of request `id` (their payload is to be kept).
 struct Registered {
   int32_t block = 0;
@@ -111,10 +100,25 @@ struct Registered {
   uint32_t begin = 0, end = 0;
 };
 
-struct StepResult {
+// One step of the engine, the one step type of everything that drives it (sim/serving/lifecycle.h). Three
+// parts, filled in turn:
+//   the plan (Engine::next)      preempted requests (release them), admissions (admit, or restore the cached
+//                                positions from the blocks' payloads), then the rows of the forward pass,
+//                                span by span
+//   the verdict (the client)     accepted[i]: the rows of span i it accepts, in [1, end - begin] (a prompt
+//                                chunk all of them; a speculative span 1 + its accepted drafts)
+//   the outcome (Engine::complete)  rollbacks (forget the rejected positions), newly registered blocks (keep
+//                                their payload: KV, routing segments), finished requests (release)
+struct Step {
+  int64_t index = 0;  // the step number (idle steps, with nothing to run, are skipped: it jumps)
+  std::vector<uint64_t> preempted;
+  std::vector<Admission> admitted;
+  std::vector<Span> spans;
+  std::vector<TokenMeta> rows;
+  std::vector<uint32_t> accepted;
   std::vector<TokenMeta> rollbacks;  // (request, position): forget its positions >= position
   std::vector<Registered> registered;
-  std::vector<uint64_t> finished;  // release
+  std::vector<uint64_t> finished;
 };
 
 // Per request, over its life.
@@ -144,12 +148,14 @@ class Engine {
   // a request whose prompt and tokens could never fit the pool.
   Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineClient& client);
 
-  // The next step (idle steps, with nothing to run, are skipped: plan.step jumps); false when every request
-  // has finished. The previous step must have been completed.
-  bool next(StepPlan& plan);
-  // The client's accepted rows of each span of the last plan (accepted[i] in [1, end - begin]: a prompt
-  // chunk all of them; a speculative span 1 + its accepted drafts).
-  void complete(std::span<const uint32_t> accepted, StepResult& out);
+  // Plans the next step into `step` (every part of it rewritten, its vectors' capacity reused; idle steps,
+  // with nothing to run, are skipped: step.index jumps); false when every request has finished. The previous
+  // step must have been completed.
+  bool next(Step& step);
+  // Completes the planned step with the client's step.accepted (one count per span, each in [1, end - begin];
+  // all the rows of a span without drafts): fills its rollbacks, registered blocks and finished requests.
+  // Throws std::invalid_argument for a bad count (the step stays pending).
+  void complete(Step& step);
 
   const EngineConfig& config() const { return config_; }
   const EngineStats& stats() const { return stats_; }
@@ -170,11 +176,26 @@ class Engine {
     RequestStats stats;
     bool admitted_once = false;
   };
+  // What the engine keeps of a planned span for complete(): the live request it belongs to and its rows.
+  struct Pending {
+    size_t slot = 0;
+    uint32_t begin = 0, end = 0;
+    int32_t drafts = 0;
+  };
+
+  // next()'s phases, in order.
+  void take_arrivals();                            // requests whose arrival step has come start waiting
+  void continue_running(Step& step, int& budget);  // running requests' next chunk or decode row (+ drafts)
+  void start_waiting(Step& step, int& budget);     // waiting requests start: cached prefix, first chunk
+  uint32_t match_cached_prefix(Live& l, Admission& a);  // the prefix cache's blocks of a starting request
+  void add_span(Step& step, size_t slot, uint32_t rows, int drafts, int& budget);
+  // complete()'s work on one span: accepted drafts, computed positions, blocks to register, the finish.
+  void complete_span(const Pending& span, uint32_t accepted, Step& step);
 
   // The chain hash of block i of `l` (positions [i * bs, (i + 1) * bs)), given the previous block's.
   uint64_t block_hash(const Live& l, uint32_t block, uint64_t previous);
-  bool reserve_blocks(Live& l, uint32_t end, int64_t protect_started);
-  void preempt(size_t running_index);
+  bool reserve_blocks(Live& l, uint32_t end, int64_t protect_started, Step& step);
+  void preempt(size_t running_index, Step& step);
   void release_blocks(Live& l);
 
   EngineConfig config_;
@@ -191,7 +212,7 @@ class Engine {
   int64_t starts_ = 0;
   size_t finished_ = 0;
   bool pending_complete_ = false;
-  StepPlan last_;  // the step being built; after next() only its spans are kept (complete() reads them)
+  std::vector<Pending> pending_;  // the planned step's spans, in order
   EngineStats stats_;
   std::vector<uint64_t> scratch_hashes_;
 };

@@ -4,7 +4,7 @@
 if(TARGET moe_plan_omp)
   moe_add_test(NAME cuda_plan_omp_test
     SOURCES ${PROJECT_SOURCE_DIR}/tests/cuda_plan_omp_test.cc
-    LIBS moe_plan_omp moe_router
+    LIBS moe_plan_omp moe_router moe_serving
     LABELS unit)
   # NOTES: OpenMP's default active spinning makes each of the planner's many short parallel regions crawl on
   # a shared, oversubscribed CI machine; passive waiting keeps two threads (and real races) cheap.

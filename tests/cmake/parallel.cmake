@@ -86,7 +86,7 @@ if(TARGET moe_parallel_ep AND TARGET moe_parallel_mpi)
   moe_add_mpi_program(NAME parallel_ep_mpi_test
                       SOURCES ${PROJECT_SOURCE_DIR}/tests/parallel_ep_mpi_test.cc
                               ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
-                      LIBS moe_parallel_ep moe_parallel_mpi GTest::gtest)
+                      LIBS moe_parallel_ep moe_parallel_mpi moe_serving GTest::gtest)
   moe_add_mpi_test(NAME parallel_ep_mpi_test RANKS 1 2 4 TIMEOUT 180
                    COMMAND @MPIRUN_NP@ $<TARGET_FILE:parallel_ep_mpi_test>)
 

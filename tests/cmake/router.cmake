@@ -11,7 +11,7 @@ moe_add_test(NAME router_planner_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router
              ${PROJECT_SOURCE_DIR}/tests/support/allocation_counter.cc
              LIBS moe_router LABELS unit)
 moe_add_test(NAME router_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_invariance_test.cc
-             LIBS moe_router LABELS invariance)
+             LIBS moe_router moe_serving LABELS invariance)
 moe_add_test(NAME router_topk_block_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_topk_block_test.cc
              LIBS moe_router LABELS unit)
 moe_add_test(NAME router_routing_state_test SOURCES ${PROJECT_SOURCE_DIR}/tests/router_routing_state_test.cc

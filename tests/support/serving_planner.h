@@ -69,7 +69,7 @@ std::vector<ServingPairs> PlanServingRows(Planner& planner, const std::vector<Se
 }
 
 struct ServingTally {
-  int trials = 0, mismatched = 0, cached = 0, preempted = 0, speculated = 0, rolled_back = 0;
+  int trials = 0, mismatched = 0, cached = 0, preempted = 0, speculated = 0;
   int64_t probe_drops = 0;
   int first_mismatch = -1;
   std::string first_mismatch_trial;
@@ -108,7 +108,6 @@ ServingTally ServeProbes(const DispatchPolicy& base, int trials, uint64_t seed, 
     tally.cached += t.cached > 0;
     tally.preempted += t.preemptions > 0;
     tally.speculated += t.rejected > 0;
-    tally.rolled_back += t.prompt_rollbacks > 0;
     if (served != reference || state.num_requests() != 0) {
       if (tally.mismatched++ == 0) {
         tally.first_mismatch = trial;

@@ -1,26 +1,33 @@
-// A serving engine's handling of one probe request, drawn at random, as a list of operations that every
+// A serving engine's handling of one probe request, drawn at random and run by the serving engine model
+// (sim/serving/engine.h) through its lifecycle driver (sim/serving/lifecycle.h), recorded step by step; every
 // backend under test (the CPU planner, the GPU planner's OpenMP twin, the CPU and expert-parallel layers)
-// replays on its own RoutingState: strangers arriving, prefilling in chunks and decoding (speculatively too);
-// a writer request that shares the probe's first P tokens and whose routing segments a prefix cache keeps;
-// the probe restored from those segments, prefilled in chunks, decoding with speculative draft tokens that
-// are partly rejected (rolled back), preempted (its segments saved, released, restored from a shorter cached
-// prefix, its prompt and generated tokens re-prefilled in chunks), its prompt partly rolled back and re-sent.
-// What the probe's positions end up with - through the writer's cached segments, its own recomputations or
-// its saved segments - must equal the probe served alone in one call (docs/determinism.md clause 2b).
+// replays the steps (serving::replay_step) on its own RoutingState: strangers arriving, prefilling in chunks
+// and decoding (speculatively too); a writer request that shares the probe's first P tokens and whose routing
+// segments the prefix cache keeps beside its blocks; the probe restored from those segments (where the key's
+// salt lets it: another prompt length only where no decision of the prefix saw it), prefilled in chunks,
+// decoding with speculative draft tokens that are partly rejected (rolled back), preempted by a tight KV pool
+// (released, restored from what the cache still holds of its own blocks, its prompt and generated tokens
+// re-prefilled in chunks). What the probe's positions end up with - through the writer's cached segments,
+// its own recomputations or its own cached blocks - must equal the probe served alone in one call
+// (docs/determinism.md clause 2b).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "router/dispatch_policy.h"
+#include "router/routing_rule.h"
 #include "router/routing_state.h"
 #include "router/token_meta.h"
+#include "sim/serving/engine.h"
+#include "sim/serving/lifecycle.h"
 
 namespace moe::testing {
 
@@ -31,57 +38,36 @@ struct ServingRow {
   uint64_t content = 0;
 };
 
-struct ServingOp {
-  enum Kind {
-    kAdmit,            // state.admit(request, prompt_length)
-    kRestore,          // state.restore(request, prompt_length, saved[slot] up to restore_end)
-    kRestoreMustFail,  // the same, which must throw and change nothing (a prefix of another salt)
-    kForward,          // one forward pass over `rows`
-    kRollback,         // state.rollback(request, position)
-    kSave,             // saved[slot] = the segments of `request` over `bounds` (a prefix cache's blocks)
-    kRelease,          // state.release(request)
-  };
-  Kind kind = kForward;
-  uint64_t request = 0;
-  uint32_t prompt_length = 0;
-  uint32_t position = 0;
-  int slot = 0;
-  uint32_t restore_end = 0;
-  // kRestore: hand the segments to restore() claiming this request's prompt length (a cache keyed by tokens
-  // alone, which ignores prefix_cache_salt) - the counter-check of today's sequence scope.
-  bool forge_prompt_length = false;
-  std::vector<uint32_t> bounds;  // kSave: 0 < b_1 < ... < b_n, segments [0, b_1), [b_1, b_2), ...
-  std::vector<ServingRow> rows;  // kForward
-
-  static ServingOp make(Kind kind, uint64_t request, uint32_t prompt_length = 0, uint32_t position = 0) {
-    ServingOp o;
-    o.kind = kind;
-    o.request = request;
-    o.prompt_length = prompt_length;
-    o.position = position;
-    return o;
-  }
-};
-
 struct ServingTrial {
   DispatchPolicy policy;
   uint64_t probe = 7;
   uint64_t probe_content = 7;
   uint32_t prompt_length = 0;
   uint32_t total = 0;  // positions the probe ends with (prompt + decode)
-  std::vector<ServingOp> ops;
-  // What was drawn.
-  uint32_t cached = 0;  // positions restored from the writer's segments
+  sim::serving::EngineConfig engine;
+  // The engine's steps (lifecycle events and verdicts), and per step its rows with their contents, in the
+  // order the forward pass sends them (shuffled: a backend's plan must not depend on the row order).
+  std::vector<sim::serving::Step> steps;
+  std::vector<std::vector<ServingRow>> rows;
+  // A cache keyed by tokens alone (ignoring prefix_cache_salt): a restore takes the segments as the
+  // restoring request's own, whatever prompt length they were planned under - the counter-check of sequence
+  // scope.
+  bool forge_prompt_length = false;
+  std::vector<uint64_t> unfinished;  // requests still live after the last step (released then)
+  // What happened to the probe.
+  uint32_t cached = 0;  // positions its first admission found in the cache
   int preemptions = 0;
   int rejected = 0;  // rejected draft rows
-  int prompt_rollbacks = 0;
   int forwards = 0;
 
   std::string describe() const {
     return "prompt " + std::to_string(prompt_length) + ", total " + std::to_string(total) + ", cached " +
            std::to_string(cached) + ", preemptions " + std::to_string(preemptions) + ", rejected drafts " +
-           std::to_string(rejected) + ", prompt rollbacks " + std::to_string(prompt_rollbacks) + ", scope " +
-           std::string(to_string(policy.scope)) + ", lookahead " + std::to_string(policy.lookahead);
+           std::to_string(rejected) + ", steps " + std::to_string(steps.size()) + ", budget " +
+           std::to_string(engine.token_budget) + ", chunk " + std::to_string(engine.chunk_size) + ", block " +
+           std::to_string(engine.block_size) + ", kv blocks " + std::to_string(engine.kv_blocks) + ", spec " +
+           std::to_string(engine.spec_tokens) + ", scope " + std::string(to_string(policy.scope)) +
+           ", lookahead " + std::to_string(policy.lookahead);
   }
 };
 
@@ -95,234 +81,168 @@ inline std::vector<ServingRow> ProbeAloneRows(const ServingTrial& trial) {
 struct ServingDrawOptions {
   int max_prompt = 48;
   int max_decode = 8;
-  // Counter-check: the writer's prompt length differs where its routing depends on it, and the probe
-  // restores its segments anyway, claiming its own prompt length (a cache keyed by tokens alone).
+  // Counter-check: the writer's prompt length differs where its routing depends on it, and the cache keys
+  // blocks by their tokens alone, so the probe restores the writer's segments claiming its own prompt length.
   bool forge = false;
 };
 
 namespace serving_detail {
 
-struct Live {
-  uint64_t id;
-  uint64_t content;   // content of positions >= shared (the request's own tokens)
-  uint32_t shared;    // positions [0, shared) hold the probe's content
-  uint32_t prompt;    // L
-  uint32_t next;      // next position to compute
-  uint32_t total;     // positions it ends with
-  uint32_t boundary;  // cache boundary (rollbacks may not go below it)
+// A request of a trial: its tokens are its content, but for the positions it shares with the probe.
+struct Drawn {
+  sim::serving::EngineRequest request;
+  uint64_t content = 0;
+  uint32_t shared = 0;  // positions [0, shared) hold the probe's content
+  uint64_t content_at(uint32_t position, uint64_t probe_content) const {
+    return position < shared ? probe_content : content;
+  }
 };
 
-class Drawer {
+// The engine's client: tokens are contents; drafts proposed at random; the salt of the trial's rule.
+class Client : public sim::serving::EngineClient {
  public:
-  Drawer(std::mt19937_64& rng, ServingTrial& trial) : rng_(rng), t_(trial) {}
-
-  uint32_t below(uint32_t n) { return n == 0 ? 0 : static_cast<uint32_t>(rng_() % n); }
-  bool chance(int percent) { return static_cast<int>(rng_() % 100) < percent; }
-
-  uint64_t content_at(const Live& l, uint32_t p) const { return p < l.shared ? t_.probe_content : l.content; }
-
-  void op(ServingOp o) { t_.ops.push_back(std::move(o)); }
-
-  // Random block boundaries ending at `end` (> 0).
-  std::vector<uint32_t> bounds_to(uint32_t end) {
-    std::vector<uint32_t> b;
-    for (uint32_t p = 1; p < end; ++p) {
-      if (chance(25)) b.push_back(p);
-    }
-    b.push_back(end);
-    return b;
+  Client(std::mt19937_64& rng, const std::vector<Drawn>& drawn, const ServingTrial& trial)
+      : rng_(rng), drawn_(drawn), trial_(trial), rule_(RoutingRule::of(trial.policy)) {}
+  uint64_t token(const sim::serving::EngineRequest& r, uint32_t position) override {
+    return drawn_[r.client_index].content_at(position, trial_.probe_content);
   }
-
-  // One step: strangers arrive and advance; `mine` (the probe's or the writer's rows) join; rows shuffled.
-  void step(std::vector<ServingRow> mine) {
-    if (chance(50)) {
-      const uint32_t prompt = 1 + below(40);
-      Live s{next_id_, next_id_, 0, prompt, 0, prompt + below(6), 0};
-      ++next_id_;
-      op(ServingOp::make(ServingOp::kAdmit, s.id, s.prompt));
-      strangers_.push_back(s);
-    }
-    std::vector<ServingRow> rows = std::move(mine);
-    std::vector<ServingOp> after;
-    for (Live& s : strangers_) {
-      if (s.next < s.prompt) {
-        const uint32_t n = std::min(s.prompt - s.next, 1 + below(24));
-        for (uint32_t i = 0; i < n; ++i) rows.push_back({{s.id, s.next + i}, s.content});
-        s.next += n;
-      } else if (chance(30) && s.next + 1 < s.total) {  // a speculative step: some drafts rejected
-        const uint32_t d = 1 + below(std::min<uint32_t>(3, s.total - s.next - 1));
-        const uint32_t accepted = below(d + 1);
-        for (uint32_t i = 0; i <= d; ++i) {
-          rows.push_back({{s.id, s.next + i}, i <= accepted ? s.content : draft_content_++});
-        }
-        if (accepted < d)
-          after.push_back(ServingOp::make(ServingOp::kRollback, s.id, 0, s.next + accepted + 1));
-        s.next += accepted + 1;
-      } else {
-        rows.push_back({{s.id, s.next}, s.content});
-        ++s.next;
-      }
-    }
-    std::shuffle(rows.begin(), rows.end(), rng_);
-    ServingOp forward;
-    forward.rows = std::move(rows);
-    op(std::move(forward));
-    ++t_.forwards;
-    for (ServingOp& o : after) op(std::move(o));
-    for (size_t i = 0; i < strangers_.size();) {
-      if (strangers_[i].next >= strangers_[i].total) {
-        op(ServingOp::make(ServingOp::kRelease, strangers_[i].id));
-        strangers_.erase(strangers_.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
-      }
-    }
+  int propose(const sim::serving::EngineRequest&, uint32_t, int max) override {
+    return static_cast<int>(rng_() % static_cast<uint64_t>(max + 1));
   }
-
-  // Serves a writer (shares the probe's first `shared` positions) to its end among strangers, saves its
-  // segments over bounds ending at `save_end` into `slot`, and releases it.
-  void serve_writer(uint32_t prompt, uint32_t total, uint32_t shared, uint32_t save_end, int slot) {
-    Live w{next_id_, next_id_, shared, prompt, 0, total, 0};
-    ++next_id_;
-    op(ServingOp::make(ServingOp::kAdmit, w.id, w.prompt));
-    while (w.next < w.total) {
-      const uint32_t n = w.next < w.prompt ? std::min(w.prompt - w.next, 1 + below(16)) : 1;
-      std::vector<ServingRow> rows;
-      for (uint32_t i = 0; i < n; ++i) rows.push_back({{w.id, w.next + i}, content_at(w, w.next + i)});
-      w.next += n;
-      step(std::move(rows));
-    }
-    ServingOp save = ServingOp::make(ServingOp::kSave, w.id);
-    save.slot = slot;
-    save.bounds = bounds_to(save_end);
-    op(std::move(save));
-    op(ServingOp::make(ServingOp::kRelease, w.id));
-  }
-
-  void release_strangers() {
-    for (const Live& s : strangers_) op(ServingOp::make(ServingOp::kRelease, s.id));
-    strangers_.clear();
+  uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
+    return trial_.forge_prompt_length ? 0 : prefix_cache_salt(rule_, block_end, prompt_length);
   }
 
  private:
   std::mt19937_64& rng_;
-  ServingTrial& t_;
-  std::vector<Live> strangers_;
-  uint64_t next_id_ = 100;
-  uint64_t draft_content_ = 1u << 20;
+  const std::vector<Drawn>& drawn_;
+  const ServingTrial& trial_;
+  RoutingRule rule_;
 };
+
+// The trial's verdicts: the leading drafts accepted at random; records each step with its rows' contents
+// (accepted rows hold their request's tokens, rejected drafts contents of their own), shuffled, and which
+// requests are live.
+class Recorder : public sim::serving::StepHandler {
+ public:
+  Recorder(std::mt19937_64& rng, const std::vector<Drawn>& drawn, ServingTrial& trial)
+      : rng_(rng), drawn_(drawn), trial_(trial) {}
+  void admit(const sim::serving::Admission& a) override { live_.insert(a.id); }
+  void release(uint64_t id) override { live_.erase(id); }
+  const std::set<uint64_t>& live() const { return live_; }
+  void accept(const sim::serving::Step& step, std::vector<uint32_t>& accepted) override {
+    for (const sim::serving::Span& s : step.spans) {
+      const uint32_t n = s.end - s.begin;
+      accepted.push_back(s.drafts > 0 ? 1 + static_cast<uint32_t>(rng_() % n) : n);
+    }
+  }
+  void record(const sim::serving::Step& step) {
+    std::vector<ServingRow> rows;
+    for (size_t i = 0; i < step.spans.size(); ++i) {
+      const sim::serving::Span& s = step.spans[i];
+      const Drawn& d = drawn_[s.client_index];
+      for (uint32_t q = s.begin; q < s.end; ++q) {
+        const bool rejected = q >= s.begin + step.accepted[i];
+        rows.push_back({{s.id, q}, rejected ? draft_content_++ : d.content_at(q, trial_.probe_content)});
+      }
+      if (s.id == trial_.probe) trial_.rejected += static_cast<int>(s.end - s.begin - step.accepted[i]);
+    }
+    std::shuffle(rows.begin(), rows.end(), rng_);
+    trial_.steps.push_back(step);
+    trial_.rows.push_back(std::move(rows));
+    ++trial_.forwards;
+  }
+
+ private:
+  std::mt19937_64& rng_;
+  const std::vector<Drawn>& drawn_;
+  ServingTrial& trial_;
+  uint64_t draft_content_ = uint64_t{1} << 40;
+  std::set<uint64_t> live_;  // admitted and not released
+};
+
+inline uint32_t Below(std::mt19937_64& rng, uint32_t n) {
+  return n == 0 ? 0 : static_cast<uint32_t>(rng() % n);
+}
 
 }  // namespace serving_detail
 
-// Draws one trial under `policy` (a recording RoutingState replays it: rollbacks into prompt rows need the
-// records).
+// Draws one trial under `policy` and runs it through the serving engine (a recording RoutingState replays
+// it: a rollback into a restored request's records needs them).
 inline ServingTrial DrawServingTrial(std::mt19937_64& rng, const DispatchPolicy& policy,
                                      const ServingDrawOptions& opt = {}) {
-  using serving_detail::Live;
+  using serving_detail::Below;
+  using serving_detail::Drawn;
   ServingTrial t;
   t.policy = policy;
+  t.forge_prompt_length = opt.forge;
   t.prompt_length = 1 + static_cast<uint32_t>(rng() % opt.max_prompt);
   t.total = t.prompt_length + static_cast<uint32_t>(rng() % (opt.max_decode + 1));
-  serving_detail::Drawer d(rng, t);
   const uint32_t L = t.prompt_length;
   const RoutingRule rule = RoutingRule::of(policy);
-  Live probe{t.probe, t.probe_content, 0, L, 0, t.total, 0};
-  // A writer computed the probe's first P positions earlier; the cache kept its segments.
-  if (t.total >= 2 && (opt.forge || d.chance(65))) {
-    const uint32_t P = 1 + d.below(t.total - 1);
-    const bool uncut = prefix_cache_salt(rule, P, L) == 0;
-    // A writer whose routing of [0, P) is the probe's: the same salt. Where no decision of [0, P) saw L
-    // (salt 0) its prompt is any length >= P + lookahead, else the probe's own.
+  sim::serving::EngineConfig& e = t.engine;
+  e.token_budget = 16 + static_cast<int>(Below(rng, 49));
+  e.chunk_size = rng() % 3 == 0 ? 0 : 2 + static_cast<int>(Below(rng, 15));
+  e.block_size = 1 << Below(rng, Below(rng, 4) + 1);  // 1, 2, 4 or 8 positions, small ones more often
+  e.prefix_cache = true;
+  e.spec_tokens = rng() % 5 < 3 ? 1 + static_cast<int>(Below(rng, 4)) : 0;
+  e.keep_request_stats = true;
+  std::vector<Drawn> drawn;
+  uint64_t next_id = 100;
+  // A request of `positions` positions (its prompt and the generated tokens that get a row).
+  auto add = [&](uint64_t id, int64_t arrival, uint32_t prompt, uint32_t positions, uint64_t content,
+                 uint32_t shared) {
+    drawn.push_back(Drawn{{id, arrival, prompt, positions - prompt + 1, drawn.size()}, content, shared});
+  };
+  // A writer computed the probe's first P prompt positions earlier; the cache keeps its blocks.
+  int64_t probe_arrival = Below(rng, 4);
+  if (L >= 2 && (opt.forge || rng() % 100 < 90)) {
+    // At least one whole block where the prompt has one (the cache serves whole blocks).
+    const uint32_t P = std::max(1 + Below(rng, L - 1), std::min<uint32_t>(L - 1, e.block_size));
+    // A writer whose routing of [0, P) is the probe's where the salt says so: where no decision of [0, P)
+    // saw L (salt 0) its prompt is any length >= P + lookahead, else the probe's own.
     uint32_t writer_prompt = L;
-    if (uncut && d.chance(70)) {
+    if (prefix_cache_salt(rule, P, L) == 0 && rng() % 100 < 70) {
       const uint32_t least = policy.scope == CapacityScope::kPrefix ? P + policy.lookahead : P;
-      writer_prompt = std::max<uint32_t>(1, least + d.below(16));
+      writer_prompt = std::max<uint32_t>(1, least + Below(rng, 16));
     }
-    if (opt.forge) {  // a prompt length of another salt, restored as if it were the probe's
-      writer_prompt = std::max<uint32_t>(P, L + 1 + d.below(24));
-    }
-    if (!uncut && !opt.forge && d.chance(20)) {
-      // A prefix of another salt first: restoring it must fail and change nothing.
-      const uint32_t other = L + 1 + d.below(8);
-      d.serve_writer(other, std::max(other, P), P, P, 1);
-      ServingOp bad = ServingOp::make(ServingOp::kRestoreMustFail, t.probe, L);
-      bad.slot = 1;
-      bad.restore_end = P;
-      d.op(std::move(bad));
-    }
-    const uint32_t writer_total = std::max<uint32_t>(P, writer_prompt + d.below(3));
-    d.serve_writer(writer_prompt, writer_total, P, P, 0);
-    ServingOp restore = ServingOp::make(ServingOp::kRestore, t.probe, L);
-    restore.slot = 0;
-    restore.restore_end = P;
-    restore.forge_prompt_length = opt.forge;
-    d.op(std::move(restore));
-    probe.next = probe.boundary = P;
-    t.cached = P;
-  } else {
-    d.op(ServingOp::make(ServingOp::kAdmit, t.probe, L));
+    if (opt.forge) writer_prompt = std::max<uint32_t>(P, L + 1 + Below(rng, 24));  // another salt, forged
+    // It decodes on for a while, so that its blocks are often still held (not evictable) when the probe
+    // comes, which is about when its prompt is computed.
+    add(next_id, 0, writer_prompt, writer_prompt + Below(rng, 8), uint64_t{1} << 20, P);
+    ++next_id;
+    const uint32_t rows_per_step = e.chunk_size > 0 ? std::min(e.chunk_size, e.token_budget) : e.token_budget;
+    probe_arrival = (writer_prompt + rows_per_step - 1) / rows_per_step + Below(rng, 3);
   }
-  uint32_t recompute_until = 0;  // re-prefill after a preemption: positions < this arrive in chunks
-  int slot = 2;
-  while (probe.next < t.total) {
-    std::vector<ServingRow> rows;
-    std::vector<ServingOp> after;
-    const uint32_t chunk_end = std::max(L, recompute_until);
-    if (probe.next < chunk_end) {
-      const uint32_t n = std::min(chunk_end - probe.next, 1 + d.below(16));
-      for (uint32_t i = 0; i < n; ++i) rows.push_back({{t.probe, probe.next + i}, t.probe_content});
-      probe.next += n;
-      if (d.chance(8) && probe.next <= L) {  // the prompt rolled back partly (to be sent again)
-        const uint32_t back = probe.boundary + d.below(probe.next - probe.boundary + 1);
-        if (back < probe.next) {
-          after.push_back(ServingOp::make(ServingOp::kRollback, t.probe, 0, back));
-          probe.next = back;
-          ++t.prompt_rollbacks;
-        }
-      }
-    } else if (d.chance(40) && probe.next + 1 < t.total) {  // speculative decoding
-      const uint32_t drafts = 1 + d.below(std::min<uint32_t>(4, t.total - probe.next - 1));
-      const uint32_t accepted = d.below(drafts + 1);
-      for (uint32_t i = 0; i <= drafts; ++i) {
-        rows.push_back({{t.probe, probe.next + i}, i <= accepted ? t.probe_content : (1u << 30) + i});
-      }
-      if (accepted < drafts)
-        after.push_back(ServingOp::make(ServingOp::kRollback, t.probe, 0, probe.next + accepted + 1));
-      t.rejected += static_cast<int>(drafts - accepted);
-      probe.next += accepted + 1;
-    } else {
-      rows.push_back({{t.probe, probe.next}, t.probe_content});
-      ++probe.next;
-    }
-    d.step(std::move(rows));
-    for (ServingOp& o : after) d.op(std::move(o));
-    if (probe.next < t.total && probe.next > 0 && t.preemptions < 2 && d.chance(6)) {
-      // Recompute preemption: the cache keeps blocks of what the probe computed; it is released and comes
-      // back restored from some of them, re-prefilling the rest (decode positions too) in chunks.
-      ServingOp save = ServingOp::make(ServingOp::kSave, t.probe);
-      save.slot = slot;
-      save.bounds = d.bounds_to(probe.next);
-      const std::vector<uint32_t> bounds = save.bounds;
-      d.op(std::move(save));
-      d.op(ServingOp::make(ServingOp::kRelease, t.probe));
-      for (uint32_t idle = d.below(3); idle > 0; --idle) d.step({});
-      recompute_until = std::max(recompute_until, probe.next);
-      const uint32_t keep = d.chance(30) ? 0 : bounds[d.below(static_cast<uint32_t>(bounds.size()))];
-      if (keep == 0) {
-        d.op(ServingOp::make(ServingOp::kAdmit, t.probe, L));
-      } else {
-        ServingOp restore = ServingOp::make(ServingOp::kRestore, t.probe, L);
-        restore.slot = slot;
-        restore.restore_end = keep;
-        d.op(std::move(restore));
-      }
-      probe.next = probe.boundary = keep;
-      ++slot;
-      ++t.preemptions;
-    }
+  add(t.probe, probe_arrival, L, t.total, t.probe_content, 0);
+  for (uint32_t strangers = Below(rng, 9); strangers > 0; --strangers, ++next_id) {
+    const uint32_t prompt = 1 + Below(rng, 40);
+    add(next_id, static_cast<int64_t>(Below(rng, static_cast<uint32_t>(probe_arrival) + 4)), prompt,
+        prompt + Below(rng, 8), next_id, 0);
   }
-  d.op(ServingOp::make(ServingOp::kRelease, t.probe));
-  d.release_strangers();
+  // The KV pool: room for everyone, or (half the time) just enough for the longest request, so that the
+  // engine preempts - the latest-started first, which is often the probe (strangers started before it).
+  uint64_t longest = 0;
+  for (const Drawn& d : drawn) {
+    const uint64_t positions = uint64_t{d.request.prompt_length} + d.request.max_new_tokens;
+    longest = std::max<uint64_t>(longest, (positions + e.block_size - 1) / e.block_size);
+  }
+  e.kv_blocks = rng() % 2 ? static_cast<int64_t>(longest + Below(rng, 3)) : 4096;
+  std::vector<sim::serving::EngineRequest> requests;
+  for (const Drawn& d : drawn) requests.push_back(d.request);
+  serving_detail::Client client(rng, drawn, t);
+  serving_detail::Recorder recorder(rng, drawn, t);
+  sim::serving::Engine engine(e, requests, client);
+  // The engine runs until the probe finishes; the requests still live then are released (the server stops).
+  sim::serving::Step step;
+  while (sim::serving::run_step(engine, step, recorder)) {
+    recorder.record(step);
+    if (std::find(step.finished.begin(), step.finished.end(), t.probe) != step.finished.end()) break;
+  }
+  t.unfinished.assign(recorder.live().begin(), recorder.live().end());
+  const sim::serving::RequestStats probe = engine.request_stats(t.probe);
+  t.cached = probe.cached_at_admission;
+  t.preemptions = probe.preemptions;
   return t;
 }
 
@@ -341,87 +261,73 @@ struct DirectLifecycle {
 // Replays `trial` on `state` (a recording state of the backend's shape) with the backend's forward pass:
 //   forward(rows, state) -> one Outcome per row (its pairs, and whatever else the backend checks)
 // and returns the probe's outcome at each of its positions [0, total): the computation its KV comes from at
-// the end - its own last one, or the one of the request whose cached segments it restored.
+// the end - its own last one, or the one of the request whose cached segments it restored. The lifecycle is
+// sim/serving/lifecycle.h's (replay_step); the routing segments are the payload kept beside each block.
 template <class Outcome, class Forward, class Lifecycle = DirectLifecycle>
 std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState& state, Forward&& forward,
                                         Lifecycle life = {}) {
-  using Key = std::pair<uint64_t, uint32_t>;
-  std::map<Key, Outcome> computed;
-  std::map<uint64_t, std::vector<Key>> source;  // request -> per position, the computation it uses
-  struct Saved {
-    std::vector<RoutingSegment> segments;
-    std::vector<Key> source;
+  // A computation: the index of a row's outcome in `computed` (rows computed again get new indices).
+  using Computation = size_t;
+  struct Payload {
+    RoutingSegment segment;
+    std::vector<Computation> source;  // per position of the block: the computation its KV comes from
   };
-  std::map<int, Saved> saved;
-  auto prefix_of = [&](const ServingOp& o) {
-    std::vector<RoutingSegment> prefix;
-    for (const RoutingSegment& s : saved.at(o.slot).segments) {
-      if (s.end > o.restore_end) break;
-      prefix.push_back(s);
-      if (o.forge_prompt_length) prefix.back().prompt_length = o.prompt_length;
+  struct Replay : sim::serving::StepHandler {
+    const ServingTrial& trial;
+    RoutingState& state;
+    Forward& forward_pass;
+    Lifecycle& life;
+    size_t step = 0;
+    std::vector<Outcome> computed;
+    std::map<uint64_t, std::vector<Computation>> source;  // request -> per position, the computation it uses
+    std::map<int32_t, Payload> cache;                     // block -> what the cache keeps beside it
+
+    Replay(const ServingTrial& t, RoutingState& s, Forward& f, Lifecycle& l)
+        : trial(t), state(s), forward_pass(f), life(l) {}
+    void release(uint64_t id) override { life.release(state, id); }
+    void admit(const sim::serving::Admission& a) override {
+      std::vector<Computation>& src = source[a.id];
+      src.clear();
+      if (a.cached == 0) {
+        life.admit(state, a.id, a.prompt_length);
+        return;
+      }
+      std::vector<RoutingSegment> prefix;
+      for (int32_t b : a.blocks) {
+        const Payload& p = cache.at(b);
+        prefix.push_back(p.segment);
+        if (trial.forge_prompt_length) prefix.back().prompt_length = a.prompt_length;
+        src.insert(src.end(), p.source.begin(), p.source.end());
+      }
+      life.restore(state, a.id, a.prompt_length, prefix);
     }
-    return prefix;
+    void forward(const sim::serving::Step&) override {
+      const std::vector<ServingRow>& rows = trial.rows.at(step++);
+      const std::vector<Outcome> out = forward_pass(rows, state);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const TokenMeta& m = rows[r].meta;
+        std::vector<Computation>& src = source[m.request_id];
+        if (src.size() <= m.position) src.resize(m.position + 1);
+        src[m.position] = computed.size();
+        computed.push_back(out[r]);
+      }
+    }
+    void rollback(uint64_t id, uint32_t position) override {
+      life.rollback(state, id, position);
+      source[id].resize(position);
+    }
+    void keep(const sim::serving::Registered& b) override {
+      const std::vector<Computation>& src = source.at(b.id);
+      cache[b.block] = Payload{state.segment(b.id, b.begin, b.end),
+                               std::vector<Computation>(src.begin() + b.begin, src.begin() + b.end)};
+    }
   };
-  for (const ServingOp& o : trial.ops) {
-    switch (o.kind) {
-      case ServingOp::kAdmit:
-        life.admit(state, o.request, o.prompt_length);
-        source[o.request].clear();
-        break;
-      case ServingOp::kRestore: {
-        life.restore(state, o.request, o.prompt_length, prefix_of(o));
-        const std::vector<Key>& from = saved.at(o.slot).source;
-        source[o.request].assign(from.begin(), from.begin() + o.restore_end);
-        break;
-      }
-      case ServingOp::kRestoreMustFail: {
-        const size_t before = state.num_requests();
-        bool threw = false;
-        try {
-          life.restore(state, o.request, o.prompt_length, prefix_of(o));
-        } catch (const std::invalid_argument&) {
-          threw = true;
-        }
-        if (!threw || state.num_requests() != before || state.find(o.request) != nullptr) {
-          throw std::logic_error("restoring a prefix of another salt did not fail cleanly");
-        }
-        break;
-      }
-      case ServingOp::kForward: {
-        const std::vector<Outcome> out = forward(o.rows, state);
-        for (size_t r = 0; r < o.rows.size(); ++r) {
-          const TokenMeta& m = o.rows[r].meta;
-          computed[{m.request_id, m.position}] = out[r];
-          std::vector<Key>& src = source[m.request_id];
-          if (src.size() <= m.position) src.resize(m.position + 1);
-          src[m.position] = {m.request_id, m.position};
-        }
-        break;
-      }
-      case ServingOp::kRollback:
-        life.rollback(state, o.request, o.position);
-        source[o.request].resize(o.position);
-        break;
-      case ServingOp::kSave: {
-        Saved s;
-        uint32_t begin = 0;
-        for (uint32_t end : o.bounds) {
-          s.segments.push_back(state.segment(o.request, begin, end));
-          begin = end;
-        }
-        const std::vector<Key>& src = source.at(o.request);
-        s.source.assign(src.begin(), src.begin() + begin);
-        saved[o.slot] = std::move(s);
-        break;
-      }
-      case ServingOp::kRelease:
-        life.release(state, o.request);
-        break;
-    }
-  }
+  Replay replay(trial, state, forward, life);
+  for (const sim::serving::Step& step : trial.steps) sim::serving::replay_step(step, replay);
+  for (uint64_t id : trial.unfinished) life.release(state, id);
   std::vector<Outcome> probe;
-  const std::vector<Key>& src = source.at(trial.probe);
-  for (uint32_t p = 0; p < trial.total; ++p) probe.push_back(computed.at(src.at(p)));
+  const std::vector<Computation>& src = replay.source.at(trial.probe);
+  for (uint32_t p = 0; p < trial.total; ++p) probe.push_back(replay.computed.at(src.at(p)));
   return probe;
 }
 
