@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "moe/io/memory.h"
 #include "moe/io/safetensors.h"
 #include "tests/io_test_util.h"
 
@@ -88,6 +90,46 @@ TEST(Safetensors, MoveKeepsMappingAlive) {
   SafetensorsFile h(dir / "m.safetensors");
   h = std::move(g);
   EXPECT_EQ(std::memcmp(h.get("a").data, a.data(), 12), 0);
+}
+
+// This process's resident file-backed pages (RssFile of /proc/self/status), in kB; -1 where unknown.
+long rss_file_kb() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  long kb = -1;
+  while (f >> key) {
+    if (key == "RssFile:") {
+      f >> kb;
+      return kb;
+    }
+    f.ignore(1 << 20, '\n');
+  }
+  return kb;
+}
+
+// io::release_pages on a mapped tensor: its pages leave the RSS (the layer's quantized sources, once copied
+// into panels) and its bytes read the same afterwards.
+TEST(Safetensors, ReleasedPagesLeaveTheRssAndKeepTheirBytes) {
+  TempDir dir;
+  std::vector<uint32_t> a(8u << 20);  // 32 MiB
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint32_t>(i * 2654435761u);
+  const std::vector<TensorToWrite> tensors = {{"a", "I32", {static_cast<int64_t>(a.size())}, bytes_of(a)}};
+  write_safetensors(dir / "r.safetensors", tensors);
+  SafetensorsFile f(dir / "r.safetensors");
+  const RawTensor t = *f.raw("a");
+  ASSERT_EQ(t.nbytes, a.size() * 4);
+  if (rss_file_kb() < 0) GTEST_SKIP() << "no RssFile in /proc/self/status";
+  const long before = rss_file_kb();
+  EXPECT_EQ(std::memcmp(t.data, a.data(), t.nbytes), 0);  // every page resident now
+  const long read = rss_file_kb();
+  ASSERT_GT(read - before, 24 * 1024) << "reading 32 MiB of the mapping made them resident";
+  release_pages(t.data, t.nbytes);
+  const long released = rss_file_kb();
+  EXPECT_LT(released - before, 4 * 1024) << "RssFile (kB): " << before << " before, " << read
+                                         << " after reading, " << released << " after release_pages";
+  EXPECT_EQ(std::memcmp(t.data, a.data(), t.nbytes), 0) << "the released pages read back the same";
+  release_pages(nullptr, 0);  // no-ops
+  release_pages(t.data, 1);
 }
 
 TEST(Safetensors, EmptyTensorsAndUnsortedOverlappingOffsetsAreFine) {

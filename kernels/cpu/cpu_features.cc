@@ -77,12 +77,12 @@ bool cpu_has_avx_vnni() {
 #if MOE_HAVE_AVX512_BF16_TARGET
   static const bool yes = [] {
     __builtin_cpu_init();
-    // AVX-VNNI is CPUID.(7,1):EAX bit 4, read directly: clang 14's __builtin_cpu_supports does not know it.
-    // The AVX2 test covers the OS's ymm state.
+    // AVX-VNNI (CPUID.(7,1):EAX bit 4) and F16C (CPUID.1:ECX bit 29) read directly: clang 14's
+    // __builtin_cpu_supports knows neither. The AVX2 test covers the OS's ymm state.
     unsigned a = 0, b = 0, c = 0, d = 0;
     const bool vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1u);
-    return vnni && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+    return vnni && f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
   return yes;
 #else

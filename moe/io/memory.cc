@@ -1,5 +1,8 @@
 #include "moe/io/memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -83,6 +86,22 @@ void check_memory(uint64_t bytes, const std::string& what) {
   throw OutOfMemory(what + " needs " + format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes) but " +
                     format_bytes(*available) + " are available (MemAvailable, cgroup limit or " +
                     "MOE_MEMORY_LIMIT_BYTES)");
+}
+
+void release_pages(const void* data, uint64_t bytes) {
+#if defined(MADV_PAGEOUT)
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (data == nullptr || bytes == 0 || page_size <= 0) return;
+  const uint64_t page = static_cast<uint64_t>(page_size);
+  const uint64_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uint64_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end <= begin) return;
+  // A hint: its failure (an old kernel, memory that is not a mapping) changes nothing but the RSS.
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#else
+  (void)data;
+  (void)bytes;
+#endif
 }
 
 }  // namespace moe::io

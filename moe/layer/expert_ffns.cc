@@ -49,6 +49,19 @@ uint64_t prepared_bytes(kernels::Activation act, const kernels::FfnWeights& w,
   return 2 * elements;
 }
 
+// The mapped bytes of an FFN's quantized matrices (and FP8's scales), released once their panels are made.
+void release_quantized(kernels::Activation act, const kernels::FfnWeights& w) {
+  const kernels::MatrixView* matrices[] = {&w.w1, kernels::is_gated(act) ? &w.w3 : nullptr, &w.w2};
+  for (const kernels::MatrixView* m : matrices) {
+    if (m == nullptr || !kernels::is_quantized(m->dtype)) continue;
+    io::release_pages(m->data, kernels::view_data_bytes(*m));
+    if (m->scales != nullptr && m->rows > 0) {
+      const int64_t scale_rows = (m->rows + m->scale_block_rows - 1) / m->scale_block_rows;
+      io::release_pages(m->scales, static_cast<uint64_t>(scale_rows * m->scale_stride) * sizeof(float));
+    }
+  }
+}
+
 }  // namespace
 
 ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& weights,
@@ -85,7 +98,8 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
   io::check_memory(copies,
                    "the prepared expert weights (the quantized kernels' panels, bf16 compute's copies) of " +
                        std::to_string(experts.size()) + " experts");
-  // Quantized FFNs run their own kernels; the plain ones follow `compute`.
+  // Quantized FFNs run their own kernels on panels copied from the stored blocks; the plain ones follow
+  // `compute`.
   quant_.resize(experts_.size());
   for (int e : experts) {
     if (!kernels::ffn_has_quantized(act_, experts_[e])) continue;
@@ -95,6 +109,7 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
   if (has_shared_ && kernels::ffn_has_quantized(act_, shared_)) {
     quant_shared_ = std::make_unique<kernels::PackedFfnQuant>(act_, shared_, kind_, "shared");
   }
+  sources_mapped_ = weights.zero_copy();
   if (compute_ != kernels::ComputePrecision::kBF16) return;
   const kernels::Bf16LinearMaker make = bf16_maker(kind_, config.num_threads);
   packed_.resize(experts_.size());
@@ -107,6 +122,14 @@ ExpertFfns::ExpertFfns(const MoELayerConfig& config, const io::LayerWeights& wei
 }
 
 ExpertFfns::~ExpertFfns() = default;
+
+void ExpertFfns::release_mapped_sources() const {
+  if (!sources_mapped_) return;
+  for (size_t e = 0; e < quant_.size(); ++e) {
+    if (quant_[e]) release_quantized(act_, experts_[e]);
+  }
+  if (quant_shared_) release_quantized(act_, shared_);
+}
 
 size_t ExpertFfns::expert_scratch_floats(int64_t rows) const {
   size_t n = compute_ == kernels::ComputePrecision::kBF16

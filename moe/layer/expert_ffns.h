@@ -48,6 +48,11 @@ class ExpertFfns {
   ExpertFfns& operator=(const ExpertFfns&) = delete;
 
   bool has_shared() const { return has_shared_; }
+  // When the weights point into a mapped checkpoint (LayerWeights::zero_copy): hints the OS that the mapped
+  // blocks the quantized panels were copied from are not read again (io::release_pages), so a quantized layer
+  // holds its bytes once, not twice, in its RSS. Their contents stay: hashing them later (a fingerprint)
+  // faults them back in as reclaimable page cache. A layer calls it once it has hashed its weights.
+  void release_mapped_sources() const;
   // Floats of scratch that run_expert (run_shared) needs for `rows` rows.
   size_t expert_scratch_floats(int64_t rows) const;
   size_t shared_scratch_floats(int64_t rows) const;
@@ -94,6 +99,7 @@ class ExpertFfns {
   bool quantized_ = false;
   std::vector<std::unique_ptr<kernels::PackedFfnQuant>> quant_;
   std::unique_ptr<kernels::PackedFfnQuant> quant_shared_;
+  bool sources_mapped_ = false;  // the weights are a mapped checkpoint's (release_mapped_sources)
 };
 
 }  // namespace moe

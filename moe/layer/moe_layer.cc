@@ -65,6 +65,7 @@ MoELayer::MoELayer(MoELayerConfig config, std::shared_ptr<const io::LayerWeights
       planner_(config_.router.num_experts, config_.router.top_k, config_.policy) {
   active_experts_.reserve(config_.router.num_experts);
   ensure_workspace(config_.max_tokens);
+  ffns_->release_mapped_sources();
 }
 
 MoELayer::~MoELayer() = default;

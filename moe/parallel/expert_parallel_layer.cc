@@ -208,6 +208,7 @@ void ExpertParallelLayer::init(MoELayerConfig config, const io::LayerPartReader*
   comm_.check_consistent(placement_.hash(), "expert placement");
   comm_.check_consistent(static_cast<uint64_t>(options_.planning), "expert parallel planning (global/home)");
   check_weights_across_ranks();
+  ffns_->release_mapped_sources();  // hashed: the quantized experts' mapped blocks are not read again
 
   const int E = num_experts(), k = top_k();
   active_experts_.reserve(local_experts_.size());
