@@ -21,8 +21,9 @@ void check_memory(uint64_t bytes, const std::string& what);
 
 // Tells the OS that this process will not read the whole pages inside [data, data + bytes) again soon
 // (madvise MADV_PAGEOUT; a no-op where that is unknown): their contents stay (a later read faults them back
-// in), and the clean pages of a mapped checkpoint leave the process's RSS at once instead of waiting for memory
-// pressure. For the mapped tensors a layer has copied into its own layout (ExpertFfns' quantized panels).
+// in), and the clean pages of a mapped checkpoint leave the process's RSS at once instead of waiting for
+// memory pressure. For the mapped tensors a layer has copied into its own layout (ExpertFfns' quantized
+// panels).
 void release_pages(const void* data, uint64_t bytes);
 
 // "22.5 GB" (decimal units, one decimal), for messages and reports.
