@@ -52,8 +52,9 @@ void add_settings(SubcommandOptions& sub) {
     } else {
       o = sub.app->add_option(flag, sub.values[s.name], s.help)->type_name(s.type_name);
     }
-    o->group(s.deployment ? "Deployment (docs/cli.md)"
-                          : s.commands == moe::sim::kAllCommands ? "Common" : "Options");
+    o->group(s.deployment                           ? "Deployment (docs/cli.md)"
+             : s.commands == moe::sim::kAllCommands ? "Common"
+                                                    : "Options");
     sub.options[s.name] = o;
   }
   sub.scenario_option =

@@ -65,9 +65,8 @@ std::vector<Setting> make_settings() {
        "router preset (scoring and weighting rules, experts, top-k)", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.preset = v; },
        [](const SimConfig& c) { return c.preset.empty() ? std::string("none") : c.preset; }});
-  add({"mode", alternatives(DispatchPolicy::mode_names()), mode_help(),
-       kAllCommands, false, false, true, [](SimConfig& c, const std::string& v) { c.mode = v; },
-       [](const SimConfig& c) { return c.mode; }});
+  add({"mode", alternatives(DispatchPolicy::mode_names()), mode_help(), kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.mode = v; }, [](const SimConfig& c) { return c.mode; }});
 
   // Router.
   add({"experts", "INT", "number of experts E", kAllCommands, false, false, true,
@@ -121,8 +120,8 @@ std::vector<Setting> make_settings() {
   add({"min-capacity", "INT", "lower bound on any capacity", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.policy.min_capacity = to_int("min-capacity", v); },
        [](const SimConfig& c) { return std::to_string(c.policy.min_capacity); }});
-  add({"scope", alternatives(capacity_scope_names()), "capacity scope", kAllCommands, false, false,
-       true, [](SimConfig& c, const std::string& v) { c.policy.scope = parse_capacity_scope(v); },
+  add({"scope", alternatives(capacity_scope_names()), "capacity scope", kAllCommands, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.policy.scope = parse_capacity_scope(v); },
        [](const SimConfig& c) { return std::string(to_string(c.policy.scope)); }});
   add({"priority", "arrival|request|score|random", "who claims slots first", kAllCommands, false, false, true,
        [](SimConfig& c, const std::string& v) { c.policy.priority = parse_priority(v); },

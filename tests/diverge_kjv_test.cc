@@ -33,9 +33,11 @@ TEST(DivergeKjv, GreedyDivergesStableDoesNot) {
   ASSERT_TRUE(report.tokenizer);
   // The probe's prompt: the first shared system prompt, then its text.
   ASSERT_FALSE(report.probe_system.empty());
-  EXPECT_EQ(report.tokenizer->decode(std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size())),
+  EXPECT_EQ(report.tokenizer->decode(
+                std::span<const int32_t>(report.probe_prompt).subspan(report.probe_system.size())),
             default_prompts().front());
-  EXPECT_TRUE(std::equal(report.probe_system.begin(), report.probe_system.end(), report.probe_prompt.begin()));
+  EXPECT_TRUE(
+      std::equal(report.probe_system.begin(), report.probe_system.end(), report.probe_prompt.begin()));
   const ConfigResult& greedy = report.grid[0];
   const ConfigResult& stable = report.grid[1];
   std::printf("greedy: %d distinct of 12, stable/varied: %d distinct, %d bit-identical\n", greedy.distinct,

@@ -102,8 +102,8 @@ TEST(SimSvg, CoincidingSeriesTicksAtTheDataAndLabelsInside) {
   plot.series.push_back({"greedy", cf, {26, 21, 18, 10, 6, 2}});
   plot.series.push_back({"rank-only", cf, {26, 21, 18, 10, 6, 2}});
   plot.series.push_back({"stable", cf, {1, 1, 1, 1, 1, 1}});
-  plot.series.push_back({"a configuration with a rather long name that needs room/invariant/varied", cf,
-                         {1, 1, 1, 1, 1, 1}});
+  plot.series.push_back(
+      {"a configuration with a rather long name that needs room/invariant/varied", cf, {1, 1, 1, 1, 1, 1}});
   const std::string svg = render_svg(plot);
   EXPECT_EQ(check_xml(svg), "") << svg;
   EXPECT_EQ(count(svg, "<polyline "), 2u);

@@ -22,8 +22,8 @@
 //         sub-blocks 2p and 2p + 1 of each output, side by side: widened to int16 pairs for vpdpwssd).
 //   Q6_K  step = super-block (256 elements), 1 a group. Weights: 48 chunks, in the order the kernel reads
 //         them: for half h < 2 and g < 8, chunks 24h + 3g, 24h + 3g + 1, 24h + 3g + 2 lane o = the stored
-//         ql[64h + 4g .. +3], ql[64h + 32 + 4g .. +3] and qh[32h + 4g .. +3] of o (the 6-bit code + 32 of four
-//         elements is rebuilt from them in registers). Scales (288 bytes): d[16] fp16, sc[16][16] int8.
+//         ql[64h + 4g .. +3], ql[64h + 32 + 4g .. +3] and qh[32h + 4g .. +3] of o (the 6-bit code + 32 of
+//         four elements is rebuilt from them in registers). Scales (288 bytes): d[16] fp16, sc[16][16] int8.
 //   FP8   step = 2 pairs (4 elements) of one scale block; a group is one scale block (group_shift unused):
 //         its P pairs take block_steps = ceil(block_pairs / 2) steps (the last one half used when P is odd),
 //         then 16 fp32 scales. A step's chunk holds the e4m3 codes of pairs p, p + 1: byte 16 (o / 4) + 2 (o

@@ -258,10 +258,10 @@ moe_status_t moe_layer_create(const moe_weights_t* weights, const moe_layer_conf
                               moe_layer_t** out);
 
 /* MoE layer `layer_index` of a Hugging Face checkpoint directory or a GGUF file (moe_weights_load_pretrained,
- * the file's storage dtype) with the router and expert semantics config.json (the GGUF metadata) describes (every routing key of its family,
- * gpt-oss's clamped SwiGLU and biases, Llama 4's weight on the expert input), top_k and renormalisation
- * overridden only if `config` sets them; dispatch, kernels and device from `config` (NULL: the defaults).
- * Errors: those of moe_weights_load_pretrained and moe_layer_create. */
+ * the file's storage dtype) with the router and expert semantics config.json (the GGUF metadata) describes
+ * (every routing key of its family, gpt-oss's clamped SwiGLU and biases, Llama 4's weight on the expert
+ * input), top_k and renormalisation overridden only if `config` sets them; dispatch, kernels and device from
+ * `config` (NULL: the defaults). Errors: those of moe_weights_load_pretrained and moe_layer_create. */
 moe_status_t moe_layer_create_pretrained(const char* dir, int32_t layer_index,
                                          const moe_layer_config_t* config, moe_layer_t** out);
 

@@ -594,7 +594,8 @@ void bind_layer(py::module_& m) {
              if (expert_parallel) {
                set_expert_parallel(o, *expert_parallel, planning, placement);
                py::gil_scoped_release release;  // collective: the other ranks may take a while
-               self->layer = api::make_expert_parallel_layer(o.expert_parallel, make_config(o, *w.weights), w.weights);
+               self->layer =
+                   api::make_expert_parallel_layer(o.expert_parallel, make_config(o, *w.weights), w.weights);
              } else {
                self->layer = api::make_layer(o.device, make_config(o, *w.weights), w.weights);
              }
@@ -625,12 +626,12 @@ void bind_layer(py::module_& m) {
              const std::optional<std::vector<int32_t>>& placement, const std::string& preset, int top_k,
              double capacity_factor, const std::optional<std::string>& scope,
              const std::optional<std::string>& priority, const std::optional<std::string>& overflow,
-             const std::optional<std::string>& kernel, const std::optional<std::string>& compute, int num_threads,
-             int max_tokens) {
+             const std::optional<std::string>& kernel, const std::optional<std::string>& compute,
+             int num_threads, int max_tokens) {
             auto self = std::make_unique<PyLayer>();
-            LayerOptions o = make_options(preset, "mixtral", top_k, std::nullopt, 0, 0, capacity_factor, scope,
-                                          priority, overflow, kernel, compute, num_threads, max_tokens, "cpu",
-                                          std::nullopt, std::nullopt);
+            LayerOptions o = make_options(preset, "mixtral", top_k, std::nullopt, 0, 0, capacity_factor,
+                                          scope, priority, overflow, kernel, compute, num_threads, max_tokens,
+                                          "cpu", std::nullopt, std::nullopt);
             o.storage = parse_storage(storage);
             set_expert_parallel(o, expert_parallel, planning, placement);
             {
@@ -640,12 +641,14 @@ void bind_layer(py::module_& m) {
             self->weights = api::expert_parallel_info(*self->layer)->weights;
             return self;
           },
-          py::arg("dir"), py::arg("layer"), py::arg("storage") = py::none(), py::arg("expert_parallel") = "mpi",
-          py::arg("planning") = "global", py::arg("placement") = py::none(), py::arg("preset") = "deterministic",
-          py::arg("top_k") = 0, py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(),
-          py::arg("priority") = py::none(), py::arg("overflow") = py::none(), py::arg("kernel") = py::none(),
-          py::arg("compute") = py::none(), py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
-          "An expert-parallel layer of a checkpoint directory, this process one rank reading only its experts "
+          py::arg("dir"), py::arg("layer"), py::arg("storage") = py::none(),
+          py::arg("expert_parallel") = "mpi", py::arg("planning") = "global",
+          py::arg("placement") = py::none(), py::arg("preset") = "deterministic", py::arg("top_k") = 0,
+          py::arg("capacity_factor") = 0.0, py::arg("scope") = py::none(), py::arg("priority") = py::none(),
+          py::arg("overflow") = py::none(), py::arg("kernel") = py::none(), py::arg("compute") = py::none(),
+          py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
+          "An expert-parallel layer of a checkpoint directory, this process one rank reading only its "
+          "experts "
           "(plus the router gate and the shared expert). Collective.")
       .def_property_readonly("expert_parallel",
                              [](const PyLayer& self) -> py::object {

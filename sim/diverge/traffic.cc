@@ -57,7 +57,8 @@ namespace {
 // A prompt of `len` tokens from `source` (a window of its text, or random tokens) drawn from `rng`.
 std::vector<int32_t> draw_prompt(SplitMix64& rng, const PromptSource& source, int len) {
   if (source.text.empty()) return random_prompt(len, source.vocab_size, rng.next());
-  const size_t start = static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(source.text.size()) - len));
+  const size_t start =
+      static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(source.text.size()) - len));
   return std::vector<int32_t>(source.text.begin() + start, source.text.begin() + start + len);
 }
 
@@ -73,7 +74,8 @@ std::vector<std::vector<int32_t>> make_system_prompts(const TrafficConfig& confi
   SplitMix64 rng(mix64(seed ^ 0x73797374656dull));
   std::vector<std::vector<int32_t>> out;
   for (int s = 0; s < config.system_prompts; ++s) {
-    out.push_back(draw_prompt(rng, source, static_cast<int>(rng.uniform_int(config.system_min, config.system_max))));
+    out.push_back(
+        draw_prompt(rng, source, static_cast<int>(rng.uniform_int(config.system_min, config.system_max))));
   }
   return out;
 }

@@ -55,10 +55,10 @@ std::vector<std::vector<int32_t>> make_system_prompts(const TrafficConfig& confi
 
 // The requests of one trial: the strangers drawn from splitmix64 streams keyed by `seed`, plus `probe`
 // (whose id and arrival_step are overwritten; its prompt is taken as it is: run_config puts the system
-// prompt in front), and the twin when config.twin_tokens > 0. Ids are assigned in arrival order starting at 1 (the probe
-// comes after the strangers that arrive in the same step), so under request priority the strangers that
-// arrived earlier outrank the probe. Returns the requests; *probe_id receives the probe's id.
-// Prompts come from `source` (a text shorter than prompt_max throws std::invalid_argument).
+// prompt in front), and the twin when config.twin_tokens > 0. Ids are assigned in arrival order starting at 1
+// (the probe comes after the strangers that arrive in the same step), so under request priority the strangers
+// that arrived earlier outrank the probe. Returns the requests; *probe_id receives the probe's id. Prompts
+// come from `source` (a text shorter than prompt_max throws std::invalid_argument).
 std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
                                   uint64_t* probe_id);
 std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSource& source, uint64_t seed,

@@ -20,13 +20,14 @@ int main() {
   using moe::DispatchPolicy;
   nlohmann::ordered_json j;
   j["scopes"] = moe::capacity_scope_names();
-  // stateful: carry a RoutingState across forward passes; admitted: need each request admitted (a pool for its
-  // prompt); per_request: pools per request; strangers_proof: a request's plan ignores strangers under request
-  // priority (pools per request, or no capacity); any_priority: ... under every priority (decided in position
-  // order, or no capacity); salted: their decisions read the prompt length (prefix_cache_salt).
-  nlohmann::ordered_json sets = {{"stateful", nlohmann::json::array()},   {"admitted", nlohmann::json::array()},
-                                 {"per_request", nlohmann::json::array()}, {"strangers_proof", nlohmann::json::array()},
-                                 {"any_priority", nlohmann::json::array()}, {"salted", nlohmann::json::array()}};
+  // stateful: carry a RoutingState across forward passes; admitted: need each request admitted (a pool for
+  // its prompt); per_request: pools per request; strangers_proof: a request's plan ignores strangers under
+  // request priority (pools per request, or no capacity); any_priority: ... under every priority (decided in
+  // position order, or no capacity); salted: their decisions read the prompt length (prefix_cache_salt).
+  nlohmann::ordered_json sets = {
+      {"stateful", nlohmann::json::array()},     {"admitted", nlohmann::json::array()},
+      {"per_request", nlohmann::json::array()},  {"strangers_proof", nlohmann::json::array()},
+      {"any_priority", nlohmann::json::array()}, {"salted", nlohmann::json::array()}};
   for (const std::string& name : moe::capacity_scope_names()) {
     DispatchPolicy p;
     p.scope = moe::parse_capacity_scope(name);
