@@ -3,8 +3,11 @@
 // outputs of a panel in two ymm registers, on the same packed panels as the AVX-512 kernels. FP8 has no
 // 256-bit bf16 dot product: it runs the portable emulation (pack_quant packs nothing for it).
 
+#include <algorithm>  // linear_quant_simd.h's, included here before the target region (clang: a std function
+#include <cstddef>    // declared again inside it would take the region's attribute after its definition)
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/linear_quant_pack.h"
