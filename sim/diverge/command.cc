@@ -244,17 +244,7 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--threads", o.threads,
                   "threads the trials run on (0: one per core; the same results for any count)")
       ->capture_default_str();
-  cmd->add_option("--arrival-rate", o.traffic.arrival_rate, "stranger arrivals per step (Poisson mean)")
-      ->capture_default_str();
-  cmd->add_option("--fixed-interval", o.traffic.fixed_interval,
-                  "one stranger every K steps instead of Poisson")
-      ->capture_default_str();
-  cmd->add_option("--prompt-min", o.traffic.prompt_min, "stranger prompt length min")->capture_default_str();
-  cmd->add_option("--prompt-max", o.traffic.prompt_max, "stranger prompt length max")->capture_default_str();
-  cmd->add_option("--decode-min", o.traffic.decode_min, "stranger generation length min")
-      ->capture_default_str();
-  cmd->add_option("--decode-max", o.traffic.decode_max, "stranger generation length max")
-      ->capture_default_str();
+  add_stranger_traffic_options(*cmd, o.traffic);
   cmd->add_option("--probe-arrival", o.traffic.probe_arrival_step, "step at which the probe arrives")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON instead of the table");
@@ -265,6 +255,17 @@ void add_diverge_command(CLI::App& app) {
   cmd->add_option("--svg-dir", flags->svg_dir, "write diverge_capacity.svg and diverge_length.svg here");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress lines on stderr");
   cmd->callback([flags] { run(*flags); });
+}
+
+void add_stranger_traffic_options(CLI::App& cmd, diverge::TrafficConfig& traffic) {
+  cmd.add_option("--arrival-rate", traffic.arrival_rate, "stranger arrivals per step (Poisson mean; 0: none)")
+      ->capture_default_str();
+  cmd.add_option("--fixed-interval", traffic.fixed_interval, "one stranger every K steps instead of Poisson")
+      ->capture_default_str();
+  cmd.add_option("--prompt-min", traffic.prompt_min, "stranger prompt length min")->capture_default_str();
+  cmd.add_option("--prompt-max", traffic.prompt_max, "stranger prompt length max")->capture_default_str();
+  cmd.add_option("--decode-min", traffic.decode_min, "stranger generation length min")->capture_default_str();
+  cmd.add_option("--decode-max", traffic.decode_max, "stranger generation length max")->capture_default_str();
 }
 
 }  // namespace moe::sim

@@ -10,6 +10,7 @@
 #include "moe/layer/moe_layer_config.h"
 #include "moe/model/model_weights.h"
 #include "moe/model/tokenizer.h"
+#include "sim/diverge/command.h"
 #include "sim/diverge/corpus.h"
 #include "sim/errors.h"
 #include "sim/install_paths.h"
@@ -158,18 +159,7 @@ void add_quality_command(CLI::App& app) {
   cmd->add_option("--budget", o.engine.token_budget, "token budget per step (rows)")->capture_default_str();
   cmd->add_option("--chunk", o.engine.chunk_size, "prefill chunk size (0: the budget only)")
       ->capture_default_str();
-  cmd->add_option("--arrival-rate", o.traffic.arrival_rate,
-                  "stranger arrivals per step (Poisson mean; 0: none)")
-      ->capture_default_str();
-  cmd->add_option("--fixed-interval", o.traffic.fixed_interval,
-                  "one stranger every K steps instead of Poisson")
-      ->capture_default_str();
-  cmd->add_option("--prompt-min", o.traffic.prompt_min, "stranger prompt length min")->capture_default_str();
-  cmd->add_option("--prompt-max", o.traffic.prompt_max, "stranger prompt length max")->capture_default_str();
-  cmd->add_option("--decode-min", o.traffic.decode_min, "stranger generation length min")
-      ->capture_default_str();
-  cmd->add_option("--decode-max", o.traffic.decode_max, "stranger generation length max")
-      ->capture_default_str();
+  add_stranger_traffic_options(*cmd, o.traffic);
   cmd->add_option("--system-prompts", o.traffic.system_prompts,
                   "shared system prompts half the strangers begin with")
       ->capture_default_str();
