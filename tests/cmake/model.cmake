@@ -17,7 +17,7 @@ endif()
 moe_add_test(NAME diverge_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_test.cc
              LIBS moe_sim_diverge LABELS unit)
 moe_add_test(NAME diverge_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_invariance_test.cc
-             LIBS moe_sim_diverge LABELS invariance)
+             LIBS moe_sim_diverge LABELS invariance threaded)
 
 # The trained checkpoint models/kjv-moe (docs/training.md): its files, the tokenizer, the torch forward against the
 # committed reference logits, and the held-out perplexity training.json reports. The KJV corpus is built into the
