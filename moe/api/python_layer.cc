@@ -648,8 +648,7 @@ void bind_layer(py::module_& m) {
           py::arg("overflow") = py::none(), py::arg("kernel") = py::none(), py::arg("compute") = py::none(),
           py::arg("num_threads") = 0, py::arg("max_tokens") = 0,
           "An expert-parallel layer of a checkpoint directory, this process one rank reading only its "
-          "experts "
-          "(plus the router gate and the shared expert). Collective.")
+          "experts (plus the router gate and the shared expert). Collective.")
       .def_property_readonly("expert_parallel",
                              [](const PyLayer& self) -> py::object {
                                const auto info = api::expert_parallel_info(*self.layer);

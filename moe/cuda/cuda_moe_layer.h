@@ -34,8 +34,8 @@ struct DeviceRoutingTable {
   int32_t* slots_held = nullptr;            // [num_rows * E]
   uint32_t* next_position = nullptr;        // [num_rows]
   const uint32_t* prompt_length = nullptr;  // [num_rows] (sequence scope)
-  int32_t* higher_choices =
-      nullptr;  // [num_rows * top_k * E] (sequence scope; rules::prompt_choice_counts_size)
+  // [num_rows * top_k * E] (sequence scope; rules::prompt_choice_counts_size)
+  int32_t* higher_choices = nullptr;
 };
 
 // The GPU twin of MoELayer. forward() computes the same function (docs/runtime.md): same router, the same
