@@ -390,19 +390,24 @@ void avx512_range(const float* x, int64_t rows, int64_t x_stride, const typename
     const auto& tiles = kDirectTiles<W>;
     const int64_t tile_outputs = kNR;
     int64_t o_first = o_begin;
-    if (rows <= 2) {
-      // One or two rows stream the weights, 8 W rows at a time with no software prefetch: the access pattern
-      // of Eigen's row-major GEMV (8 streams, like 4 rows and 4 prefetched; 8 rows and 8 prefetched streamed
-      // 30 % slower on the AMD machine of this class, docs/results.md section 3).
+    if (rows == 1) {
+      // One row streams the weights one W row at a time, prefetching the row kAhead rows on chunk by chunk:
+      // one sequential stream that the prefetch carries across page boundaries (8 W rows side by side, as for
+      // two rows, streamed ~10 % slower on Qwen3-30B-A3B's experts on the AMD machine of this class).
+      constexpr int64_t kAhead = 2;
+      for (; o_first < o_end; ++o_first) {
+        const T* wo = w + o_first * w_stride;
+        const T* ahead = o_first + kAhead < o_end ? wo + kAhead * w_stride : nullptr;
+        direct_tile<1, 1, W>(x_copy, x_copy_stride, wo, w_stride, in, y + o_first, y_stride, ahead, 1);
+      }
+    } else if (rows == 2) {
+      // Two rows stream the weights 8 W rows at a time with no software prefetch: the access pattern of
+      // Eigen's row-major GEMV (8 streams, like 4 rows and 4 prefetched; 8 rows and 8 prefetched streamed 30
+      // % slower on the AMD machine of this class, docs/results.md section 3).
       constexpr int64_t kWide = 8;
       for (; o_first + kWide <= o_end; o_first += kWide) {
-        float* yo = y + o_first;
-        const T* wo = w + o_first * w_stride;
-        if (rows == 1) {
-          direct_tile<1, kWide, W>(x_copy, x_copy_stride, wo, w_stride, in, yo, y_stride, nullptr, 0);
-        } else {
-          direct_tile<2, kWide, W>(x_copy, x_copy_stride, wo, w_stride, in, yo, y_stride, nullptr, 0);
-        }
+        direct_tile<2, kWide, W>(x_copy, x_copy_stride, w + o_first * w_stride, w_stride, in, y + o_first,
+                                 y_stride, nullptr, 0);
       }
     }
     for (int64_t o = o_first; o < o_end; o += tile_outputs) {
