@@ -1,6 +1,7 @@
 #include "moe/layer/expert_ffns.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -26,13 +27,18 @@ kernels::Bf16LinearMaker bf16_maker(kernels::KernelKind kind, int threads) {
 #endif
 }
 
+// The matrices of an FFN that its activation reads, in the order w1, w3, w2 (w3 null unless gated).
+std::array<const kernels::MatrixView*, 3> ffn_matrices(kernels::Activation act,
+                                                       const kernels::FfnWeights& w) {
+  return {&w.w1, kernels::is_gated(act) ? &w.w3 : nullptr, &w.w2};
+}
+
 // Bytes of the copy an FFN's weights get here: the quantized kernels' panels (about the stored blocks' bytes:
 // kernels/cpu/linear_quant_pack.h) of its quantized matrices, and under bf16 compute the bf16 copy of a plain
 // FFN (2 bytes an element).
 uint64_t prepared_bytes(kernels::Activation act, const kernels::FfnWeights& w,
                         kernels::ComputePrecision compute) {
-  const bool gated = kernels::is_gated(act);
-  const kernels::MatrixView* matrices[] = {&w.w1, gated ? &w.w3 : nullptr, &w.w2};
+  const auto matrices = ffn_matrices(act, w);
   if (kernels::ffn_has_quantized(act, w)) {
     uint64_t bytes = 0;
     for (const kernels::MatrixView* m : matrices) {
@@ -51,13 +57,12 @@ uint64_t prepared_bytes(kernels::Activation act, const kernels::FfnWeights& w,
 
 // The mapped bytes of an FFN's quantized matrices (and FP8's scales), released once their panels are made.
 void release_quantized(kernels::Activation act, const kernels::FfnWeights& w) {
-  const kernels::MatrixView* matrices[] = {&w.w1, kernels::is_gated(act) ? &w.w3 : nullptr, &w.w2};
-  for (const kernels::MatrixView* m : matrices) {
+  for (const kernels::MatrixView* m : ffn_matrices(act, w)) {
     if (m == nullptr || !kernels::is_quantized(m->dtype)) continue;
     io::release_pages(m->data, kernels::view_data_bytes(*m));
-    if (m->scales != nullptr && m->rows > 0) {
-      const int64_t scale_rows = (m->rows + m->scale_block_rows - 1) / m->scale_block_rows;
-      io::release_pages(m->scales, static_cast<uint64_t>(scale_rows * m->scale_stride) * sizeof(float));
+    if (m->scales != nullptr) {
+      io::release_pages(m->scales,
+                        static_cast<uint64_t>(kernels::fp8_scale_rows(*m) * m->scale_stride) * sizeof(float));
     }
   }
 }
