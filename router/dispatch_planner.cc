@@ -10,6 +10,7 @@
 #include "router/rules/plan_rules.h"
 #include "router/rules/slice_rules.h"
 #include "router/rules/sort_keys.h"
+#include "router/rules/turn_rules.h"
 
 namespace moe {
 namespace {
@@ -296,36 +297,58 @@ void DispatchPlanner::plan_causal_group(const TokenRoutes& routes, std::span<con
 int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::span<const TokenMeta> meta,
                                              int32_t begin, int32_t end, RoutingState::Request* request,
                                              int64_t decode_capacity, DispatchPlan& out) {
-  // With a state: the admitted prompt length, the slots and choice counts its earlier chunks hold (advanced
-  // in place). Without: these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
+  // With a state: the admitted turns, the slots and choice counts its earlier chunks hold (advanced in
+  // place). Without: these rows are the whole prompt (every row is a prompt row, L = T_r, nothing held).
   const uint32_t prompt_length = request ? request->prompt_length : static_cast<uint32_t>(end - begin);
+  const rules::TurnEnds turns =
+      request != nullptr && request->turn_ends.size() > 1
+          ? rules::TurnEnds{request->turn_ends.data(), static_cast<int>(request->turn_ends.size())}
+          : rules::TurnEnds{&prompt_length, 1};
   const size_t counts = static_cast<size_t>(rules::prompt_choice_counts_size(top_k_, num_experts_));
   if (request != nullptr && request->higher_choices.size() != counts) {
     request->higher_choices.assign(counts, 0);  // top_k 0
   }
-  // The prompt rows come first (positions ascend within the request). Stateless: all rows are prompt rows.
-  int32_t first_decode = begin;
-  while (first_decode < end && (request == nullptr || meta[order_[first_decode]].position < prompt_length)) {
-    ++first_decode;
-  }
   SlotPlacer place{out};
   const rules::RouteArrays arrays = route_arrays(routes);
-  if (first_decode > begin) {  // the prompt pool; a group of decode rows only neither reads nor changes it
-    const int64_t capacity = rules::request_capacity(policy_, prompt_length, top_k_, num_experts_);
-    // What the pool offers this batch: its budget at the batch's last prompt row (prefix scope: its
-    // horizon's).
-    const uint32_t first_row = request ? request->next_position : 0;
-    const uint32_t last_row = first_row + static_cast<uint32_t>(first_decode - 1 - begin);
-    const int64_t offered = rules::prompt_budget(policy_, last_row, prompt_length, top_k_, num_experts_);
-    if (request != nullptr) {
-      std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
-    } else {
-      scratch_counts_.assign(counts, 0);
+  // The rows in runs of one segment each (positions ascend within the request): a turn's prompt rows into the
+  // prompt pool under that turn's length, answer and decode rows each into a pool of its own.
+  const uint32_t first_row = request ? request->next_position : 0;
+  int32_t* higher = nullptr;
+  int64_t offered =
+      0;  // the prompt pool's budget at the batch's last prompt row (prefix scope: its horizon's)
+  int32_t decode_rows = 0;
+  for (int32_t i = begin; i < end;) {
+    const uint32_t position = first_row + static_cast<uint32_t>(i - begin);
+    const int segment = turns.segment_of(position);
+    const uint64_t segment_end = segment < turns.count ? turns.ends[segment] : UINT64_MAX;
+    const int32_t run_end = segment_end - position < static_cast<uint64_t>(end - i)
+                                ? i + static_cast<int32_t>(segment_end - position)
+                                : end;
+    if (!rules::TurnEnds::is_prompt_segment(segment, turns.count)) {
+      rules::keep_decode_rows(arrays, order_.data(), i, run_end, decode_capacity, place);
+      decode_rows += run_end - i;
+      i = run_end;
+      continue;
     }
-    int32_t* higher = request != nullptr ? request->higher_choices.data() : scratch_counts_.data();
-    rules::decide_prompt_pool(arrays, policy_, num_experts_, order_.data(), begin, first_decode, first_row,
-                              prompt_length, prompt_capacity(prompt_length, capacity), pool_count_.data(),
-                              higher, out.pair_expert.data(), out.pair_status.data(), place);
+    if (higher == nullptr) {  // the prompt pool, read once per batch
+      if (request != nullptr) {
+        std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
+        higher = request->higher_choices.data();
+      } else {
+        scratch_counts_.assign(counts, 0);
+        higher = scratch_counts_.data();
+      }
+    }
+    const auto turn_length = static_cast<uint32_t>(segment_end);
+    const int64_t capacity = rules::request_capacity(policy_, turn_length, top_k_, num_experts_);
+    rules::decide_prompt_pool(arrays, policy_, num_experts_, order_.data(), i, run_end, position, turn_length,
+                              prompt_capacity(turn_length, capacity), pool_count_.data(), higher,
+                              out.pair_expert.data(), out.pair_status.data(), place);
+    const uint32_t last_row = position + static_cast<uint32_t>(run_end - 1 - i);
+    offered = rules::prompt_budget(policy_, last_row, turn_length, top_k_, num_experts_);
+    i = run_end;
+  }
+  if (higher != nullptr) {  // a group of decode rows only neither reads nor changes the prompt pool
     // Slots offered: what the prompt pool had left for this batch's prompt rows.
     for (int e = 0; e < num_experts_; ++e) {
       const int64_t held = request ? request->slots_held[e] : 0;
@@ -334,12 +357,11 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
     if (request != nullptr) std::copy(pool_count_.begin(), pool_count_.end(), request->slots_held.begin());
     std::fill(pool_count_.begin(), pool_count_.end(), 0);
   }
-  rules::keep_decode_rows(arrays, order_.data(), first_decode, end, decode_capacity, place);
   if (request != nullptr) {
     request->next_position = meta[order_[end - 1]].position + 1;
     request->rule = rule_;
   }
-  return end - first_decode;
+  return decode_rows;
 }
 
 void DispatchPlanner::check(const TokenRoutes& routes, std::span<const TokenMeta> meta,

@@ -1,6 +1,10 @@
 #include "router/routing_rule.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "router/rules/turn_rules.h"
 
 namespace moe {
 namespace {
@@ -31,31 +35,81 @@ RoutingRule RoutingRule::of(const DispatchPolicy& policy) {
   return r;
 }
 
-uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end, uint32_t prompt_length) {
-  switch (rule.scope) {
-    case CapacityScope::kSequence:
-      return prompt_length;
-    case CapacityScope::kPrefix:
-      return uint64_t{prompt_length} >= uint64_t{prefix_end} + rule.lookahead ? 0 : prompt_length;
-    default:
-      return 0;
+namespace {
+
+void check_turn_ends(std::span<const uint32_t> turn_ends) {
+  if (const char* error = rules::turn_ends_error(turn_ends.data(), static_cast<int64_t>(turn_ends.size()))) {
+    throw std::invalid_argument(std::string("prefix_cache_salt: ") + error);
   }
+}
+
+}  // namespace
+
+std::vector<uint32_t> prefix_cache_turns(const RoutingRule& rule, uint32_t prefix_end,
+                                         std::span<const uint32_t> turn_ends) {
+  check_turn_ends(turn_ends);
+  std::vector<uint32_t> out;
+  const bool sequence = rule.scope == CapacityScope::kSequence;
+  if ((!sequence && rule.scope != CapacityScope::kPrefix) || prefix_end == 0) return out;
+  for (uint32_t end : turn_ends) {
+    if (end < prefix_end) out.push_back(end);
+  }
+  const rules::TurnEnds turns{turn_ends.data(), static_cast<int>(turn_ends.size())};
+  const int last = turns.segment_of(prefix_end - 1);
+  if (rules::TurnEnds::is_prompt_segment(last, turns.count)) {
+    const uint32_t turn_end = turns.ends[last];  // >= prefix_end
+    if (sequence || uint64_t{turn_end} < uint64_t{prefix_end} + rule.lookahead) out.push_back(turn_end);
+  }
+  return out;
+}
+
+uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end,
+                           std::span<const uint32_t> turn_ends) {
+  const std::vector<uint32_t> turns = prefix_cache_turns(rule, prefix_end, turn_ends);
+  if (turns.empty()) return 0;
+  if (turns.size() == 1) return turns.front();
+  uint64_t h = 0xCBF29CE484222325ull;
+  mix(h, static_cast<uint64_t>(turns.size()));
+  for (uint32_t end : turns) mix(h, end);
+  // A splitmix64 finaliser over the FNV state, then the top bit: never a prompt length (< 2^32).
+  h ^= h >> 30;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 27;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 31;
+  return h | (uint64_t{1} << 63);
+}
+
+uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end,
+                           std::span<const uint32_t> turn_ends) {
+  return prefix_cache_salt(RoutingRule::of(policy), prefix_end, turn_ends);
+}
+
+uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end, uint32_t prompt_length) {
+  if (prompt_length == 0) return 0;  // no prompt (a request no rule admitted): nothing depends on it
+  return prefix_cache_salt(rule, prefix_end, std::span<const uint32_t>(&prompt_length, 1));
 }
 
 uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end, uint32_t prompt_length) {
   return prefix_cache_salt(RoutingRule::of(policy), prefix_end, prompt_length);
 }
 
-uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end, uint32_t prompt_length) {
-  if (rules.size() == 1) return prefix_cache_salt(rules.front(), prefix_end, prompt_length);
+uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end,
+                           std::span<const uint32_t> turn_ends) {
+  if (rules.size() == 1) return prefix_cache_salt(rules.front(), prefix_end, turn_ends);
   bool any = false;
   uint64_t h = 0xCBF29CE484222325ull;
   for (const RoutingRule& rule : rules) {
-    const uint64_t salt = prefix_cache_salt(rule, prefix_end, prompt_length);
+    const uint64_t salt = prefix_cache_salt(rule, prefix_end, turn_ends);
     any |= salt != 0;
     mix(h, salt);
   }
   return any ? (h == 0 ? 1 : h) : 0;
+}
+
+uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end, uint32_t prompt_length) {
+  if (prompt_length == 0) return 0;
+  return prefix_cache_salt(rules, prefix_end, std::span<const uint32_t>(&prompt_length, 1));
 }
 
 }  // namespace moe

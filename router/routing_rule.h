@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "router/dispatch_policy.h"
 
@@ -34,13 +35,34 @@ struct RoutingRule {
 //   causal scope     0 (no decision depends on L)
 //   batch, request, none: 0 (no routing state: nothing of the prefix is carried; these scopes make no
 //                    promise across batches anyway)
+// The single-turn case of the conversation forms below ({prompt_length}).
 uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end, uint32_t prompt_length);
 uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end, uint32_t prompt_length);
+
+// Conversations (router/rules/turn_rules.h; docs/routing.md, "Conversations"): the turn ends a cached prefix
+// [0, prefix_end) of a request with turn ends `turn_ends` routes by, under sequence and prefix scopes - every
+// end before prefix_end (where the prefix's turns and answers begin and end), and the end of the turn holding
+// position prefix_end - 1 when that position is a prompt row whose decision reads it (sequence scope always;
+// prefix scope when the turn ends within `lookahead` of prefix_end). Empty under the other scopes and for a
+// prefix of one turn's prompt that ends `lookahead` or more before the turn does. Two requests with the same
+// tokens in [0, prefix_end) route them bitwise alike iff these lists are equal: what an engine's block key
+// must cover (exactly, or through the salt below).
+std::vector<uint32_t> prefix_cache_turns(const RoutingRule& rule, uint32_t prefix_end,
+                                         std::span<const uint32_t> turn_ends);
+// The 64-bit form of prefix_cache_turns: 0 for an empty list, the one value for a list of one (so a
+// single-turn request's salt is the one above), else a 64-bit hash of the list with its top bit set (never a
+// prompt length). Throws std::invalid_argument for invalid turn ends (rules::turn_ends_error).
+uint64_t prefix_cache_salt(const RoutingRule& rule, uint32_t prefix_end, std::span<const uint32_t> turn_ends);
+uint64_t prefix_cache_salt(const DispatchPolicy& policy, uint32_t prefix_end,
+                           std::span<const uint32_t> turn_ends);
+
 // The key extension of a cache whose blocks serve requests planned under several rules at once (a simulator
 // planning several policies over one engine pass): 0 where every rule's salt is 0 (no rule's decisions in
 // the prefix saw the prompt length: a cache keyed by tokens alone), else a hash of all the rules' salts -
 // so two blocks share a key only where every rule's salt is equal, and a hit is valid under each rule. With
 // one rule it is that rule's salt; with none, 0.
 uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end, uint32_t prompt_length);
+uint64_t prefix_cache_salt(std::span<const RoutingRule> rules, uint32_t prefix_end,
+                           std::span<const uint32_t> turn_ends);
 
 }  // namespace moe

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "router/rules/plan_rules.h"
+#include "router/rules/turn_rules.h"
 
 namespace moe {
 namespace {
@@ -18,13 +19,33 @@ std::string request_name(uint64_t request_id) {
   return "request " + std::to_string(request_id);
 }
 
+void check_turns(const std::string& who, std::span<const uint32_t> turn_ends) {
+  if (const char* error = rules::turn_ends_error(turn_ends.data(), static_cast<int64_t>(turn_ends.size()))) {
+    fail(who + ": " + error);
+  }
+}
+
+std::string turns_text(std::span<const uint32_t> turns) {
+  std::string out = "{";
+  for (size_t i = 0; i < turns.size(); ++i) out += (i ? ", " : "") + std::to_string(turns[i]);
+  return out + "}";
+}
+
+// Whether the row at `position` of `r` changed its counts: every row under causal scope, the prompt rows of
+// its turns under sequence and prefix scopes (rules::row_changes_counts, per turn).
+bool changes_counts(const RoutingState::Request& r, CapacityScope scope, uint32_t position) {
+  if (scope == CapacityScope::kCausal) return true;
+  if (r.turn_ends.empty()) return rules::row_changes_counts(scope, position, r.prompt_length);
+  return rules::TurnEnds{r.turn_ends.data(), static_cast<int>(r.turn_ends.size())}.is_prompt_row(position);
+}
+
 // Adds (sign 1) or removes (sign -1) the contribution of positions [begin, end) to a request's counts, from
 // the records choices/placed (row i = position - begin, top_k entries each) under `rule`.
 void count_records(RoutingState::Request& r, const RoutingRule& rule, int num_experts, int top_k,
                    uint32_t begin, uint32_t end, const int32_t* choices, const int32_t* placed, int sign) {
   const bool prompt_pool = rule.scope == CapacityScope::kSequence || rule.scope == CapacityScope::kPrefix;
   for (uint32_t p = begin; p < end; ++p) {
-    if (!rules::row_changes_counts(rule.scope, p, r.prompt_length)) continue;
+    if (!changes_counts(r, rule.scope, p)) continue;
     const size_t row = static_cast<size_t>(p - begin) * top_k;
     for (int j = 0; j < top_k; ++j) {
       if (placed[row + j] >= 0) r.slots_held[placed[row + j]] += sign;
@@ -36,6 +57,7 @@ void count_records(RoutingState::Request& r, const RoutingRule& rule, int num_ex
 
 // Little-endian writer and checked reader of RoutingSegment's byte string.
 constexpr char kSegmentMagic[8] = {'M', 'O', 'E', 'R', 'S', 'E', 'G', '1'};
+constexpr char kConversationSegmentMagic[8] = {'M', 'O', 'E', 'R', 'S', 'E', 'G', '2'};
 constexpr size_t kSegmentHeaderBytes = 8 + 4 * 6 + 1 + 4 + 8;
 
 template <typename T>
@@ -56,8 +78,10 @@ T get(std::span<const uint8_t> in, size_t& at) {
 
 std::vector<uint8_t> RoutingSegment::serialize() const {
   std::vector<uint8_t> out;
-  out.reserve(kSegmentHeaderBytes + (choices.size() + placed.size()) * 4);
-  for (char c : kSegmentMagic) out.push_back(static_cast<uint8_t>(c));
+  const bool conversation = turn_ends.size() > 1;
+  out.reserve(kSegmentHeaderBytes + (choices.size() + placed.size() + 1 + turn_ends.size()) * 4);
+  for (char c : conversation ? kConversationSegmentMagic : kSegmentMagic)
+    out.push_back(static_cast<uint8_t>(c));
   put<uint32_t>(out, static_cast<uint32_t>(num_experts));
   put<uint32_t>(out, static_cast<uint32_t>(top_k));
   put<uint32_t>(out, prompt_length);
@@ -67,6 +91,10 @@ std::vector<uint8_t> RoutingSegment::serialize() const {
   put<uint8_t>(out, static_cast<uint8_t>(rule.scope));
   put<uint32_t>(out, rule.lookahead);
   put<uint64_t>(out, rule.fingerprint);
+  if (conversation) {
+    put<uint32_t>(out, static_cast<uint32_t>(turn_ends.size()));
+    for (uint32_t end : turn_ends) put<uint32_t>(out, end);
+  }
   for (int32_t v : choices) put<uint32_t>(out, static_cast<uint32_t>(v));
   for (int32_t v : placed) put<uint32_t>(out, static_cast<uint32_t>(v));
   return out;
@@ -78,7 +106,9 @@ RoutingSegment RoutingSegment::parse(std::span<const uint8_t> bytes) {
     bad("too short (" + std::to_string(bytes.size()) + " bytes, the header alone is " +
         std::to_string(kSegmentHeaderBytes) + ")");
   }
-  if (std::memcmp(bytes.data(), kSegmentMagic, 8) != 0) bad("not a routing segment (no MOERSEG1 magic)");
+  const bool conversation = std::memcmp(bytes.data(), kConversationSegmentMagic, 8) == 0;
+  if (!conversation && std::memcmp(bytes.data(), kSegmentMagic, 8) != 0)
+    bad("not a routing segment (no MOERSEG1 magic, nor MOERSEG2)");
   size_t at = 8;
   RoutingSegment s;
   const uint32_t experts = get<uint32_t>(bytes, at), k = get<uint32_t>(bytes, at);
@@ -97,9 +127,26 @@ RoutingSegment RoutingSegment::parse(std::span<const uint8_t> bytes) {
     bad(std::to_string(entries) + " entries for " + std::to_string(s.end - s.begin) + " positions of top_k " +
         std::to_string(k));
   }
-  if (bytes.size() != kSegmentHeaderBytes + uint64_t{entries} * 8) {
+  uint64_t header = kSegmentHeaderBytes;
+  if (conversation) {
+    if (bytes.size() < header + 4) bad("too short for the turn count of a MOERSEG2 segment");
+    const uint32_t turns = get<uint32_t>(bytes, at);
+    if (turns < 3 || uint64_t{turns} * 4 > bytes.size() - header - 4) {
+      bad(std::to_string(turns) + " turn ends (a conversation has at least 3) in " +
+          std::to_string(bytes.size()) + " bytes");
+    }
+    header += 4 + uint64_t{turns} * 4;
+    s.turn_ends.resize(turns);
+    for (auto& end : s.turn_ends) end = get<uint32_t>(bytes, at);
+    if (const char* error = rules::turn_ends_error(s.turn_ends.data(), turns)) bad(error);
+    if (s.turn_ends.back() != s.prompt_length) {
+      bad("the last turn end " + std::to_string(s.turn_ends.back()) + " is not the prompt length " +
+          std::to_string(s.prompt_length));
+    }
+  }
+  if (bytes.size() != header + uint64_t{entries} * 8) {
     bad(std::to_string(bytes.size()) + " bytes where the header announces " +
-        std::to_string(kSegmentHeaderBytes + uint64_t{entries} * 8));
+        std::to_string(header + uint64_t{entries} * 8));
   }
   s.num_experts = static_cast<int>(experts);
   s.top_k = static_cast<int>(k);
@@ -121,9 +168,10 @@ RoutingState::RoutingState(int num_experts, int top_k, bool record)
   if (record && top_k == 0) fail("a recording state needs its top_k (got 0)");
 }
 
-RoutingState::Request& RoutingState::create(uint64_t request_id, uint32_t prompt_length) {
+RoutingState::Request& RoutingState::create(uint64_t request_id, std::span<const uint32_t> turn_ends) {
   Request& r = requests_[request_id];
-  r.prompt_length = prompt_length;
+  r.prompt_length = turn_ends.back();
+  r.turn_ends.assign(turn_ends.begin(), turn_ends.end());
   r.slots_held.assign(num_experts_, 0);
   if (top_k_ > 0) r.higher_choices.assign(static_cast<size_t>(top_k_) * num_experts_, 0);
   return r;
@@ -131,16 +179,27 @@ RoutingState::Request& RoutingState::create(uint64_t request_id, uint32_t prompt
 
 void RoutingState::admit(uint64_t request_id, uint32_t prompt_length) {
   if (prompt_length == 0) fail(request_name(request_id) + ": prompt_length must be >= 1");
+  admit(request_id, std::span<const uint32_t>(&prompt_length, 1));
+}
+
+void RoutingState::admit(uint64_t request_id, std::span<const uint32_t> turn_ends) {
+  check_turns(request_name(request_id), turn_ends);
   if (requests_.count(request_id) != 0) {
     fail(request_name(request_id) + " is already admitted (release it before admitting it again)");
   }
-  create(request_id, prompt_length);
+  create(request_id, turn_ends);
 }
 
 void RoutingState::check_restore(uint64_t request_id, uint32_t prompt_length,
                                  std::span<const RoutingSegment> prefix) const {
+  if (prompt_length == 0) fail(request_name(request_id) + ": prompt_length must be >= 1");
+  check_restore(request_id, std::span<const uint32_t>(&prompt_length, 1), prefix);
+}
+
+void RoutingState::check_restore(uint64_t request_id, std::span<const uint32_t> turn_ends,
+                                 std::span<const RoutingSegment> prefix) const {
   const std::string who = request_name(request_id);
-  if (prompt_length == 0) fail(who + ": prompt_length must be >= 1");
+  check_turns(who, turn_ends);
   if (requests_.count(request_id) != 0) {
     fail(who + " is live: a cached prefix can only be restored onto a request the state does not hold");
   }
@@ -173,12 +232,21 @@ void RoutingState::check_restore(uint64_t request_id, uint32_t prompt_length,
       }
     }
     if (!(s.rule == rule)) fail(seg + " was planned under another rule than segment 0");
-    if (prefix_cache_salt(s.rule, s.end, s.prompt_length) != prefix_cache_salt(rule, s.end, prompt_length)) {
-      fail(seg + " was planned for a prompt of " + std::to_string(s.prompt_length) +
-           " tokens and its routing depends on the prompt length (prefix_cache_salt " +
-           std::to_string(prefix_cache_salt(s.rule, s.end, s.prompt_length)) + ", this request's " +
-           std::to_string(prefix_cache_salt(rule, s.end, prompt_length)) +
-           "): it is not this request's routing; the prefix cache's key must carry the salt");
+    check_turns(seg + "'s planning request", s.planned_turns());
+    const std::vector<uint32_t> planned = prefix_cache_turns(s.rule, s.end, s.planned_turns());
+    const std::vector<uint32_t> wanted = prefix_cache_turns(rule, s.end, turn_ends);
+    if (planned != wanted) {
+      const std::string salts =
+          "prefix_cache_salt " + std::to_string(prefix_cache_salt(s.rule, s.end, s.planned_turns())) +
+          ", this request's " + std::to_string(prefix_cache_salt(rule, s.end, turn_ends));
+      const std::string why = s.planned_turns().size() == 1 && turn_ends.size() == 1
+                                  ? " was planned for a prompt of " + std::to_string(s.prompt_length) +
+                                        " tokens and its routing depends on the prompt length (" + salts + ")"
+                                  : " was planned for a request of turn ends " +
+                                        turns_text(s.planned_turns()) +
+                                        " and its routing depends on the turn ends " + turns_text(planned) +
+                                        ", this request's on " + turns_text(wanted) + " (" + salts + ")";
+      fail(seg + why + ": it is not this request's routing; the prefix cache's key must carry the salt");
     }
     expected = s.end;
   }
@@ -186,15 +254,22 @@ void RoutingState::check_restore(uint64_t request_id, uint32_t prompt_length,
 
 void RoutingState::restore(uint64_t request_id, uint32_t prompt_length,
                            std::span<const RoutingSegment> prefix) {
-  check_restore(request_id, prompt_length, prefix);
+  if (prompt_length == 0) fail(request_name(request_id) + ": prompt_length must be >= 1");
+  restore(request_id, std::span<const uint32_t>(&prompt_length, 1), prefix);
+}
+
+void RoutingState::restore(uint64_t request_id, std::span<const uint32_t> turn_ends,
+                           std::span<const RoutingSegment> prefix) {
+  check_restore(request_id, turn_ends, prefix);
   if (prefix.empty()) {
-    admit(request_id, prompt_length);
+    admit(request_id, turn_ends);
     return;
   }
   const RoutingRule& rule = prefix.front().rule;
   const int k = prefix.front().top_k;
   Request r;
-  r.prompt_length = prompt_length;
+  r.prompt_length = turn_ends.back();
+  r.turn_ends.assign(turn_ends.begin(), turn_ends.end());
   r.slots_held.assign(num_experts_, 0);
   r.higher_choices.assign(static_cast<size_t>(k) * num_experts_, 0);
   r.rule = rule;
@@ -232,7 +307,7 @@ void RoutingState::check_rollback(uint64_t request_id, uint32_t position) const 
 bool RoutingState::rolled_back_rows_count(const Request& r, uint32_t position) {
   bool counted = false;
   for (uint32_t p = position; p < r.next_position && !counted; ++p) {
-    counted = !r.rule.empty() && rules::row_changes_counts(r.rule.scope, p, r.prompt_length);
+    counted = !r.rule.empty() && changes_counts(r, r.rule.scope, p);
   }
   return counted;
 }
@@ -268,6 +343,7 @@ RoutingSegment RoutingState::segment(uint64_t request_id, uint32_t begin, uint32
   s.top_k = top_k_;
   s.rule = r->rule;
   s.prompt_length = r->prompt_length;
+  if (r->turn_ends.size() > 1) s.turn_ends = r->turn_ends;
   s.begin = begin;
   s.end = end;
   const size_t a = static_cast<size_t>(begin) * top_k_, b = static_cast<size_t>(end) * top_k_;

@@ -25,14 +25,24 @@ struct RoutingSegment {
   int top_k = 0;
   RoutingRule rule;            // the rule the positions were planned under
   uint32_t prompt_length = 0;  // L of the request that planned them (prefix_cache_salt's argument)
+  // The turn ends of the request that planned them (router/rules/turn_rules.h; back() == prompt_length), or
+  // empty: a single-turn request ({prompt_length}).
+  std::vector<uint32_t> turn_ends;
   uint32_t begin = 0;
   uint32_t end = 0;
   std::vector<int32_t> choices;  // [(end - begin) * top_k]
   std::vector<int32_t> placed;   // [(end - begin) * top_k]
 
   uint32_t size() const { return end - begin; }
-  // A self-describing little-endian byte string ("MOERSEG1", then the fields; docs/routing.md), and back.
-  // parse() checks every field and the sizes before it allocates: std::invalid_argument naming the problem.
+  // The planning request's turn ends: turn_ends, or {prompt_length} when it is empty.
+  std::span<const uint32_t> planned_turns() const {
+    return turn_ends.empty() ? std::span<const uint32_t>(&prompt_length, 1)
+                             : std::span<const uint32_t>(turn_ends);
+  }
+  // A self-describing little-endian byte string, and back: "MOERSEG1" then the fields for a single-turn
+  // request, "MOERSEG2" (the same fields, then the turn ends) for a conversation's (docs/routing.md, "Prefix
+  // caching"). parse() checks every field and the sizes before it allocates: std::invalid_argument naming the
+  // problem.
   std::vector<uint8_t> serialize() const;
   static RoutingSegment parse(std::span<const uint8_t> bytes);
 };
@@ -53,6 +63,9 @@ class RoutingState {
  public:
   struct Request {
     uint32_t prompt_length = 0;  // admitted prompt length (0: created by causal scope, not admitted)
+    // Its turn ends (router/rules/turn_rules.h; back() == prompt_length): {prompt_length} for a single
+    // turn; empty when not admitted.
+    std::vector<uint32_t> turn_ends;
     uint32_t next_position = 0;
     // Positions [0, cache_boundary) came from a prefix cache (restore): a rollback may not go below it.
     uint32_t cache_boundary = 0;
@@ -81,6 +94,11 @@ class RoutingState {
   // of any size) and then decode tokens one position at a time. Throws if prompt_length is 0 or the state
   // already holds the request (release it first).
   void admit(uint64_t request_id, uint32_t prompt_length);
+  // A conversation's turn: its prompt is the earlier turns' prompts and answers and a new message, as
+  // `turn_ends` describes them (router/rules/turn_rules.h; {L} is the admit above). Its prompt rows are
+  // decided per turn, the answers' positions as decode rows, so that the earlier turns route as they did in
+  // their own turns (docs/routing.md, "Conversations"). Throws for invalid turn ends, and as admit().
+  void admit(uint64_t request_id, std::span<const uint32_t> turn_ends);
   // Admits a request whose positions [0, P) come from a prefix cache: `prefix` are the cached segments of
   // those positions in order (begin 0, each starting where the previous ended; P = the last one's end; empty:
   // plain admit). The request's counts are rebuilt from their records under their rule, its next position is
@@ -89,10 +107,16 @@ class RoutingState {
   // shape (experts, top_k), of another rule than the first, holds an expert outside [-1, E), or was planned
   // for a prompt length whose prefix_cache_salt differs from this request's (its routing is not this
   // request's: the engine's cache key must carry the salt).
+  // A segment planned by another turn of the conversation (or another request) is accepted where
+  // prefix_cache_turns of its planning request and of this one agree at its end.
   void restore(uint64_t request_id, uint32_t prompt_length, std::span<const RoutingSegment> prefix);
+  void restore(uint64_t request_id, std::span<const uint32_t> turn_ends,
+               std::span<const RoutingSegment> prefix);
   // The checks of restore() alone: throws what restore() would, changes nothing (a collective restore checks
   // every request before it restores any).
   void check_restore(uint64_t request_id, uint32_t prompt_length,
+                     std::span<const RoutingSegment> prefix) const;
+  void check_restore(uint64_t request_id, std::span<const uint32_t> turn_ends,
                      std::span<const RoutingSegment> prefix) const;
   // Rolls a request back to `position` (its positions >= position are forgotten: rejected speculative tokens,
   // or a partial recompute): next_position becomes `position` and the counts lose what those positions added.
@@ -128,7 +152,7 @@ class RoutingState {
   int counts_top_k() const;
 
  private:
-  Request& create(uint64_t request_id, uint32_t prompt_length);
+  Request& create(uint64_t request_id, std::span<const uint32_t> turn_ends);
   // Whether positions [position, next_position) of `r` changed its counts.
   static bool rolled_back_rows_count(const Request& r, uint32_t position);
 

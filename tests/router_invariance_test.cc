@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -337,6 +338,128 @@ TEST(Invariance, SequenceScopeWithATokenKeyedCacheDiverges) {
   forge.forge = true;
   const ServingTally t = ServeProbes(sequence, 600, 80, forge, false);
   EXPECT_GT(t.mismatched, t.trials / 10) << t.mismatched << " of " << t.trials;
+}
+
+// Conversations (docs/routing.md, "Conversations"): a conversation of 2-4 turns, each turn a new request
+// whose prompt is every earlier turn's prompt and answer plus a new message, admitted with its turn ends.
+// Each turn is served among admitted strangers in shuffled rows, its first P positions restored from the
+// previous turn's recorded segments (P drawn up to everything the previous turn computed; 0: recomputed), the
+// rest prefilled in random chunks, its answer decoded one row a step. Every turn routes the previous turn's
+// positions - prompt and answer - exactly as the previous turn did, the previous turn's block keys equal this
+// turn's at every block end, and restoring from them is accepted. Drops inside the reused positions are
+// counted (capacity must bind there), with the shipped W = 16 among the draws. Counter-checks: the same
+// prompt admitted as one plain prompt ({L}) routes the previous turns' positions otherwise in many draws, and
+// a segment whose key is forced onto a request of another prompt length changes its bits.
+TEST(Invariance, ConversationTurnsRouteEarlierTurnsAsTheyWere) {
+  std::mt19937_64 rng(35);
+  int64_t reused_drops = 0, reused_drops_w16 = 0, restored = 0, plain_differs = 0, forged_differs = 0;
+  const int kTrials = 400;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    DispatchPolicy p = DispatchPolicy::mode("stable");
+    const uint32_t lookaheads[] = {16, 16, 2, 5, 8, 32};
+    p.lookahead = lookaheads[rng() % 6];
+    const double cfs[] = {0.75, 1.0, 1.25};
+    p.capacity_factor = cfs[rng() % 3];
+    p.overflow = rng() % 3 == 0 ? Overflow::kReroute : Overflow::kDrop;
+    p.reroute_depth = 2;
+    const uint64_t probe = 5;
+    const int turns = 2 + static_cast<int>(rng() % 3);
+    std::vector<uint32_t> ends;     // the conversation so far
+    std::vector<Outcome> previous;  // the previous turn's outcomes at positions [0, previous end)
+    std::vector<RoutingSegment> previous_segments;  // one per position block of the previous turn
+    for (int turn = 0; turn < turns; ++turn) {
+      if (turn > 0)
+        ends.push_back(static_cast<uint32_t>(previous.size() / kTopK));  // the previous answer's end
+      ends.push_back((ends.empty() ? 0 : ends.back()) + 1 + static_cast<uint32_t>(rng() % 40));
+      const uint32_t L = ends.back();
+      const uint32_t answer = 1 + static_cast<uint32_t>(rng() % 12);
+      const uint32_t total = L + answer;
+      // Where the previous turn's routing is reused up to: a block end drawn in [0, what it computed].
+      const uint32_t reused = previous.empty() ? 0 : static_cast<uint32_t>(previous.size() / kTopK);
+      const uint32_t P = reused == 0 ? 0 : static_cast<uint32_t>(rng() % (reused + 1));
+      RoutingState state(kExperts, kTopK, /*record=*/true);
+      std::vector<RoutingSegment> prefix;
+      for (const RoutingSegment& seg : previous_segments) {
+        if (seg.end <= P) prefix.push_back(seg);
+      }
+      const uint32_t start = prefix.empty() ? 0 : prefix.back().end;
+      ASSERT_NO_THROW(state.restore(probe, ends, prefix)) << "trial " << trial << " turn " << turn;
+      restored += start > 0;
+      for (const RoutingSegment& seg : prefix) {
+        EXPECT_EQ(prefix_cache_salt(p, seg.end, seg.planned_turns()),
+                  prefix_cache_salt(p, seg.end, std::span<const uint32_t>(ends)));
+      }
+      std::vector<Outcome> served(previous.begin(),
+                                  previous.begin() + static_cast<std::ptrdiff_t>(start) * kTopK);
+      uint64_t next_stranger = 100;
+      for (uint32_t at = start; at < total;) {
+        const uint32_t n = at < L ? std::min(L - at, 1 + static_cast<uint32_t>(rng() % 16)) : 1;
+        std::vector<Request> requests = {{probe, at, static_cast<int>(n)}};
+        for (int k = static_cast<int>(rng() % 3); k > 0; --k) {  // strangers, each a fresh prompt chunk
+          const uint64_t id = next_stranger++;
+          const uint32_t len = 1 + static_cast<uint32_t>(rng() % 24);
+          state.admit(id, len);
+          requests.push_back({id, 0, static_cast<int>(len)});
+        }
+        const Batch b = MakeBatch(requests, &rng);
+        const std::vector<Outcome> part = ProbeOutcomes(b, PlanBatch(b, p, &state), probe);
+        served.insert(served.end(), part.begin(), part.end());
+        for (size_t r = 1; r < requests.size(); ++r) state.release(requests[r].id);
+        at += n;
+      }
+      if (!previous.empty()) {
+        ASSERT_TRUE(std::equal(previous.begin(), previous.end(), served.begin()))
+            << "trial " << trial << " turn " << turn << ": W " << p.lookahead << ", cf " << p.capacity_factor;
+        for (size_t x = 0; x < previous.size(); ++x) {
+          const bool dropped = previous[x].status == PairStatus::kDropped;
+          reused_drops += dropped;
+          reused_drops_w16 += dropped && p.lookahead == 16;
+        }
+        // Counter-check: the same positions admitted as one plain prompt of L tokens.
+        RoutingState plain(kExperts, kTopK);
+        plain.admit(probe, L);
+        const Batch whole = MakeBatch({{probe, 0, static_cast<int>(total)}}, nullptr);
+        const std::vector<Outcome> as_plain = ProbeOutcomes(whole, PlanBatch(whole, p, &plain), probe);
+        plain_differs += !std::equal(previous.begin(), previous.end(), as_plain.begin());
+      }
+      previous = served;
+      previous_segments.clear();  // blocks of 1-8 positions tiling [0, total)
+      for (uint32_t b = 0; b < total;) {
+        const uint32_t e = std::min(total, b + 1 + static_cast<uint32_t>(rng() % 8));
+        previous_segments.push_back(state.segment(probe, b, e));
+        b = e;
+      }
+      // Counter-check: a segment ending within W of this turn's end, its key forced onto a single-turn
+      // request of another prompt length (an engine whose key lacks the salt), is not that request's routing.
+      if (turn == 0 && L > 1 && p.lookahead > 0) {
+        const uint32_t end = L - 1;
+        const uint32_t other = L + 1 + static_cast<uint32_t>(rng() % 8);
+        RoutingSegment forged = state.segment(probe, 0, end);
+        if (prefix_cache_salt(p, end, L) != prefix_cache_salt(p, end, other)) {
+          forged.prompt_length = other;
+          RoutingState cached(kExperts, kTopK);
+          cached.restore(probe, other, std::vector<RoutingSegment>{forged});
+          const Batch rest = MakeBatch({{probe, end, static_cast<int>(other - end)}}, nullptr);
+          std::vector<Outcome> with_cache(served.begin(),
+                                          served.begin() + static_cast<std::ptrdiff_t>(end) * kTopK);
+          const std::vector<Outcome> tail = ProbeOutcomes(rest, PlanBatch(rest, p, &cached), probe);
+          with_cache.insert(with_cache.end(), tail.begin(), tail.end());
+          RoutingState alone(kExperts, kTopK);
+          alone.admit(probe, other);
+          const Batch whole = MakeBatch({{probe, 0, static_cast<int>(other)}}, nullptr);
+          forged_differs += with_cache != ProbeOutcomes(whole, PlanBatch(whole, p, &alone), probe);
+        }
+      }
+    }
+  }
+  std::printf("restored %lld reused drops %lld (W16 %lld) plain differs %lld forged differs %lld\n",
+              (long long)restored, (long long)reused_drops, (long long)reused_drops_w16,
+              (long long)plain_differs, (long long)forged_differs);
+  EXPECT_GT(restored, kTrials / 2);
+  EXPECT_GT(reused_drops, 0) << "capacity must bind inside the reused positions";
+  EXPECT_GT(reused_drops_w16, 0) << "... under the shipped W = 16 too";
+  EXPECT_GT(plain_differs, kTrials / 10) << "a plain prompt must route the earlier turns otherwise";
+  EXPECT_GT(forged_differs, kTrials / 20) << "a forged key must change bits";
 }
 
 }  // namespace

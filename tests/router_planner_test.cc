@@ -49,12 +49,13 @@ DispatchPolicy Policy(CapacityScope scope, Priority priority, double cf) {
 
 // One admitted request's prompt (request `id`, positions from 0) planned in forward passes of the given
 // sizes through `planner` and `state`, every weight 1/k: each pass's plan, in order.
+// `first`: the position of the first pass's first row (rows before it come from a restored prefix).
 std::vector<DispatchPlan> PlanPromptInChunks(DispatchPlanner& planner, RoutingState& state, uint64_t id,
                                              int experts, int k,
                                              const std::vector<std::vector<int32_t>>& prompt,
-                                             const std::vector<int>& chunks) {
+                                             const std::vector<int>& chunks, int first = 0) {
   std::vector<DispatchPlan> plans;
-  int at = 0;
+  int at = first;
   for (int n : chunks) {
     std::vector<std::vector<int32_t>> part(prompt.begin() + at, prompt.begin() + at + n);
     std::vector<TokenMeta> meta;
@@ -371,6 +372,97 @@ TEST(Planner, PrefixWorkedExample) {
   EXPECT_EQ(prefix_cache_salt(p, 6, 12), 0u);
   EXPECT_EQ(prefix_cache_salt(p, 7, 8), 8u);
   EXPECT_EQ(prefix_cache_salt(p, 7, 12), 0u);
+}
+
+// docs/routing.md's conversation worked example ("Conversations"): E = 4, k = 2, cf 1, ceil, W = 2. Turn 1
+// is a prompt of 4 rows and an answer of 2 (decode rows); turn 2 sends them again with a new message of 3
+// rows: turn ends {4, 6, 9}. Positions 0-3 are decided as the rows of a 4-token prompt in both turns (budget
+// ceil(min(4, p + 3) / 2) = 2), positions 4-5 as decode rows, so turn 2 routes them as turn 1 did - in one
+// pass, in chunks, or restored from turn 1's cached segments at any block end - and every block of turn 1
+// keeps its key. Admitted as a plain 9-token prompt instead, position 3 would see the horizon 6 and keep its
+// second choice (turn 1 dropped it), and positions 4-5 would claim from the prompt pool.
+TEST(Planner, ConversationWorkedExample) {
+  const std::vector<std::vector<int32_t>> rows = {{0, 3}, {0, 3}, {2, 3}, {2, 3}, {1, 3},
+                                                  {1, 3}, {0, 3}, {2, 3}, {2, 3}};
+  DispatchPolicy p = Policy(CapacityScope::kPrefix, Priority::kRequest, 1.0);
+  p.lookahead = 2;
+  // p0 KK, p1 KD (reserve 1 at e3: cap 1), p2 KK, p3 KD (e3 full at 2), p4 p5 decode rows KK.
+  const std::vector<PairStatus> turn1 = {kKept, kKept,    kKept, kDropped, kKept, kKept,
+                                         kKept, kDropped, kKept, kKept,    kKept, kKept};
+  RoutingState first(4, 2, /*record=*/true);
+  first.admit(7, 4);
+  DispatchPlanner planner(4, 2, p);
+  std::vector<PairStatus> got;
+  for (const DispatchPlan& plan : PlanPromptInChunks(planner, first, 7, 4, 2, rows, {1, 3, 1, 1}))
+    got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+  EXPECT_EQ(got, turn1);
+  EXPECT_EQ(first.find(7)->slots_held, (std::vector<int32_t>{2, 0, 2, 2}));
+
+  // Turn 2: positions 6-8 continue the prompt pool (held {2, 0, 2, 2}) under the turn's length 9 (budget 5);
+  // the gate stays open (p6: 4 * 2 * 7 = 56 against 5 * 2 * 11 = 110), so all three rows keep both pairs.
+  const uint32_t ends[] = {4, 6, 9};
+  std::vector<PairStatus> turn2 = turn1;
+  turn2.insert(turn2.end(), 6, kKept);
+  for (const std::vector<int>& chunks : {std::vector<int>{9}, {3, 3, 3}, {5, 4}, {4, 1, 1, 3}}) {
+    SCOPED_TRACE(::testing::PrintToString(chunks));
+    RoutingState state(4, 2);
+    state.admit(8, ends);
+    got.clear();
+    for (const DispatchPlan& plan : PlanPromptInChunks(planner, state, 8, 4, 2, rows, chunks))
+      got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+    EXPECT_EQ(got, turn2);
+    EXPECT_EQ(state.find(8)->slots_held, (std::vector<int32_t>{3, 0, 4, 5}));
+    // h_1: the first choices of the 7 prompt rows; h_2: every choice of them (the answer rows count none).
+    EXPECT_EQ(state.find(8)->higher_choices, (std::vector<int32_t>{3, 0, 4, 0, 3, 0, 4, 7}));
+  }
+  // Restored from turn 1's segments at every block end P <= 6: the same outcome.
+  for (uint32_t P = 1; P <= 6; ++P) {
+    SCOPED_TRACE("restored prefix " + std::to_string(P));
+    EXPECT_EQ(prefix_cache_salt(p, P, std::span<const uint32_t>(ends)), prefix_cache_salt(p, P, 4u));
+    RoutingState state(4, 2);
+    const std::vector<RoutingSegment> prefix = {first.segment(7, 0, P)};
+    state.restore(8, ends, prefix);
+    got.clear();
+    for (const DispatchPlan& plan :
+         PlanPromptInChunks(planner, state, 8, 4, 2, rows, {9 - static_cast<int>(P)}, static_cast<int>(P)))
+      got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), turn2.begin() + 2 * P));
+    EXPECT_EQ(state.find(8)->slots_held, (std::vector<int32_t>{3, 0, 4, 5}));
+  }
+  // The keys: 0 for [0, 1) and [0, 2) (the turn ends beyond p + W), the turn's length 4 up to 6, then the
+  // whole list, which no single-turn request shares.
+  EXPECT_EQ(prefix_cache_turns(RoutingRule::of(p), 2, ends), std::vector<uint32_t>{});
+  EXPECT_EQ(prefix_cache_turns(RoutingRule::of(p), 4, ends), std::vector<uint32_t>{4});
+  EXPECT_EQ(prefix_cache_turns(RoutingRule::of(p), 6, ends), std::vector<uint32_t>{4});
+  EXPECT_EQ(prefix_cache_turns(RoutingRule::of(p), 7, ends), (std::vector<uint32_t>{4, 6}));
+  EXPECT_EQ(prefix_cache_turns(RoutingRule::of(p), 8, ends), (std::vector<uint32_t>{4, 6, 9}));
+  EXPECT_EQ(prefix_cache_salt(p, 2, std::span<const uint32_t>(ends)), 0u);
+  EXPECT_EQ(prefix_cache_salt(p, 6, std::span<const uint32_t>(ends)), 4u);
+  EXPECT_GE(prefix_cache_salt(p, 8, std::span<const uint32_t>(ends)), uint64_t{1} << 63);
+  EXPECT_NE(prefix_cache_salt(p, 8, std::span<const uint32_t>(ends)),
+            prefix_cache_salt(p, 7, std::span<const uint32_t>(ends)));
+
+  // The counter-check: the same 9 rows admitted as one 9-token prompt route position 3 otherwise (horizon 6,
+  // budget 3: its second choice kept), and the salt refuses turn 1's blocks that position 3 is in.
+  RoutingState plain(4, 2);
+  plain.admit(9, 9);
+  got.clear();
+  for (const DispatchPlan& plan : PlanPromptInChunks(planner, plain, 9, 4, 2, rows, {9}))
+    got.insert(got.end(), plan.pair_status.begin(), plan.pair_status.end());
+  EXPECT_EQ(got[7], kKept);
+  EXPECT_NE(prefix_cache_salt(p, 4, 9u), prefix_cache_salt(p, 4, 4u));
+  RoutingState refused(4, 2);
+  const std::vector<RoutingSegment> turn1_prefix = {first.segment(7, 0, 4)};
+  ExpectInvalid([&] { refused.restore(9, 9, turn1_prefix); }, "planned for a prompt of 4 tokens");
+  // Turn 2's own segment past turn 1 carries its turn ends: MOERSEG2, and back.
+  RoutingState recorded(4, 2, /*record=*/true);
+  recorded.admit(10, ends);
+  PlanPromptInChunks(planner, recorded, 10, 4, 2, rows, {9});
+  const RoutingSegment s = recorded.segment(10, 6, 9);
+  EXPECT_EQ(s.turn_ends, (std::vector<uint32_t>{4, 6, 9}));
+  const std::vector<uint8_t> bytes = s.serialize();
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "MOERSEG2");
+  EXPECT_EQ(RoutingSegment::parse(bytes).turn_ends, s.turn_ends);
 }
 
 // The key of a cache shared by several rules: 0 where every rule's salt is 0; else equal for two requests'

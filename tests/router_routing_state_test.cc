@@ -220,5 +220,85 @@ TEST(RoutingStateLifecycle, SegmentBytesRoundTripAndRefuseMalformedInput) {
   ExpectInvalid([&] { parse(scope); }, "unknown scope 200");
 }
 
+// The byte layouts, byte for byte (docs/routing.md, "Prefix caching"): a MOERSEG1 segment of a single-turn
+// request and a MOERSEG2 segment of a conversation's, little-endian throughout.
+TEST(RoutingStateLifecycle, SegmentGoldenBytes) {
+  RoutingSegment s;
+  s.num_experts = 4;
+  s.top_k = 2;
+  s.rule.scope = CapacityScope::kPrefix;  // 5
+  s.rule.lookahead = 2;
+  s.rule.fingerprint = 0x0102030405060708ull;
+  s.prompt_length = 6;
+  s.begin = 1;
+  s.end = 2;
+  s.choices = {0, 3};
+  s.placed = {0, -1};
+  const std::vector<uint8_t> head = {'M', 'O', 'E', 'R', 'S', 'E', 'G', '1',  // magic
+                                     4,   0,   0,   0,                        // num_experts
+                                     2,   0,   0,   0,                        // top_k
+                                     6,   0,   0,   0,                        // prompt_length
+                                     1,   0,   0,   0,                        // begin
+                                     2,   0,   0,   0,                        // end
+                                     2,   0,   0,   0,  // entries = (end - begin) * top_k
+                                     5,                 // scope (kPrefix)
+                                     2,   0,   0,   0,  // lookahead
+                                     8,   7,   6,   5,   4,   3,   2,   1};  // fingerprint
+  const std::vector<uint8_t> body = {0, 0, 0, 0, 3,    0,    0,    0,        // choices
+                                     0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};    // placed (-1: dropped)
+  std::vector<uint8_t> want = head;
+  want.insert(want.end(), body.begin(), body.end());
+  EXPECT_EQ(s.serialize(), want);
+  EXPECT_EQ(RoutingSegment::parse(want).serialize(), want);
+
+  s.turn_ends = {4, 5, 6};  // a conversation: the same fields, magic 2, then the count and the ends
+  std::vector<uint8_t> want2 = head;
+  want2[7] = '2';
+  for (uint8_t b : {3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0}) want2.push_back(b);
+  want2.insert(want2.end(), body.begin(), body.end());
+  EXPECT_EQ(s.serialize(), want2);
+  const RoutingSegment back = RoutingSegment::parse(want2);
+  EXPECT_EQ(back.turn_ends, s.turn_ends);
+  EXPECT_EQ(back.choices, s.choices);
+  EXPECT_EQ(back.placed, s.placed);
+
+  auto parse = [](std::vector<uint8_t> b) { return RoutingSegment::parse(b); };
+  std::vector<uint8_t> bad = want2;
+  bad[48] = 0xff;  // turn count 2^24 * 255 + 3: refused before anything is allocated
+  ExpectInvalid([&] { parse(bad); }, "turn ends (a conversation has at least 3)");
+  bad = want2;
+  bad[45] = 2;  // two ends
+  ExpectInvalid([&] { parse(bad); }, "turn ends (a conversation has at least 3)");
+  bad = want2;
+  bad[53] = 4;  // ends 4, 4, 6
+  ExpectInvalid([&] { parse(bad); }, "not strictly increasing");
+  bad = want2;
+  bad[57] = 7;  // ends 4, 5, 7 for a prompt of 6
+  ExpectInvalid([&] { parse(bad); }, "is not the prompt length 6");
+  bad = want2;
+  bad.pop_back();
+  ExpectInvalid([&] { parse(bad); }, "bytes where the header announces");
+}
+
+// Turn ends are checked wherever a request is admitted or restored.
+TEST(RoutingStateLifecycle, TurnEndsAreChecked) {
+  RoutingState state(kExperts, kTopK);
+  ExpectInvalid([&] { state.admit(1, std::span<const uint32_t>{}); }, "no turn ends");
+  const uint32_t even[] = {4, 6};
+  ExpectInvalid([&] { state.admit(1, even); }, "an even number of turn ends");
+  const uint32_t flat[] = {4, 4, 9};
+  ExpectInvalid([&] { state.admit(1, flat); }, "not strictly increasing");
+  const uint32_t empty_first[] = {0, 4, 9};
+  ExpectInvalid([&] { state.admit(1, empty_first); }, "the first turn's prompt is empty");
+  ExpectInvalid([&] { state.restore(1, even, {}); }, "an even number of turn ends");
+  EXPECT_EQ(state.num_requests(), 0u);
+  const uint32_t ok[] = {4, 6, 9};
+  state.admit(1, ok);
+  EXPECT_EQ(state.find(1)->prompt_length, 9u);
+  EXPECT_EQ(state.find(1)->turn_ends, (std::vector<uint32_t>{4, 6, 9}));
+  ExpectInvalid([&] { (void)prefix_cache_salt(Stable(8), 4, std::span<const uint32_t>(even)); },
+                "an even number of turn ends");
+}
+
 }  // namespace
 }  // namespace moe

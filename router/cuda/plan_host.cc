@@ -37,6 +37,13 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
         error.position = meta[error.row_b].position;
         throw_if_plan_error(error);
       }
+      if (known->turn_ends.size() > 1) {
+        throw std::invalid_argument(
+            "GPU dispatch planner: request " + std::to_string(request_ids[r]) + " is a conversation turn (" +
+            std::to_string(known->turn_ends.size() / 2) +
+            " earlier turns): the GPU planner decides single-turn requests only; plan conversations with the "
+            "CPU planner (docs/cuda.md)");
+      }
       std::copy(known->slots_held.begin(), known->slots_held.end(), slots_held.begin() + r * E);
       if (known->higher_choices.size() == counts_size) {  // else never decided (sized on first use)
         std::copy(known->higher_choices.begin(), known->higher_choices.end(),
