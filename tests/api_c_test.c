@@ -475,6 +475,90 @@ static void test_prefix_cache_lifecycle(void) {
   moe_weights_destroy(weights);
 }
 
+/* A conversation's second turn (docs/routing.md, "Conversations"): turn 1 is a 24-row prompt and 8 decode
+ * rows; turn 2 sends them again with a 12-row message, turn ends {24, 32, 44}. Its block keys equal turn 1's
+ * up to 32; restored from turn 1's segment of [0, 32) it computes its message with the bits of turn 2
+ * recomputed in one call, which routes [0, 32) bitwise as turn 1 did. Then the turn ends' errors. */
+static void test_conversation_turns(void) {
+  enum { kTurn1 = 24, kAnswer = 8, kKnown = kTurn1 + kAnswer, kLen = 44, kConv = 9 };
+  const uint32_t ends[3] = {kTurn1, kKnown, kLen};
+  const uint32_t even[2] = {kTurn1, kKnown};
+  moe_layer_shape_t shape = {kHidden, kFf, kExperts, 0, 0, 0, 0};
+  moe_weights_t* weights = NULL;
+  moe_layer_t* layer = NULL;
+  moe_layer_config_t* config = NULL;
+  moe_routing_state_t* state = NULL;
+  float y_turn1[kKnown * kHidden], y_turn2[kLen * kHidden], y[64 * kHidden];
+  uint64_t ids[64], content[64];
+  uint32_t pos[64];
+  uint8_t seg[8192];
+  const uint8_t* segs[1];
+  int64_t size = 0;
+  uint64_t salt1 = 0, salt2 = 1;
+  uint32_t end;
+  int t;
+  moe_stats_t stats;
+  int64_t dropped = 0;
+
+  CHECK_OK(moe_weights_random(&shape, MOE_DTYPE_F32, 31, &weights));
+  CHECK_OK(moe_layer_config_create(&config));
+  CHECK_OK(moe_layer_config_set_capacity_factor(config, 0.75));
+  CHECK_OK(moe_layer_create(weights, config, &layer));
+  moe_layer_config_destroy(config);
+  for (t = 0; t < kLen; ++t) {
+    ids[t] = content[t] = kConv;
+    pos[t] = (uint32_t)t;
+  }
+  /* Turn 1: the prompt in one call, then its answer one decode row at a time. */
+  CHECK_OK(moe_routing_state_create_recording(layer, &state));
+  CHECK_OK(moe_routing_state_admit(state, kConv, kTurn1));
+  CHECK_OK(forward_content(layer, kTurn1, ids, content, pos, y_turn1, state));
+  CHECK_OK(moe_layer_stats(layer, &stats, NULL, 0));
+  dropped += stats.num_dropped;
+  for (t = kTurn1; t < kKnown; ++t)
+    CHECK_OK(forward_content(layer, 1, ids, content, pos + t, y_turn1 + t * kHidden, state));
+  CHECK(dropped > 0); /* capacity binds */
+  CHECK_OK(moe_routing_state_segment(state, kConv, 0, kKnown, seg, sizeof seg, &size));
+  CHECK_OK(moe_routing_state_release(state, kConv));
+  for (end = 1; end <= kKnown; ++end) {
+    CHECK_OK(moe_prefix_cache_salt(layer, end, kTurn1, &salt1));
+    CHECK_OK(moe_prefix_cache_salt_turns(layer, end, ends, 3, &salt2));
+    CHECK(salt1 == salt2);
+  }
+  CHECK_OK(moe_prefix_cache_salt_turns(layer, kLen, ends, 3, &salt2));
+  CHECK(salt2 >> 63 == 1); /* the whole list: no prompt length */
+
+  /* Turn 2 recomputed in one call: turn 1's positions as turn 1 routed them. */
+  CHECK_OK(moe_routing_state_admit_turns(state, kConv, ends, 3));
+  CHECK_OK(forward_content(layer, kLen, ids, content, pos, y_turn2, state));
+  CHECK(memcmp(y_turn1, y_turn2, sizeof y_turn1) == 0);
+  CHECK_OK(moe_routing_state_release(state, kConv));
+  /* Turn 2 restored from turn 1's segment: its message alone. */
+  segs[0] = seg;
+  CHECK(moe_routing_state_restore(state, kConv, kLen, segs, &size, 1) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "planned for a prompt of 24 tokens") != NULL);
+  CHECK_OK(moe_routing_state_restore_turns(state, kConv, ends, 3, segs, &size, 1));
+  CHECK_OK(forward_content(layer, kLen - kKnown, ids, content, pos + kKnown, y, state));
+  CHECK(memcmp(y, y_turn2 + kKnown * kHidden, sizeof(float) * kHidden * (kLen - kKnown)) == 0);
+  CHECK_OK(moe_routing_state_release(state, kConv));
+
+  CHECK(moe_routing_state_admit_turns(state, kConv, even, 2) == MOE_INVALID_ARGUMENT);
+  CHECK(strstr(moe_last_error(), "an even number of turn ends") != NULL);
+  CHECK(moe_routing_state_admit_turns(state, kConv, NULL, 3) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_routing_state_admit_turns(state, kConv, ends, 0) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_routing_state_restore_turns(state, kConv, NULL, 3, segs, &size, 1) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_prefix_cache_salt_turns(layer, 4, even, 2, &salt1) == MOE_INVALID_ARGUMENT);
+  CHECK(moe_prefix_cache_salt_turns(layer, 4, ends, 3, NULL) == MOE_INVALID_ARGUMENT);
+  {
+    int64_t held = -1;
+    CHECK_OK(moe_routing_state_num_requests(state, &held));
+    CHECK(held == 0);
+  }
+  moe_routing_state_destroy(state);
+  moe_layer_destroy(layer);
+  moe_weights_destroy(weights);
+}
+
 /* The serving lifecycle under the deterministic preset (sequence scope): a probe admitted with its prompt
  * length, prefilled alone in one call, then decoded, gives the same bits as the probe prefilled in chunks of
  * 7 and 13 among admitted strangers (rows interleaved) and decoded next to theirs. Then the lifecycle's
@@ -774,8 +858,8 @@ static void* read_file(const char* path, size_t size, size_t count) {
 }
 
 /* One family case (written by tests/tools/write_family_checkpoints into case_dir, with its inputs and float64
- * references): the MoE layer from `path_to_load` alone (the directory, or the GGUF file), dropless, against the
- * float64 reference of the family's published block on the weights the default storage holds (a quantized
+ * references): the MoE layer from `path_to_load` alone (the directory, or the GGUF file), dropless, against
+ * the float64 reference of the family's published block on the weights the default storage holds (a quantized
  * file as stored, run by its kernels' activation rule: within `tolerance`); then fp32 storage of the weights
  * against the reference on the exact ones (within 1e-5); a dense layer is refused naming the MoE layers.
  * Returns the number of layers checked. */
@@ -830,7 +914,8 @@ static int check_family(const char* case_dir, const char* path_to_load, const ch
         }
         if (sqrt(err / norm) > worst) worst = sqrt(err / norm);
       }
-      if (worst > bound) fprintf(stderr, "%s storage case %d: relative error %g\n", name, storage_case, worst);
+      if (worst > bound)
+        fprintf(stderr, "%s storage case %d: relative error %g\n", name, storage_case, worst);
       CHECK(worst <= bound);
       ++checked;
     }
@@ -847,10 +932,11 @@ static int check_family(const char* case_dir, const char* path_to_load, const ch
     }
     moe_weights_destroy(w);
   }
-  printf("family %-24s (%s, %s, layer %d): from %s alone, within %g (as stored) and 1e-5 (f32) of its float64 "
-         "block\n",
-         name, model_type, quant, layer, strcmp(case_dir, path_to_load) == 0 ? "its directory" : "its GGUF file",
-         tolerance);
+  printf(
+      "family %-24s (%s, %s, layer %d): from %s alone, within %g (as stored) and 1e-5 (f32) of its float64 "
+      "block\n",
+      name, model_type, quant, layer, strcmp(case_dir, path_to_load) == 0 ? "its directory" : "its GGUF file",
+      tolerance);
   free(x);
   free(ties);
   free(ids);
@@ -859,7 +945,8 @@ static int check_family(const char* case_dir, const char* path_to_load, const ch
   return checked;
 }
 
-/* Every family's checkpoint directory (root/families.txt), and every GGUF family file (root/gguf/gguf.txt). */
+/* Every family's checkpoint directory (root/families.txt), and every GGUF family file (root/gguf/gguf.txt).
+ */
 static void test_families(const char* root) {
   char path[1200], name[128], model_type[64], quant[16], file[256];
   int layer = 0, tokens = 0, hidden = 0, checked = 0, gguf_checked = 0;
@@ -882,8 +969,8 @@ static void test_families(const char* root) {
   manifest = fopen(path, "r");
   CHECK(manifest != NULL);
   if (manifest == NULL) return;
-  while (fscanf(manifest, "%127s %63s %15s %d %d %d %lf %255s", name, model_type, quant, &layer, &tokens, &hidden,
-                &tolerance, file) == 8) {
+  while (fscanf(manifest, "%127s %63s %15s %d %d %d %lf %255s", name, model_type, quant, &layer, &tokens,
+                &hidden, &tolerance, file) == 8) {
     char dir[1100], gguf[1400];
     snprintf(dir, sizeof dir, "%s/gguf/%s", root, name);
     snprintf(gguf, sizeof gguf, "%s/%s", dir, file);
@@ -916,6 +1003,7 @@ int main(int argc, char** argv) {
   test_buffers();
   test_serving_lifecycle();
   test_prefix_cache_lifecycle();
+  test_conversation_turns();
   test_causal_chunks();
   test_io_errors();
   test_device();

@@ -583,10 +583,22 @@ moe_status_t moe_routing_state_segment(const moe_routing_state_t* state, uint64_
   });
 }
 
-moe_status_t moe_routing_state_restore(moe_routing_state_t* state, uint64_t request_id,
-                                       uint32_t prompt_length, const uint8_t* const* segments,
-                                       const int64_t* segment_sizes, int64_t num_segments) {
-  static constexpr const char* kWhere = "moe_routing_state_restore";
+namespace {
+
+// The turn ends a C caller passes: a span, or an error naming the argument.
+std::span<const uint32_t> turn_ends_arg(const char* where, const uint32_t* turn_ends, int64_t count) {
+  if (turn_ends == nullptr) throw std::invalid_argument(std::string(where) + ": turn_ends is null");
+  if (count < 1 || count > (int64_t{1} << 30)) {
+    throw std::invalid_argument(std::string(where) + ": num_turn_ends must be in [1, 2^30] (got " +
+                                std::to_string(count) + ")");
+  }
+  return std::span<const uint32_t>(turn_ends, static_cast<size_t>(count));
+}
+
+moe_status_t restore_prefix(const char* kWhere, moe_routing_state_t* state, uint64_t request_id,
+                            const uint32_t* turn_ends, int64_t num_turn_ends, uint32_t prompt_length,
+                            const uint8_t* const* segments, const int64_t* segment_sizes,
+                            int64_t num_segments) {
   if (state == nullptr) return null_arg(kWhere, "state");
   if (num_segments < 0) {
     return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_segments must be >= 0 (got " +
@@ -604,9 +616,53 @@ moe_status_t moe_routing_state_restore(moe_routing_state_t* state, uint64_t requ
       prefix.push_back(moe::RoutingSegment::parse(
           std::span<const uint8_t>(segments[i], static_cast<size_t>(segment_sizes[i]))));
     }
-    state->state.restore(request_id, prompt_length, prefix);
+    if (turn_ends != nullptr || num_turn_ends != 0) {
+      state->state.restore(request_id, turn_ends_arg(kWhere, turn_ends, num_turn_ends), prefix);
+    } else {
+      state->state.restore(request_id, prompt_length, prefix);
+    }
     return MOE_OK;
   });
+}
+
+}  // namespace
+
+moe_status_t moe_routing_state_restore_turns(moe_routing_state_t* state, uint64_t request_id,
+                                             const uint32_t* turn_ends, int64_t num_turn_ends,
+                                             const uint8_t* const* segments, const int64_t* segment_sizes,
+                                             int64_t num_segments) {
+  if (turn_ends == nullptr) return null_arg("moe_routing_state_restore_turns", "turn_ends");
+  return restore_prefix("moe_routing_state_restore_turns", state, request_id, turn_ends, num_turn_ends, 0,
+                        segments, segment_sizes, num_segments);
+}
+
+moe_status_t moe_routing_state_admit_turns(moe_routing_state_t* state, uint64_t request_id,
+                                           const uint32_t* turn_ends, int64_t num_turn_ends) {
+  static constexpr const char* kWhere = "moe_routing_state_admit_turns";
+  if (state == nullptr) return null_arg(kWhere, "state");
+  return guarded(kWhere, [&] {
+    state->state.admit(request_id, turn_ends_arg(kWhere, turn_ends, num_turn_ends));
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_prefix_cache_salt_turns(const moe_layer_t* layer, uint32_t prefix_end,
+                                         const uint32_t* turn_ends, int64_t num_turn_ends, uint64_t* salt) {
+  static constexpr const char* kWhere = "moe_prefix_cache_salt_turns";
+  if (layer == nullptr) return null_arg(kWhere, "layer");
+  if (salt == nullptr) return null_arg(kWhere, "salt");
+  return guarded(kWhere, [&] {
+    *salt = moe::prefix_cache_salt(layer->layer->config().policy, prefix_end,
+                                   turn_ends_arg(kWhere, turn_ends, num_turn_ends));
+    return MOE_OK;
+  });
+}
+
+moe_status_t moe_routing_state_restore(moe_routing_state_t* state, uint64_t request_id,
+                                       uint32_t prompt_length, const uint8_t* const* segments,
+                                       const int64_t* segment_sizes, int64_t num_segments) {
+  return restore_prefix("moe_routing_state_restore", state, request_id, nullptr, 0, prompt_length, segments,
+                        segment_sizes, num_segments);
 }
 
 moe_status_t moe_routing_state_rollback(moe_routing_state_t* state, uint64_t request_id, uint32_t position) {

@@ -361,6 +361,21 @@ moe_status_t moe_prefix_cache_salt(const moe_layer_t* layer, uint32_t prefix_end
  * chunks of any size) and then decode. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state,
  * prompt_length 0, or a request the state already holds. */
 moe_status_t moe_routing_state_admit(moe_routing_state_t* state, uint64_t request_id, uint32_t prompt_length);
+/* Conversations (docs/routing.md, "Conversations"): a turn whose prompt is the earlier turns' prompts and
+ * answers and a new message, described by its turn ends turn_ends[0 .. num_turn_ends): turn 1's prompt ends
+ * at turn_ends[0], its answer at turn_ends[1], turn 2's message at turn_ends[2], ..., this turn's prompt at
+ * the last (odd count, strictly increasing; {prompt_length} is a single turn). Admitted so, a turn routes the
+ * earlier turns' positions exactly as they were routed in their own turns, and a prefix cache may serve them
+ * all from the earlier turns' blocks. The _turns forms of admit, restore and the salt; errors as theirs, and
+ * MOE_INVALID_ARGUMENT for a null or invalid turn_ends (the message names the problem). */
+moe_status_t moe_routing_state_admit_turns(moe_routing_state_t* state, uint64_t request_id,
+                                           const uint32_t* turn_ends, int64_t num_turn_ends);
+moe_status_t moe_routing_state_restore_turns(moe_routing_state_t* state, uint64_t request_id,
+                                             const uint32_t* turn_ends, int64_t num_turn_ends,
+                                             const uint8_t* const* segments, const int64_t* segment_sizes,
+                                             int64_t num_segments);
+moe_status_t moe_prefix_cache_salt_turns(const moe_layer_t* layer, uint32_t prefix_end,
+                                         const uint32_t* turn_ends, int64_t num_turn_ends, uint64_t* salt);
 /* Forgets a finished request. Errors (the state unchanged): MOE_INVALID_ARGUMENT for a null state or a
  * request the state does not hold. */
 moe_status_t moe_routing_state_release(moe_routing_state_t* state, uint64_t request_id);

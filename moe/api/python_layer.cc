@@ -508,6 +508,22 @@ void bind_layer(py::module_& m) {
           "ValueError, changing nothing, for a live request, malformed or non-contiguous segments, another "
           "layer shape or rule, or segments planned for a prompt length of another prefix_cache_salt.")
       .def(
+          "restore",
+          [](PyRoutingState& s, uint64_t id, const std::vector<uint32_t>& turn_ends,
+             const std::vector<py::bytes>& segments) {
+            std::vector<RoutingSegment> prefix;
+            for (const py::bytes& b : segments) {
+              const std::string_view v(b);
+              prefix.push_back(RoutingSegment::parse(
+                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size())));
+            }
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.state.restore(id, turn_ends, prefix);
+          },
+          py::arg("request_id"), py::arg("turn_ends"), py::arg("segments"),
+          "The same for a conversation's turn (turn_ends as in admit): segments planned by earlier turns "
+          "are accepted where their routing is this turn's (docs/routing.md, 'Conversations').")
+      .def(
           "rollback",
           [](PyRoutingState& s, uint64_t id, uint32_t position) {
             std::lock_guard<std::mutex> lock(s.mutex);
@@ -551,6 +567,18 @@ void bind_layer(py::module_& m) {
           py::arg("request_id"), py::arg("prompt_length"),
           "Admits a request that will send prompt_length prompt tokens, then decode. ValueError if "
           "prompt_length is 0 or the request is already admitted.")
+      .def(
+          "admit",
+          [](PyRoutingState& s, uint64_t id, const std::vector<uint32_t>& turn_ends) {
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.state.admit(id, turn_ends);
+          },
+          py::arg("request_id"), py::arg("turn_ends"),
+          "Admits a conversation's turn: its prompt is the earlier turns' prompts and answers and a new "
+          "message, turn_ends = [end of turn 1's prompt, end of its answer, end of turn 2's message, ..., "
+          "this prompt's length] (odd length, increasing). The earlier turns' positions then route exactly "
+          "as they did in their own turns, so a prefix cache may serve all of them (docs/routing.md, "
+          "'Conversations'). ValueError for invalid turn ends or a request already admitted.")
       .def(
           "release",
           [](PyRoutingState& s, uint64_t id) {
@@ -721,6 +749,14 @@ void bind_layer(py::module_& m) {
           "The prefix cache's key extension for the block ending at prefix_end of a request of prompt_length "
           "tokens under this layer's dispatch rule: blocks with the same tokens route alike iff their salts "
           "are equal (0: any request; else the prompt length).")
+      .def(
+          "prefix_cache_salt",
+          [](const PyLayer& self, uint32_t prefix_end, const std::vector<uint32_t>& turn_ends) {
+            return prefix_cache_salt(self.layer->config().policy, prefix_end, turn_ends);
+          },
+          py::arg("prefix_end"), py::arg("turn_ends"),
+          "The same for a conversation's turn of these turn ends (RoutingState.admit): equal for the blocks "
+          "of an earlier turn and of this turn wherever this turn routes them alike.")
       .def_property_readonly("config", [](const PyLayer& self) { return self.layer->config().describe(); })
       .def_property_readonly("weights", [](const PyLayer& self) { return PyWeights{self.weights}; });
 }

@@ -135,7 +135,8 @@ class InvarianceTest(unittest.TestCase):
         shares the probe's first P tokens (its prompt length another one of the same prefix_cache_salt); the
         probe restored from the writer's segments, prefilled in chunks among strangers, decoding with draft
         rows partly rejected (rolled back), gives with the writer's rows of the prefix the probe alone's bits.
-        Then restoring a prefix of another salt raises ValueError and changes nothing."""
+        Capacity binds: the probe alone drops pairs. Then restoring a prefix of another salt raises ValueError
+        and changes nothing."""
         layer = moe.Layer.random(D, FF, E, seed=15, capacity_factor=1.0, lookahead=8)
 
         def rows(meta):  # meta: (request, content, position)
@@ -145,6 +146,7 @@ class InvarianceTest(unittest.TestCase):
 
         rng = np.random.default_rng(8)
         probe, writer = 42, 50
+        probe_drops = 0
         for trial in range(40):
             prompt = int(rng.integers(12, 40))
             total = prompt + int(rng.integers(1, 6))
@@ -152,6 +154,7 @@ class InvarianceTest(unittest.TestCase):
             alone_state = layer.routing_state()
             alone_state.admit(probe, prompt)
             alone = layer.forward(*rows([(probe, probe, p) for p in range(total)]), state=alone_state)
+            probe_drops += layer.last_stats()["num_dropped"]
             state = layer.routing_state(record=True)
             writer_prompt = max(P + 8, int(rng.integers(P + 8, P + 30)))
             self.assertEqual(layer.prefix_cache_salt(P, writer_prompt), 0)
@@ -197,6 +200,7 @@ class InvarianceTest(unittest.TestCase):
                 at += accepted
             served = np.stack([got[p] for p in range(total)])
             self.assertEqual(alone.tobytes(), served.tobytes(), "trial %d (prompt %d, P %d)" % (trial, prompt, P))
+        self.assertGreater(probe_drops, 0, "capacity must bind for the property to mean anything")
 
         # A prefix written under another salt: refused, nothing changes.
         state = layer.routing_state(record=True)
@@ -212,6 +216,60 @@ class InvarianceTest(unittest.TestCase):
             layer.routing_state().segment(1, 0, 1)
         with self.assertRaisesRegex(ValueError, "rolled forward"):
             state.rollback(writer, 11)
+
+    def test_multi_turn_conversation(self):
+        """A chat's second turn (the deterministic preset, 8 experts): turn 1 is a 48-row prompt and 24 decode
+        rows; turn 2 sends them again with a 16-row message, admitted with its turn ends [48, 72, 88]. At cf
+        0.75, 1 and 1.25: every block key of turn 1 equals turn 2's at the same end, so a prefix cache may
+        serve all 72 positions; turn 2 recomputed routes them bitwise as turn 1 did, and turn 2 restored from
+        turn 1's segments gives the recomputed turn's bits. Capacity binds (turn 1 drops pairs). Admitted as a
+        plain 88-row prompt instead, turn 2 routes some of turn 1's positions otherwise at cf 0.75, and the
+        salt refuses turn 1's last blocks."""
+        def rows(conv, positions):
+            x = np.stack([np.random.default_rng(7919 * conv + p).standard_normal(D) for p in positions])
+            return (np.ascontiguousarray(x, dtype=np.float32), np.full(len(positions), conv, np.uint64),
+                    np.array(positions, np.uint32))
+
+        ends = [48, 72, 88]
+        for cf in (0.75, 1.0, 1.25):
+            layer = moe.Layer.random(D, FF, E, seed=21, capacity_factor=cf)
+            conv = 3
+            state = layer.routing_state(record=True)
+            state.admit(conv, 48)
+            turn1, dropped = [], 0
+            for chunk in ([range(0, 20), range(20, 48)] + [range(p, p + 1) for p in range(48, 72)]):
+                turn1.append(layer.forward(*rows(conv, list(chunk)), state=state))
+                dropped += layer.last_stats()["num_dropped"]
+            turn1 = np.concatenate(turn1)
+            blocks = [state.segment(conv, b, b + 8) for b in range(0, 72, 8)]
+            state.release(conv)
+            if cf < 1.25:
+                self.assertGreater(dropped, 0, "capacity must bind (cf %g)" % cf)
+            for end in range(1, 73):
+                self.assertEqual(layer.prefix_cache_salt(end, 48), layer.prefix_cache_salt(end, ends),
+                                 "block end %d (cf %g)" % (end, cf))
+
+            state.admit(conv, ends)  # turn 2, recomputed in chunks
+            turn2 = np.concatenate([layer.forward(*rows(conv, list(chunk)), state=state)
+                                    for chunk in (range(0, 30), range(30, 77), range(77, 88), range(88, 89))])
+            state.release(conv)
+            self.assertEqual(turn1.tobytes(), turn2[:72].tobytes(), "cf %g" % cf)
+
+            state.restore(conv, ends, blocks)  # turn 2 from the cache: all 72 positions
+            self.assertEqual(state.next_position(conv), 72)
+            rest = np.concatenate([layer.forward(*rows(conv, list(chunk)), state=state)
+                                   for chunk in (range(72, 80), range(80, 88), range(88, 89))])
+            state.release(conv)
+            self.assertEqual(rest.tobytes(), turn2[72:].tobytes(), "cf %g" % cf)
+
+            if cf == 0.75:  # the counter-check: a plain 88-row prompt
+                state.admit(conv, 88)
+                plain = layer.forward(*rows(conv, list(range(88))), state=state)
+                state.release(conv)
+                same = sum(plain[p].tobytes() == turn1[p].tobytes() for p in range(72))
+                self.assertLess(same, 72)
+                with self.assertRaisesRegex(ValueError, "planned for a prompt of 48 tokens"):
+                    state.restore(conv, 88, blocks)
 
     def test_sequence_scope_serving_lifecycle(self):
         """The deterministic preset under a serving engine: a probe admitted with its prompt length, alone and
