@@ -46,11 +46,18 @@ void Model::admit(uint64_t request_id, uint32_t prompt_length) {
     throw std::invalid_argument("Model::admit: request " + std::to_string(request_id) +
                                 ": prompt_length must be >= 1");
   }
+  admit(request_id, std::span<const uint32_t>(&prompt_length, 1));
+}
+
+void Model::admit(uint64_t request_id, std::span<const uint32_t> turn_ends) {
   if (is_live(request_id)) {
     throw std::invalid_argument("Model::admit: request " + std::to_string(request_id) +
                                 " is already live (release it first)");
   }
-  for (auto& state : routing_) state.admit(request_id, prompt_length);
+  if (!routing_.empty()) {  // every layer's state checks the same turn ends: the first one's check, first
+    routing_.front().admit(request_id, turn_ends);
+    for (size_t l = 1; l < routing_.size(); ++l) routing_[l].admit(request_id, turn_ends);
+  }
   caches_.try_emplace(request_id);
 }
 
@@ -78,9 +85,18 @@ Model::CachedBlock Model::cached_block(uint64_t request_id, uint32_t begin, uint
 
 void Model::admit_cached(uint64_t request_id, uint32_t prompt_length,
                          std::span<const CachedBlock* const> blocks, bool ignore_salt) {
+  if (prompt_length == 0) {
+    throw std::invalid_argument("Model::admit_cached: request " + std::to_string(request_id) +
+                                ": prompt_length must be >= 1");
+  }
+  admit_cached(request_id, std::span<const uint32_t>(&prompt_length, 1), blocks, ignore_salt);
+}
+
+void Model::admit_cached(uint64_t request_id, std::span<const uint32_t> turn_ends,
+                         std::span<const CachedBlock* const> blocks, bool ignore_salt) {
   const std::string who = "Model::admit_cached: request " + std::to_string(request_id);
   if (blocks.empty()) {
-    admit(request_id, prompt_length);
+    admit(request_id, turn_ends);
     return;
   }
   if (is_live(request_id)) throw std::invalid_argument(who + " is already live (release it first)");
@@ -115,15 +131,20 @@ void Model::admit_cached(uint64_t request_id, uint32_t prompt_length,
                                     "record routing)");
       }
       prefix[l].push_back(b->routing[l]);
-      if (ignore_salt) prefix[l].back().prompt_length = prompt_length;
+      if (ignore_salt) {  // the segment taken as planned for this request
+        prefix[l].back().prompt_length = turn_ends.back();
+        prefix[l].back().turn_ends.assign(turn_ends.begin(), turn_ends.end());
+        if (turn_ends.size() == 1) prefix[l].back().turn_ends.clear();
+      }
     }
-    routing_[l].check_restore(request_id, prompt_length, prefix[l]);
+    routing_[l].check_restore(request_id, turn_ends, prefix[l]);
   }
+  if (!stateful && !routing_.empty()) routing_.front().check_restore(request_id, turn_ends, {});
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (stateful) {
-      routing_[l].restore(request_id, prompt_length, prefix[l]);
+      routing_[l].restore(request_id, turn_ends, prefix[l]);
     } else {
-      routing_[l].admit(request_id, prompt_length);
+      routing_[l].admit(request_id, turn_ends);
     }
   }
   RequestCache& c = caches_[request_id];

@@ -72,6 +72,10 @@ class Model {
   // the request's first forward(); accepted under every scope. Throws std::invalid_argument if
   // prompt_length is 0 or the request is live (admitted or with cached tokens).
   void admit(uint64_t request_id, uint32_t prompt_length);
+  // A conversation's turn: the earlier turns' prompts and answers and a new message, as `turn_ends` describes
+  // them (router/rules/turn_rules.h; RoutingState::admit). Throws std::invalid_argument for invalid turn
+  // ends, and as above.
+  void admit(uint64_t request_id, std::span<const uint32_t> turn_ends);
   // Forgets a finished request: its KV cache and routing state. Throws std::invalid_argument if the model
   // does not hold it (neither admitted nor forwarded).
   void release(uint64_t request_id);
@@ -103,6 +107,10 @@ class Model {
   // [0, P) or that RoutingState::restore refuses.
   void admit_cached(uint64_t request_id, uint32_t prompt_length, std::span<const CachedBlock* const> blocks,
                     bool ignore_salt = false);
+  // The same for a conversation's turn (admit above): blocks computed by earlier turns are accepted where
+  // their routing is this turn's (prefix_cache_turns).
+  void admit_cached(uint64_t request_id, std::span<const uint32_t> turn_ends,
+                    std::span<const CachedBlock* const> blocks, bool ignore_salt = false);
   // Forgets a live request's positions >= position: its KV cache is truncated and its routing states roll
   // back (rejected speculative tokens). Throws std::invalid_argument, changing nothing, where
   // RoutingState::rollback would, or when position is past the request's cache.
