@@ -310,26 +310,14 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
   }
   SlotPlacer place{out};
   const rules::RouteArrays arrays = route_arrays(routes);
-  // The rows in runs of one segment each (positions ascend within the request): a turn's prompt rows into the
-  // prompt pool under that turn's length, answer and decode rows each into a pool of its own.
+  // The rows in runs of one segment each: first every run of a turn's prompt rows into the prompt pool, under
+  // that turn's length; then the answer and decode rows, each a pool of its own.
   const uint32_t first_row = request ? request->next_position : 0;
   int32_t* higher = nullptr;
   int64_t offered =
       0;  // the prompt pool's budget at the batch's last prompt row (prefix scope: its horizon's)
   int32_t decode_rows = 0;
-  for (int32_t i = begin; i < end;) {
-    const uint32_t position = first_row + static_cast<uint32_t>(i - begin);
-    const int segment = turns.segment_of(position);
-    const uint64_t segment_end = segment < turns.count ? turns.ends[segment] : UINT64_MAX;
-    const int32_t run_end = segment_end - position < static_cast<uint64_t>(end - i)
-                                ? i + static_cast<int32_t>(segment_end - position)
-                                : end;
-    if (!rules::TurnEnds::is_prompt_segment(segment, turns.count)) {
-      rules::keep_decode_rows(arrays, order_.data(), i, run_end, decode_capacity, place);
-      decode_rows += run_end - i;
-      i = run_end;
-      continue;
-    }
+  auto prompt_run = [&](int32_t i0, int32_t i1, uint32_t position, uint32_t turn_length) {
     if (higher == nullptr) {  // the prompt pool, read once per batch
       if (request != nullptr) {
         std::copy(request->slots_held.begin(), request->slots_held.end(), pool_count_.begin());
@@ -339,15 +327,20 @@ int32_t DispatchPlanner::plan_sequence_group(const TokenRoutes& routes, std::spa
         higher = scratch_counts_.data();
       }
     }
-    const auto turn_length = static_cast<uint32_t>(segment_end);
     const int64_t capacity = rules::request_capacity(policy_, turn_length, top_k_, num_experts_);
-    rules::decide_prompt_pool(arrays, policy_, num_experts_, order_.data(), i, run_end, position, turn_length,
+    rules::decide_prompt_pool(arrays, policy_, num_experts_, order_.data(), i0, i1, position, turn_length,
                               prompt_capacity(turn_length, capacity), pool_count_.data(), higher,
                               out.pair_expert.data(), out.pair_status.data(), place);
-    const uint32_t last_row = position + static_cast<uint32_t>(run_end - 1 - i);
+    const uint32_t last_row = position + static_cast<uint32_t>(i1 - 1 - i0);
     offered = rules::prompt_budget(policy_, last_row, turn_length, top_k_, num_experts_);
-    i = run_end;
-  }
+  };
+  auto decode_run = [&](int32_t i0, int32_t i1) {
+    rules::keep_decode_rows(arrays, order_.data(), i0, i1, decode_capacity, place);
+    decode_rows += i1 - i0;
+  };
+  rules::for_each_turn_run(turns, first_row, begin, end, prompt_run, [](int32_t, int32_t) {});
+  rules::for_each_turn_run(
+      turns, first_row, begin, end, [](int32_t, int32_t, uint32_t, uint32_t) {}, decode_run);
   if (higher != nullptr) {  // a group of decode rows only neither reads nor changes the prompt pool
     // Slots offered: what the prompt pool had left for this batch's prompt rows.
     for (int e = 0; e < num_experts_; ++e) {

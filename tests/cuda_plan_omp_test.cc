@@ -200,13 +200,14 @@ TEST(CudaPlanOmp, CausalStateAcrossCalls) {
   }
 }
 
-// Sequence scope under a serving engine's schedule: requests admitted with their prompt lengths, prompts
+// Sequence scope under a serving engine's schedule: requests admitted with their prompt lengths (or a
+// conversation's turn ends), prompts
 // prefilled in chunks of random size, then decoded a row a step, co-batched in shuffled row order, finished
 // requests released and new ones admitted. Both planners carry their own state; plans and every state field
 // must agree after every call.
 TEST(CudaPlanOmp, SequenceStateAcrossCalls) {
   std::mt19937_64 rng(1201);
-  int calls = 0;
+  int calls = 0, conversations = 0;
   int64_t dropped = 0, rerouted = 0;
   for (int scenario = 0; scenario < 100; ++scenario) {
     DispatchPolicy policy = DispatchPolicy::mode("stable");
@@ -233,10 +234,18 @@ TEST(CudaPlanOmp, SequenceStateAcrossCalls) {
     uint64_t next_id = rng() % 1000;
     for (int call = 0; call < 24; ++call) {
       for (int n = static_cast<int>(rng() % 3); n > 0; --n) {
-        const uint32_t prompt = 1 + static_cast<uint32_t>(rng() % 70);
+        // One turn, or (half the time) a conversation's turn: earlier turns' prompts and answers, then the
+        // new message (router/rules/turn_rules.h), whose chunks mix prompt and answer rows.
+        std::vector<uint32_t> ends = {1 + static_cast<uint32_t>(rng() % 40)};
+        for (int turn = rng() % 2 ? static_cast<int>(rng() % 3) : 0; turn > 0; --turn) {
+          ends.push_back(ends.back() + 1 + static_cast<uint32_t>(rng() % 12));
+          ends.push_back(ends.back() + 1 + static_cast<uint32_t>(rng() % 30));
+        }
+        conversations += ends.size() > 1;
+        const uint32_t prompt = ends.back();
         live.push_back({next_id, prompt, 0, prompt + static_cast<uint32_t>(rng() % 5)});
-        cpu_state.admit(next_id, prompt);
-        gpu_state.admit(next_id, prompt);
+        cpu_state.admit(next_id, ends);
+        gpu_state.admit(next_id, ends);
         next_id += 1 + rng() % 3;
       }
       std::vector<TokenMeta> meta;
@@ -282,6 +291,7 @@ TEST(CudaPlanOmp, SequenceStateAcrossCalls) {
   EXPECT_GE(calls, 2000);
   EXPECT_GT(dropped, 1000);  // capacity binds
   EXPECT_GT(rerouted, 100);
+  EXPECT_GT(conversations, 200);
 }
 
 TEST(CudaPlanOmp, RejectsWhatTheCpuRejects) {

@@ -46,6 +46,7 @@
 #include "router/rules/capacity.h"
 #include "router/rules/plan_rules.h"
 #include "router/rules/sort_keys.h"
+#include "router/rules/turn_rules.h"
 
 namespace moe::cuda::detail {
 
@@ -89,6 +90,8 @@ struct Ctx {
   int32_t* held;
   uint32_t* next_position;
   const uint32_t* prompt_length;
+  const uint32_t* turn_ends;    // PlanInputs::state_turn_ends (nullptr: every request one turn)
+  const int32_t* turn_offsets;  // PlanInputs::state_turn_offsets
   int32_t* higher_choices;
 
   int32_t* pair_expert;
@@ -345,21 +348,24 @@ struct ExpertCapacity {
   }
 };
 
-// The prompt rows of group g under sequence scope: its rows at positions below the prompt length (all of them
-// without a state). Positions are contiguous from the row's next position (validated before).
-struct SequenceGroup {
-  int64_t prompt_length;
-  uint32_t first_row;  // the prompt row number of the group's first row
-  int32_t prompt_end;  // claiming index after the group's last prompt row
-};
-MOE_HD inline SequenceGroup sequence_group(const Ctx& c, int g) {
+// The turn ends of group g's request under sequence scope (router/rules/turn_rules.h) and the position of its
+// first row: its state row's turns (a conversation's list, or {L} held in `single`); without a state the
+// group's rows are its whole prompt ({T_r}, from position 0). Positions are contiguous from the row's next
+// position (validated before).
+MOE_HD inline rules::TurnEnds group_turns(const Ctx& c, int g, uint32_t& single, uint32_t& first_position) {
   const int gb = c.group_begin[g], ge = c.group_begin[g + 1];
   const int row = c.group_row(g);
-  if (row < 0) return SequenceGroup{ge - gb, 0u, ge};
-  const uint32_t L = c.prompt_length[row], first = c.next_position[row];
-  const int64_t prompt_rows = first < L ? static_cast<int64_t>(L - first) : 0;
-  const int32_t end = prompt_rows < ge - gb ? gb + static_cast<int32_t>(prompt_rows) : ge;
-  return SequenceGroup{L, first, end};
+  if (row < 0) {
+    single = static_cast<uint32_t>(ge - gb);
+    first_position = 0;
+    return rules::TurnEnds{&single, 1};
+  }
+  first_position = c.next_position[row];
+  if (c.turn_offsets != nullptr && c.turn_offsets[row + 1] - c.turn_offsets[row] > 1) {
+    return rules::TurnEnds{c.turn_ends + c.turn_offsets[row], c.turn_offsets[row + 1] - c.turn_offsets[row]};
+  }
+  single = c.prompt_length[row];
+  return rules::TurnEnds{&single, 1};
 }
 
 // Causal/sequence capacity in two parallel passes (requests x experts can be 16k x 256 in a decode batch):
@@ -376,13 +382,20 @@ struct StatefulGroupInfo {
       c.group_cap_sum[g] = 0;
       return;
     }
-    const SequenceGroup s = sequence_group(c, g);
-    // The prompt pool's budget at the batch's last prompt row (sequence scope: the whole prompt's).
-    const uint32_t last_row = s.first_row + static_cast<uint32_t>(s.prompt_end - b - 1);
-    c.group_cap[g] = s.prompt_end > b ? rules::prompt_budget(c.policy, last_row,
-                                                             static_cast<uint32_t>(s.prompt_length), c.k, c.E)
-                                      : 0;
-    c.group_cap_sum[g] = int64_t{bn - s.prompt_end} * rules::request_capacity(c.policy, 1, c.k, c.E);
+    // The prompt pool's budget at the batch's last prompt row (sequence scope: its turn's whole prompt's),
+    // and the decode rows' slots.
+    uint32_t single = 0, first = 0;
+    const rules::TurnEnds turns = group_turns(c, g, single, first);
+    int64_t cap = 0, decode_rows = 0;
+    rules::for_each_turn_run(
+        turns, first, b, bn,
+        [&](int32_t i0, int32_t i1, uint32_t position, uint32_t turn_length) {
+          cap = rules::prompt_budget(c.policy, position + static_cast<uint32_t>(i1 - 1 - i0), turn_length,
+                                     c.k, c.E);
+        },
+        [&](int32_t i0, int32_t i1) { decode_rows += i1 - i0; });
+    c.group_cap[g] = cap;
+    c.group_cap_sum[g] = decode_rows * rules::request_capacity(c.policy, 1, c.k, c.E);
   }
 };
 struct StatefulCapacityPartial {
@@ -533,13 +546,20 @@ struct DecideSequence {
     if (!held) {
       for (int64_t i = 0; i < counts_size; ++i) higher[i] = 0;
     }
-    const SequenceGroup s = sequence_group(c, g);
-    const int64_t capacity = rules::request_capacity(c.policy, s.prompt_length, c.k, c.E);
-    rules::decide_prompt_pool(
-        c.routes(), c.policy, c.E, c.order, gb, s.prompt_end, s.first_row,
-        static_cast<uint32_t>(s.prompt_length),
-        rules::PromptCapacity{&c.policy, c.k, c.E, static_cast<uint32_t>(s.prompt_length), capacity}, count,
-        higher, c.pair_expert, c.pair_status, PoolPlacer{&c, held});
+    // Every run of a turn's prompt rows into the prompt pool (under that turn's length), then the decode
+    // rows: the CPU planner's order.
+    uint32_t single = 0, first = 0;
+    const rules::TurnEnds turns = group_turns(c, g, single, first);
+    const PoolPlacer pool{&c, held};
+    rules::for_each_turn_run(
+        turns, first, gb, ge,
+        [&](int32_t i0, int32_t i1, uint32_t position, uint32_t turn_length) {
+          const int64_t capacity = rules::request_capacity(c.policy, turn_length, c.k, c.E);
+          rules::decide_prompt_pool(c.routes(), c.policy, c.E, c.order, i0, i1, position, turn_length,
+                                    rules::PromptCapacity{&c.policy, c.k, c.E, turn_length, capacity}, count,
+                                    higher, c.pair_expert, c.pair_status, pool);
+        },
+        [](int32_t, int32_t) {});
     // The prompt's counts go to the state; count becomes the placements of this batch (decode rows follow).
     for (int e = 0; e < c.E; ++e) {
       if (held) {
@@ -549,8 +569,12 @@ struct DecideSequence {
       }
     }
     if (row >= 0) c.next_position[row] = c.meta[c.order[ge - 1]].position + 1;
-    rules::keep_decode_rows(c.routes(), c.order, s.prompt_end, ge,
-                            rules::request_capacity(c.policy, 1, c.k, c.E), DecodePlacer{&c, count});
+    const int64_t decode_capacity = rules::request_capacity(c.policy, 1, c.k, c.E);
+    rules::for_each_turn_run(
+        turns, first, gb, ge, [](int32_t, int32_t, uint32_t, uint32_t) {},
+        [&](int32_t i0, int32_t i1) {
+          rules::keep_decode_rows(c.routes(), c.order, i0, i1, decode_capacity, DecodePlacer{&c, count});
+        });
   }
 };
 
@@ -688,6 +712,8 @@ void run_plan(const Exec& exec, const Sort& sort, const PlanShape& shape, const 
   c.held = in.state_slots_held;
   c.next_position = in.state_next_position;
   c.prompt_length = in.state_prompt_length;
+  c.turn_ends = in.state_turn_ends;
+  c.turn_offsets = in.state_turn_offsets;
   c.higher_choices = in.state_higher_choices;
   c.pair_expert = out.pair_expert;
   c.pair_slot = out.pair_slot;

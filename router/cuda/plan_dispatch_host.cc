@@ -19,6 +19,14 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   DeviceBuffer<uint32_t> next(rows), prompt(host_in.state_prompt_length ? rows : 0);
   const size_t KE = static_cast<size_t>(shape.top_k) * E;  // rules::prompt_choice_counts_size
   DeviceBuffer<int32_t> first(host_in.state_higher_choices ? rows * KE : 0);
+  const bool turns = rows > 0 && host_in.state_turn_offsets != nullptr;
+  const size_t num_turn_ends = turns ? static_cast<size_t>(host_in.state_turn_offsets[rows]) : 0;
+  DeviceBuffer<int32_t> turn_offsets(turns ? rows + 1 : 0);
+  DeviceBuffer<uint32_t> turn_ends(num_turn_ends);
+  if (turns) {
+    turn_offsets.upload(host_in.state_turn_offsets, rows + 1);
+    turn_ends.upload(host_in.state_turn_ends, num_turn_ends);
+  }
   experts.upload(host_in.route_experts, T * R);
   weights.upload(host_in.route_weights, T * R);
   if (host_in.top1_score) top1.upload(host_in.top1_score, T);
@@ -40,6 +48,8 @@ void plan_dispatch_from_host(const PlanShape& shape, const PlanInputs& host_in, 
   in.state_next_position = rows > 0 ? next.data() : nullptr;
   in.state_prompt_length = rows > 0 && host_in.state_prompt_length ? prompt.data() : nullptr;
   in.state_higher_choices = rows > 0 && host_in.state_higher_choices ? first.data() : nullptr;
+  in.state_turn_offsets = turns ? turn_offsets.data() : nullptr;
+  in.state_turn_ends = turns ? turn_ends.data() : nullptr;
 
   DeviceBuffer<int32_t> pair_expert(P), pair_slot(P), load(E), offsets(E + 1), slot_pairs(P);
   DeviceBuffer<float> pair_weight(P);

@@ -37,13 +37,6 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
         error.position = meta[error.row_b].position;
         throw_if_plan_error(error);
       }
-      if (known->turn_ends.size() > 1) {
-        throw std::invalid_argument(
-            "GPU dispatch planner: request " + std::to_string(request_ids[r]) + " is a conversation turn (" +
-            std::to_string(known->turn_ends.size() / 2) +
-            " earlier turns): the GPU planner decides single-turn requests only; plan conversations with the "
-            "CPU planner (docs/cuda.md)");
-      }
       std::copy(known->slots_held.begin(), known->slots_held.end(), slots_held.begin() + r * E);
       if (known->higher_choices.size() == counts_size) {  // else never decided (sized on first use)
         std::copy(known->higher_choices.begin(), known->higher_choices.end(),
@@ -51,6 +44,23 @@ void RoutingStateTable::build(std::span<const TokenMeta> meta, const RoutingStat
       }
       next_position[r] = known->next_position;
       prompt_length[r] = known->prompt_length;
+    }
+  }
+  // Conversations' turn ends, only when a row has several.
+  turn_ends.clear();
+  turn_offsets.clear();
+  bool conversations = false;
+  for (size_t r = 0; r < request_ids.size() && !conversations; ++r) {
+    const RoutingState::Request* known = state.find(request_ids[r]);
+    conversations = known != nullptr && known->turn_ends.size() > 1;
+  }
+  if (conversations) {
+    turn_offsets.push_back(0);
+    for (size_t r = 0; r < request_ids.size(); ++r) {
+      if (const RoutingState::Request* known = state.find(request_ids[r])) {
+        turn_ends.insert(turn_ends.end(), known->turn_ends.begin(), known->turn_ends.end());
+      }
+      turn_offsets.push_back(static_cast<int32_t>(turn_ends.size()));
     }
   }
 }
@@ -101,6 +111,10 @@ void ArrayPlanner::plan(const TokenRoutes& routes, std::span<const TokenMeta> me
     in.state_next_position = table.next_position.data();
     in.state_prompt_length = table.prompt_length.data();
     in.state_higher_choices = table.higher_choices.data();
+    if (!table.turn_offsets.empty()) {
+      in.state_turn_ends = table.turn_ends.data();
+      in.state_turn_offsets = table.turn_offsets.data();
+    }
   }
 
   out.num_tokens = T;

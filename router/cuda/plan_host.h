@@ -28,7 +28,10 @@ struct RoutingStateTable {
   std::vector<uint32_t> next_position;  // [rows]
   std::vector<uint32_t> prompt_length;  // [rows]: 0 = not admitted
   std::vector<int32_t> higher_choices;  // [rows * top_k * E] (rules::prompt_choice_counts_size per row)
-  size_t counts_size = 0;               // top_k * E
+  // Conversations: PlanInputs::state_turn_ends / state_turn_offsets; both empty when every row is one turn.
+  std::vector<uint32_t> turn_ends;
+  std::vector<int32_t> turn_offsets;
+  size_t counts_size = 0;  // top_k * E
 
   // Rows for the requests of `meta`; a request `state` knows starts from its state, a new one from zero (and
   // prompt length 0: not admitted). Throws std::invalid_argument (kPlanRuleMismatch, the CPU planner's words)

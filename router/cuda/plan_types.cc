@@ -67,6 +67,8 @@ void check_plan_args(const PlanShape& shape, const PlanInputs& in, const PlanOut
            "inputs.state_prompt_length (sequence/prefix scope, token_state_row is set)");
       need(in.state_higher_choices,
            "inputs.state_higher_choices (sequence/prefix scope, token_state_row is set)");
+      if (in.state_turn_offsets != nullptr)
+        need(in.state_turn_ends, "inputs.state_turn_ends (state_turn_offsets is set)");
     }
   }
   need(out.pair_expert, "outputs.pair_expert");

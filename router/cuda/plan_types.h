@@ -46,7 +46,8 @@ struct PlanInputs {
   // The table rows are read and, when the plan succeeds, advanced in place:
   //   state_slots_held[row * E + e]     slots the request holds at expert e (sequence: its prompt's)
   //   state_next_position[row]          the position the request's next token must have
-  //   state_prompt_length[row]          sequence: the admitted prompt length L (read only)
+  //   state_prompt_length[row]          sequence: the admitted prompt length L (read only; a conversation's
+  //                                     turn ends below)
   //   state_higher_choices[row * k * E + (j - 1) * E + e]
   //                                     sequence: the prompt rows so far whose choices of rank < j include e
   //                                     (j = 1 .. k; rules::prompt_choice_counts_size)
@@ -56,6 +57,11 @@ struct PlanInputs {
   uint32_t* state_next_position = nullptr;
   const uint32_t* state_prompt_length = nullptr;
   int32_t* state_higher_choices = nullptr;
+  // Sequence and prefix scopes, conversations (router/rules/turn_rules.h; read only): row r's turn ends are
+  // state_turn_ends[state_turn_offsets[r] .. state_turn_offsets[r + 1]) when that range holds more than one
+  // (the last is its prompt length); nullptr = every row a single turn {state_prompt_length[row]}.
+  const uint32_t* state_turn_ends = nullptr;
+  const int32_t* state_turn_offsets = nullptr;  // [num_state_rows + 1]
 };
 
 // Why a plan failed: PlanError (router/rules/plan_error.h), written to PlanOutputs::error (code kPlanOk =

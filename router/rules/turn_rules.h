@@ -53,6 +53,30 @@ struct TurnEnds {
   }
 };
 
+// The rows order[begin .. end) of one request, the first at `first_position` (positions contiguous), in runs
+// of one segment each, in position order: prompt(i0, i1, position of i0, its turn's length) for a run of a
+// turn's prompt rows, decode(i0, i1) for a run of answer or decode rows. A planner decides every prompt run
+// first (the prompt pool) and then the decode runs (each row its own pools), calling this twice with one of
+// the two callbacks a no-op, so that each pool's pairs take slots in position order.
+template <class Prompt, class Decode>
+MOE_HD inline void for_each_turn_run(const TurnEnds& turns, uint32_t first_position, int32_t begin,
+                                     int32_t end, Prompt&& prompt, Decode&& decode) {
+  for (int32_t i = begin; i < end;) {
+    const uint32_t position = first_position + static_cast<uint32_t>(i - begin);
+    const int segment = turns.segment_of(position);
+    const uint64_t segment_end = segment < turns.count ? turns.ends[segment] : ~uint64_t{0};
+    const int32_t run_end = segment_end - position < static_cast<uint64_t>(end - i)
+                                ? i + static_cast<int32_t>(segment_end - position)
+                                : end;
+    if (TurnEnds::is_prompt_segment(segment, turns.count)) {
+      prompt(i, run_end, position, static_cast<uint32_t>(segment_end));
+    } else {
+      decode(i, run_end);
+    }
+    i = run_end;
+  }
+}
+
 // Why a list of turn ends is not valid (nullptr when it is): the one check of admit, restore and the segment
 // parser.
 inline const char* turn_ends_error(const uint32_t* ends, int64_t count) {
