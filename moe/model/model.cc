@@ -114,7 +114,14 @@ void Model::admit_cached(uint64_t request_id, uint32_t prompt_length,
                                     ": a cached block holds no routing segments (the writer did not "
                                     "record routing)");
       }
-      prefix[l].push_back(b->routing[l]);
+      const RoutingSegment& seg = b->routing[l];
+      if (seg.begin != b->begin || seg.end != b->end) {
+        throw std::invalid_argument(
+            who + ": a cached block holds the KV of positions [" + std::to_string(b->begin) + ", " +
+            std::to_string(b->end) + ") but layer " + std::to_string(l) + "'s routing segment of [" +
+            std::to_string(seg.begin) + ", " + std::to_string(seg.end) + ") (not one block's computation)");
+      }
+      prefix[l].push_back(seg);
       if (ignore_salt) prefix[l].back().prompt_length = prompt_length;
     }
     routing_[l].check_restore(request_id, prompt_length, prefix[l]);

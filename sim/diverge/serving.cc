@@ -6,6 +6,7 @@
 
 #include "router/routing_rule.h"
 #include "router/rules/plan_rules.h"
+#include "sim/serving/block_store.h"
 #include "sim/serving/lifecycle.h"
 
 namespace moe::sim::diverge {
@@ -27,8 +28,8 @@ class LabClient : public serving::EngineClient {
     drafts_[r.client_index] = propose_drafts(tokens_[r.client_index], max);
     return static_cast<int>(drafts_[r.client_index].size());
   }
-  uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
-    return prefix_cache_salt(rule_, block_end, prompt_length);
+  uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
+    return prefix_cache_salt(rule_, block_end, r.prompt_length);
   }
   std::vector<int32_t>& tokens(size_t index) { return tokens_[index]; }
   const std::vector<int32_t>& drafts(size_t index) const { return drafts_[index]; }
@@ -91,7 +92,7 @@ class LabHandler : public serving::StepHandler {
              ServeOutcome& out)
       : model_(model),
         client_(client),
-        cache_(static_cast<size_t>(kv_blocks)),
+        cache_(kv_blocks),
         ignore_salt_(cache_key == CacheKey::kTokens),
         probe_id_(probe_id),
         out_(out),
@@ -100,8 +101,7 @@ class LabHandler : public serving::StepHandler {
 
   void release(uint64_t id) override { model_.release(id); }
   void admit(const serving::Admission& a) override {
-    blocks_.clear();
-    for (int32_t b : a.blocks) blocks_.push_back(&cache_.at(static_cast<size_t>(b)));
+    cache_.take(a, blocks_);  // exactly its cached positions, each kept under the key the engine matched
     model_.admit_cached(a.id, a.prompt_length, blocks_, ignore_salt_);
   }
   // The rows' tokens (a prompt or generated token, or a draft), one pass, every row's logits when a span
@@ -135,7 +135,7 @@ class LabHandler : public serving::StepHandler {
   }
   void rollback(uint64_t id, uint32_t position) override { model_.rollback(id, position); }
   void keep(const serving::Registered& b) override {
-    cache_.at(static_cast<size_t>(b.block)) = model_.cached_block(b.id, b.begin, b.end);
+    cache_.keep(b, model_.cached_block(b.id, b.begin, b.end));
   }
 
  private:
@@ -177,7 +177,7 @@ class LabHandler : public serving::StepHandler {
 
   model::Model& model_;
   LabClient& client_;
-  std::vector<model::Model::CachedBlock> cache_;  // per KV block: the payload the prefix cache keeps
+  serving::BlockStore<model::Model::CachedBlock> cache_;  // per KV block: the payload the prefix cache keeps
   bool ignore_salt_;
   uint64_t probe_id_;
   ServeOutcome& out_;

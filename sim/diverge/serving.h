@@ -58,7 +58,8 @@ std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& 
 // Runs `requests` through `model` (which must hold no live request) under `engine` (every request's stats are
 // kept whatever engine.keep_request_stats says: the probe's are read after it finished) until request
 // `probe_id` finishes: the engine's lifecycle events become the model's (admit / admit_cached from the cached
-// blocks' KV and routing, rollback, release; registered blocks are copied into the cache's payloads);
+// blocks' KV and routing, rollback, release; registered blocks are copied into the cache's payloads, which a
+// restore takes only for exactly its cached positions under the matched keys, sim/serving/block_store.h);
 // releases every request from the model afterwards. The model must record routing
 // (ModelOptions::record_routing) when the prefix cache or speculation is on. Throws std::invalid_argument if
 // probe_id is absent, a request or the engine config is bad (chunk_size 0 included), or the server runs
