@@ -18,8 +18,12 @@ class LabClient : public serving::EngineClient {
   LabClient(const std::vector<Request>& requests, const DispatchPolicy& policy, CacheKey cache_key)
       : rule_(cache_key == CacheKey::kTokens ? RoutingRule{} : RoutingRule::of(policy)),
         tokens_(requests.size()),
-        drafts_(requests.size()) {
-    for (size_t i = 0; i < requests.size(); ++i) tokens_[i] = requests[i].prompt;
+        drafts_(requests.size()),
+        sampling_(requests.size()) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      tokens_[i] = requests[i].prompt;
+      sampling_[i] = requests[i].sampling;
+    }
   }
   uint64_t token(const serving::EngineRequest& r, uint32_t position) override {
     return static_cast<uint64_t>(tokens_[r.client_index].at(position));
@@ -33,11 +37,13 @@ class LabClient : public serving::EngineClient {
   }
   std::vector<int32_t>& tokens(size_t index) { return tokens_[index]; }
   const std::vector<int32_t>& drafts(size_t index) const { return drafts_[index]; }
+  const Sampling& sampling(size_t index) const { return sampling_[index]; }
 
  private:
   RoutingRule rule_;
   std::vector<std::vector<int32_t>> tokens_;
   std::vector<std::vector<int32_t>> drafts_;
+  std::vector<Sampling> sampling_;
 };
 
 }  // namespace
@@ -57,6 +63,11 @@ std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& 
     if (r.max_new_tokens < 1) {
       throw std::invalid_argument("serve: request " + std::to_string(r.id) + " has max_new_tokens " +
                                   std::to_string(r.max_new_tokens) + " (must be >= 1)");
+    }
+    try {
+      r.sampling.validate();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("serve: request " + std::to_string(r.id) + ": " + e.what());
     }
     out.push_back(serving::EngineRequest{r.id, r.arrival_step, static_cast<uint32_t>(r.prompt.size()),
                                          static_cast<uint32_t>(r.max_new_tokens), i});
@@ -85,7 +96,7 @@ std::vector<int32_t> propose_drafts(std::span<const int32_t> tokens, int max) {
 namespace {
 
 // The lab's side of each step (sim/serving/lifecycle.h): the model's request lifecycle, its forward pass,
-// the greedy verification of drafts, and what is recorded of the probe.
+// the verification of drafts under the sampling rule, and what is recorded of the probe.
 class LabHandler : public serving::StepHandler {
  public:
   LabHandler(model::Model& model, LabClient& client, int64_t kv_blocks, CacheKey cache_key, uint64_t probe_id,
@@ -128,8 +139,10 @@ class LabHandler : public serving::StepHandler {
       if (s.id == probe_id_) record_probe_span(s);
     }
   }
-  // Greedy verification: a sampling span keeps its leading drafts while each is the previous row's argmax,
-  // then takes one more token (the first the drafts do not hold); the client's tokens grow by them.
+  // Verification under the sampling rule: a sampling span keeps its leading drafts while each is the token
+  // the rule draws at its position from the previous row (greedy: the argmax), then takes one more token
+  // (the first the drafts do not hold); the client's tokens grow by them. The draw is the one the request
+  // would make without speculation, so its tokens are the same either way.
   void accept(const serving::Step& step, std::vector<uint32_t>& accepted) override {
     for (const serving::Span& s : step.spans) accepted.push_back(s.samples ? sample(s) : s.end - s.begin);
   }
@@ -142,14 +155,16 @@ class LabHandler : public serving::StepHandler {
   uint32_t sample(const serving::Span& s) {
     std::vector<int32_t>& tokens = client_.tokens(s.client_index);
     const std::vector<int32_t>& drafts = client_.drafts(s.client_index);
+    const Sampling& sampling = client_.sampling(s.client_index);
     const uint32_t n = s.end - s.begin;
     // Row i's logits predict position begin + i + 1.
     for (uint32_t i = s.drafts > 0 ? 0 : n - 1;; ++i) {
       const int32_t at = logit_index_.at(static_cast<size_t>(s.row) + i);
       const float* row = logits_.data() + static_cast<size_t>(at) * vocab_;
-      const int32_t next = model::Model::argmax(row, vocab_);
-      if (s.id == probe_id_) hash_probe_row(row);
       const uint32_t position = s.begin + i + 1;  // the position `next` is for
+      const int32_t next =
+          sample_token(std::span<const float>(row, static_cast<size_t>(vocab_)), sampling, position);
+      if (s.id == probe_id_) hash_probe_row(row);
       if (s.drafts > 0 && position < s.end && drafts.at(position - tokens.size()) == next) continue;
       // `next` is the first token that no draft already holds: accept the drafts before it, then it.
       const size_t have = tokens.size();
