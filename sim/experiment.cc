@@ -45,7 +45,7 @@ PolicySimulator::PolicySimulator(int num_experts, int top_k, const DispatchPolic
   r_.expert_capacity.assign(num_experts, policy.scope == CapacityScope::kNone ? -1 : 0);
   r_.step_capacity_min = 1e300;
   r_.step_capacity_max = -1e300;
-  if (stateful_ && state_.records()) cached_.resize(static_cast<size_t>(kv_blocks));
+  if (stateful_ && state_.records()) cached_ = serving::BlockStore<RoutingSegment>(kv_blocks);
 }
 
 void PolicySimulator::account(const deploy::DeployConfig& deployment, const RouterConfig& router) {
@@ -65,8 +65,9 @@ void PolicySimulator::release(uint64_t id) {
 void PolicySimulator::admit(const serving::Admission& a) {
   if (!stateful_) return;
   if (a.cached > 0) {
+    cached_.take(a, taken_);  // the segments of exactly its cached positions, kept under the matched keys
     prefix_.clear();
-    for (int32_t b : a.blocks) prefix_.push_back(cached_.at(static_cast<size_t>(b)));
+    for (const RoutingSegment* s : taken_) prefix_.push_back(*s);
     state_.restore(a.id, a.prompt_length, prefix_);
   } else if (prompt_pools_) {
     state_.admit(a.id, a.prompt_length);
@@ -82,8 +83,7 @@ void PolicySimulator::rollback(uint64_t id, uint32_t position) {
 }
 
 void PolicySimulator::keep(const serving::Registered& b) {
-  if (stateful_ && !cached_.empty())
-    cached_.at(static_cast<size_t>(b.block)) = state_.segment(b.id, b.begin, b.end);
+  if (stateful_ && state_.records()) cached_.keep(b, state_.segment(b.id, b.begin, b.end));
 }
 
 void PolicySimulator::fold_plan(const std::vector<TokenMeta>& rows) {

@@ -17,6 +17,7 @@
 #include "sim/deploy/deploy_stats.h"
 #include "sim/progress.h"
 #include "sim/routing_stats.h"
+#include "sim/serving/block_store.h"
 #include "sim/sim_config.h"
 #include "sim/workload.h"
 
@@ -97,7 +98,9 @@ class PolicySimulator : private serving::StepHandler {
   DispatchPlanner planner_;
   RoutingState state_;
   bool prompt_pools_, stateful_;
-  std::vector<RoutingSegment> cached_;  // per KV block: the routing segment the cache keeps beside it
+  // Per KV block: the routing segment the cache keeps beside it (a recording stateful policy; else empty).
+  serving::BlockStore<RoutingSegment> cached_;
+  std::vector<const RoutingSegment*> taken_;
   std::vector<RoutingSegment> prefix_;
   const TokenRoutes* routes_ = nullptr;  // the routes of the step being added
   DispatchPlan plan_;

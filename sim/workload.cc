@@ -184,8 +184,8 @@ class StepStream::Client : public serving::EngineClient {
     return mix64(s.id) + position;
   }
   int propose(const serving::EngineRequest&, uint32_t, int max) override { return max; }
-  uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
-    return prefix_cache_salt(rules_, block_end, prompt_length);
+  uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
+    return prefix_cache_salt(rules_, block_end, r.prompt_length);
   }
 
  private:

@@ -26,7 +26,7 @@ struct PromptClient : serving::EngineClient {
     return position < p.size() ? static_cast<uint64_t>(p[position]) : 1000000 + position;
   }
   int propose(const serving::EngineRequest&, uint32_t, int) override { return 0; }
-  uint64_t salt(uint32_t, uint32_t) override { return 0; }
+  uint64_t salt(const serving::EngineRequest&, uint32_t) override { return 0; }
 };
 
 // Batch formation of the lab's server (the serving engine, vLLM v1 style): running requests in start order
@@ -236,6 +236,75 @@ TEST(Diverge, GreedyAtCapacityOneGivesSeveralCompletions) {
   const DivergeReport rep = run_diverge(o);
   EXPECT_GT(rep.grid[0].distinct, 1);
   EXPECT_GT(rep.grid[0].probe_steps_with_drop, 0);
+}
+
+// Sampling does not hide the strangers: greedy dispatch with fast kernels at temperature 0.7 moves the probe's
+// completion in some trial (its logits, and with them the sampled tokens), as at temperature 0.
+TEST(Diverge, GreedySampledDiverges) {
+  DivergeOptions o = tiny_options();
+  o.trials = 12;
+  o.seed = 2024;
+  o.sweep_capacity_factors.clear();
+  o.grid = {{"greedy", kernels::KernelKind::kFast, 1.0, false, false, 0.7}};
+  const DivergeReport rep = run_diverge(o);
+  EXPECT_GT(rep.grid[0].diverged, 0);
+  EXPECT_GT(rep.grid[0].distinct, 1);
+  EXPECT_LT(rep.grid[0].bitwise_same, o.trials);
+  EXPECT_EQ(rep.grid[0].spec.label(), "greedy/fast/t=0.7");
+}
+
+// The default grid's sampled rows (temperature 0.7, top_p 0.95; none at temperature 0), and the JSON keeps
+// their temperature.
+TEST(Diverge, DefaultGridHasTheSampledRows) {
+  DivergeOptions o;
+  std::vector<std::string> sampled;
+  for (const ConfigSpec& c : o.default_grid()) {
+    if (c.temperature > 0) sampled.push_back(c.label());
+  }
+  EXPECT_EQ(sampled, (std::vector<std::string>{"greedy/fast/t=0.7", "request/invariant/varied/t=0.7",
+                                               "stable/invariant/t=0.7", "stable/invariant/varied/t=0.7",
+                                               "dropless/fast/t=0.7"}));
+  o.temperature = 0;
+  for (const ConfigSpec& c : o.default_grid()) EXPECT_EQ(c.temperature, 0.0);
+  o = DivergeOptions{};
+  o.top_p = 0;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o = DivergeOptions{};
+  o.grid = {{"stable", kernels::KernelKind::kInvariant, 1.0, false, false, -1.0}};
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+// A restore serves a cached block only as the computation of its positions: a block whose routing segments
+// are another block's (a forged or mismatched payload) is refused by name, and nothing is admitted.
+TEST(Server, RestoreRefusesAMismatchedBlock) {
+  model::ModelOptions mo;
+  mo.kernel = kernels::KernelKind::kInvariant;
+  mo.policy = model::ModelOptions::dispatch_mode("stable", 1.0);
+  mo.record_routing = true;
+  model::Model m(model::random_model(model::ModelShape::tiny(), 1), mo);
+  std::vector<model::BatchRow> rows;
+  for (uint32_t p = 0; p < 40; ++p) rows.push_back({1, p, static_cast<int32_t>(p * 3 % 100)});
+  m.admit(1, 40);
+  std::vector<int32_t> logit_rows;
+  std::vector<float> logits;
+  m.forward(rows, logit_rows, logits);
+  const model::Model::CachedBlock b0 = m.cached_block(1, 0, 16), b1 = m.cached_block(1, 16, 32);
+  m.release(1);
+  model::Model::CachedBlock forged = b1;
+  forged.routing = b0.routing;  // block 1's KV with block 0's routing
+  const std::vector<const model::Model::CachedBlock*> blocks = {&b0, &forged};
+  try {
+    m.admit_cached(2, 40, blocks);
+    ADD_FAILURE() << "a mismatched block was served";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("routing segment of [0, 16)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(m.is_live(2));
+  // A block planned for another prompt length (its salt differs: prefix scope, within W of the end).
+  const std::vector<const model::Model::CachedBlock*> honest = {&b0, &b1};
+  EXPECT_THROW(m.admit_cached(2, 33, honest), std::invalid_argument);
+  EXPECT_FALSE(m.is_live(2));
+  EXPECT_NO_THROW(m.admit_cached(2, 40, honest));
 }
 
 }  // namespace

@@ -31,8 +31,8 @@ struct TestClient : EngineClient {
     return mix64(r.id * 7919 + position);
   }
   int propose(const EngineRequest&, uint32_t, int max) override { return std::min(drafts, max); }
-  uint64_t salt(uint32_t end, uint32_t prompt_length) override {
-    return salt_above > 0 && uint64_t{end} + salt_above > prompt_length ? prompt_length : 0;
+  uint64_t salt(const EngineRequest& r, uint32_t end) override {
+    return salt_above > 0 && uint64_t{end} + salt_above > r.prompt_length ? r.prompt_length : 0;
   }
 };
 
@@ -296,13 +296,18 @@ TEST(BlockPool, LeastRecentlyReleasedIsEvictedFirst) {
   std::vector<int32_t> a, b;
   ASSERT_TRUE(pool.allocate(3, a));
   EXPECT_FALSE(pool.allocate(1, b));
-  EXPECT_TRUE(pool.register_block(a[0], 10));
-  EXPECT_TRUE(pool.register_block(a[1], 11));
-  EXPECT_FALSE(pool.register_block(a[2], 10));  // the hash is taken
+  auto key = [](uint8_t v) {
+    BlockKey k;
+    k.bytes[0] = v;
+    return k;
+  };
+  EXPECT_TRUE(pool.register_block(a[0], key(10)));
+  EXPECT_TRUE(pool.register_block(a[1], key(11)));
+  EXPECT_FALSE(pool.register_block(a[2], key(10)));  // the key is taken
   pool.release(std::vector<int32_t>{a[1], a[0], a[2]});
   EXPECT_EQ(pool.available(), 3);
   std::vector<int32_t> hit;
-  const std::vector<uint64_t> chain = {10, 11, 12};
+  const std::vector<BlockKey> chain = {key(10), key(11), key(12)};
   EXPECT_EQ(pool.match(chain, hit), 2);
   pool.release(hit);
   ASSERT_TRUE(pool.allocate(2, b));  // the free block, then the least recently released cached one

@@ -130,7 +130,14 @@ void Model::admit_cached(uint64_t request_id, std::span<const uint32_t> turn_end
                                     ": a cached block holds no routing segments (the writer did not "
                                     "record routing)");
       }
-      prefix[l].push_back(b->routing[l]);
+      const RoutingSegment& seg = b->routing[l];
+      if (seg.begin != b->begin || seg.end != b->end) {
+        throw std::invalid_argument(
+            who + ": a cached block holds the KV of positions [" + std::to_string(b->begin) + ", " +
+            std::to_string(b->end) + ") but layer " + std::to_string(l) + "'s routing segment of [" +
+            std::to_string(seg.begin) + ", " + std::to_string(seg.end) + ") (not one block's computation)");
+      }
+      prefix[l].push_back(seg);
       if (ignore_salt) {  // the segment taken as planned for this request
         prefix[l].back().prompt_length = turn_ends.back();
         prefix[l].back().turn_ends.assign(turn_ends.begin(), turn_ends.end());

@@ -103,8 +103,9 @@ class Model {
   // (RoutingState::restore checks that they are this request's routing: prefix_cache_salt).
   // ignore_salt: take the segments as this request's whatever prompt length they were planned for - what an
   // engine that keys its prefix cache by tokens alone does (the divergence lab's counter-check of sequence
-  // scope). Throws std::invalid_argument, changing nothing, for a live request or blocks that do not tile
-  // [0, P) or that RoutingState::restore refuses.
+  // scope). Throws std::invalid_argument, changing nothing, for a live request, blocks that do not tile
+  // [0, P), a block whose routing segments cover other positions than its KV, or segments that
+  // RoutingState::restore refuses.
   void admit_cached(uint64_t request_id, uint32_t prompt_length, std::span<const CachedBlock* const> blocks,
                     bool ignore_salt = false);
   // The same for a conversation's turn (admit above): blocks computed by earlier turns are accepted where

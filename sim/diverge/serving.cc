@@ -6,6 +6,7 @@
 
 #include "router/routing_rule.h"
 #include "router/rules/plan_rules.h"
+#include "sim/serving/block_store.h"
 #include "sim/serving/lifecycle.h"
 
 namespace moe::sim::diverge {
@@ -17,8 +18,12 @@ class LabClient : public serving::EngineClient {
   LabClient(const std::vector<Request>& requests, const DispatchPolicy& policy, CacheKey cache_key)
       : rule_(cache_key == CacheKey::kTokens ? RoutingRule{} : RoutingRule::of(policy)),
         tokens_(requests.size()),
-        drafts_(requests.size()) {
-    for (size_t i = 0; i < requests.size(); ++i) tokens_[i] = requests[i].prompt;
+        drafts_(requests.size()),
+        sampling_(requests.size()) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      tokens_[i] = requests[i].prompt;
+      sampling_[i] = requests[i].sampling;
+    }
   }
   uint64_t token(const serving::EngineRequest& r, uint32_t position) override {
     return static_cast<uint64_t>(tokens_[r.client_index].at(position));
@@ -27,16 +32,18 @@ class LabClient : public serving::EngineClient {
     drafts_[r.client_index] = propose_drafts(tokens_[r.client_index], max);
     return static_cast<int>(drafts_[r.client_index].size());
   }
-  uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
-    return prefix_cache_salt(rule_, block_end, prompt_length);
+  uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
+    return prefix_cache_salt(rule_, block_end, r.prompt_length);
   }
   std::vector<int32_t>& tokens(size_t index) { return tokens_[index]; }
   const std::vector<int32_t>& drafts(size_t index) const { return drafts_[index]; }
+  const Sampling& sampling(size_t index) const { return sampling_[index]; }
 
  private:
   RoutingRule rule_;
   std::vector<std::vector<int32_t>> tokens_;
   std::vector<std::vector<int32_t>> drafts_;
+  std::vector<Sampling> sampling_;
 };
 
 }  // namespace
@@ -56,6 +63,11 @@ std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& 
     if (r.max_new_tokens < 1) {
       throw std::invalid_argument("serve: request " + std::to_string(r.id) + " has max_new_tokens " +
                                   std::to_string(r.max_new_tokens) + " (must be >= 1)");
+    }
+    try {
+      r.sampling.validate();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("serve: request " + std::to_string(r.id) + ": " + e.what());
     }
     out.push_back(serving::EngineRequest{r.id, r.arrival_step, static_cast<uint32_t>(r.prompt.size()),
                                          static_cast<uint32_t>(r.max_new_tokens), i});
@@ -84,14 +96,14 @@ std::vector<int32_t> propose_drafts(std::span<const int32_t> tokens, int max) {
 namespace {
 
 // The lab's side of each step (sim/serving/lifecycle.h): the model's request lifecycle, its forward pass,
-// the greedy verification of drafts, and what is recorded of the probe.
+// the verification of drafts under the sampling rule, and what is recorded of the probe.
 class LabHandler : public serving::StepHandler {
  public:
   LabHandler(model::Model& model, LabClient& client, int64_t kv_blocks, CacheKey cache_key, uint64_t probe_id,
              ServeOutcome& out)
       : model_(model),
         client_(client),
-        cache_(static_cast<size_t>(kv_blocks)),
+        cache_(kv_blocks),
         ignore_salt_(cache_key == CacheKey::kTokens),
         probe_id_(probe_id),
         out_(out),
@@ -100,8 +112,7 @@ class LabHandler : public serving::StepHandler {
 
   void release(uint64_t id) override { model_.release(id); }
   void admit(const serving::Admission& a) override {
-    blocks_.clear();
-    for (int32_t b : a.blocks) blocks_.push_back(&cache_.at(static_cast<size_t>(b)));
+    cache_.take(a, blocks_);  // exactly its cached positions, each kept under the key the engine matched
     model_.admit_cached(a.id, a.prompt_length, blocks_, ignore_salt_);
   }
   // The rows' tokens (a prompt or generated token, or a draft), one pass, every row's logits when a span
@@ -128,28 +139,32 @@ class LabHandler : public serving::StepHandler {
       if (s.id == probe_id_) record_probe_span(s);
     }
   }
-  // Greedy verification: a sampling span keeps its leading drafts while each is the previous row's argmax,
-  // then takes one more token (the first the drafts do not hold); the client's tokens grow by them.
+  // Verification under the sampling rule: a sampling span keeps its leading drafts while each is the token
+  // the rule draws at its position from the previous row (greedy: the argmax), then takes one more token
+  // (the first the drafts do not hold); the client's tokens grow by them. The draw is the one the request
+  // would make without speculation, so its tokens are the same either way.
   void accept(const serving::Step& step, std::vector<uint32_t>& accepted) override {
     for (const serving::Span& s : step.spans) accepted.push_back(s.samples ? sample(s) : s.end - s.begin);
   }
   void rollback(uint64_t id, uint32_t position) override { model_.rollback(id, position); }
   void keep(const serving::Registered& b) override {
-    cache_.at(static_cast<size_t>(b.block)) = model_.cached_block(b.id, b.begin, b.end);
+    cache_.keep(b, model_.cached_block(b.id, b.begin, b.end));
   }
 
  private:
   uint32_t sample(const serving::Span& s) {
     std::vector<int32_t>& tokens = client_.tokens(s.client_index);
     const std::vector<int32_t>& drafts = client_.drafts(s.client_index);
+    const Sampling& sampling = client_.sampling(s.client_index);
     const uint32_t n = s.end - s.begin;
     // Row i's logits predict position begin + i + 1.
     for (uint32_t i = s.drafts > 0 ? 0 : n - 1;; ++i) {
       const int32_t at = logit_index_.at(static_cast<size_t>(s.row) + i);
       const float* row = logits_.data() + static_cast<size_t>(at) * vocab_;
-      const int32_t next = model::Model::argmax(row, vocab_);
-      if (s.id == probe_id_) hash_probe_row(row);
       const uint32_t position = s.begin + i + 1;  // the position `next` is for
+      const int32_t next =
+          sample_token(std::span<const float>(row, static_cast<size_t>(vocab_)), sampling, position);
+      if (s.id == probe_id_) hash_probe_row(row);
       if (s.drafts > 0 && position < s.end && drafts.at(position - tokens.size()) == next) continue;
       // `next` is the first token that no draft already holds: accept the drafts before it, then it.
       const size_t have = tokens.size();
@@ -177,7 +192,7 @@ class LabHandler : public serving::StepHandler {
 
   model::Model& model_;
   LabClient& client_;
-  std::vector<model::Model::CachedBlock> cache_;  // per KV block: the payload the prefix cache keeps
+  serving::BlockStore<model::Model::CachedBlock> cache_;  // per KV block: the payload the prefix cache keeps
   bool ignore_salt_;
   uint64_t probe_id_;
   ServeOutcome& out_;

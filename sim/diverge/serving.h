@@ -1,8 +1,9 @@
 // The divergence lab's server: requests arrive over time, the serving engine (sim/serving/engine.h: chunked
 // prefill under a token budget, a block prefix cache, recompute preemption, prompt-lookup speculative
-// decoding) forms each step, and a moe::model::Model runs the batch and decodes greedily. The lifecycle of
-// each step is sim/serving/lifecycle.h's; the lab supplies the forward pass, the greedy verification of
-// drafts and what it records of the probe.
+// decoding) forms each step, and a moe::model::Model runs the batch; each request's tokens follow the
+// sampling rule (sim/diverge/sampling.h: greedy at temperature 0, else seeded by (seed, position)). The
+// lifecycle of each step is sim/serving/lifecycle.h's; the lab supplies the forward pass, the verification
+// of drafts under the sampling rule and what it records of the probe.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +11,20 @@
 #include <vector>
 
 #include "moe/model/model.h"
+#include "sim/diverge/sampling.h"
 #include "sim/serving/engine.h"
 
 namespace moe::sim::diverge {
 
-// One request: its prompt arrives at step arrival_step; it generates max_new_tokens tokens (greedy), then
-// finishes. Ids rank requests under request priority; the traffic generator gives them in arrival order.
+// One request: its prompt arrives at step arrival_step; it generates max_new_tokens tokens under `sampling`
+// (temperature 0: greedy; else drawn by (sampling.seed, position), sim/diverge/sampling.h), then finishes.
+// Ids rank requests under request priority; the traffic generator gives them in arrival order.
 struct Request {
   uint64_t id = 0;
   int arrival_step = 0;
   std::vector<int32_t> prompt;
   int max_new_tokens = 1;
+  Sampling sampling{};
 };
 
 // How the prefix cache keys a block:
@@ -36,7 +40,7 @@ serving::EngineConfig lab_engine_defaults();
 
 // What the probe saw while the server ran.
 struct ServeOutcome {
-  std::vector<int32_t> probe_tokens;  // its greedy completion
+  std::vector<int32_t> probe_tokens;  // its completion
   int steps = 0;                      // steps run until the probe finished
   int64_t rows = 0;                   // rows processed in those steps
   int probe_steps = 0;                // steps in which the probe had rows
@@ -52,13 +56,14 @@ struct ServeOutcome {
 };
 
 // The engine's view of the lab's requests (client_index = index in `requests`). Throws std::invalid_argument
-// for an empty prompt or max_new_tokens < 1.
+// for an empty prompt, max_new_tokens < 1 or a bad sampling (Sampling::validate).
 std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& requests);
 
 // Runs `requests` through `model` (which must hold no live request) under `engine` (every request's stats are
 // kept whatever engine.keep_request_stats says: the probe's are read after it finished) until request
 // `probe_id` finishes: the engine's lifecycle events become the model's (admit / admit_cached from the cached
-// blocks' KV and routing, rollback, release; registered blocks are copied into the cache's payloads);
+// blocks' KV and routing, rollback, release; registered blocks are copied into the cache's payloads, which a
+// restore takes only for exactly its cached positions under the matched keys, sim/serving/block_store.h);
 // releases every request from the model afterwards. The model must record routing
 // (ModelOptions::record_routing) when the prefix cache or speculation is on. Throws std::invalid_argument if
 // probe_id is absent, a request or the engine config is bad (chunk_size 0 included), or the server runs

@@ -20,7 +20,7 @@ class Client : public serving::EngineClient {
     return static_cast<uint64_t>(tokens_[r.client_index].at(position));
   }
   int propose(const serving::EngineRequest&, uint32_t, int) override { return 0; }
-  uint64_t salt(uint32_t, uint32_t) override { return 0; }
+  uint64_t salt(const serving::EngineRequest&, uint32_t) override { return 0; }
   std::vector<int32_t>& tokens(size_t index) { return tokens_[index]; }
 
  private:

@@ -11,17 +11,17 @@ BlockPool::BlockPool(int64_t num_blocks) {
                                 std::to_string(num_blocks) + ")");
   }
   refs_.assign(num_blocks, 0);
-  hash_.assign(num_blocks, 0);
+  key_.assign(num_blocks, BlockKey{});
   registered_.assign(num_blocks, 0);
   lru_pos_.resize(num_blocks);
   free_.reserve(num_blocks);
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));  // 0 first
 }
 
-int BlockPool::match(std::span<const uint64_t> hashes, std::vector<int32_t>& out) {
+int BlockPool::match(std::span<const BlockKey> keys, std::vector<int32_t>& out) {
   int n = 0;
-  for (uint64_t h : hashes) {
-    auto it = block_of_.find(h);
+  for (const BlockKey& k : keys) {
+    auto it = block_of_.find(k);
     if (it == block_of_.end()) break;
     const int32_t b = it->second;
     if (refs_[b]++ == 0) evictable_.erase(lru_pos_[b]);
@@ -42,7 +42,7 @@ bool BlockPool::allocate(int64_t n, std::vector<int32_t>& out) {
     } else {
       b = evictable_.front();
       evictable_.pop_front();
-      block_of_.erase(hash_[b]);
+      block_of_.erase(key_[b]);
       registered_[b] = 0;
       ++evictions_;
     }
@@ -52,11 +52,11 @@ bool BlockPool::allocate(int64_t n, std::vector<int32_t>& out) {
   return true;
 }
 
-bool BlockPool::register_block(int32_t block, uint64_t hash) {
-  if (registered_[block]) return hash_[block] == hash;
-  if (!block_of_.emplace(hash, block).second) return false;
+bool BlockPool::register_block(int32_t block, const BlockKey& key) {
+  if (registered_[block]) return key_[block] == key;
+  if (!block_of_.emplace(key, block).second) return false;
   registered_[block] = 1;
-  hash_[block] = hash;
+  key_[block] = key;
   return true;
 }
 

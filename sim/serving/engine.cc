@@ -4,17 +4,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "base/splitmix64.h"
-
 namespace moe::sim::serving {
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) {
   throw std::invalid_argument("serving engine: " + msg);
 }
-
-// The hash chain's value before block 0.
-constexpr uint64_t kChainSeed = 0x6A09E667F3BCC908ull;
 
 uint64_t blocks_for(uint64_t positions, int block_size) {
   return (positions + static_cast<uint64_t>(block_size) - 1) / static_cast<uint64_t>(block_size);
@@ -80,12 +75,12 @@ RequestStats Engine::request_stats(uint64_t id) const {
   return it->second;
 }
 
-uint64_t Engine::block_hash(const Live& l, uint32_t block, uint64_t previous) {
+BlockKey Engine::key_of(const Live& l, uint32_t block, const BlockKey& parent) {
   const uint32_t begin = block * static_cast<uint32_t>(config_.block_size);
   const uint32_t end = begin + static_cast<uint32_t>(config_.block_size);
-  uint64_t h = mix64(previous ^ mix64(client_.salt(end, l.spec->prompt_length) + 0x5A17));
-  for (uint32_t p = begin; p < end; ++p) h = mix64(h ^ client_.token(*l.spec, p));
-  return h;
+  scratch_tokens_.clear();
+  for (uint32_t p = begin; p < end; ++p) scratch_tokens_.push_back(client_.token(*l.spec, p));
+  return block_key(parent, begin, client_.salt(*l.spec, end), scratch_tokens_);
 }
 
 void Engine::release_blocks(Live& l) {
@@ -95,7 +90,7 @@ void Engine::release_blocks(Live& l) {
     pool_->release(l.blocks);
   }
   l.blocks.clear();
-  l.hashes.clear();
+  l.keys.clear();
 }
 
 void Engine::preempt(size_t running_index, Step& step) {
@@ -196,16 +191,16 @@ void Engine::continue_running(Step& step, int& budget) {
 }
 
 uint32_t Engine::match_cached_prefix(Live& l, Admission& a) {
-  std::vector<uint64_t>& hashes = scratch_hashes_;
-  hashes.clear();
+  std::vector<BlockKey>& keys = scratch_keys_;
+  keys.clear();
   if (!config_.prefix_cache) return 0;
   // Full blocks of the known tokens but the last (one position is always computed: it gives the logits).
   const uint32_t bs = static_cast<uint32_t>(config_.block_size);
   const uint32_t full = (l.known - 1) / bs;
-  uint64_t h = kChainSeed;
-  for (uint32_t b = 0; b < full; ++b) hashes.push_back(h = block_hash(l, b, h));
-  const int m = pool_->match(hashes, a.blocks);
-  hashes.resize(static_cast<size_t>(m));
+  for (uint32_t b = 0; b < full; ++b) keys.push_back(key_of(l, b, b == 0 ? BlockKey{} : keys.back()));
+  const int m = pool_->match(keys, a.blocks);
+  keys.resize(static_cast<size_t>(m));
+  a.keys = keys;
   return static_cast<uint32_t>(m) * bs;
 }
 
@@ -235,7 +230,7 @@ void Engine::start_waiting(Step& step, int& budget) {
     }
     waiting_.pop_front();
     l.blocks = std::move(blocks);
-    l.hashes = scratch_hashes_;
+    l.keys = scratch_keys_;
     l.computed = a.cached;
     l.started = starts_++;
     running_.push_back(slot);
@@ -292,12 +287,12 @@ void Engine::complete_span(const Pending& span, uint32_t accepted, Step& step) {
   if (end >= l.known) l.known = end + 1;  // the accepted drafts, and the token the last row sampled
   if (config_.prefix_cache) {
     const uint32_t bs = static_cast<uint32_t>(config_.block_size);
-    while ((l.hashes.size() + 1) * bs <= l.computed) {
-      const uint32_t b = static_cast<uint32_t>(l.hashes.size());
-      const uint64_t h = block_hash(l, b, b == 0 ? kChainSeed : l.hashes.back());
-      l.hashes.push_back(h);
-      if (pool_->register_block(l.blocks[b], h)) {
-        step.registered.push_back(Registered{l.blocks[b], id, b * bs, (b + 1) * bs});
+    while ((l.keys.size() + 1) * bs <= l.computed) {
+      const uint32_t b = static_cast<uint32_t>(l.keys.size());
+      const BlockKey key = key_of(l, b, b == 0 ? BlockKey{} : l.keys.back());
+      l.keys.push_back(key);
+      if (pool_->register_block(l.blocks[b], key)) {
+        step.registered.push_back(Registered{l.blocks[b], id, b * bs, (b + 1) * bs, key});
       }
     }
   }

@@ -2,8 +2,9 @@
 // divergence lab drive (docs/divergence.md, "The serving engine"): continuous batching with chunked prefill
 // under a token budget, in the style of vLLM's v1 scheduler, plus what every production engine adds and what
 // changes which rows of a request reach the MoE layers, and when:
-//   - a block prefix cache (KV blocks of block_size positions, hashed by their prefix - tokens and the key
-//     extension the client's salt() gives - shared by all requests, least recently used evicted first);
+//   - a block prefix cache (KV blocks of block_size positions, keyed by their prefix - a SHA-256 chain over
+//     every block's positions, tokens and the key extension the client's salt() gives, sim/serving/
+//     block_key.h - shared by all requests, least recently used evicted first);
 //   - recompute preemption when a step's rows need more KV blocks than the pool has: the latest-started
 //     running request is released and later re-prefilled (its prompt and generated tokens, as prefill
 //     chunks, with whatever of its blocks the cache still holds);
@@ -56,7 +57,7 @@ struct EngineRequest {
   uint64_t client_index = 0;    // the client's own handle of the request (the engine only passes it back)
 };
 
-// What the engine asks of whoever runs the model. Token values only feed the prefix cache's hashes.
+// What the engine asks of whoever runs the model. Token values only feed the prefix cache's block keys.
 class EngineClient {
  public:
   virtual ~EngineClient() = default;
@@ -66,9 +67,11 @@ class EngineClient {
   // How many draft tokens (<= max) to verify after the request's last token this step, the first of them at
   // position `first_draft`.
   virtual int propose(const EngineRequest& request, uint32_t first_draft, int max) = 0;
-  // The prefix cache's key extension of the block that ends at `block_end` of a request of prompt length
-  // `prompt_length` (prefix_cache_salt of the dispatch rule; 0 for a cache keyed by tokens alone).
-  virtual uint64_t salt(uint32_t block_end, uint32_t prompt_length) = 0;
+  // The prefix cache's key extension of the request's block that ends at `block_end` (the lab and the
+  // simulator: prefix_cache_salt of the dispatch rule at the request's prompt length; 0 for a cache keyed by
+  // tokens alone). Everything but the tokens that makes a block's computation this request's must be in it:
+  // the block key (block_key.h) covers the parent block, the positions, the tokens and this value only.
+  virtual uint64_t salt(const EngineRequest& request, uint32_t block_end) = 0;
 };
 
 // A request's rows in one step: positions [begin, end), consecutive rows of Step::rows starting at `row`.
@@ -84,20 +87,24 @@ struct Span {
 };
 
 // A request entering the running set: new (admit with its prompt length) or resumed after a preemption;
-// positions [0, cached) come from the blocks `blocks` of the prefix cache (restore from their payloads).
+// positions [0, cached) come from the blocks `blocks` of the prefix cache (restore from their payloads),
+// block i holding positions [i * block_size, (i + 1) * block_size) and matched under keys[i].
 struct Admission {
   uint64_t id = 0;
   uint32_t prompt_length = 0;
   uint32_t cached = 0;
   std::vector<int32_t> blocks;  // cached / block_size blocks
   bool resumed = false;
+  std::vector<BlockKey> keys{};  // the key each block was matched under
 };
 
-// A block the cache now holds: positions [begin, end) of request `id` (their payload is to be kept).
+// A block the cache now holds under `key`: positions [begin, end) of request `id` (their payload is to be
+// kept; sim/serving/block_store.h keeps it tagged with the key and positions).
 struct Registered {
   int32_t block = 0;
   uint64_t id = 0;
   uint32_t begin = 0, end = 0;
+  BlockKey key{};
 };
 
 // One step of the engine, the one step type of everything that drives it (sim/serving/lifecycle.h). Three
@@ -171,8 +178,8 @@ class Engine {
     uint32_t known = 0;     // tokens known: the prompt and what it generated
     uint32_t computed = 0;  // positions whose KV is computed
     std::vector<int32_t> blocks;
-    std::vector<uint64_t> hashes;  // chain hashes of its first registered_blocks blocks
-    int64_t started = 0;           // start order
+    std::vector<BlockKey> keys;  // the chain keys of its first blocks (those it registered or matched)
+    int64_t started = 0;         // start order
     RequestStats stats;
     bool admitted_once = false;
   };
@@ -192,8 +199,8 @@ class Engine {
   // complete()'s work on one span: accepted drafts, computed positions, blocks to register, the finish.
   void complete_span(const Pending& span, uint32_t accepted, Step& step);
 
-  // The chain hash of block i of `l` (positions [i * bs, (i + 1) * bs)), given the previous block's.
-  uint64_t block_hash(const Live& l, uint32_t block, uint64_t previous);
+  // The key of block i of `l` (positions [i * bs, (i + 1) * bs)), given its parent's (block_key.h).
+  BlockKey key_of(const Live& l, uint32_t block, const BlockKey& parent);
   bool reserve_blocks(Live& l, uint32_t end, int64_t protect_started, Step& step);
   void preempt(size_t running_index, Step& step);
   void release_blocks(Live& l);
@@ -214,7 +221,8 @@ class Engine {
   bool pending_complete_ = false;
   std::vector<Pending> pending_;  // the planned step's spans, in order
   EngineStats stats_;
-  std::vector<uint64_t> scratch_hashes_;
+  std::vector<BlockKey> scratch_keys_;
+  std::vector<uint64_t> scratch_tokens_;
 };
 
 }  // namespace moe::sim::serving

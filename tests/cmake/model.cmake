@@ -16,6 +16,8 @@ if(NOT TARGET moe_sim_diverge)  # MOE_BUILD_SIM off
 endif()
 moe_add_test(NAME diverge_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_test.cc
              LIBS moe_sim_diverge LABELS unit)
+moe_add_test(NAME diverge_sampling_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_sampling_test.cc
+             LIBS moe_sim_diverge LABELS unit)
 moe_add_test(NAME diverge_invariance_test SOURCES ${PROJECT_SOURCE_DIR}/tests/diverge_invariance_test.cc
              LIBS moe_sim_diverge LABELS invariance threaded)
 

@@ -3,7 +3,7 @@
 if(NOT TARGET moe_sim)
   return()
 endif()
-foreach(name sim_workload_test sim_serving_engine_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test
+foreach(name sim_workload_test sim_serving_engine_test sim_block_key_test sim_score_model_test sim_parsers_test sim_experiment_test sim_svg_test
     sim_routing_stats_test sim_fit_test sim_parallel_test sim_distribute_test sim_deploy_test)
   moe_add_test(NAME ${name}
     SOURCES ${PROJECT_SOURCE_DIR}/tests/${name}.cc

@@ -26,6 +26,7 @@
 #include "router/routing_rule.h"
 #include "router/routing_state.h"
 #include "router/token_meta.h"
+#include "sim/serving/block_store.h"
 #include "sim/serving/engine.h"
 #include "sim/serving/lifecycle.h"
 
@@ -109,8 +110,8 @@ class Client : public sim::serving::EngineClient {
   int propose(const sim::serving::EngineRequest&, uint32_t, int max) override {
     return static_cast<int>(rng_() % static_cast<uint64_t>(max + 1));
   }
-  uint64_t salt(uint32_t block_end, uint32_t prompt_length) override {
-    return trial_.forge_prompt_length ? 0 : prefix_cache_salt(rule_, block_end, prompt_length);
+  uint64_t salt(const sim::serving::EngineRequest& r, uint32_t block_end) override {
+    return trial_.forge_prompt_length ? 0 : prefix_cache_salt(rule_, block_end, r.prompt_length);
   }
 
  private:
@@ -280,10 +281,11 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
     size_t step = 0;
     std::vector<Outcome> computed;
     std::map<uint64_t, std::vector<Computation>> source;  // request -> per position, the computation it uses
-    std::map<int32_t, Payload> cache;                     // block -> what the cache keeps beside it
+    sim::serving::BlockStore<Payload> cache;              // block -> what the cache keeps beside it
+    std::vector<const Payload*> taken;
 
     Replay(const ServingTrial& t, RoutingState& s, Forward& f, Lifecycle& l)
-        : trial(t), state(s), forward_pass(f), life(l) {}
+        : trial(t), state(s), forward_pass(f), life(l), cache(t.engine.kv_blocks) {}
     void release(uint64_t id) override { life.release(state, id); }
     void admit(const sim::serving::Admission& a) override {
       std::vector<Computation>& src = source[a.id];
@@ -293,11 +295,11 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
         return;
       }
       std::vector<RoutingSegment> prefix;
-      for (int32_t b : a.blocks) {
-        const Payload& p = cache.at(b);
-        prefix.push_back(p.segment);
+      cache.take(a, taken);
+      for (const Payload* p : taken) {
+        prefix.push_back(p->segment);
         if (trial.forge_prompt_length) prefix.back().prompt_length = a.prompt_length;
-        src.insert(src.end(), p.source.begin(), p.source.end());
+        src.insert(src.end(), p->source.begin(), p->source.end());
       }
       life.restore(state, a.id, a.prompt_length, prefix);
     }
@@ -318,8 +320,8 @@ std::vector<Outcome> ReplayServingTrial(const ServingTrial& trial, RoutingState&
     }
     void keep(const sim::serving::Registered& b) override {
       const std::vector<Computation>& src = source.at(b.id);
-      cache[b.block] = Payload{state.segment(b.id, b.begin, b.end),
-                               std::vector<Computation>(src.begin() + b.begin, src.begin() + b.end)};
+      cache.keep(b, Payload{state.segment(b.id, b.begin, b.end),
+                            std::vector<Computation>(src.begin() + b.begin, src.begin() + b.end)});
     }
   };
   Replay replay(trial, state, forward, life);
