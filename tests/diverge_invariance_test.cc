@@ -2,8 +2,8 @@
 // exactly one completion - the one it gets alone, with bit-identical logits - over 30+ trials with varied
 // traffic (Poisson and fixed-interval arrivals, shared system prompts, twins), prefill chunk sizes, token
 // budgets, prefix caching, preemption and speculative decoding; so do causal scope and dropless dispatch.
-// Request scope, whose budgets follow the forward pass, and sequence scope under a cache keyed by tokens
-// alone are the counter-checks.
+// The same at temperature 0.7, each request sampling by its (seed, position). Request scope, whose budgets
+// follow the forward pass, and sequence scope under a cache keyed by tokens alone are the counter-checks.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -68,6 +68,35 @@ TEST(DivergeInvariance, StableAndCausalGiveOneCompletionWithTheSameBits) {
         }
       }
     }
+  }
+}
+
+// At temperature 0.7 (top_p 0.95) every request samples by its (seed, position): the deterministic preset
+// still gives the probe one completion, its alone one, with the same logits bits, whatever the traffic,
+// chunking, budget, cache, preemption and speculation (drafts verified against the sampled token); and the
+// sampled completion is not the greedy one.
+TEST(DivergeInvariance, StableSampledGivesOneCompletionWithTheSameBits) {
+  for (int fixed_interval : {0, 2}) {
+    DivergeOptions o = options();
+    o.traffic.fixed_interval = fixed_interval;
+    o.grid = {{"stable", kernels::KernelKind::kInvariant, 1.0, true, false, 0.7},
+              {"stable", kernels::KernelKind::kInvariant, 1.0, false, false, 0.7},
+              {"stable", kernels::KernelKind::kInvariant, 1.0, true}};
+    const DivergeReport rep = run_diverge(o);
+    for (size_t i = 0; i < 2; ++i) {
+      const ConfigResult& r = rep.grid[i];
+      const std::string what = r.spec.label() + " interval " + std::to_string(fixed_interval);
+      EXPECT_EQ(r.distinct, 1) << what;
+      EXPECT_EQ(r.diverged, 0) << what;
+      EXPECT_EQ(r.bitwise_same, o.trials) << what;
+    }
+    const ConfigResult& varied = rep.grid[0];
+    EXPECT_GT(varied.trials_with_cache_hits(), 4);
+    EXPECT_GT(varied.trials_preempted(), 0);
+    int accepted = 0;
+    for (int a : varied.probe_accepted) accepted += a;
+    EXPECT_GT(accepted, 0);
+    EXPECT_NE(varied.alone, rep.grid[2].alone);  // sampled, not greedy
   }
 }
 

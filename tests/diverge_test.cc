@@ -238,6 +238,42 @@ TEST(Diverge, GreedyAtCapacityOneGivesSeveralCompletions) {
   EXPECT_GT(rep.grid[0].probe_steps_with_drop, 0);
 }
 
+// Sampling does not hide the strangers: greedy dispatch with fast kernels at temperature 0.7 moves the
+// probe's completion in some trial (its logits, and with them the sampled tokens), as at temperature 0.
+TEST(Diverge, GreedySampledDiverges) {
+  DivergeOptions o = tiny_options();
+  o.trials = 12;
+  o.seed = 2024;
+  o.sweep_capacity_factors.clear();
+  o.grid = {{"greedy", kernels::KernelKind::kFast, 1.0, false, false, 0.7}};
+  const DivergeReport rep = run_diverge(o);
+  EXPECT_GT(rep.grid[0].diverged, 0);
+  EXPECT_GT(rep.grid[0].distinct, 1);
+  EXPECT_LT(rep.grid[0].bitwise_same, o.trials);
+  EXPECT_EQ(rep.grid[0].spec.label(), "greedy/fast/t=0.7");
+}
+
+// The default grid's sampled rows (temperature 0.7, top_p 0.95; none at temperature 0), and the JSON keeps
+// their temperature.
+TEST(Diverge, DefaultGridHasTheSampledRows) {
+  DivergeOptions o;
+  std::vector<std::string> sampled;
+  for (const ConfigSpec& c : o.default_grid()) {
+    if (c.temperature > 0) sampled.push_back(c.label());
+  }
+  EXPECT_EQ(sampled, (std::vector<std::string>{"greedy/fast/t=0.7", "request/invariant/varied/t=0.7",
+                                               "stable/invariant/t=0.7", "stable/invariant/varied/t=0.7",
+                                               "dropless/fast/t=0.7"}));
+  o.temperature = 0;
+  for (const ConfigSpec& c : o.default_grid()) EXPECT_EQ(c.temperature, 0.0);
+  o = DivergeOptions{};
+  o.top_p = 0;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o = DivergeOptions{};
+  o.grid = {{"stable", kernels::KernelKind::kInvariant, 1.0, false, false, -1.0}};
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
 // A restore serves a cached block only as the computation of its positions: a block whose routing segments
 // are another block's (a forged or mismatched payload) is refused by name, and nothing is admitted.
 TEST(Server, RestoreRefusesAMismatchedBlock) {

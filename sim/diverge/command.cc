@@ -116,14 +116,18 @@ void run(Flags& f) {
   if (!f.modes.empty()) {
     o.grid.clear();
     for (const auto& m : f.modes) {
-      // "<mode>[-varied][-tokens-key]": the server varied over the trials; the prefix cache keyed by tokens
-      // alone.
+      // "<mode>[-varied][-tokens-key][-sampled]": the server varied over the trials; the prefix cache keyed
+      // by tokens alone; every request sampling at --temperature.
       std::string mode = m;
       auto strip = [&](std::string_view suffix) {
         const bool has = mode.size() > suffix.size() && mode.ends_with(suffix);
         if (has) mode.resize(mode.size() - suffix.size());
         return has;
       };
+      const bool sampled = strip("-sampled");
+      if (sampled && !(o.temperature > 0)) {
+        throw std::invalid_argument("diverge: --modes " + m + " samples at --temperature, which is 0");
+      }
       const bool token_keyed = strip("-tokens-key");
       const bool vary = strip("-varied");
       for (const auto& k : f.kernels) {
@@ -131,7 +135,7 @@ void run(Flags& f) {
           throw std::invalid_argument("diverge: --kernels takes fast and/or invariant (got '" + k + "')");
         }
         o.grid.push_back({mode, k == "fast" ? kernels::KernelKind::kFast : kernels::KernelKind::kInvariant,
-                          o.capacity_factor, vary, token_keyed});
+                          o.capacity_factor, vary, token_keyed, sampled ? o.temperature : 0.0});
       }
     }
   }
@@ -203,8 +207,8 @@ void add_diverge_command(CLI::App& app) {
          "--modes", flags->modes,
          "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
          "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
-         "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone); default: the full "
-         "grid")
+         "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone; a -sampled suffix "
+         "samples at --temperature); default: the full grid")
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')
@@ -214,6 +218,11 @@ void add_diverge_command(CLI::App& app) {
          "compute precision of the MoE layers' expert FFNs: fp32, or bf16 (GEMM inputs rounded to bf16, "
          "fp32 accumulation; gates and attention stay fp32)")
       ->capture_default_str();
+  cmd->add_option("--temperature", o.temperature,
+                  "temperature of the default grid's sampled rows and of --modes MODE-sampled (0: no sampled "
+                  "rows); each request draws by (its seed, position)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "top-p nucleus of the sampled rows")->capture_default_str();
   cmd->add_option("--seed", o.seed, "traffic and probe seed")->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();
   cmd->add_option("--moe-gain", o.init.moe_norm_gain, "random weights: RMSNorm gain before the MoE layers")

@@ -59,6 +59,16 @@ uint64_t trial_seed(uint64_t seed, int trial) {
   return mix64(seed ^ mix64(0x7472ull + trial));
 }
 
+// Sampling seeds: the probe's from the run's seed (the same alone and in every trial), a stranger's from its
+// trial's seed and its id.
+constexpr uint64_t kSamplingTag = 0x73616d706c65ull;  // "sample"
+uint64_t probe_sampling_seed(uint64_t seed) {
+  return mix64(seed ^ mix64(kSamplingTag));
+}
+uint64_t stranger_sampling_seed(uint64_t trial_seed, uint64_t id) {
+  return mix64(trial_seed ^ mix64(kSamplingTag + 1 + id));
+}
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
@@ -78,6 +88,7 @@ std::string ConfigSpec::label() const {
   std::string s = mode + "/" + std::string(kernels::to_string(kernel));
   if (varied) s += "/varied";
   if (token_keyed) s += "/tokens-key";
+  if (temperature > 0) s += "/t=" + fmt("%g", temperature);
   return s;
 }
 
@@ -118,7 +129,11 @@ void DivergeOptions::validate() const {
   for (double cf : sweep_capacity_factors)
     check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
   for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(sweep_spec(m, 1.0).mode, 1.0);
-  for (const auto& g : grid) model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
+  for (const auto& g : grid) {
+    model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
+    Sampling{g.temperature, top_p, 0}.validate();
+  }
+  Sampling{temperature, top_p, 0}.validate();
   check(engine.chunk_size > 0, "chunk size (" + std::to_string(engine.chunk_size) +
                                    ") must be positive (the lab's server always chunks its prefill)");
   engine.validate();
@@ -144,6 +159,16 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
   g.push_back({"sequence", KernelKind::kInvariant, capacity_factor, true, true});
   g.push_back({"causal", KernelKind::kInvariant, capacity_factor, true});
   both("dropless", false);
+  // Sampled: the production default, the counter-check, the deterministic preset (fixed and varied server)
+  // and the kernels alone.
+  if (temperature > 0) {
+    const double t = temperature;
+    g.push_back({"greedy", KernelKind::kFast, capacity_factor, false, false, t});
+    g.push_back({"request", KernelKind::kInvariant, capacity_factor, true, false, t});
+    g.push_back({"stable", KernelKind::kInvariant, capacity_factor, false, false, t});
+    g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true, false, t});
+    g.push_back({"dropless", KernelKind::kFast, capacity_factor, false, false, t});
+  }
   return g;
 }
 
@@ -322,6 +347,7 @@ void run_item(ConfigRun& run, int item, const DivergeOptions& options, const Lab
   Request probe;
   probe.prompt = in.probe_prompt;
   probe.max_new_tokens = options.gen_length;
+  probe.sampling = Sampling{spec.temperature, options.top_p, probe_sampling_seed(options.seed)};
   if (item == 0) {
     probe.id = 1;
     run.outcomes[0] = serve(m, {probe}, engine, CacheKey::kSalted, 1);
@@ -351,9 +377,14 @@ void run_item(ConfigRun& run, int item, const DivergeOptions& options, const Lab
   r.spec_tokens[trial] = engine.spec_tokens;
   r.kv_blocks[trial] = static_cast<int>(engine.kv_blocks);
   uint64_t probe_id = 0;
+  const uint64_t seed = trial_seed(options.seed, trial);
   auto requests =
-      make_traffic(traffic, PromptSource{in.weights->shape.vocab_size, in.heldout, in.system_prompts},
-                   trial_seed(options.seed, trial), probe, &probe_id);
+      make_traffic(traffic, PromptSource{in.weights->shape.vocab_size, in.heldout, in.system_prompts}, seed,
+                   probe, &probe_id);
+  for (Request& q : requests) {
+    if (q.id != probe_id)
+      q.sampling = Sampling{spec.temperature, options.top_p, stranger_sampling_seed(seed, q.id)};
+  }
   run.outcomes[item] = serve(m, std::move(requests), engine,
                              spec.token_keyed ? CacheKey::kTokens : CacheKey::kSalted, probe_id);
   run.seconds[item] = now_seconds() - start;
@@ -610,6 +641,7 @@ nlohmann::json result_json(const ConfigResult& r, const model::Tokenizer* tokeni
   j["kernel"] = std::string(kernels::to_string(r.spec.kernel));
   j["capacity_factor"] = r.spec.capacity_factor;
   j["varied"] = r.spec.varied;
+  j["temperature"] = r.spec.temperature;
   j["policy"] =
       policy_json(r.spec.mode, model::ModelOptions::dispatch_mode(r.spec.mode, r.spec.capacity_factor),
                   kernels::to_string(r.spec.kernel));
@@ -668,6 +700,8 @@ std::string to_json(const DivergeReport& report) {
   j["tight_kv_blocks"] = o.tight_kv_blocks;
   j["cache_kv_blocks"] = o.cache_kv_blocks;
   j["capacity_factor"] = o.capacity_factor;
+  j["temperature"] = o.temperature;
+  j["top_p"] = o.top_p;
   j["seed"] = o.seed;
   j["compute"] = std::string(kernels::to_string(o.compute));
   j["weights"] = report.model;
@@ -718,6 +752,7 @@ DivergeReport report_from_json(const std::string& text) {
       res.spec.capacity_factor = c.at("capacity_factor").get<double>();
       res.spec.varied = c.at("varied").get<bool>();
       res.spec.token_keyed = c.value("token_keyed_cache", false);
+      res.spec.temperature = c.value("temperature", 0.0);
       res.distinct = c.at("distinct").get<int>();
       res.gen_points = c.at("gen_points").get<std::vector<int>>();
       res.distinct_at = c.at("distinct_at").get<std::vector<int>>();

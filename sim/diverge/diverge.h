@@ -36,14 +36,19 @@ namespace moe::sim::diverge {
 //   token_keyed  the prefix cache keys blocks by their tokens alone (an engine unaware of the routing:
 //            a request restored from a block takes the routing it holds as its own); else by tokens and
 //            prefix_cache_salt of the mode's rule (RoutingState refuses a prefix of another salt)
+//   temperature  every request samples at this temperature with DivergeOptions::top_p (sim/diverge/
+//            sampling.h); 0: greedy. The probe's seed is the run's (the same alone and in every trial: a user
+//            who sends the same seed again), each stranger's from its trial's seed and its id.
 struct ConfigSpec {
   std::string mode = "greedy";
   kernels::KernelKind kernel = kernels::KernelKind::kFast;
   double capacity_factor = 1.0;
   bool varied = false;
   bool token_keyed = false;
+  double temperature = 0.0;
 
-  // "greedy/fast", "stable/invariant/varied", "sequence/invariant/varied/tokens-key" ...
+  // "greedy/fast", "stable/invariant/varied", "sequence/invariant/varied/tokens-key",
+  // "stable/invariant/varied/t=0.7" ...
   std::string label() const;
 };
 
@@ -96,12 +101,18 @@ struct DivergeOptions {
   // alone.
   std::vector<std::string> sweep_modes = {"greedy", "rank-only",           "request",
                                           "stable", "sequence-tokens-key", "causal"};
+  // The sampled rows of the default grid sample at this temperature (0: none) and every sampled row with
+  // this top_p (sim/diverge/sampling.h).
+  double temperature = 0.7;
+  double top_p = 0.95;
   std::function<void(const std::string&)> progress;  // one line per finished configuration (may be empty)
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
   // At capacity_factor: greedy, rank-only, request, stable and dropless with fast and invariant kernels at
-  // the engine's fixed chunk and budget; request, stable and causal with invariant kernels, varied.
+  // the engine's fixed chunk and budget; request, stable and causal with invariant kernels, varied; then,
+  // when temperature > 0, the sampled rows at it: greedy/fast, request/invariant/varied, stable/invariant,
+  // stable/invariant/varied and dropless/fast.
   std::vector<ConfigSpec> default_grid() const;
   // The largest token budget a configuration uses (the models' workspace size).
   int max_token_budget() const;
