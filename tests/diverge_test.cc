@@ -238,8 +238,8 @@ TEST(Diverge, GreedyAtCapacityOneGivesSeveralCompletions) {
   EXPECT_GT(rep.grid[0].probe_steps_with_drop, 0);
 }
 
-// Sampling does not hide the strangers: greedy dispatch with fast kernels at temperature 0.7 moves the probe's
-// completion in some trial (its logits, and with them the sampled tokens), as at temperature 0.
+// Sampling does not hide the strangers: greedy dispatch with fast kernels at temperature 0.7 moves the
+// probe's completion in some trial (its logits, and with them the sampled tokens), as at temperature 0.
 TEST(Diverge, GreedySampledDiverges) {
   DivergeOptions o = tiny_options();
   o.trials = 12;
