@@ -47,10 +47,11 @@ void check_turn_ends(std::span<const uint32_t> turn_ends) {
 
 std::vector<uint32_t> prefix_cache_turns(const RoutingRule& rule, uint32_t prefix_end,
                                          std::span<const uint32_t> turn_ends) {
-  check_turn_ends(turn_ends);
   std::vector<uint32_t> out;
   const bool sequence = rule.scope == CapacityScope::kSequence;
-  if ((!sequence && rule.scope != CapacityScope::kPrefix) || prefix_end == 0) return out;
+  if (!sequence && rule.scope != CapacityScope::kPrefix) return out;  // nothing depends on the turns
+  check_turn_ends(turn_ends);
+  if (prefix_end == 0) return out;
   for (uint32_t end : turn_ends) {
     if (end < prefix_end) out.push_back(end);
   }

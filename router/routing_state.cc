@@ -232,7 +232,8 @@ void RoutingState::check_restore(uint64_t request_id, std::span<const uint32_t> 
       }
     }
     if (!(s.rule == rule)) fail(seg + " was planned under another rule than segment 0");
-    check_turns(seg + "'s planning request", s.planned_turns());
+    if (s.rule.scope == CapacityScope::kSequence || s.rule.scope == CapacityScope::kPrefix)
+      check_turns(seg + "'s planning request", s.planned_turns());
     const std::vector<uint32_t> planned = prefix_cache_turns(s.rule, s.end, s.planned_turns());
     const std::vector<uint32_t> wanted = prefix_cache_turns(rule, s.end, turn_ends);
     if (planned != wanted) {

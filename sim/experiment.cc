@@ -68,9 +68,9 @@ void PolicySimulator::admit(const serving::Admission& a) {
     cached_.take(a, taken_);  // the segments of exactly its cached positions, kept under the matched keys
     prefix_.clear();
     for (const RoutingSegment* s : taken_) prefix_.push_back(*s);
-    state_.restore(a.id, a.prompt_length, prefix_);
+    state_.restore(a.id, a.turns(), prefix_);
   } else if (prompt_pools_) {
-    state_.admit(a.id, a.prompt_length);
+    state_.admit(a.id, a.turns());
   }
 }
 

@@ -185,7 +185,7 @@ class StepStream::Client : public serving::EngineClient {
   }
   int propose(const serving::EngineRequest&, uint32_t, int max) override { return max; }
   uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
-    return prefix_cache_salt(rules_, block_end, r.prompt_length);
+    return prefix_cache_salt(rules_, block_end, r.turns());
   }
 
  private:

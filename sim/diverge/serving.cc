@@ -33,7 +33,7 @@ class LabClient : public serving::EngineClient {
     return static_cast<int>(drafts_[r.client_index].size());
   }
   uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
-    return prefix_cache_salt(rule_, block_end, r.prompt_length);
+    return prefix_cache_salt(rule_, block_end, r.turns());
   }
   std::vector<int32_t>& tokens(size_t index) { return tokens_[index]; }
   const std::vector<int32_t>& drafts(size_t index) const { return drafts_[index]; }
@@ -113,7 +113,7 @@ class LabHandler : public serving::StepHandler {
   void release(uint64_t id) override { model_.release(id); }
   void admit(const serving::Admission& a) override {
     cache_.take(a, blocks_);  // exactly its cached positions, each kept under the key the engine matched
-    model_.admit_cached(a.id, a.prompt_length, blocks_, ignore_salt_);
+    model_.admit_cached(a.id, a.turns(), blocks_, ignore_salt_);
   }
   // The rows' tokens (a prompt or generated token, or a draft), one pass, every row's logits when a span
   // verifies drafts.

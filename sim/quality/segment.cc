@@ -110,7 +110,7 @@ class SegmentHandler : public serving::StepHandler {
         top_k_(model.shape().top_k) {}
 
   void release(uint64_t id) override { model_.release(id); }
-  void admit(const serving::Admission& a) override { model_.admit(a.id, a.prompt_length); }
+  void admit(const serving::Admission& a) override { model_.admit(a.id, a.turns()); }
   void forward(const serving::Step& step) override {
     rows_.clear();
     bool scored = false;

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "router/rules/turn_rules.h"
+
 namespace moe::sim::serving {
 namespace {
 
@@ -34,9 +36,16 @@ void EngineConfig::validate() const {
 Engine::Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineClient& client)
     : config_(config), client_(client), requests_(std::move(requests)) {
   config_.validate();
+  // Requests that arrive at a step first, by (arrival_step, id); then the turns that follow another request.
   std::stable_sort(requests_.begin(), requests_.end(), [](const EngineRequest& a, const EngineRequest& b) {
+    const bool fa = a.follows != kNoRequest, fb = b.follows != kNoRequest;
+    if (fa != fb) return fb;
     return a.arrival_step != b.arrival_step ? a.arrival_step < b.arrival_step : a.id < b.id;
   });
+  first_follower_ =
+      static_cast<size_t>(std::find_if(requests_.begin(), requests_.end(),
+                                       [](const EngineRequest& r) { return r.follows != kNoRequest; }) -
+                          requests_.begin());
   std::vector<uint64_t> ids;
   ids.reserve(requests_.size());
   for (const EngineRequest& r : requests_) {
@@ -51,11 +60,42 @@ Engine::Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineC
              " new tokens) but the pool has " + std::to_string(config_.kv_blocks));
       }
     }
+    if (!r.turn_ends.empty()) {
+      if (const char* error =
+              rules::turn_ends_error(r.turn_ends.data(), static_cast<int64_t>(r.turn_ends.size()))) {
+        fail("request " + std::to_string(r.id) + ": " + error);
+      }
+      if (r.turn_ends.back() != r.prompt_length) {
+        fail("request " + std::to_string(r.id) + ": its last turn end " + std::to_string(r.turn_ends.back()) +
+             " is not its prompt length " + std::to_string(r.prompt_length));
+      }
+    }
+    if (r.think_steps < 0) fail("request " + std::to_string(r.id) + " has a negative think time");
     ids.push_back(r.id);
   }
   std::sort(ids.begin(), ids.end());
   if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
     fail("duplicate request id " + std::to_string(*dup));
+  }
+  // The turns that follow others: each names a known request, and no chain of them comes back to itself.
+  std::unordered_map<uint64_t, uint64_t> follows;
+  for (size_t i = first_follower_; i < requests_.size(); ++i) {
+    const EngineRequest& r = requests_[i];
+    if (!std::binary_search(ids.begin(), ids.end(), r.follows)) {
+      fail("request " + std::to_string(r.id) + " follows request " + std::to_string(r.follows) +
+           ", which the engine does not have");
+    }
+    follows[r.id] = r.follows;
+    followers_[r.follows].push_back(i);
+  }
+  for (const auto& [id, first] : follows) {
+    uint64_t at = first;
+    for (size_t hops = 0; hops <= follows.size(); ++hops) {
+      if (at == id) fail("request " + std::to_string(id) + " follows itself (a cycle of turns)");
+      auto it = follows.find(at);
+      if (it == follows.end()) break;
+      at = it->second;
+    }
   }
   if (config_.kv_blocks > 0) pool_.emplace(config_.kv_blocks);
 }
@@ -117,11 +157,29 @@ bool Engine::reserve_blocks(Live& l, uint32_t end, int64_t protect_started, Step
 }
 
 void Engine::take_arrivals() {
-  if (waiting_.empty() && running_.empty() && next_arrival_ < requests_.size()) {
-    now_ = std::max(now_, requests_[next_arrival_].arrival_step);  // nothing to run: skip the idle steps
+  auto later = [](const auto& a, const auto& b) { return a > b; };  // due_ is a min-heap
+  if (waiting_.empty() && running_.empty()) {                       // nothing to run: skip the idle steps
+    int64_t next = INT64_MAX;
+    if (next_arrival_ < first_follower_) next = requests_[next_arrival_].arrival_step;
+    if (!due_.empty()) next = std::min(next, std::get<0>(due_.front()));
+    if (next != INT64_MAX) now_ = std::max(now_, next);
   }
-  while (next_arrival_ < requests_.size() && requests_[next_arrival_].arrival_step <= now_) {
-    const EngineRequest& r = requests_[next_arrival_++];
+  while (true) {
+    size_t index;
+    const bool scheduled = next_arrival_ < first_follower_ && requests_[next_arrival_].arrival_step <= now_;
+    const bool followed = !due_.empty() && std::get<0>(due_.front()) <= now_;
+    if (scheduled &&
+        (!followed || std::make_pair(requests_[next_arrival_].arrival_step, requests_[next_arrival_].id) <
+                          std::make_pair(std::get<0>(due_.front()), std::get<1>(due_.front())))) {
+      index = next_arrival_++;
+    } else if (followed) {
+      index = std::get<2>(due_.front());
+      std::pop_heap(due_.begin(), due_.end(), later);
+      due_.pop_back();
+    } else {
+      break;
+    }
+    const EngineRequest& r = requests_[index];
     size_t slot;
     if (free_slots_.empty()) {
       slot = live_.size();
@@ -214,6 +272,7 @@ void Engine::start_waiting(Step& step, int& budget) {
     Admission a;
     a.id = l.spec->id;
     a.prompt_length = l.spec->prompt_length;
+    a.turn_ends = l.spec->turn_ends;
     a.resumed = l.admitted_once;
     a.cached = match_cached_prefix(l, a);
     uint32_t n = l.known - a.cached;
@@ -302,6 +361,13 @@ void Engine::complete_span(const Pending& span, uint32_t accepted, Step& step) {
     ++finished_;
     step.finished.push_back(id);
     if (config_.keep_request_stats) finished_stats_[id] = l.stats;
+    // The turns that follow it arrive after their think time (now_ is the next step's index).
+    if (auto it = followers_.find(id); it != followers_.end()) {
+      for (size_t index : it->second) {
+        due_.emplace_back(now_ + requests_[index].think_steps, requests_[index].id, index);
+        std::push_heap(due_.begin(), due_.end(), [](const auto& a, const auto& b) { return a > b; });
+      }
+    }
     free_slots_.push_back(span.slot);
   }
 }

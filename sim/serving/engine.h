@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -49,12 +50,28 @@ struct EngineConfig {
   void validate() const;
 };
 
+inline constexpr uint64_t kNoRequest = ~uint64_t{0};
+
 struct EngineRequest {
   uint64_t id = 0;
   int64_t arrival_step = 0;
   uint32_t prompt_length = 1;
   uint32_t max_new_tokens = 1;  // generated tokens before the request finishes (>= 1)
   uint64_t client_index = 0;    // the client's own handle of the request (the engine only passes it back)
+  // A conversation's turn (docs/routing.md, "Conversations"): its prompt is the earlier turns' prompts and
+  // answers and a new message, as these turn ends describe them (router/rules/turn_rules.h; the last one is
+  // prompt_length); empty: a single turn. The engine only passes them on (Admission) and to salt().
+  std::vector<uint32_t> turn_ends{};
+  // The turn that follows another (the user's next message): it arrives think_steps steps after request
+  // `follows` finishes (arrival_step is then ignored). kNoRequest: it arrives at arrival_step.
+  uint64_t follows = kNoRequest;
+  int64_t think_steps = 0;
+
+  // Its turn ends: turn_ends, or {prompt_length} for a single turn.
+  std::span<const uint32_t> turns() const {
+    return turn_ends.empty() ? std::span<const uint32_t>(&prompt_length, 1)
+                             : std::span<const uint32_t>(turn_ends);
+  }
 };
 
 // What the engine asks of whoever runs the model. Token values only feed the prefix cache's block keys.
@@ -95,7 +112,13 @@ struct Admission {
   uint32_t cached = 0;
   std::vector<int32_t> blocks;  // cached / block_size blocks
   bool resumed = false;
-  std::vector<BlockKey> keys{};  // the key each block was matched under
+  std::vector<BlockKey> keys{};       // the key each block was matched under
+  std::vector<uint32_t> turn_ends{};  // EngineRequest::turn_ends (empty: one turn)
+
+  std::span<const uint32_t> turns() const {  // turn_ends, or {prompt_length}
+    return turn_ends.empty() ? std::span<const uint32_t>(&prompt_length, 1)
+                             : std::span<const uint32_t>(turn_ends);
+  }
 };
 
 // A block the cache now holds under `key`: positions [begin, end) of request `id` (their payload is to be
@@ -152,7 +175,9 @@ struct EngineStats {
 class Engine {
  public:
   // Requests with duplicate ids, prompt_length 0 or max_new_tokens 0 throw std::invalid_argument; so does
-  // a request whose prompt and tokens could never fit the pool.
+  // a request whose prompt and tokens could never fit the pool, invalid turn ends (or ones whose last is not
+  // prompt_length), a negative think time, and a request that follows an unknown request, itself, or one
+  // that (through others) follows it.
   Engine(EngineConfig config, std::vector<EngineRequest> requests, EngineClient& client);
 
   // Plans the next step into `step` (every part of it rewritten, its vectors' capacity reused; idle steps,
@@ -207,8 +232,13 @@ class Engine {
 
   EngineConfig config_;
   EngineClient& client_;
-  std::vector<EngineRequest> requests_;  // sorted by (arrival_step, id)
-  std::vector<Live> live_;               // slots of the arrived, unfinished requests (waiting_ and running_)
+  std::vector<EngineRequest> requests_;  // sorted by (follows set, arrival_step, id)
+  size_t first_follower_ = 0;            // requests_[first_follower_ ..] arrive after the request they follow
+  std::unordered_map<uint64_t, std::vector<size_t>> followers_;  // id -> indices of the turns that follow it
+  // Followers whose arrival step is known (their predecessor finished): (arrival step, id, index), a
+  // min-heap.
+  std::vector<std::tuple<int64_t, uint64_t, size_t>> due_;
+  std::vector<Live> live_;  // slots of the arrived, unfinished requests (waiting_ and running_)
   std::vector<size_t> free_slots_;
   std::unordered_map<uint64_t, RequestStats> finished_stats_;  // keep_request_stats
   size_t next_arrival_ = 0;
