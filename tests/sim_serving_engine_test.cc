@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/splitmix64.h"
+#include "router/routing_rule.h"
 #include "sim/serving/block_pool.h"
 #include "sim/serving/engine.h"
 #include "sim/serving/lifecycle.h"
@@ -217,6 +218,80 @@ TEST(ServingEngine, BadInputIsAClearError) {
   step.accepted = {4};
   EXPECT_NO_THROW(e.complete(step));
   EXPECT_THROW(e.complete(step), std::logic_error);  // nothing pending
+}
+
+// A conversation: turn 2 (request 2, turn ends {20, 24, 30}) follows turn 1 (request 1: a 20-token prompt and
+// 4 answer tokens) and arrives 3 steps after turn 1 finishes; turn 3 follows turn 2 with no think time. The
+// turns' tokens are the conversation's (position p holds the same token in every turn), so each later turn
+// finds every full block the previous turn computed in the cache - with the salt of a prefix-scope rule over
+// the turn ends, whose earlier blocks keep their keys. Each Admission carries the turn ends.
+TEST(ServingEngine, ConversationTurnsFollowAndReuseThePreviousTurn) {
+  struct ChatClient : TestClient {
+    uint64_t token(const EngineRequest&, uint32_t position) override { return mix64(77 + position); }
+    uint64_t salt(const EngineRequest& r, uint32_t end) override {  // prefix scope, W = 4, over the turn ends
+      DispatchPolicy p = DispatchPolicy::mode("stable");
+      p.lookahead = 4;
+      return prefix_cache_salt(p, end, r.turns());
+    }
+  } client;
+  EngineConfig c;
+  c.token_budget = 16;
+  c.prefix_cache = true;
+  c.block_size = 4;
+  c.kv_blocks = 64;
+  c.keep_request_stats = true;
+  EngineRequest t1{1, 0, 20, 4};
+  EngineRequest t2{2, 0, 30, 3};
+  t2.turn_ends = {20, 24, 30};
+  t2.follows = 1;
+  t2.think_steps = 3;
+  EngineRequest t3{3, 0, 36, 2};
+  t3.turn_ends = {20, 24, 30, 33, 36};
+  t3.follows = 2;
+  Engine engine(c, {t3, t2, t1}, client);
+  EngineRun run = RunAll(engine, [](const Span&) { return 1u; });
+  std::map<uint64_t, int64_t> admitted_at, finished_at;
+  for (const Step& s : run.steps) {
+    for (const Admission& a : s.admitted) {
+      admitted_at[a.id] = s.index;
+      const std::vector<uint32_t> want = a.id == 1   ? std::vector<uint32_t>{}
+                                         : a.id == 2 ? t2.turn_ends
+                                                     : t3.turn_ends;
+      EXPECT_EQ(a.turn_ends, want) << "request " << a.id;
+    }
+    for (uint64_t id : s.finished) finished_at[id] = s.index;
+  }
+  EXPECT_EQ(admitted_at[2], finished_at[1] + 1 + 3);
+  EXPECT_EQ(admitted_at[3], finished_at[2] + 1);
+  // Turn 1 computed positions [0, 23): blocks up to 20; turn 2 computed [0, 32): blocks up to 32 (its
+  // positions 20-23 recomputed: 23 is the answer's last token, never fed in turn 1).
+  EXPECT_EQ(engine.request_stats(2).cached_at_admission, 20u);
+  EXPECT_EQ(engine.request_stats(3).cached_at_admission, 32u);
+  EXPECT_TRUE(engine.all_finished());
+}
+
+TEST(ServingEngine, ConversationTurnsAreChecked) {
+  TestClient client;
+  EngineConfig c;
+  EngineRequest bad{1, 0, 30, 1};
+  bad.turn_ends = {20, 24};
+  EXPECT_THROW(Engine(c, {bad}, client), std::invalid_argument);  // an even count
+  bad.turn_ends = {20, 24, 31};
+  EXPECT_THROW(Engine(c, {bad}, client), std::invalid_argument);  // not the prompt length
+  EngineRequest a{1, 0, 4, 1}, b{2, 0, 4, 1};
+  a.follows = 3;
+  EXPECT_THROW(Engine(c, {a, b}, client), std::invalid_argument);  // follows an unknown request
+  a.follows = 2;
+  b.follows = 1;
+  try {
+    Engine e(c, {a, b}, client);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("a cycle of turns"), std::string::npos) << e.what();
+  }
+  b.follows = kNoRequest;
+  a.think_steps = -1;
+  EXPECT_THROW(Engine(c, {a, b}, client), std::invalid_argument);
 }
 
 // The lifecycle driver (sim/serving/lifecycle.h) hands each step's events to its handler in the one order:
