@@ -203,6 +203,24 @@ std::vector<Setting> make_settings() {
          c.workload.system_prompt_share = parse_double(v, "--system-prompt-share");
        },
        [](const SimConfig& c) { return format_double(c.workload.system_prompt_share); }});
+  add({"turns", "DIST",
+       "turns per conversation (later turns resend the earlier prompts and answers; fixed:1 = none)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.turns = LengthDist::parse(v); },
+       [](const SimConfig& c) { return c.workload.turns.to_string(); }});
+  add({"turn-prompt-len", "DIST", "new message tokens of each later turn, same syntax", kRun | kSweep, false,
+       false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.turn_prompt_len = LengthDist::parse(v); },
+       [](const SimConfig& c) { return c.workload.turn_prompt_len.to_string(); }});
+  add({"think-steps", "DIST", "steps between a turn's end and the next turn's arrival, same syntax",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.think_steps = LengthDist::parse(v); },
+       [](const SimConfig& c) { return c.workload.think_steps.to_string(); }});
+  add({"turn-ends", "BOOL",
+       "admit later turns with their turn ends (false: as plain prompts, the rule before conversations)",
+       kRun | kSweep, false, false, true,
+       [](SimConfig& c, const std::string& v) { c.workload.turn_ends = parse_bool(v, "--turn-ends"); },
+       [](const SimConfig& c) { return bool_text(c.workload.turn_ends); }});
   add({"chunk-size", "INT", "most prompt tokens a request prefills per step (0 = the token budget)",
        kRun | kSweep, false, false, true,
        [](SimConfig& c, const std::string& v) { c.workload.chunk_size = to_int("chunk-size", v); },
@@ -528,6 +546,12 @@ nlohmann::ordered_json config_json(const SimConfig& c, Command command) {
         workload["system_prompts"] = c.workload.system_prompts;
         workload["system_prompt_len"] = c.workload.system_prompt_len.to_string();
         workload["system_prompt_share"] = c.workload.system_prompt_share;
+      }
+      if (c.workload.conversations()) {
+        workload["turns"] = c.workload.turns.to_string();
+        workload["turn_prompt_len"] = c.workload.turn_prompt_len.to_string();
+        workload["think_steps"] = c.workload.think_steps.to_string();
+        workload["turn_ends"] = c.workload.turn_ends;
       }
       if (c.workload.token_budget > 0) {
         nlohmann::ordered_json engine;

@@ -20,6 +20,8 @@ constexpr uint64_t kLengthTag = 0x4c454e47;   // "LENG"
 constexpr uint64_t kArrivalTag = 0x41525256;  // "ARRV"
 constexpr uint64_t kSystemTag = 0x53595354;   // "SYST"
 constexpr uint64_t kDraftTag = 0x44524654;    // "DRFT"
+constexpr uint64_t kTurnTag = 0x5455524E00;   // "TURN" << 8: + the turn number
+constexpr int64_t kMaxTurns = 64;
 constexpr int64_t kMaxRequestTokens = int64_t{1} << 30;
 
 }  // namespace
@@ -52,6 +54,11 @@ void WorkloadConfig::validate() const {
         "chunk-size, max-running, prefix-cache, kv-blocks and spec-tokens need continuous batching "
         "(token-budget > 0)");
   check(!prefix_cache || kv_blocks > 0, "prefix-cache needs a KV pool to live in: set kv-blocks > 0");
+  check(!conversations() || token_budget > 0,
+        "turns (conversations) need continuous batching (token-budget > 0): a later turn arrives after the "
+        "previous one finishes");
+  check(!conversations() || trace_file.empty(),
+        "turns (conversations) apply to synthetic workloads, not traces");
 }
 
 double WorkloadFootprint::bytes(int num_experts, int top_k, int num_ranked) const {
@@ -72,6 +79,12 @@ WorkloadFootprint expected_footprint(const WorkloadConfig& config) {
   const double prompt = std::max(1.0, config.prompt_len.expected());
   const double per_request = config.token_budget > 0 ? prompt + config.decode_len.expected() : prompt;
   f.tokens = f.requests * per_request;
+  if (config.conversations()) {  // turn t repeats the t - 1 earlier turns' messages and answers
+    const double turns = std::clamp(config.turns.expected(), 1.0, static_cast<double>(kMaxTurns));
+    const double later = std::max(1.0, config.turn_prompt_len.expected()) + config.decode_len.expected() + 1;
+    f.tokens = f.requests * (turns * per_request + later * turns * (turns - 1) / 2 * 2);
+    f.requests *= turns;
+  }
   f.steps = config.token_budget > 0 ? std::ceil(f.tokens / config.token_budget) : 1.0;
   f.largest_step = config.token_budget > 0 ? std::min<double>(f.tokens, config.token_budget) : f.tokens;
   return f;
@@ -134,6 +147,51 @@ void check_workload_size(const WorkloadFootprint& f, int num_experts, int top_k,
   }
 }
 
+namespace {
+
+// Appends the later turns of every conversation that `first` begins (first[i] begins conversation i), each
+// turn right after the turn it follows, ids counting on.
+void add_turns(const WorkloadConfig& config, uint64_t seed, std::vector<RequestSpec>& first) {
+  std::vector<RequestSpec> out;
+  uint64_t next_id = 0;
+  for (size_t c = 0; c < first.size(); ++c) {
+    Rng count(stream_key(seed, c, kTurnTag));
+    const int64_t turns = std::clamp<int64_t>(config.turns.sample(count), 1, kMaxTurns);
+    RequestSpec turn = first[c];
+    turn.id = next_id++;
+    const uint64_t conversation = turn.id;
+    out.push_back(turn);
+    for (int64_t t = 1; t < turns; ++t) {
+      const RequestSpec& previous = out.back();
+      Rng lengths(stream_key(seed, c, kTurnTag + static_cast<uint64_t>(t)));
+      const int64_t message =
+          std::clamp<int64_t>(config.turn_prompt_len.sample(lengths), 1, kMaxRequestTokens);
+      const int64_t decode = std::clamp<int64_t>(config.decode_len.sample(lengths), 0, kMaxRequestTokens);
+      const int64_t think = std::max<int64_t>(0, config.think_steps.sample(lengths));
+      const int64_t answer_end = int64_t{previous.prompt_len} + previous.decode_len + 1;
+      if (answer_end + message > kMaxRequestTokens) break;  // the conversation is as long as a request may be
+      RequestSpec next;
+      next.id = next_id++;
+      next.arrival_step = previous.arrival_step;
+      next.prompt_len = static_cast<uint32_t>(answer_end + message);
+      next.decode_len = static_cast<uint32_t>(decode);
+      next.system_prompt = previous.system_prompt;
+      next.system_len = previous.system_len;
+      next.conversation = conversation;
+      next.follows = static_cast<int64_t>(out.size()) - 1;
+      next.think_steps = think;
+      next.turn_ends =
+          previous.turn_ends.empty() ? std::vector<uint32_t>{previous.prompt_len} : previous.turn_ends;
+      next.turn_ends.push_back(static_cast<uint32_t>(answer_end));
+      next.turn_ends.push_back(next.prompt_len);
+      out.push_back(std::move(next));
+    }
+  }
+  first = std::move(out);
+}
+
+}  // namespace
+
 std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed) {
   config.validate();
   if (!config.trace_file.empty()) return read_trace(config.trace_file);
@@ -168,6 +226,7 @@ std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t se
       r.arrival_step = static_cast<int64_t>(std::floor(clock));
     }
   }
+  if (config.conversations()) add_turns(config, seed, out);
   return out;
 }
 
@@ -181,7 +240,7 @@ class StepStream::Client : public serving::EngineClient {
     const RequestSpec& s = requests_[r.client_index];
     if (position < s.system_len)
       return mix64(kSystemPromptContent | static_cast<uint64_t>(s.system_prompt)) + position;
-    return mix64(s.id) + position;
+    return mix64(s.content()) + position;
   }
   int propose(const serving::EngineRequest&, uint32_t, int max) override { return max; }
   uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
@@ -236,7 +295,13 @@ StepStream::StepStream(const std::vector<RequestSpec>& requests, const WorkloadC
   list.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const RequestSpec& r = requests[i];
-    list.push_back(serving::EngineRequest{r.id, r.arrival_step, r.prompt_len, r.decode_len + 1, i});
+    serving::EngineRequest e_request{r.id, r.arrival_step, r.prompt_len, r.decode_len + 1, i};
+    if (config_.turn_ends) e_request.turn_ends = r.turn_ends;
+    if (r.follows >= 0) {
+      e_request.follows = requests.at(static_cast<size_t>(r.follows)).id;
+      e_request.think_steps = r.think_steps;
+    }
+    list.push_back(std::move(e_request));
   }
   try {
     engine_ = std::make_unique<serving::Engine>(e, std::move(list), *client_);
@@ -274,13 +339,17 @@ void StepStream::key_rows(const serving::Step& step, std::vector<TokenMeta>& key
   bool keyed = false;
   for (size_t i = 0; i < step.spans.size() && !keyed; ++i) {
     const serving::Span& s = step.spans[i];
-    keyed = s.begin < requests_[s.client_index].system_len || step.accepted[i] < s.end - s.begin;
+    const RequestSpec& r = requests_[s.client_index];
+    keyed = s.begin < r.system_len || step.accepted[i] < s.end - s.begin || r.content() != r.id;
   }
   if (!keyed) return;
   keys.assign(step.rows.begin(), step.rows.end());
   for (size_t i = 0; i < step.spans.size(); ++i) {
     const serving::Span& s = step.spans[i];
     const RequestSpec& r = requests_[s.client_index];
+    if (r.content() != r.id) {  // a later turn: the conversation's tokens
+      for (uint32_t q = s.begin; q < s.end; ++q) keys[s.row + (q - s.begin)] = TokenMeta{r.content(), q};
+    }
     for (uint32_t q = s.begin; q < std::min(s.end, r.system_len); ++q) {
       keys[s.row + (q - s.begin)] =
           TokenMeta{kSystemPromptContent | static_cast<uint64_t>(r.system_prompt), q};

@@ -37,6 +37,17 @@ struct WorkloadConfig {
   int system_prompts = 0;
   LengthDist system_prompt_len = LengthDist::parse("uniform:24,96");
   double system_prompt_share = 0.5;
+  // Conversations (synthetic workloads; docs/routing.md, "Conversations"): each of the num_requests requests
+  // begins a conversation of `turns` turns (drawn per conversation, clamped to [1, 64]); turn t > 1 sends
+  // the previous turns' prompts and answers and a new message of turn_prompt_len tokens, with an answer of
+  // decode_len tokens, arriving think_steps steps after the previous turn finishes. Needs continuous
+  // batching. fixed:1 (the default): no conversations.
+  LengthDist turns = LengthDist::parse("fixed:1");
+  LengthDist turn_prompt_len = LengthDist::parse("lognormal:mean=64,sigma=0.8,max=1024");
+  LengthDist think_steps = LengthDist::parse("uniform:4,32");
+  // Whether a later turn is admitted with its turn ends (false: as a plain prompt of its length, the rule
+  // before conversations existed - the counter-check of docs/results.md section 5e).
+  bool turn_ends = true;
   // The serving engine of continuous batching (sim/serving/engine.h): chunk_size, max_running (0: no
   // limit), the prefix cache, KV blocks (0: unbounded), speculative decoding with spec_tokens draft tokens
   // per step, each accepted with probability spec_accept (the leading accepted ones count).
@@ -52,12 +63,16 @@ struct WorkloadConfig {
   void validate() const;
   // Whether the prefix cache, a KV-block budget or speculation is on (reports add the engine's counts).
   bool serving_features() const { return prefix_cache || kv_blocks > 0 || spec_tokens > 0; }
+  // Whether requests may have later turns.
+  bool conversations() const { return !(turns.kind == LengthDist::Kind::kFixed && turns.a <= 1); }
 };
 
 // The requests of a workload: from the trace file if one is set, else num_requests requests with ids
 // 0..n-1 whose lengths are drawn from stream_key(seed, id, kLengthTag) (so request i's lengths do not
 // depend on how many requests there are) and whose arrivals come from one Poisson stream.
-// Prompt lengths are clamped to >= 1.
+// Prompt lengths are clamped to >= 1. With conversations, request i begins conversation i and its later
+// turns follow it in the list (ids go on counting: the first turns' ids are then not 0..n-1); a turn's
+// lengths come from stream_key(seed, conversation, kTurnTag + turn).
 std::vector<RequestSpec> make_requests(const WorkloadConfig& config, uint64_t seed);
 
 // What a workload holds in memory while it is simulated, counted before it is generated. Steps stream

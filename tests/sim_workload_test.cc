@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <vector>
 
+#include "router/dispatch_policy.h"
+#include "router/routing_rule.h"
 #include "sim/errors.h"
 #include "sim/length_dist.h"
 #include "sim/rng.h"
@@ -243,6 +246,94 @@ TEST(SimWorkload, SystemPromptsAreSharedAndCached) {
   }
   EXPECT_GT(cached, 0);
   EXPECT_GT(keyed_rows, 0);
+}
+
+// Conversations: each of the 60 conversations has 2-5 turns; a later turn follows the previous one (its
+// index), resends the previous turns' prompts and answers (its turn ends extend the previous turn's by the
+// answer's end and its own length), shares the conversation's content and system prompt, and arrives after
+// the previous turn finished plus its think time. Its rows are keyed by the conversation's content, and the
+// cache serves it the previous turn's full blocks: under the prefix rule's salt over the turn ends as many as
+// a cache keyed by tokens alone, more than when later turns are admitted as plain prompts.
+TEST(SimWorkload, ConversationTurnsFollowAndHitTheCache) {
+  WorkloadConfig c;
+  c.num_requests = 60;
+  c.turns = LengthDist::parse("uniform:2,5");
+  c.prompt_len = LengthDist::parse("uniform:20,80");
+  c.turn_prompt_len = LengthDist::parse("uniform:4,40");
+  c.decode_len = LengthDist::parse("uniform:1,24");
+  c.think_steps = LengthDist::parse("uniform:0,6");
+  c.token_budget = 128;
+  c.arrival_rate = 0.2;
+  c.system_prompts = 2;
+  const auto requests = make_requests(c, 9);
+  int later = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const RequestSpec& r = requests[i];
+    if (r.follows < 0) {
+      EXPECT_TRUE(r.turn_ends.empty());
+      EXPECT_EQ(r.content(), r.id);
+      continue;
+    }
+    ++later;
+    ASSERT_EQ(r.follows, static_cast<int64_t>(i) - 1);
+    const RequestSpec& p = requests[i - 1];
+    std::vector<uint32_t> want = p.turn_ends.empty() ? std::vector<uint32_t>{p.prompt_len} : p.turn_ends;
+    want.push_back(p.prompt_len + p.decode_len + 1);
+    want.push_back(r.prompt_len);
+    EXPECT_EQ(r.turn_ends, want);
+    EXPECT_GE(r.prompt_len, want[want.size() - 2] + 4);
+    EXPECT_EQ(r.content(), p.content());
+    EXPECT_EQ(r.system_prompt, p.system_prompt);
+    EXPECT_GE(r.think_steps, 0);
+    EXPECT_LE(r.think_steps, 6);
+  }
+  EXPECT_GE(later, 60);
+  EXPECT_LE(later, 240);
+
+  c.prefix_cache = true;
+  c.kv_blocks = 2048;
+  auto cached_share = [&](const std::vector<RoutingRule>& rules, bool turn_ends, bool check) {
+    WorkloadConfig w = c;
+    w.turn_ends = turn_ends;
+    StepStream stream(requests, w, 9, rules);
+    serving::Step step;
+    std::vector<TokenMeta> keys;
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < requests.size(); ++i) index[requests[i].id] = i;
+    std::map<uint64_t, int64_t> finished_at;
+    int64_t later_cached = 0, later_previous = 0;
+    while (stream.next(step, keys)) {
+      for (const serving::Admission& a : step.admitted) {
+        const RequestSpec& r = requests[index.at(a.id)];
+        if (r.follows < 0 || a.resumed) continue;
+        const RequestSpec& p = requests[static_cast<size_t>(r.follows)];
+        if (check) {
+          EXPECT_GE(step.index, finished_at.at(p.id) + 1 + r.think_steps) << "request " << r.id;
+          EXPECT_EQ(a.turn_ends, turn_ends ? r.turn_ends : std::vector<uint32_t>{});
+        }
+        later_cached += a.cached;
+        later_previous += (p.prompt_len + p.decode_len) / 16 * 16;  // the previous turn's full blocks
+      }
+      for (size_t i = 0; i < step.rows.size() && check; ++i) {
+        const RequestSpec& r = requests[index.at(step.rows[i].request_id)];
+        const TokenMeta key = keys.empty() ? step.rows[i] : keys[i];
+        if (step.rows[i].position >= r.system_len && r.follows >= 0 && key.request_id < kDraftContent) {
+          EXPECT_EQ(key.request_id, r.content());
+        }
+      }
+      for (uint64_t id : step.finished) finished_at[id] = step.index;
+    }
+    return static_cast<double>(later_cached) / static_cast<double>(later_previous);
+  };
+  DispatchPolicy stable = DispatchPolicy::mode("stable");
+  const double salted = cached_share({RoutingRule::of(stable)}, true, true);
+  const double tokens = cached_share({}, true, false);
+  const double plain = cached_share({RoutingRule::of(stable)}, false, true);
+  std::printf("cached share of the previous turns: salted %.3f, tokens %.3f, plain %.3f\n", salted, tokens,
+              plain);
+  EXPECT_GE(salted, 0.98 * tokens) << salted << " against " << tokens;
+  EXPECT_GT(salted, 0.9) << "a later turn finds the previous turn's blocks";
+  EXPECT_LT(plain, 0.9 * salted) << "plain prompts miss the blocks near the previous turn's end";
 }
 
 // Speculative decoding in the workload: drafts accepted from the seed's stream (the same steps for the same
