@@ -46,7 +46,7 @@ struct WorkloadConfig {
   LengthDist turn_prompt_len = LengthDist::parse("lognormal:mean=64,sigma=0.8,max=1024");
   LengthDist think_steps = LengthDist::parse("uniform:4,32");
   // Whether a later turn is admitted with its turn ends (false: as a plain prompt of its length, the rule
-  // before conversations existed - the counter-check of docs/results.md section 5e).
+  // before conversations existed - the counter-check of docs/results.md section 5i).
   bool turn_ends = true;
   // The serving engine of continuous batching (sim/serving/engine.h): chunk_size, max_running (0: no
   // limit), the prefix cache, KV blocks (0: unbounded), speculative decoding with spec_tokens draft tokens
