@@ -40,9 +40,9 @@ struct RoutingSegment {
                              : std::span<const uint32_t>(turn_ends);
   }
   // A self-describing little-endian byte string, and back: "MOERSEG1" then the fields for a single-turn
-  // request, "MOERSEG2" (the same fields, then the turn ends) for a conversation's (docs/routing.md, "Prefix
-  // caching"). parse() checks every field and the sizes before it allocates: std::invalid_argument naming the
-  // problem.
+  // request, "MOERSEG2" (the same fields, then the turn ends) for a conversation's (the layout:
+  // docs/routing.md, "The segment bytes"). parse() checks every field and the sizes before it allocates:
+  // std::invalid_argument naming the problem.
   std::vector<uint8_t> serialize() const;
   static RoutingSegment parse(std::span<const uint8_t> bytes);
 };
