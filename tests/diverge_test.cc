@@ -421,10 +421,9 @@ TEST(Diverge, DefaultGridHasTheMultiTurnRows) {
   for (const ConfigSpec& c : o.default_grid()) {
     if (c.turns > 1) chat.push_back(c.label());
   }
-  EXPECT_EQ(chat,
-            (std::vector<std::string>{"greedy/invariant/varied/3-turn", "request/invariant/varied/3-turn",
-                                      "stable/invariant/3-turn", "stable/invariant/varied/3-turn",
-                                      "stable/invariant/varied/t=0.7/3-turn"}));
+  EXPECT_EQ(chat, (std::vector<std::string>{"greedy/invariant/3-turn", "request/invariant/3-turn",
+                                            "stable/invariant/3-turn", "stable/invariant/varied/3-turn",
+                                            "stable/invariant/t=0.7/3-turn"}));
   o.probe_turns = 1;
   for (const ConfigSpec& c : o.default_grid()) EXPECT_EQ(c.turns, 1);
   o = DivergeOptions{};

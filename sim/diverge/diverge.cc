@@ -187,16 +187,17 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
     g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true, false, t});
     g.push_back({"dropless", KernelKind::kFast, capacity_factor, false, false, t});
   }
-  // Multi-turn: the production default and the counter-check (both varied), the deterministic preset (fixed
-  // and varied server, and sampled).
+  // Multi-turn: the production default and the counter-check, the deterministic preset (fixed and varied
+  // server, and sampled). Only one varied row: a varied multi-turn trial costs about 4 single-turn ones (the
+  // conversation in a tight KV pool is preempted again and again).
   if (probe_turns > 1) {
     const int n = probe_turns;
-    g.push_back({"greedy", KernelKind::kInvariant, capacity_factor, true, false, 0.0, n});
-    g.push_back({"request", KernelKind::kInvariant, capacity_factor, true, false, 0.0, n});
+    g.push_back({"greedy", KernelKind::kInvariant, capacity_factor, false, false, 0.0, n});
+    g.push_back({"request", KernelKind::kInvariant, capacity_factor, false, false, 0.0, n});
     g.push_back({"stable", KernelKind::kInvariant, capacity_factor, false, false, 0.0, n});
     g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true, false, 0.0, n});
     if (temperature > 0)
-      g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true, false, temperature, n});
+      g.push_back({"stable", KernelKind::kInvariant, capacity_factor, false, false, temperature, n});
   }
   return g;
 }

@@ -124,8 +124,8 @@ struct DivergeOptions {
   // the engine's fixed chunk and budget; request, stable and causal with invariant kernels, varied; then,
   // when temperature > 0, the sampled rows at it: greedy/fast, request/invariant/varied, stable/invariant,
   // stable/invariant/varied and dropless/fast; then, when probe_turns > 1, the multi-turn rows:
-  // greedy/invariant/varied, request/invariant/varied, stable/invariant, stable/invariant/varied and (when
-  // temperature > 0) stable/invariant/varied at it.
+  // greedy/invariant, request/invariant, stable/invariant, stable/invariant/varied and (when temperature > 0)
+  // stable/invariant at it.
   std::vector<ConfigSpec> default_grid() const;
   // The largest token budget a configuration uses (the models' workspace size).
   int max_token_budget() const;
