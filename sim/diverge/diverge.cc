@@ -76,6 +76,13 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// The table's last column (hit/turn), right-aligned in 14 characters, and the line's end.
+std::string fmt_column(const std::string& text) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %14s\n", text.c_str());
+  return buf;
+}
+
 }  // namespace
 
 ConfigSpec sweep_spec(const std::string& name, double capacity_factor) {
@@ -621,6 +628,9 @@ std::string format_table(const DivergeReport& report) {
          std::to_string(o.engine.token_budget) + " tokens/step, chunk " +
          std::to_string(o.engine.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
          std::string(kernels::to_string(o.compute)) + "\n";
+  // The hit/turn column only when a row's probe is a conversation.
+  const bool chat = std::any_of(report.grid.begin(), report.grid.end(),
+                                [](const ConfigResult& r) { return r.spec.turns > 1; });
   for (const auto& r : report.grid) {
     if (r.spec.turns <= 1) continue;
     // The multi-turn probe (every multi-turn row has the same one): its turns' prompt lengths.
@@ -636,10 +646,11 @@ std::string format_table(const DivergeReport& report) {
     break;
   }
   char line[320];
-  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s %14s\n",
-                "config", "cf", "distinct", "diverged", "same bits", "first min", "first med", "lost steps",
-                "lost pairs", "rows", "cache hit", "preempted", "drafts", "hit/turn");
+  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s", "config", "cf",
+                "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
+                "rows", "cache hit", "preempted", "drafts");
   out += line;
+  out += chat ? fmt_column("hit/turn") : "\n";
   auto row = [&](const ConfigResult& r) {
     int64_t drafted = 0, accepted = 0;
     for (int d : r.probe_drafted) drafted += d;
@@ -652,16 +663,16 @@ std::string format_table(const DivergeReport& report) {
         hits += fmt("%.2f", h);
       }
     }
-    std::snprintf(line, sizeof(line),
-                  "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s %14s\n",
-                  r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged,
-                  r.bitwise_same,
-                  r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
-                  r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
-                  100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
-                  100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
-                  (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str(), hits.c_str());
+    std::snprintf(
+        line, sizeof(line), "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s",
+        r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged, r.bitwise_same,
+        r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
+        r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
+        100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
+        100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
+        (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str());
     out += line;
+    out += chat ? fmt_column(hits) : "\n";
   };
   for (const auto& r : report.grid) row(r);
   if (!report.grid.empty()) {
