@@ -344,8 +344,8 @@ struct LabInputs {
 };
 
 // One configuration while its items run: item 0 is the probe alone (at step 0, the fixed chunk and budget, no
-// cache, no speculation), items 1..N the trials. Items of every configuration of a run share one pool of
-// threads; each writes only its own outcome and its trial's settings.
+// speculation, no cache unless it is a conversation), items 1..N the trials. Items of every configuration of
+// a run share one pool of threads; each writes only its own outcome and its trial's settings.
 struct ConfigRun {
   ConfigResult result;
   model::ModelOptions model;

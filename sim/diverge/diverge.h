@@ -32,7 +32,8 @@ namespace moe::sim::diverge {
 //            probe's system prompt and half its text, or on after a twin that sent the probe's whole prompt
 //            ((i / S) % 4), and (vary_preemption) a KV pool of tight_kv_blocks when i % 5 is 1 or 3 (the
 //            engine preempts). The probe-alone reference always uses the engine's fixed chunk and budget,
-//            no cache, no speculation.
+//            no speculation, and no cache unless the probe is a conversation (turns, below). A multi-turn
+//            trial's cache is never off (cache mode 0: on, no twin).
 //   token_keyed  the prefix cache keys blocks by their tokens alone (an engine unaware of the routing:
 //            a request restored from a block takes the routing it holds as its own); else by tokens and
 //            prefix_cache_salt of the mode's rule (RoutingState refuses a prefix of another salt)
