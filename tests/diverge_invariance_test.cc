@@ -4,6 +4,8 @@
 // budgets, prefix caching, preemption and speculative decoding; so do causal scope and dropless dispatch.
 // The same at temperature 0.7, each request sampling by its (seed, position). Request scope, whose budgets
 // follow the forward pass, and sequence scope under a cache keyed by tokens alone are the counter-checks.
+// The same for a probe that is a 3-turn conversation, its later turns served from the cache; admitted as
+// plain prompts, its later turns miss the previous turns' last blocks (the counter-check of the turn ends).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "moe/model/model.h"
+#include "sim/diverge/conversation.h"
 #include "sim/diverge/diverge.h"
 
 namespace moe::sim::diverge {
@@ -154,6 +158,97 @@ TEST(DivergeInvariance, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(a.grid[0].completions, b.grid[0].completions);
   EXPECT_EQ(a.grid[0].alone, b.grid[0].alone);
   EXPECT_EQ(bytes(a), bytes(b));
+}
+
+// The positions of a turn's previous turn that the cache can hold: its prompt and answer but the answer's
+// last token (never fed back in that turn), rounded down to whole blocks of 16.
+int cacheable(int previous_prompt, int previous_answer) {
+  return (previous_prompt + previous_answer - 1) / 16 * 16;
+}
+
+// Multi-turn trials: the probe is a 3-turn conversation (each turn the whole previous turn, its answer and a
+// message) among strangers, a quarter of them conversations too. The deterministic preset gives it one
+// completion - every turn's answer - with the alone run's bits in every trial, fixed or varied server, greedy
+// or sampled; and its later turns took the previous turns' positions from the cache: in the alone run every
+// cacheable position, in the fixed-server trials as many.
+TEST(DivergeInvariance, StableMultiTurnGivesOneCompletionFromTheCache) {
+  for (int fixed_interval : {0, 2}) {
+    DivergeOptions o = options();
+    o.traffic.fixed_interval = fixed_interval;
+    o.grid = {{"stable", kernels::KernelKind::kInvariant, 1.0, false, false, 0.0, 3},
+              {"stable", kernels::KernelKind::kInvariant, 1.0, true, false, 0.0, 3},
+              {"stable", kernels::KernelKind::kInvariant, 0.5, true, false, 0.7, 3}};
+    const DivergeReport rep = run_diverge(o);
+    const std::vector<int> answers = split_answers(o.gen_length, 3);
+    for (const ConfigResult& r : rep.grid) {
+      const std::string what = r.spec.label() + " interval " + std::to_string(fixed_interval);
+      EXPECT_EQ(r.distinct, 1) << what;
+      EXPECT_EQ(r.diverged, 0) << what;
+      EXPECT_EQ(r.bitwise_same, o.trials) << what;
+      EXPECT_EQ(r.alone.size(), static_cast<size_t>(o.gen_length)) << what;
+      ASSERT_EQ(r.turn_prompt_lengths.size(), 3u) << what;
+      ASSERT_EQ(r.alone_turn_cached.size(), 3u) << what;
+      const std::vector<double> hits = r.turn_hit_shares();
+      for (size_t t = 1; t < 3; ++t) {
+        const int floor = cacheable(r.turn_prompt_lengths[t - 1], answers[t - 1]);
+        EXPECT_GE(r.alone_turn_cached[t], floor) << what << " turn " << t + 1;
+        if (!r.spec.varied) {
+          EXPECT_GE(hits[t], static_cast<double>(floor) / r.turn_prompt_lengths[t])
+              << what << " turn " << t + 1;
+        } else {
+          EXPECT_GT(hits[t], 0.3) << what << " turn " << t + 1;  // tight pools evict in some trials
+        }
+      }
+    }
+    EXPECT_GT(rep.grid[1].trials_preempted(), 0);
+    EXPECT_GT(rep.grid[2].probe_pairs_dropped, 0);
+  }
+}
+
+// The later turns really come from the cache, and that changes nothing: the conversation served alone with
+// and without the prefix cache gives the same logits bits. The counter-check: admitted as plain prompts (no
+// turn ends) the later turns route the previous turns' last prompt rows under another horizon, so those
+// blocks' keys differ and the cache serves fewer positions.
+TEST(DivergeInvariance, MultiTurnPlainPromptsMissThePreviousTurnsBlocks) {
+  model::ModelOptions mo;
+  mo.kernel = kernels::KernelKind::kInvariant;
+  mo.policy = model::ModelOptions::dispatch_mode("stable", 0.75);
+  mo.record_routing = true;
+  mo.max_tokens = 64;
+  model::Model m(model::random_model(model::ModelShape::tiny(), 11), mo);
+  const int vocab = m.shape().vocab_size;
+  Request first;
+  first.id = 1;
+  first.prompt = random_prompt(50, vocab, 1);
+  first.max_new_tokens = 8;
+  const std::vector<std::vector<int32_t>> messages = {random_prompt(10, vocab, 2),
+                                                      random_prompt(10, vocab, 3)};
+  auto conversation = [&](bool plain) {
+    std::vector<Request> requests = {first};
+    for (Request& t : follow_up_turns(first, messages, std::vector<int>{8, 8}, std::vector<int>{2, 0}, 2)) {
+      t.as_plain_prompt = plain;
+      requests.push_back(std::move(t));
+    }
+    return requests;
+  };
+  const uint64_t turns[] = {1, 2, 3};
+  serving::EngineConfig cached = serving::EngineConfig{};
+  cached.chunk_size = 16;
+  cached.prefix_cache = true;
+  cached.kv_blocks = 64;
+  const ServeOutcome with = serve(m, conversation(false), cached, CacheKey::kSalted, turns);
+  const ServeOutcome without =
+      serve(m, conversation(false), serving::EngineConfig{32, 16}, CacheKey::kSalted, turns);
+  EXPECT_EQ(with.probe_logits_hash, without.probe_logits_hash);
+  EXPECT_EQ(with.probe_tokens, without.probe_tokens);
+  ASSERT_EQ(with.probe_turns.size(), 3u);
+  EXPECT_EQ(with.probe_turns[1].cached_at_admission, static_cast<uint32_t>(cacheable(50, 8)));  // 48
+  EXPECT_EQ(with.probe_turns[2].cached_at_admission, static_cast<uint32_t>(cacheable(68, 8)));  // 64
+  EXPECT_EQ(without.engine.cached_tokens, 0);
+  const ServeOutcome plain = serve(m, conversation(true), cached, CacheKey::kSalted, turns);
+  for (size_t t = 1; t < 3; ++t) {
+    EXPECT_LT(plain.probe_turns[t].cached_at_admission, with.probe_turns[t].cached_at_admission) << t + 1;
+  }
 }
 
 }  // namespace

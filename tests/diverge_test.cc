@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "moe/model/model.h"
+#include "sim/diverge/conversation.h"
 #include "sim/diverge/serving.h"
 #include "sim/diverge/traffic.h"
 #include "sim/serving/engine.h"
@@ -259,7 +260,7 @@ TEST(Diverge, DefaultGridHasTheSampledRows) {
   DivergeOptions o;
   std::vector<std::string> sampled;
   for (const ConfigSpec& c : o.default_grid()) {
-    if (c.temperature > 0) sampled.push_back(c.label());
+    if (c.temperature > 0 && c.turns == 1) sampled.push_back(c.label());
   }
   EXPECT_EQ(sampled, (std::vector<std::string>{"greedy/fast/t=0.7", "request/invariant/varied/t=0.7",
                                                "stable/invariant/t=0.7", "stable/invariant/varied/t=0.7",
@@ -305,6 +306,130 @@ TEST(Server, RestoreRefusesAMismatchedBlock) {
   EXPECT_THROW(m.admit_cached(2, 33, honest), std::invalid_argument);
   EXPECT_FALSE(m.is_live(2));
   EXPECT_NO_THROW(m.admit_cached(2, 40, honest));
+}
+
+// A conversation's turns: each later turn's whole prompt is the previous turn's prompt, its answer (every
+// token it generated) and the new message, and its turn ends extend the previous turn's; admitted as a plain
+// prompt it has none. Bad chains are named.
+TEST(Conversation, TurnEndsFollowThePreviousTurn) {
+  Request first;
+  first.id = 7;
+  first.prompt = std::vector<int32_t>(20, 1);
+  first.max_new_tokens = 5;
+  const std::vector<std::vector<int32_t>> messages = {std::vector<int32_t>(6, 2), std::vector<int32_t>(3, 3)};
+  const std::vector<int> answers = {4, 2}, think = {0, 8};
+  std::vector<Request> requests = {first};
+  for (Request& t : follow_up_turns(first, messages, answers, think, 9)) requests.push_back(std::move(t));
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[1].id, 9u);
+  EXPECT_EQ(requests[1].follows, 7u);
+  EXPECT_EQ(requests[2].follows, 9u);
+  EXPECT_EQ(requests[2].think_steps, 8);
+  EXPECT_EQ(prompt_lengths(requests), (std::vector<uint32_t>{20, 31, 38}));
+  const auto ends = turn_ends_of(requests);
+  EXPECT_TRUE(ends[0].empty());
+  EXPECT_EQ(ends[1], (std::vector<uint32_t>{20, 25, 31}));
+  EXPECT_EQ(ends[2], (std::vector<uint32_t>{20, 25, 31, 35, 38}));
+  const auto engine = engine_requests(requests);
+  EXPECT_EQ(engine[2].prompt_length, 38u);
+  EXPECT_EQ(engine[2].turn_ends, ends[2]);
+  EXPECT_EQ(engine[2].follows, 9u);
+  requests[2].as_plain_prompt = true;
+  EXPECT_TRUE(turn_ends_of(requests)[2].empty());
+  EXPECT_EQ(prompt_lengths(requests)[2], 38u);
+  EXPECT_EQ(split_answers(32, 3), (std::vector<int>{11, 11, 10}));
+  EXPECT_THROW(split_answers(2, 3), std::invalid_argument);
+  EXPECT_THROW(split_answers(5, 0), std::invalid_argument);
+  std::vector<Request> later_first = {requests[1], requests[0]};  // the previous turn comes after it
+  EXPECT_THROW(prompt_lengths(later_first), std::invalid_argument);
+  requests[1].prompt.clear();
+  EXPECT_THROW(turn_ends_of(requests), std::invalid_argument);
+  EXPECT_THROW(follow_up_turns(first, messages, std::vector<int>{4}, think, 9), std::invalid_argument);
+  EXPECT_THROW(follow_up_turns(first, messages, std::vector<int>{4, 0}, think, 9), std::invalid_argument);
+}
+
+// The server fills a later turn's prompt when the previous turn finishes: under dropless dispatch (whose
+// routing reads no turn ends) the second turn answers exactly what a single request with the same whole
+// prompt answers, and the probe's completion is both turns' answers. The cache serves the first turn's
+// full blocks.
+TEST(Server, LaterTurnGetsThePreviousTurnsPromptAndAnswer) {
+  model::ModelOptions mo;
+  mo.kernel = kernels::KernelKind::kInvariant;
+  mo.policy = model::ModelOptions::dispatch_mode("dropless", 1.0);
+  mo.record_routing = true;
+  mo.max_tokens = 64;
+  model::Model m(model::random_model(model::ModelShape::tiny(), 3), mo);
+  serving::EngineConfig e = lab_engine_defaults();
+  e.prefix_cache = true;
+  e.kv_blocks = 64;
+  Request first;
+  first.id = 1;
+  first.prompt = random_prompt(40, m.shape().vocab_size, 5);
+  first.max_new_tokens = 9;
+  const std::vector<std::vector<int32_t>> messages = {random_prompt(12, m.shape().vocab_size, 6)};
+  std::vector<Request> requests = {first};
+  for (Request& t : follow_up_turns(first, messages, std::vector<int>{7}, std::vector<int>{3}, 2))
+    requests.push_back(std::move(t));
+  const uint64_t turns[] = {1, 2};
+  const ServeOutcome chat = serve(m, requests, e, CacheKey::kSalted, turns);
+  ASSERT_EQ(chat.probe_tokens.size(), 16u);
+  ASSERT_EQ(chat.probe_turns.size(), 2u);
+  EXPECT_EQ(chat.probe_turns[1].prompt_length, 40u + 9 + 12);
+  EXPECT_EQ(chat.probe_turns[1].cached_at_admission, 48u);  // [0, 48) of the 48 computed positions
+  Request whole;
+  whole.id = 1;
+  whole.prompt = first.prompt;
+  whole.prompt.insert(whole.prompt.end(), chat.probe_tokens.begin(), chat.probe_tokens.begin() + 9);
+  whole.prompt.insert(whole.prompt.end(), messages[0].begin(), messages[0].end());
+  whole.max_new_tokens = 7;
+  const ServeOutcome single = serve(m, {whole}, lab_engine_defaults(), CacheKey::kSalted, 1);
+  EXPECT_EQ(single.probe_tokens,
+            std::vector<int32_t>(chat.probe_tokens.begin() + 9, chat.probe_tokens.end()));
+  const uint64_t not_a_chain[] = {2, 1};
+  EXPECT_THROW(serve(m, requests, e, CacheKey::kSalted, not_a_chain), std::invalid_argument);
+  EXPECT_THROW(serve(m, requests, e, CacheKey::kSalted, std::span<const uint64_t>{}), std::invalid_argument);
+}
+
+// Multi-turn trials: greedy dispatch with fast kernels (the probe a 3-turn conversation among strangers, some
+// of them conversations too, the cache on) still moves the probe's answers; the report has the per-turn
+// cache hits.
+TEST(Diverge, GreedyMultiTurnDiverges) {
+  DivergeOptions o = tiny_options();
+  o.trials = 12;
+  o.seed = 2024;
+  o.sweep_capacity_factors.clear();
+  o.grid = {{"greedy", kernels::KernelKind::kFast, 1.0, false, false, 0.0, 3}};
+  const DivergeReport rep = run_diverge(o);
+  const ConfigResult& r = rep.grid[0];
+  EXPECT_EQ(r.spec.label(), "greedy/fast/3-turn");
+  EXPECT_GT(r.distinct, 1);
+  EXPECT_LT(r.bitwise_same, o.trials);
+  ASSERT_EQ(r.turn_prompt_lengths.size(), 3u);
+  EXPECT_EQ(r.alone.size(), 16u);  // the turns' answers: 6 + 5 + 5
+  EXPECT_GT(r.turn_hit_shares()[1], 0.3);
+  EXPECT_NE(format_table(rep).find("hit/turn"), std::string::npos);
+  const auto j = nlohmann::json::parse(to_json(rep));
+  EXPECT_EQ(j["grid"][0]["turns"], 3);
+  EXPECT_EQ(j["grid"][0]["probe_turn_hit_share"].size(), 3u);
+  EXPECT_EQ(j["grid"][0]["probe_turn_cached"].size(), 12u);
+  EXPECT_EQ(report_from_json(to_json(rep)).grid[0].spec.turns, 3);
+}
+
+// The default grid's multi-turn rows (none with --turns 1).
+TEST(Diverge, DefaultGridHasTheMultiTurnRows) {
+  DivergeOptions o;
+  std::vector<std::string> chat;
+  for (const ConfigSpec& c : o.default_grid()) {
+    if (c.turns > 1) chat.push_back(c.label());
+  }
+  EXPECT_EQ(chat, (std::vector<std::string>{"greedy/invariant/3-turn", "request/invariant/3-turn",
+                                            "stable/invariant/3-turn", "stable/invariant/varied/3-turn",
+                                            "stable/invariant/t=0.7/3-turn"}));
+  o.probe_turns = 1;
+  for (const ConfigSpec& c : o.default_grid()) EXPECT_EQ(c.turns, 1);
+  o = DivergeOptions{};
+  o.gen_length = 2;
+  EXPECT_THROW(o.validate(), std::invalid_argument);  // 3 turns need 3 generated tokens
 }
 
 }  // namespace

@@ -116,14 +116,20 @@ void run(Flags& f) {
   if (!f.modes.empty()) {
     o.grid.clear();
     for (const auto& m : f.modes) {
-      // "<mode>[-varied][-tokens-key][-sampled]": the server varied over the trials; the prefix cache keyed
-      // by tokens alone; every request sampling at --temperature.
+      // "<mode>[-varied][-tokens-key][-sampled][-chat]": the server varied over the trials; the prefix cache
+      // keyed by tokens alone; every request sampling at --temperature; the probe a conversation of --turns.
       std::string mode = m;
       auto strip = [&](std::string_view suffix) {
         const bool has = mode.size() > suffix.size() && mode.ends_with(suffix);
         if (has) mode.resize(mode.size() - suffix.size());
         return has;
       };
+      const bool chat = strip("-chat");
+      if (chat && o.probe_turns < 2) {
+        throw std::invalid_argument("diverge: --modes " + m +
+                                    " is a conversation of --turns turns, which is " +
+                                    std::to_string(o.probe_turns) + " (must be >= 2)");
+      }
       const bool sampled = strip("-sampled");
       if (sampled && !(o.temperature > 0)) {
         throw std::invalid_argument("diverge: --modes " + m + " samples at --temperature, which is 0");
@@ -135,7 +141,8 @@ void run(Flags& f) {
           throw std::invalid_argument("diverge: --kernels takes fast and/or invariant (got '" + k + "')");
         }
         o.grid.push_back({mode, k == "fast" ? kernels::KernelKind::kFast : kernels::KernelKind::kInvariant,
-                          o.capacity_factor, vary, token_keyed, sampled ? o.temperature : 0.0});
+                          o.capacity_factor, vary, token_keyed, sampled ? o.temperature : 0.0,
+                          chat ? o.probe_turns : 1});
       }
     }
   }
@@ -208,7 +215,8 @@ void add_diverge_command(CLI::App& app) {
          "grid modes (greedy, rank-only, request, stable, sequence, causal, dropless; MODE-varied "
          "varies the server over the trials: chunk sizes, token budgets, speculation, the prefix "
          "cache, preemption; MODE-varied-tokens-key keys the cache by tokens alone; a -sampled suffix "
-         "samples at --temperature); default: the full grid")
+         "samples at --temperature; a -chat suffix (last) makes the probe a conversation of --turns "
+         "turns); default: the full grid")
       ->delimiter(',');
   cmd->add_option("--kernels", flags->kernels, "kernel kinds of a --modes grid")
       ->delimiter(',')
@@ -223,6 +231,13 @@ void add_diverge_command(CLI::App& app) {
                   "rows); each request draws by (its seed, position)")
       ->capture_default_str();
   cmd->add_option("--top-p", o.top_p, "top-p nucleus of the sampled rows")->capture_default_str();
+  cmd->add_option("--turns", o.probe_turns,
+                  "turns of the multi-turn probe (the default grid's */N-turn rows and --modes MODE-chat; "
+                  "1: no multi-turn rows); its answers share --gen-length")
+      ->capture_default_str();
+  cmd->add_option("--conversation-share", o.conversation_share,
+                  "share of the strangers that go on as conversations in the multi-turn rows")
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "traffic and probe seed")->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "seed of the random weights")->capture_default_str();
   cmd->add_option("--moe-gain", o.init.moe_norm_gain, "random weights: RMSNorm gain before the MoE layers")

@@ -18,6 +18,7 @@
 
 #include "base/splitmix64.h"
 #include "moe/model/model.h"
+#include "sim/diverge/conversation.h"
 #include "sim/report.h"
 #include "sim/svg_plot.h"
 
@@ -75,6 +76,13 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// The table's last column (hit/turn), right-aligned in 14 characters, and the line's end.
+std::string fmt_column(const std::string& text) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %14s\n", text.c_str());
+  return buf;
+}
+
 }  // namespace
 
 ConfigSpec sweep_spec(const std::string& name, double capacity_factor) {
@@ -89,6 +97,7 @@ std::string ConfigSpec::label() const {
   if (varied) s += "/varied";
   if (token_keyed) s += "/tokens-key";
   if (temperature > 0) s += "/t=" + fmt("%g", temperature);
+  if (turns > 1) s += "/" + std::to_string(turns) + "-turn";
   return s;
 }
 
@@ -97,6 +106,17 @@ double ConfigResult::cache_hit_share() const {
   for (int c : probe_cached) cached += c;
   const int64_t total = static_cast<int64_t>(probe_cached.size()) * probe_prompt_length;
   return total > 0 ? static_cast<double>(cached) / static_cast<double>(total) : 0.0;
+}
+
+std::vector<double> ConfigResult::turn_hit_shares() const {
+  std::vector<double> shares;
+  for (size_t t = 0; t < turn_prompt_lengths.size(); ++t) {
+    int64_t cached = 0;
+    for (const std::vector<int>& trial : turn_cached) cached += trial.at(t);
+    const int64_t total = static_cast<int64_t>(turn_cached.size()) * turn_prompt_lengths[t];
+    shares.push_back(total > 0 ? static_cast<double>(cached) / static_cast<double>(total) : 0.0);
+  }
+  return shares;
 }
 
 int ConfigResult::trials_preempted() const {
@@ -129,9 +149,14 @@ void DivergeOptions::validate() const {
   for (double cf : sweep_capacity_factors)
     check(cf > 0, "sweep capacity factor (" + std::to_string(cf) + ") must be > 0");
   for (const auto& m : sweep_modes) model::ModelOptions::dispatch_mode(sweep_spec(m, 1.0).mode, 1.0);
+  check(conversation_share >= 0 && conversation_share <= 1,
+        "conversation share (" + std::to_string(conversation_share) + ") must be in [0, 1]");
+  if (probe_turns > 1) split_answers(gen_length, probe_turns);
   for (const auto& g : grid) {
     model::ModelOptions::dispatch_mode(g.mode, g.capacity_factor);
     Sampling{g.temperature, top_p, 0}.validate();
+    check(g.turns >= 1, g.label() + ": turns (" + std::to_string(g.turns) + ") must be >= 1");
+    split_answers(gen_length, g.turns);
   }
   Sampling{temperature, top_p, 0}.validate();
   check(engine.chunk_size > 0, "chunk size (" + std::to_string(engine.chunk_size) +
@@ -168,6 +193,18 @@ std::vector<ConfigSpec> DivergeOptions::default_grid() const {
     g.push_back({"stable", KernelKind::kInvariant, capacity_factor, false, false, t});
     g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true, false, t});
     g.push_back({"dropless", KernelKind::kFast, capacity_factor, false, false, t});
+  }
+  // Multi-turn: the production default and the counter-check, the deterministic preset (fixed and varied
+  // server, and sampled). Only one varied row: a varied multi-turn trial costs about 4 single-turn ones (the
+  // conversation in a tight KV pool is preempted again and again).
+  if (probe_turns > 1) {
+    const int n = probe_turns;
+    g.push_back({"greedy", KernelKind::kInvariant, capacity_factor, false, false, 0.0, n});
+    g.push_back({"request", KernelKind::kInvariant, capacity_factor, false, false, 0.0, n});
+    g.push_back({"stable", KernelKind::kInvariant, capacity_factor, false, false, 0.0, n});
+    g.push_back({"stable", KernelKind::kInvariant, capacity_factor, true, false, 0.0, n});
+    if (temperature > 0)
+      g.push_back({"stable", KernelKind::kInvariant, capacity_factor, false, false, temperature, n});
   }
   return g;
 }
@@ -303,11 +340,12 @@ struct LabInputs {
   std::span<const int32_t> heldout;
   const std::vector<std::vector<int32_t>>& system_prompts;
   int probe_system_length = 0;
+  const std::vector<std::vector<int32_t>>& probe_messages;  // a multi-turn probe's later messages
 };
 
 // One configuration while its items run: item 0 is the probe alone (at step 0, the fixed chunk and budget, no
-// cache, no speculation), items 1..N the trials. Items of every configuration of a run share one pool of
-// threads; each writes only its own outcome and its trial's settings.
+// speculation, no cache unless it is a conversation), items 1..N the trials. Items of every configuration of
+// a run share one pool of threads; each writes only its own outcome and its trial's settings.
 struct ConfigRun {
   ConfigResult result;
   model::ModelOptions model;
@@ -323,11 +361,22 @@ void prepare(ConfigRun& run, const ConfigSpec& spec, const DivergeOptions& optio
   mo.policy = model::ModelOptions::dispatch_mode(spec.mode, spec.capacity_factor);
   mo.max_tokens = options.max_token_budget() *
                   (1 + *std::max_element(options.vary_spec.begin(), options.vary_spec.end()));
-  mo.record_routing = spec.varied;
+  mo.record_routing = spec.varied || spec.turns > 1;  // the prefix cache restores routing
   const int n = options.trials;
   ConfigResult& r = run.result;
   r.spec = spec;
   r.probe_prompt_length = static_cast<int>(in.probe_prompt.size());
+  if (spec.turns > 1 && in.probe_messages.size() + 1 < static_cast<size_t>(spec.turns)) {
+    throw std::invalid_argument("diverge: " + spec.label() + " needs " + std::to_string(spec.turns - 1) +
+                                " probe messages, not " + std::to_string(in.probe_messages.size()));
+  }
+  const std::vector<int> answers = split_answers(options.gen_length, spec.turns);
+  r.turn_prompt_lengths = {r.probe_prompt_length};
+  for (int k = 1; k < spec.turns; ++k) {
+    r.turn_prompt_lengths.push_back(r.turn_prompt_lengths.back() + answers[static_cast<size_t>(k - 1)] +
+                                    static_cast<int>(in.probe_messages[static_cast<size_t>(k - 1)].size()));
+  }
+  r.turn_cached.assign(n, std::vector<int>(static_cast<size_t>(spec.turns), 0));
   r.completions.resize(n);
   for (auto* v : {&r.chunk_sizes, &r.token_budgets, &r.spec_tokens, &r.cache_modes, &r.kv_blocks,
                   &r.probe_cached, &r.probe_preemptions, &r.probe_drafted, &r.probe_accepted}) {
@@ -344,19 +393,44 @@ void run_item(ConfigRun& run, int item, const DivergeOptions& options, const Lab
   const ConfigSpec& spec = run.result.spec;
   model::Model m(in.weights, run.model);
   serving::EngineConfig engine = options.engine;
+  TrafficConfig traffic = options.traffic;
+  traffic.max_positions = in.weights->shape.max_positions;
+  const bool chat = spec.turns > 1;
+  const std::vector<int> answers = split_answers(options.gen_length, spec.turns);
   Request probe;
   probe.prompt = in.probe_prompt;
-  probe.max_new_tokens = options.gen_length;
+  probe.max_new_tokens = answers.front();
   probe.sampling = Sampling{spec.temperature, options.top_p, probe_sampling_seed(options.seed)};
+  if (chat) {  // a chat engine: its cache serves the previous turns
+    engine.prefix_cache = true;
+    engine.kv_blocks = options.cache_kv_blocks;
+    traffic.conversation_share = options.conversation_share;
+  }
+  // The probe's later turns after `first` (placed), ids from next_id, think times from think_seed; appended
+  // to `requests`. Returns the probe's turns' ids.
+  auto add_probe_turns = [&](const Request& first, uint64_t next_id, uint64_t think_seed,
+                             std::vector<Request>& requests) {
+    const std::span<const std::vector<int32_t>> messages(in.probe_messages.data(),
+                                                         static_cast<size_t>(spec.turns - 1));
+    const std::vector<int> think = think_times(traffic, spec.turns - 1, think_seed);
+    std::vector<uint64_t> ids = {first.id};
+    for (Request& t :
+         follow_up_turns(first, messages, std::span<const int>(answers).subspan(1), think, next_id)) {
+      ids.push_back(t.id);
+      requests.push_back(std::move(t));
+    }
+    return ids;
+  };
   if (item == 0) {
     probe.id = 1;
-    run.outcomes[0] = serve(m, {probe}, engine, CacheKey::kSalted, 1);
+    std::vector<Request> requests = {probe};
+    const std::vector<uint64_t> ids = add_probe_turns(probe, 2, options.seed, requests);
+    run.outcomes[0] = serve(m, std::move(requests), engine, CacheKey::kSalted, ids);
     run.seconds[0] = now_seconds() - start;
     return;
   }
   const int trial = item - 1;
   ConfigResult& r = run.result;
-  TrafficConfig traffic = options.traffic;
   if (spec.varied) {
     const size_t nc = options.vary_chunks.size(), ns = options.vary_spec.size();
     const size_t t = static_cast<size_t>(trial);
@@ -364,7 +438,7 @@ void run_item(ConfigRun& run, int item, const DivergeOptions& options, const Lab
     engine.token_budget = options.vary_budgets[(t / nc) % options.vary_budgets.size()];
     engine.spec_tokens = options.vary_spec[t % ns];
     const int cache_mode = options.vary_cache ? static_cast<int>((t / ns) % 4) : 0;
-    engine.prefix_cache = cache_mode > 0;
+    engine.prefix_cache = cache_mode > 0 || chat;
     engine.kv_blocks = engine.prefix_cache ? options.cache_kv_blocks : 0;
     if (options.vary_preemption && (t % 5 == 1 || t % 5 == 3)) engine.kv_blocks = options.tight_kv_blocks;
     const int text_length = static_cast<int>(in.probe_prompt.size()) - in.probe_system_length;
@@ -381,12 +455,20 @@ void run_item(ConfigRun& run, int item, const DivergeOptions& options, const Lab
   auto requests =
       make_traffic(traffic, PromptSource{in.weights->shape.vocab_size, in.heldout, in.system_prompts}, seed,
                    probe, &probe_id);
-  for (Request& q : requests) {
+  uint64_t next_id = 1;
+  size_t probe_index = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& q = requests[i];
     if (q.id != probe_id)
       q.sampling = Sampling{spec.temperature, options.top_p, stranger_sampling_seed(seed, q.id)};
+    else
+      probe_index = i;
+    next_id = std::max(next_id, q.id + 1);
   }
-  run.outcomes[item] = serve(m, std::move(requests), engine,
-                             spec.token_keyed ? CacheKey::kTokens : CacheKey::kSalted, probe_id);
+  const Request first = requests[probe_index];
+  const std::vector<uint64_t> ids = add_probe_turns(first, next_id, seed, requests);
+  run.outcomes[item] =
+      serve(m, std::move(requests), engine, spec.token_keyed ? CacheKey::kTokens : CacheKey::kSalted, ids);
   run.seconds[item] = now_seconds() - start;
 }
 
@@ -395,6 +477,9 @@ void finish(ConfigRun& run, int gen_length) {
   ConfigResult& r = run.result;
   const std::vector<ServeOutcome>& outcomes = run.outcomes;
   r.alone = outcomes[0].probe_tokens;
+  r.alone_turn_cached.clear();
+  for (const serving::RequestStats& t : outcomes[0].probe_turns)
+    r.alone_turn_cached.push_back(static_cast<int>(t.cached_at_admission));
   for (size_t i = 0; i + 1 < outcomes.size(); ++i) {
     const ServeOutcome& o = outcomes[i + 1];
     if (o.probe_logits_hash == outcomes[0].probe_logits_hash) ++r.bitwise_same;
@@ -405,9 +490,13 @@ void finish(ConfigRun& run, int gen_length) {
     r.probe_pairs_dropped += o.probe_pairs_dropped;
     r.rows += o.rows;
     r.probe_cached[i] = static_cast<int>(o.probe.cached_at_admission);
-    r.probe_preemptions[i] = o.probe.preemptions;
-    r.probe_drafted[i] = static_cast<int>(o.probe.drafted);
-    r.probe_accepted[i] = static_cast<int>(o.probe.accepted);
+    r.probe_preemptions[i] = r.probe_drafted[i] = r.probe_accepted[i] = 0;
+    for (size_t t = 0; t < o.probe_turns.size(); ++t) {  // every turn's
+      r.turn_cached[i].at(t) = static_cast<int>(o.probe_turns[t].cached_at_admission);
+      r.probe_preemptions[i] += o.probe_turns[t].preemptions;
+      r.probe_drafted[i] += static_cast<int>(o.probe_turns[t].drafted);
+      r.probe_accepted[i] += static_cast<int>(o.probe_turns[t].accepted);
+    }
   }
   summarize(r, gen_length);
   r.seconds = 0;
@@ -447,8 +536,9 @@ std::vector<ConfigResult> run_configs(const std::vector<ConfigSpec>& specs, cons
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
                         const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout,
-                        const std::vector<std::vector<int32_t>>& system_prompts, int probe_system_length) {
-  const LabInputs in{weights, probe_prompt, heldout, system_prompts, probe_system_length};
+                        const std::vector<std::vector<int32_t>>& system_prompts, int probe_system_length,
+                        const std::vector<std::vector<int32_t>>& probe_messages) {
+  const LabInputs in{weights, probe_prompt, heldout, system_prompts, probe_system_length, probe_messages};
   return std::move(run_configs({spec}, options, in).front());
 }
 
@@ -472,12 +562,19 @@ DivergeReport run_diverge(const DivergeOptions& options) {
     report.probe_prompt.insert(report.probe_prompt.begin(), report.probe_system.begin(),
                                report.probe_system.end());
   }
-  const int longest = static_cast<int>(report.probe_prompt.size()) + options.gen_length;
-  if (longest > weights->shape.max_positions) {
-    throw std::invalid_argument("diverge: prompt (" + std::to_string(report.probe_prompt.size()) +
-                                " tokens) + generation length (" + std::to_string(options.gen_length) +
-                                ") exceed the model's max_positions (" +
-                                std::to_string(weights->shape.max_positions) + ")");
+  const auto grid = options.grid.empty() ? options.default_grid() : options.grid;
+  int turns = 1;
+  for (const ConfigSpec& g : grid) turns = std::max(turns, g.turns);
+  report.probe_messages = probe_messages(
+      options.traffic, PromptSource{weights->shape.vocab_size, lab.heldout, {}}, turns, options.seed);
+  size_t messages = 0;
+  for (const auto& m : report.probe_messages) messages += m.size();
+  const size_t longest = report.probe_prompt.size() + static_cast<size_t>(options.gen_length) + messages;
+  if (longest > static_cast<size_t>(weights->shape.max_positions)) {
+    throw std::invalid_argument(
+        "diverge: prompt (" + std::to_string(report.probe_prompt.size()) + " tokens) + generation length (" +
+        std::to_string(options.gen_length) + ") + the later turns' messages (" + std::to_string(messages) +
+        ") exceed the model's max_positions (" + std::to_string(weights->shape.max_positions) + ")");
   }
   const int system_max = options.traffic.system_prompts > 0 ? options.traffic.system_max : 0;
   if (system_max + options.traffic.prompt_max + options.traffic.decode_max > weights->shape.max_positions) {
@@ -485,13 +582,16 @@ DivergeReport run_diverge(const DivergeOptions& options) {
         "diverge: stranger system_max + prompt_max + decode_max exceed the model's max_positions (" +
         std::to_string(weights->shape.max_positions) + ")");
   }
-  const auto grid = options.grid.empty() ? options.default_grid() : options.grid;
   std::vector<ConfigSpec> specs = grid;
   for (const auto& mode : options.sweep_modes) {
     for (double cf : options.sweep_capacity_factors) specs.push_back(sweep_spec(mode, cf));
   }
-  const LabInputs in{weights, report.probe_prompt, lab.heldout, report.system_prompts,
-                     static_cast<int>(report.probe_system.size())};
+  const LabInputs in{weights,
+                     report.probe_prompt,
+                     lab.heldout,
+                     report.system_prompts,
+                     static_cast<int>(report.probe_system.size()),
+                     report.probe_messages};
   size_t finished = 0;
   std::vector<ConfigResult> results = run_configs(specs, options, in, [&](const ConfigResult& r) {
     const char* what = finished++ < grid.size() ? "grid" : "sweep";
@@ -528,25 +628,51 @@ std::string format_table(const DivergeReport& report) {
          std::to_string(o.engine.token_budget) + " tokens/step, chunk " +
          std::to_string(o.engine.chunk_size) + "; seed " + std::to_string(o.seed) + "; expert compute " +
          std::string(kernels::to_string(o.compute)) + "\n";
-  char line[256];
-  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s\n", "config",
-                "cf", "distinct", "diverged", "same bits", "first min", "first med", "lost steps",
-                "lost pairs", "rows", "cache hit", "preempted", "drafts");
+  // The hit/turn column only when a row's probe is a conversation.
+  const bool chat = std::any_of(report.grid.begin(), report.grid.end(),
+                                [](const ConfigResult& r) { return r.spec.turns > 1; });
+  for (const auto& r : report.grid) {
+    if (r.spec.turns <= 1) continue;
+    // The multi-turn probe (every multi-turn row has the same one): its turns' prompt lengths.
+    out += "multi-turn probe: " + std::to_string(r.spec.turns) + " turns, prompts of ";
+    for (size_t t = 0; t < r.turn_prompt_lengths.size(); ++t) {
+      if (t) out += '/';
+      out += std::to_string(r.turn_prompt_lengths[t]);
+    }
+    out +=
+        " tokens (each the previous turn, its answer and a new message), " + std::to_string(o.gen_length) +
+        " generated over the turns; " + fmt("%.0f", 100.0 * o.conversation_share) +
+        "% of the strangers go on as conversations; hit/turn: each turn's prompt positions from the cache\n";
+    break;
+  }
+  char line[320];
+  std::snprintf(line, sizeof(line), "%-38s %5s %8s %8s %9s %9s %9s %10s %10s %8s %9s %9s %9s", "config", "cf",
+                "distinct", "diverged", "same bits", "first min", "first med", "lost steps", "lost pairs",
+                "rows", "cache hit", "preempted", "drafts");
   out += line;
+  out += chat ? fmt_column("hit/turn") : "\n";
   auto row = [&](const ConfigResult& r) {
     int64_t drafted = 0, accepted = 0;
     for (int d : r.probe_drafted) drafted += d;
     for (int a : r.probe_accepted) accepted += a;
-    std::snprintf(line, sizeof(line),
-                  "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s\n",
-                  r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged,
-                  r.bitwise_same,
-                  r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
-                  r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
-                  100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
-                  100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
-                  (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str());
+    std::string hits = "-";  // per turn of a multi-turn probe: "0.12/0.93/0.95"
+    if (r.spec.turns > 1) {
+      hits.clear();
+      for (double h : r.turn_hit_shares()) {
+        if (!hits.empty()) hits += '/';
+        hits += fmt("%.2f", h);
+      }
+    }
+    std::snprintf(
+        line, sizeof(line), "%-38s %5.2f %5d/%-2d %8d %9d %9s %9s %9.1f%% %9.2f%% %8lld %8.1f%% %6d/%-2d %9s",
+        r.spec.label().c_str(), r.spec.capacity_factor, r.distinct, o.trials, r.diverged, r.bitwise_same,
+        r.first_divergence_min < 0 ? "-" : std::to_string(r.first_divergence_min).c_str(),
+        r.first_divergence_median < 0 ? "-" : fmt("%.1f", r.first_divergence_median).c_str(),
+        100.0 * r.lost_step_share(), 100.0 * r.dropped_pair_share(), static_cast<long long>(r.rows),
+        100.0 * r.cache_hit_share(), r.trials_preempted(), o.trials,
+        (std::to_string(accepted) + "/" + std::to_string(drafted)).c_str());
     out += line;
+    out += chat ? fmt_column(hits) : "\n";
   };
   for (const auto& r : report.grid) row(r);
   if (!report.grid.empty()) {
@@ -642,6 +768,7 @@ nlohmann::json result_json(const ConfigResult& r, const model::Tokenizer* tokeni
   j["capacity_factor"] = r.spec.capacity_factor;
   j["varied"] = r.spec.varied;
   j["temperature"] = r.spec.temperature;
+  j["turns"] = r.spec.turns;
   j["policy"] =
       policy_json(r.spec.mode, model::ModelOptions::dispatch_mode(r.spec.mode, r.spec.capacity_factor),
                   kernels::to_string(r.spec.kernel));
@@ -663,6 +790,10 @@ nlohmann::json result_json(const ConfigResult& r, const model::Tokenizer* tokeni
   j["kv_blocks"] = r.kv_blocks;
   j["probe_cached"] = r.probe_cached;
   j["probe_cache_hit_share"] = r.cache_hit_share();
+  j["probe_turn_prompt_lengths"] = r.turn_prompt_lengths;
+  j["probe_turn_cached"] = r.turn_cached;
+  j["probe_turn_hit_share"] = r.turn_hit_shares();
+  j["alone_turn_cached"] = r.alone_turn_cached;
   j["probe_preemptions"] = r.probe_preemptions;
   j["probe_drafted"] = r.probe_drafted;
   j["probe_accepted"] = r.probe_accepted;
@@ -702,6 +833,11 @@ std::string to_json(const DivergeReport& report) {
   j["capacity_factor"] = o.capacity_factor;
   j["temperature"] = o.temperature;
   j["top_p"] = o.top_p;
+  j["probe_turns"] = o.probe_turns;
+  j["conversation_share"] = o.conversation_share;
+  j["probe_messages"] = nlohmann::json::array();
+  for (const auto& m : report.probe_messages)
+    j["probe_messages"].push_back(tokens_text(report.tokenizer.get(), m));
   j["seed"] = o.seed;
   j["compute"] = std::string(kernels::to_string(o.compute));
   j["weights"] = report.model;
@@ -753,6 +889,7 @@ DivergeReport report_from_json(const std::string& text) {
       res.spec.varied = c.at("varied").get<bool>();
       res.spec.token_keyed = c.value("token_keyed_cache", false);
       res.spec.temperature = c.value("temperature", 0.0);
+      res.spec.turns = c.value("turns", 1);
       res.distinct = c.at("distinct").get<int>();
       res.gen_points = c.at("gen_points").get<std::vector<int>>();
       res.distinct_at = c.at("distinct_at").get<std::vector<int>>();

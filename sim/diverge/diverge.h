@@ -32,13 +32,20 @@ namespace moe::sim::diverge {
 //            probe's system prompt and half its text, or on after a twin that sent the probe's whole prompt
 //            ((i / S) % 4), and (vary_preemption) a KV pool of tight_kv_blocks when i % 5 is 1 or 3 (the
 //            engine preempts). The probe-alone reference always uses the engine's fixed chunk and budget,
-//            no cache, no speculation.
+//            no speculation, and no cache unless the probe is a conversation (turns, below). A multi-turn
+//            trial's cache is never off (cache mode 0: on, no twin).
 //   token_keyed  the prefix cache keys blocks by their tokens alone (an engine unaware of the routing:
 //            a request restored from a block takes the routing it holds as its own); else by tokens and
 //            prefix_cache_salt of the mode's rule (RoutingState refuses a prefix of another salt)
 //   temperature  every request samples at this temperature with DivergeOptions::top_p (sim/diverge/
 //            sampling.h); 0: greedy. The probe's seed is the run's (the same alone and in every trial: a user
 //            who sends the same seed again), each stranger's from its trial's seed and its id.
+//   turns    the probe is a conversation of this many turns (1: a single prompt; sim/diverge/conversation.h):
+//            turn 1's prompt is the probe's, each later turn's the whole previous turn, its answer and a
+//            message of held-out text (DivergeOptions::probe_turns); its answers share gen_length. The
+//            prefix cache is on in every trial and in the probe-alone run (a chat engine's cache serves the
+//            previous turns), and a share of the strangers are conversations too
+//            (DivergeOptions::conversation_share).
 struct ConfigSpec {
   std::string mode = "greedy";
   kernels::KernelKind kernel = kernels::KernelKind::kFast;
@@ -46,9 +53,10 @@ struct ConfigSpec {
   bool varied = false;
   bool token_keyed = false;
   double temperature = 0.0;
+  int turns = 1;
 
   // "greedy/fast", "stable/invariant/varied", "sequence/invariant/varied/tokens-key",
-  // "stable/invariant/varied/t=0.7" ...
+  // "stable/invariant/varied/t=0.7", "stable/invariant/varied/3-turn" ...
   std::string label() const;
 };
 
@@ -105,6 +113,10 @@ struct DivergeOptions {
   // this top_p (sim/diverge/sampling.h).
   double temperature = 0.7;
   double top_p = 0.95;
+  // The multi-turn rows of the default grid: a probe of this many turns (<= 1: none), among strangers of
+  // whom this share are conversations (TrafficConfig::conversation_share).
+  int probe_turns = 3;
+  double conversation_share = 0.25;
   std::function<void(const std::string&)> progress;  // one line per finished configuration (may be empty)
 
   // Throws std::invalid_argument naming the bad field.
@@ -112,7 +124,9 @@ struct DivergeOptions {
   // At capacity_factor: greedy, rank-only, request, stable and dropless with fast and invariant kernels at
   // the engine's fixed chunk and budget; request, stable and causal with invariant kernels, varied; then,
   // when temperature > 0, the sampled rows at it: greedy/fast, request/invariant/varied, stable/invariant,
-  // stable/invariant/varied and dropless/fast.
+  // stable/invariant/varied and dropless/fast; then, when probe_turns > 1, the multi-turn rows:
+  // greedy/invariant, request/invariant, stable/invariant, stable/invariant/varied and (when temperature > 0)
+  // stable/invariant at it.
   std::vector<ConfigSpec> default_grid() const;
   // The largest token budget a configuration uses (the models' workspace size).
   int max_token_budget() const;
@@ -162,8 +176,15 @@ struct ConfigResult {
     return probe_pairs ? static_cast<double>(probe_pairs_dropped) / probe_pairs : 0.0;
   }
   int probe_prompt_length = 0;
-  // The probe's prompt positions served from the cache, over the trials (cache hit share).
+  // The probe's prompt positions served from the cache, over the trials (cache hit share; turn 1's).
   double cache_hit_share() const;
+  // Per turn of the probe (one entry for a single prompt): its whole prompt length, and the positions its
+  // first admission found in the cache, per trial and in the probe-alone run.
+  std::vector<int> turn_prompt_lengths;
+  std::vector<std::vector<int>> turn_cached;  // [trial][turn]
+  std::vector<int> alone_turn_cached;
+  // Per turn: its cached positions over its prompt positions, over the trials.
+  std::vector<double> turn_hit_shares() const;
   int trials_preempted() const;
   int trials_with_cache_hits() const;
 };
@@ -187,6 +208,7 @@ struct DivergeReport {
   std::vector<int32_t> probe_prompt;                  // its whole prompt: the system prompt, then its text
   std::vector<int32_t> probe_system;                  // the system prompt it begins with (may be empty)
   std::vector<std::vector<int32_t>> system_prompts;   // the traffic's
+  std::vector<std::vector<int32_t>> probe_messages;   // the multi-turn probe's later messages (may be empty)
   std::vector<ConfigResult> grid;
   std::vector<ConfigResult> sweep;  // capacity-factor sweep
   double seconds = 0;
@@ -203,12 +225,14 @@ std::string tokens_text(const model::Tokenizer* tokenizer, std::span<const int32
 
 // Runs one configuration: the probe alone, then the N trials. Deterministic for a given (options, spec,
 // weights), whatever options.threads is.
-// Stranger prompts are windows of `heldout` when it is not empty.
+// Stranger prompts are windows of `heldout` when it is not empty. A multi-turn spec takes its probe's later
+// messages from probe_messages (spec.turns - 1 of them; else std::invalid_argument).
 ConfigResult run_config(const ConfigSpec& spec, const DivergeOptions& options,
                         const std::shared_ptr<const model::ModelWeights>& weights,
                         const std::vector<int32_t>& probe_prompt, std::span<const int32_t> heldout = {},
                         const std::vector<std::vector<int32_t>>& system_prompts = {},
-                        int probe_system_length = 0);
+                        int probe_system_length = 0,
+                        const std::vector<std::vector<int32_t>>& probe_messages = {});
 
 // The whole experiment: the grid, then the sweep.
 DivergeReport run_diverge(const DivergeOptions& options);

@@ -3,26 +3,32 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "router/routing_rule.h"
 #include "router/rules/plan_rules.h"
+#include "sim/diverge/conversation.h"
 #include "sim/serving/block_store.h"
 #include "sim/serving/lifecycle.h"
 
 namespace moe::sim::diverge {
 namespace {
 
-// The engine's client: the requests' tokens (prompt, then what they generated), their drafts, the salt.
+// The engine's client: the requests' tokens (prompt, then what they generated), their drafts, the salt. A
+// later turn's tokens are its message until its previous turn finishes (finished()), then its whole prompt.
 class LabClient : public serving::EngineClient {
  public:
   LabClient(const std::vector<Request>& requests, const DispatchPolicy& policy, CacheKey cache_key)
       : rule_(cache_key == CacheKey::kTokens ? RoutingRule{} : RoutingRule::of(policy)),
         tokens_(requests.size()),
         drafts_(requests.size()),
-        sampling_(requests.size()) {
+        sampling_(requests.size()),
+        lengths_(prompt_lengths(requests)) {
     for (size_t i = 0; i < requests.size(); ++i) {
       tokens_[i] = requests[i].prompt;
       sampling_[i] = requests[i].sampling;
+      index_[requests[i].id] = i;
+      if (requests[i].follows != serving::kNoRequest) followers_[requests[i].follows].push_back(i);
     }
   }
   uint64_t token(const serving::EngineRequest& r, uint32_t position) override {
@@ -35,15 +41,36 @@ class LabClient : public serving::EngineClient {
   uint64_t salt(const serving::EngineRequest& r, uint32_t block_end) override {
     return prefix_cache_salt(rule_, block_end, r.turns());
   }
+  // Request `id` finished: each turn that follows it gets its whole prompt, the finished request's prompt
+  // and answer (its first L + max_new_tokens tokens) in front of the message.
+  void finished(uint64_t id) {
+    const auto it = followers_.find(id);
+    if (it == followers_.end()) return;
+    const std::vector<int32_t>& before = tokens_[index_.at(id)];
+    for (size_t f : it->second) {
+      const size_t answer_end = lengths_[f] - tokens_[f].size();  // A: the message follows it
+      if (before.size() < answer_end) {
+        throw std::logic_error("serve: request " + std::to_string(id) + " finished with " +
+                               std::to_string(before.size()) + " tokens, fewer than its next turn's " +
+                               std::to_string(answer_end));
+      }
+      tokens_[f].insert(tokens_[f].begin(), before.begin(),
+                        before.begin() + static_cast<std::ptrdiff_t>(answer_end));
+    }
+  }
   std::vector<int32_t>& tokens(size_t index) { return tokens_[index]; }
   const std::vector<int32_t>& drafts(size_t index) const { return drafts_[index]; }
   const Sampling& sampling(size_t index) const { return sampling_[index]; }
+  uint32_t prompt_length(size_t index) const { return lengths_[index]; }
 
  private:
   RoutingRule rule_;
   std::vector<std::vector<int32_t>> tokens_;
   std::vector<std::vector<int32_t>> drafts_;
   std::vector<Sampling> sampling_;
+  std::vector<uint32_t> lengths_;                                // whole prompt lengths
+  std::unordered_map<uint64_t, size_t> index_;                   // id -> index
+  std::unordered_map<uint64_t, std::vector<size_t>> followers_;  // id -> the turns that follow it
 };
 
 }  // namespace
@@ -56,21 +83,32 @@ serving::EngineConfig lab_engine_defaults() {
 
 std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& requests) {
   std::vector<serving::EngineRequest> out;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const Request& r = requests[i];
+  for (const Request& r : requests) {
     if (r.prompt.empty())
       throw std::invalid_argument("serve: request " + std::to_string(r.id) + " has an empty prompt");
     if (r.max_new_tokens < 1) {
       throw std::invalid_argument("serve: request " + std::to_string(r.id) + " has max_new_tokens " +
                                   std::to_string(r.max_new_tokens) + " (must be >= 1)");
     }
+    if (r.think_steps < 0) {
+      throw std::invalid_argument("serve: request " + std::to_string(r.id) + " has think_steps " +
+                                  std::to_string(r.think_steps) + " (must be >= 0)");
+    }
     try {
       r.sampling.validate();
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("serve: request " + std::to_string(r.id) + ": " + e.what());
     }
-    out.push_back(serving::EngineRequest{r.id, r.arrival_step, static_cast<uint32_t>(r.prompt.size()),
-                                         static_cast<uint32_t>(r.max_new_tokens), i});
+  }
+  const std::vector<uint32_t> lengths = prompt_lengths(requests);
+  std::vector<std::vector<uint32_t>> turn_ends = turn_ends_of(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& r = requests[i];
+    serving::EngineRequest e{r.id, r.arrival_step, lengths[i], static_cast<uint32_t>(r.max_new_tokens), i};
+    e.turn_ends = std::move(turn_ends[i]);
+    e.follows = r.follows;
+    e.think_steps = r.think_steps;
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -99,13 +137,13 @@ namespace {
 // the verification of drafts under the sampling rule, and what is recorded of the probe.
 class LabHandler : public serving::StepHandler {
  public:
-  LabHandler(model::Model& model, LabClient& client, int64_t kv_blocks, CacheKey cache_key, uint64_t probe_id,
-             ServeOutcome& out)
+  LabHandler(model::Model& model, LabClient& client, int64_t kv_blocks, CacheKey cache_key,
+             std::span<const uint64_t> probe_turns, ServeOutcome& out)
       : model_(model),
         client_(client),
         cache_(kv_blocks),
         ignore_salt_(cache_key == CacheKey::kTokens),
-        probe_id_(probe_id),
+        probe_turns_(probe_turns),
         out_(out),
         vocab_(model.shape().vocab_size),
         pairs_per_row_(model.shape().top_k * model.shape().num_layers) {}
@@ -136,7 +174,7 @@ class LabHandler : public serving::StepHandler {
     logit_index_.assign(rows_.size(), -1);
     for (size_t i = 0; i < logit_rows_.size(); ++i) logit_index_[logit_rows_[i]] = static_cast<int32_t>(i);
     for (const serving::Span& s : step.spans) {
-      if (s.id == probe_id_) record_probe_span(s);
+      if (is_probe(s.id)) record_probe_span(s);
     }
   }
   // Verification under the sampling rule: a sampling span keeps its leading drafts while each is the token
@@ -152,6 +190,9 @@ class LabHandler : public serving::StepHandler {
   }
 
  private:
+  bool is_probe(uint64_t id) const {
+    return std::find(probe_turns_.begin(), probe_turns_.end(), id) != probe_turns_.end();
+  }
   uint32_t sample(const serving::Span& s) {
     std::vector<int32_t>& tokens = client_.tokens(s.client_index);
     const std::vector<int32_t>& drafts = client_.drafts(s.client_index);
@@ -164,7 +205,7 @@ class LabHandler : public serving::StepHandler {
       const uint32_t position = s.begin + i + 1;  // the position `next` is for
       const int32_t next =
           sample_token(std::span<const float>(row, static_cast<size_t>(vocab_)), sampling, position);
-      if (s.id == probe_id_) hash_probe_row(row);
+      if (is_probe(s.id)) hash_probe_row(row);
       if (s.drafts > 0 && position < s.end && drafts.at(position - tokens.size()) == next) continue;
       // `next` is the first token that no draft already holds: accept the drafts before it, then it.
       const size_t have = tokens.size();
@@ -194,7 +235,7 @@ class LabHandler : public serving::StepHandler {
   LabClient& client_;
   serving::BlockStore<model::Model::CachedBlock> cache_;  // per KV block: the payload the prefix cache keeps
   bool ignore_salt_;
-  uint64_t probe_id_;
+  std::span<const uint64_t> probe_turns_;
   ServeOutcome& out_;
   int vocab_;
   int64_t pairs_per_row_;
@@ -210,18 +251,31 @@ class LabHandler : public serving::StepHandler {
 
 ServeOutcome serve(model::Model& model, std::vector<Request> requests, const serving::EngineConfig& engine,
                    CacheKey cache_key, uint64_t probe_id, int max_steps) {
+  const uint64_t turns[] = {probe_id};
+  return serve(model, std::move(requests), engine, cache_key, turns, max_steps);
+}
+
+ServeOutcome serve(model::Model& model, std::vector<Request> requests, const serving::EngineConfig& engine,
+                   CacheKey cache_key, std::span<const uint64_t> probe_turns, int max_steps) {
   if (engine.chunk_size <= 0) {
     throw std::invalid_argument("serve: chunk_size (" + std::to_string(engine.chunk_size) +
                                 ") must be positive (the lab's server always chunks its prefill)");
   }
   engine.validate();
-  size_t probe_index = requests.size();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].id == probe_id) probe_index = i;
-  }
-  if (probe_index == requests.size()) {
-    throw std::invalid_argument("serve: the probe id " + std::to_string(probe_id) +
-                                " is not among the requests");
+  if (probe_turns.empty()) throw std::invalid_argument("serve: the probe has no turns");
+  std::vector<size_t> probe_index;  // per probe turn: its index in `requests`
+  for (uint64_t id : probe_turns) {
+    const auto it =
+        std::find_if(requests.begin(), requests.end(), [&](const Request& r) { return r.id == id; });
+    if (it == requests.end()) {
+      throw std::invalid_argument("serve: the probe id " + std::to_string(id) + " is not among the requests");
+    }
+    const uint64_t expected = probe_index.empty() ? serving::kNoRequest : requests[probe_index.back()].id;
+    if (it->follows != expected) {
+      throw std::invalid_argument("serve: the probe's turn " + std::to_string(id) +
+                                  " does not follow the turn before it");
+    }
+    probe_index.push_back(static_cast<size_t>(it - requests.begin()));
   }
   if (model.num_requests() != 0) throw std::invalid_argument("serve: the model already holds live requests");
   const bool stateful = rules::carries_routing_state(model.options().policy);
@@ -235,8 +289,9 @@ ServeOutcome serve(model::Model& model, std::vector<Request> requests, const ser
   config.keep_request_stats = true;
   serving::Engine server(config, engine_requests(requests), client);
   ServeOutcome out;
-  LabHandler handler(model, client, config.kv_blocks, cache_key, probe_id, out);
+  LabHandler handler(model, client, config.kv_blocks, cache_key, probe_turns, out);
   serving::Step step;
+  const uint64_t last = probe_turns.back();
   try {
     for (bool probe_done = false; !probe_done;) {
       if (out.steps >= max_steps) {
@@ -246,17 +301,23 @@ ServeOutcome serve(model::Model& model, std::vector<Request> requests, const ser
       if (!serving::run_step(server, step, handler)) {
         throw std::logic_error("serve: the engine finished before the probe");
       }
-      probe_done = std::find(step.finished.begin(), step.finished.end(), probe_id) != step.finished.end();
+      for (uint64_t id : step.finished) client.finished(id);  // before the turns that follow arrive
+      probe_done = std::find(step.finished.begin(), step.finished.end(), last) != step.finished.end();
     }
   } catch (...) {
     model.clear();
     throw;
   }
-  const std::vector<int32_t>& probe_tokens = client.tokens(probe_index);
-  out.probe_tokens.assign(
-      probe_tokens.begin() + static_cast<std::ptrdiff_t>(requests[probe_index].prompt.size()),
-      probe_tokens.end());
-  out.probe = server.request_stats(probe_id);
+  for (size_t t = 0; t < probe_index.size(); ++t) {
+    const size_t i = probe_index[t];
+    const std::vector<int32_t>& tokens = client.tokens(i);
+    const auto begin = tokens.begin() + static_cast<std::ptrdiff_t>(client.prompt_length(i));
+    out.probe_tokens.insert(
+        out.probe_tokens.end(), begin,
+        begin + std::min<std::ptrdiff_t>(requests[i].max_new_tokens, tokens.end() - begin));
+    out.probe_turns.push_back(server.request_stats(probe_turns[t]));
+  }
+  out.probe = out.probe_turns.front();
   out.engine = server.stats();
   model.clear();
   return out;

@@ -19,12 +19,20 @@ namespace moe::sim::diverge {
 // One request: its prompt arrives at step arrival_step; it generates max_new_tokens tokens under `sampling`
 // (temperature 0: greedy; else drawn by (sampling.seed, position), sim/diverge/sampling.h), then finishes.
 // Ids rank requests under request priority; the traffic generator gives them in arrival order.
+// A conversation's later turn (sim/diverge/conversation.h) follows request `follows` (its previous turn),
+// arriving think_steps steps after it finishes (arrival_step is then ignored); its `prompt` is only its new
+// message: the server puts the previous turn's prompt and answer in front of it when that turn finishes. It
+// is admitted with the conversation's turn ends, or, with as_plain_prompt, as a plain prompt of the same
+// tokens (the counter-check: the engine forgets where the turns end).
 struct Request {
   uint64_t id = 0;
   int arrival_step = 0;
   std::vector<int32_t> prompt;
   int max_new_tokens = 1;
   Sampling sampling{};
+  uint64_t follows = serving::kNoRequest;
+  int think_steps = 0;
+  bool as_plain_prompt = false;
 };
 
 // How the prefix cache keys a block:
@@ -39,6 +47,8 @@ enum class CacheKey { kSalted, kTokens };
 serving::EngineConfig lab_engine_defaults();
 
 // What the probe saw while the server ran.
+// The probe may be a conversation (serve()'s probe turns): then its completion is every turn's answer in
+// turn order, the hash covers every turn's rows and the counts every turn's steps.
 struct ServeOutcome {
   std::vector<int32_t> probe_tokens;  // its completion
   int steps = 0;                      // steps run until the probe finished
@@ -51,12 +61,15 @@ struct ServeOutcome {
   // FNV-1a over the bits of every logits row the probe sampled a token from: equal hashes mean
   // bitwise-equal logits (a kernel difference shows here even when it does not change the argmax).
   uint64_t probe_logits_hash = 0xCBF29CE484222325ull;
-  serving::RequestStats probe;  // cached positions, preemptions, drafts of the probe
+  serving::RequestStats probe;                     // cached positions, preemptions, drafts of the probe
+  std::vector<serving::RequestStats> probe_turns;  // per turn of the probe (probe = probe_turns[0])
   serving::EngineStats engine;
 };
 
-// The engine's view of the lab's requests (client_index = index in `requests`). Throws std::invalid_argument
-// for an empty prompt, max_new_tokens < 1 or a bad sampling (Sampling::validate).
+// The engine's view of the lab's requests (client_index = index in `requests`; a later turn's prompt length
+// and turn ends from sim/diverge/conversation.h). Throws std::invalid_argument for an empty prompt,
+// max_new_tokens < 1, a bad sampling (Sampling::validate), a negative think time or a turn whose previous
+// turn is absent or comes later in `requests`.
 std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& requests);
 
 // Runs `requests` through `model` (which must hold no live request) under `engine` (every request's stats are
@@ -70,6 +83,13 @@ std::vector<serving::EngineRequest> engine_requests(const std::vector<Request>& 
 // max_steps steps without finishing it.
 ServeOutcome serve(model::Model& model, std::vector<Request> requests, const serving::EngineConfig& engine,
                    CacheKey cache_key, uint64_t probe_id, int max_steps = 100000);
+// The same for a probe that is a conversation: probe_turns are its turns' ids in turn order (each following
+// the one before), and the server runs until the last one finishes. When a request finishes, the turn that
+// follows it gets its whole prompt: the finished request's prompt and its max_new_tokens generated tokens,
+// then the follower's message. Throws std::invalid_argument as above, for an empty probe_turns, or for turns
+// that do not follow each other.
+ServeOutcome serve(model::Model& model, std::vector<Request> requests, const serving::EngineConfig& engine,
+                   CacheKey cache_key, std::span<const uint64_t> probe_turns, int max_steps = 100000);
 
 // Prompt-lookup drafting: up to `max` tokens that followed the latest earlier occurrence of the last n tokens
 // of `tokens` (n = 3, then 2, then 1); none when no n-gram recurs.

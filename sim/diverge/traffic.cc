@@ -1,5 +1,6 @@
 #include "sim/diverge/traffic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,14 @@ void TrafficConfig::validate() const {
   check(twin_tokens >= 0, "twin_tokens (" + std::to_string(twin_tokens) + ") must be >= 0");
   check(twin_lead >= 0 && twin_lead <= probe_arrival_step,
         "twin_lead (" + std::to_string(twin_lead) + ") must be in [0, probe_arrival_step]");
+  check(conversation_share >= 0.0 && conversation_share <= 1.0,
+        "conversation_share (" + std::to_string(conversation_share) + ") must be in [0, 1]");
+  check(turns_max >= 1, "turns_max (" + std::to_string(turns_max) + ") must be >= 1");
+  check(message_min >= 1 && message_min <= message_max, "message lengths [" + std::to_string(message_min) +
+                                                            ", " + std::to_string(message_max) +
+                                                            "] must satisfy 1 <= min <= max");
+  check(think_max >= 0, "think_max (" + std::to_string(think_max) + ") must be >= 0");
+  check(max_positions >= 1, "max_positions (" + std::to_string(max_positions) + ") must be >= 1");
 }
 
 namespace {
@@ -60,6 +69,39 @@ std::vector<int32_t> draw_prompt(SplitMix64& rng, const PromptSource& source, in
   const size_t start =
       static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(source.text.size()) - len));
   return std::vector<int32_t>(source.text.begin() + start, source.text.begin() + start + len);
+}
+
+// Each stranger (every request but the probe) goes on as a conversation with probability conversation_share:
+// 1 to turns_max - 1 later turns (sim/diverge/conversation.h), while they fit max_positions; ids from
+// next_id.
+void add_conversations(const TrafficConfig& config, const PromptSource& source, uint64_t seed,
+                       uint64_t next_id, uint64_t probe_id, std::vector<Request>& requests) {
+  if (!source.text.empty() && source.text.size() < static_cast<size_t>(config.message_max)) {
+    throw std::invalid_argument("TrafficConfig: the prompt text is shorter than message_max");
+  }
+  SplitMix64 rng(mix64(seed ^ 0x636f6e766572ull));  // "conver"
+  const size_t strangers = requests.size();
+  for (size_t i = 0; i < strangers; ++i) {
+    if (requests[i].id == probe_id || rng.uniform() >= config.conversation_share) continue;
+    const int more = static_cast<int>(rng.uniform_int(1, std::max(1, config.turns_max - 1)));
+    int64_t length = static_cast<int64_t>(requests[i].prompt.size()) + requests[i].max_new_tokens;
+    uint64_t previous = requests[i].id;
+    for (int k = 0; k < more && config.turns_max > 1; ++k) {
+      Request r;
+      r.prompt =
+          draw_prompt(rng, source, static_cast<int>(rng.uniform_int(config.message_min, config.message_max)));
+      r.max_new_tokens = static_cast<int>(rng.uniform_int(config.decode_min, config.decode_max));
+      r.think_steps = static_cast<int>(rng.uniform_int(0, config.think_max));
+      length += static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+      if (length > config.max_positions) break;
+      r.id = next_id++;
+      r.arrival_step = requests[i].arrival_step;
+      r.sampling = requests[i].sampling;
+      r.follows = previous;
+      previous = r.id;
+      requests.push_back(std::move(r));
+    }
+  }
 }
 
 }  // namespace
@@ -77,6 +119,28 @@ std::vector<std::vector<int32_t>> make_system_prompts(const TrafficConfig& confi
     out.push_back(
         draw_prompt(rng, source, static_cast<int>(rng.uniform_int(config.system_min, config.system_max))));
   }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> probe_messages(const TrafficConfig& config, const PromptSource& source,
+                                                 int turns, uint64_t seed) {
+  config.validate();
+  if (!source.text.empty() && source.text.size() < static_cast<size_t>(config.message_max)) {
+    throw std::invalid_argument("TrafficConfig: the prompt text is shorter than message_max");
+  }
+  SplitMix64 rng(mix64(seed ^ 0x6d657373616765ull));  // "message"
+  std::vector<std::vector<int32_t>> out;
+  for (int k = 1; k < turns; ++k) {
+    out.push_back(
+        draw_prompt(rng, source, static_cast<int>(rng.uniform_int(config.message_min, config.message_max))));
+  }
+  return out;
+}
+
+std::vector<int> think_times(const TrafficConfig& config, int count, uint64_t seed) {
+  SplitMix64 rng(mix64(seed ^ 0x7468696e6bull));  // "think"
+  std::vector<int> out;
+  for (int k = 0; k < count; ++k) out.push_back(static_cast<int>(rng.uniform_int(0, config.think_max)));
   return out;
 }
 
@@ -144,6 +208,7 @@ std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSourc
       probe_placed = true;
     }
   }
+  if (config.conversation_share > 0) add_conversations(config, source, seed, next_id, *probe_id, out);
   return out;
 }
 

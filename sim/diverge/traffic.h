@@ -35,6 +35,17 @@ struct TrafficConfig {
   bool probe_system = true;
   int twin_tokens = 0;
   int twin_lead = 4;
+  // Conversations (sim/diverge/conversation.h): each stranger goes on, with probability conversation_share,
+  // for 1 to turns_max - 1 more turns, each a message of uniform [message_min, message_max] tokens, an
+  // answer of uniform [decode_min, decode_max] tokens and a think time of uniform [0, think_max] steps after
+  // the turn before it finishes, while its whole prompt and answer stay within max_positions. The probe's
+  // later turns (probe_messages) take their messages' lengths from the same range.
+  double conversation_share = 0.0;
+  int turns_max = 4;
+  int message_min = 8;
+  int message_max = 24;
+  int think_max = 8;
+  int max_positions = 256;
 
   // Throws std::invalid_argument naming the bad field.
   void validate() const;
@@ -57,12 +68,21 @@ std::vector<std::vector<int32_t>> make_system_prompts(const TrafficConfig& confi
 // (whose id and arrival_step are overwritten; its prompt is taken as it is: run_config puts the system
 // prompt in front), and the twin when config.twin_tokens > 0. Ids are assigned in arrival order starting at 1
 // (the probe comes after the strangers that arrive in the same step), so under request priority the strangers
-// that arrived earlier outrank the probe. Returns the requests; *probe_id receives the probe's id. Prompts
-// come from `source` (a text shorter than prompt_max throws std::invalid_argument).
+// that arrived earlier outrank the probe. The later turns of the strangers' conversations come after them,
+// drawn from a stream of their own (so conversation_share 0 gives the same traffic as before it existed),
+// with the next ids. Returns the requests; *probe_id receives the probe's id. Prompts come from `source` (a
+// text shorter than prompt_max or message_max throws std::invalid_argument).
 std::vector<Request> make_traffic(const TrafficConfig& config, int vocab_size, uint64_t seed, Request probe,
                                   uint64_t* probe_id);
 std::vector<Request> make_traffic(const TrafficConfig& config, const PromptSource& source, uint64_t seed,
                                   Request probe, uint64_t* probe_id);
+
+// The messages of a probe's later turns (turns - 1 of them, of uniform [message_min, message_max] tokens)
+// from `source`, drawn from the stream keyed by `seed` (the run's: the same alone and in every trial).
+std::vector<std::vector<int32_t>> probe_messages(const TrafficConfig& config, const PromptSource& source,
+                                                 int turns, uint64_t seed);
+// `count` think times, uniform in [0, think_max] steps, from the stream keyed by `seed`.
+std::vector<int> think_times(const TrafficConfig& config, int count, uint64_t seed);
 
 // A prompt of `length` uniform random tokens in [0, vocab_size) from the stream keyed by `seed`.
 std::vector<int32_t> random_prompt(int length, int vocab_size, uint64_t seed);
