@@ -312,6 +312,17 @@ py::array_t<float> layer_forward(PyLayer& self, const py::handle& x_obj, const p
   return y;
 }
 
+// A prefix cache's segments as Python passes them (bytes each), parsed (std::invalid_argument: ValueError).
+std::vector<RoutingSegment> parse_segments(const std::vector<py::bytes>& segments) {
+  std::vector<RoutingSegment> prefix;
+  for (const py::bytes& b : segments) {
+    const std::string_view v(b);
+    prefix.push_back(RoutingSegment::parse(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size())));
+  }
+  return prefix;
+}
+
 }  // namespace
 
 void bind_layer(py::module_& m) {
@@ -492,12 +503,7 @@ void bind_layer(py::module_& m) {
       .def(
           "restore",
           [](PyRoutingState& s, uint64_t id, uint32_t prompt_length, const std::vector<py::bytes>& segments) {
-            std::vector<RoutingSegment> prefix;
-            for (const py::bytes& b : segments) {
-              const std::string_view v(b);
-              prefix.push_back(RoutingSegment::parse(
-                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size())));
-            }
+            const std::vector<RoutingSegment> prefix = parse_segments(segments);
             std::lock_guard<std::mutex> lock(s.mutex);
             s.state.restore(id, prompt_length, prefix);
           },
@@ -511,12 +517,7 @@ void bind_layer(py::module_& m) {
           "restore",
           [](PyRoutingState& s, uint64_t id, const std::vector<uint32_t>& turn_ends,
              const std::vector<py::bytes>& segments) {
-            std::vector<RoutingSegment> prefix;
-            for (const py::bytes& b : segments) {
-              const std::string_view v(b);
-              prefix.push_back(RoutingSegment::parse(
-                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size())));
-            }
+            const std::vector<RoutingSegment> prefix = parse_segments(segments);
             std::lock_guard<std::mutex> lock(s.mutex);
             s.state.restore(id, turn_ends, prefix);
           },
