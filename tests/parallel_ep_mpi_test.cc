@@ -266,6 +266,24 @@ TEST(ExpertParallel, AdmitAndReleaseAreCollectiveAndAtomic) {
   if (comm.rank() == 0) empty_prompt = {{42, 0}};
   ExpectInvalidEverywhere([&] { ep.admit_requests(empty_prompt, state); }, "prompt length 0");
   EXPECT_EQ(state.num_requests(), 6u);
+  // A conversation's turn (docs/routing.md, "Conversations"): its turn ends reach every rank; invalid ones
+  // from one rank refuse the whole call everywhere.
+  std::vector<ExpertParallelLayer::Admission> turn;
+  if (comm.rank() == comm.size() - 1) turn = {{43, 30, {20, 24, 30}}, {44, 9, {4, 6}}};
+  ExpectInvalidEverywhere([&] { ep.admit_requests(turn, state); }, "an even number of turn ends");
+  EXPECT_EQ(state.find(43), nullptr);
+  if (comm.rank() == comm.size() - 1) turn = {{43, 30, {20, 24, 30}}};
+  ep.admit_requests(turn, state);
+  ASSERT_NE(state.find(43), nullptr);
+  EXPECT_EQ(state.find(43)->turn_ends, (std::vector<uint32_t>{20, 24, 30}));
+  std::vector<ExpertParallelLayer::Restoration> restored;
+  if (comm.rank() == 0) restored.push_back({45, 12, {}, {5, 7, 12}});
+  ep.restore_requests(restored, state);
+  ASSERT_NE(state.find(45), nullptr);
+  EXPECT_EQ(state.find(45)->turn_ends, (std::vector<uint32_t>{5, 7, 12}));
+  const std::vector<uint64_t> turns_done = {43, 45};
+  ep.release_requests(turns_done, state);
+  EXPECT_EQ(state.num_requests(), 6u);
   // Releasing an unknown request with a known one releases neither.
   std::vector<uint64_t> finished;
   if (comm.rank() == 0) finished = {2, 99};

@@ -356,6 +356,50 @@ moe_status_t set_name(const char* where, moe_layer_config_t* config, const char*
 
 }  // namespace
 
+namespace {
+
+// The turn ends a C caller passes: a span, or an error naming the argument.
+std::span<const uint32_t> turn_ends_arg(const char* where, const uint32_t* turn_ends, int64_t count) {
+  if (turn_ends == nullptr) throw std::invalid_argument(std::string(where) + ": turn_ends is null");
+  if (count < 1 || count > (int64_t{1} << 30)) {
+    throw std::invalid_argument(std::string(where) + ": num_turn_ends must be in [1, 2^30] (got " +
+                                std::to_string(count) + ")");
+  }
+  return std::span<const uint32_t>(turn_ends, static_cast<size_t>(count));
+}
+
+moe_status_t restore_prefix(const char* kWhere, moe_routing_state_t* state, uint64_t request_id,
+                            const uint32_t* turn_ends, int64_t num_turn_ends, uint32_t prompt_length,
+                            const uint8_t* const* segments, const int64_t* segment_sizes,
+                            int64_t num_segments) {
+  if (state == nullptr) return null_arg(kWhere, "state");
+  if (num_segments < 0) {
+    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_segments must be >= 0 (got " +
+                                               std::to_string(num_segments) + ")");
+  }
+  if (num_segments > 0 && (segments == nullptr || segment_sizes == nullptr)) {
+    return null_arg(kWhere, segments == nullptr ? "segments" : "segment_sizes");
+  }
+  return guarded(kWhere, [&] {
+    std::vector<moe::RoutingSegment> prefix;
+    for (int64_t i = 0; i < num_segments; ++i) {
+      if (segments[i] == nullptr || segment_sizes[i] < 0) {
+        throw std::invalid_argument("segment " + std::to_string(i) + " is null or has a negative size");
+      }
+      prefix.push_back(moe::RoutingSegment::parse(
+          std::span<const uint8_t>(segments[i], static_cast<size_t>(segment_sizes[i]))));
+    }
+    if (turn_ends != nullptr || num_turn_ends != 0) {
+      state->state.restore(request_id, turn_ends_arg(kWhere, turn_ends, num_turn_ends), prefix);
+    } else {
+      state->state.restore(request_id, prompt_length, prefix);
+    }
+    return MOE_OK;
+  });
+}
+
+}  // namespace
+
 extern "C" {
 
 moe_status_t moe_layer_config_set_preset(moe_layer_config_t* c, const char* v) {
@@ -582,50 +626,6 @@ moe_status_t moe_routing_state_segment(const moe_routing_state_t* state, uint64_
     return MOE_OK;
   });
 }
-
-namespace {
-
-// The turn ends a C caller passes: a span, or an error naming the argument.
-std::span<const uint32_t> turn_ends_arg(const char* where, const uint32_t* turn_ends, int64_t count) {
-  if (turn_ends == nullptr) throw std::invalid_argument(std::string(where) + ": turn_ends is null");
-  if (count < 1 || count > (int64_t{1} << 30)) {
-    throw std::invalid_argument(std::string(where) + ": num_turn_ends must be in [1, 2^30] (got " +
-                                std::to_string(count) + ")");
-  }
-  return std::span<const uint32_t>(turn_ends, static_cast<size_t>(count));
-}
-
-moe_status_t restore_prefix(const char* kWhere, moe_routing_state_t* state, uint64_t request_id,
-                            const uint32_t* turn_ends, int64_t num_turn_ends, uint32_t prompt_length,
-                            const uint8_t* const* segments, const int64_t* segment_sizes,
-                            int64_t num_segments) {
-  if (state == nullptr) return null_arg(kWhere, "state");
-  if (num_segments < 0) {
-    return set_error(MOE_INVALID_ARGUMENT, std::string(kWhere) + ": num_segments must be >= 0 (got " +
-                                               std::to_string(num_segments) + ")");
-  }
-  if (num_segments > 0 && (segments == nullptr || segment_sizes == nullptr)) {
-    return null_arg(kWhere, segments == nullptr ? "segments" : "segment_sizes");
-  }
-  return guarded(kWhere, [&] {
-    std::vector<moe::RoutingSegment> prefix;
-    for (int64_t i = 0; i < num_segments; ++i) {
-      if (segments[i] == nullptr || segment_sizes[i] < 0) {
-        throw std::invalid_argument("segment " + std::to_string(i) + " is null or has a negative size");
-      }
-      prefix.push_back(moe::RoutingSegment::parse(
-          std::span<const uint8_t>(segments[i], static_cast<size_t>(segment_sizes[i]))));
-    }
-    if (turn_ends != nullptr || num_turn_ends != 0) {
-      state->state.restore(request_id, turn_ends_arg(kWhere, turn_ends, num_turn_ends), prefix);
-    } else {
-      state->state.restore(request_id, prompt_length, prefix);
-    }
-    return MOE_OK;
-  });
-}
-
-}  // namespace
 
 moe_status_t moe_routing_state_restore_turns(moe_routing_state_t* state, uint64_t request_id,
                                              const uint32_t* turn_ends, int64_t num_turn_ends,

@@ -8,6 +8,7 @@
 
 #include "moe/parallel/ep_internal.h"
 #include "moe/parallel/expert_parallel_layer.h"
+#include "router/rules/turn_rules.h"
 
 namespace moe::parallel {
 
@@ -103,72 +104,95 @@ void ExpertParallelLayer::release_requests(std::span<const uint64_t> finished, R
   for (uint64_t id : all) state.release(id);
 }
 
-void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, RoutingState& state) {
-  if (home_) {
-    local_lifecycle([&](bool dry) {
-      if (!dry) {
-        for (const Admission& a : admitted) state.admit(a.request_id, a.prompt_length);
-        return;
-      }
-      std::vector<uint64_t> ids;
-      for (const Admission& a : admitted) {
-        if (a.prompt_length == 0) {
-          fail("admit_requests: request " + std::to_string(a.request_id) +
-               " has prompt length 0; no request was admitted");
-        }
-        if (state.find(a.request_id) != nullptr) {
-          fail("admit_requests: request " + std::to_string(a.request_id) +
-               " is already admitted (release it first); no request was admitted");
-        }
-        ids.push_back(a.request_id);
-      }
-      std::sort(ids.begin(), ids.end());
-      if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
-        fail("admit_requests: request " + std::to_string(*dup) +
-             " is admitted twice in one call; no request was admitted");
-      }
-    });
+namespace {
+
+// A request's turn ends as RoutingState takes them: its own list, or {prompt_length}.
+std::span<const uint32_t> turns_of(const uint32_t& prompt_length, const std::vector<uint32_t>& turn_ends) {
+  return turn_ends.empty() ? std::span<const uint32_t>(&prompt_length, 1)
+                           : std::span<const uint32_t>(turn_ends);
+}
+
+// The checks of one admission that RoutingState::admit would make, before any request is admitted.
+void check_admission(const ExpertParallelLayer::Admission& a, const RoutingState& state) {
+  const std::string who = "admit_requests: request " + std::to_string(a.request_id);
+  if (a.prompt_length == 0) fail(who + " has prompt length 0; no request was admitted");
+  if (!a.turn_ends.empty()) {
+    if (const char* error =
+            rules::turn_ends_error(a.turn_ends.data(), static_cast<int64_t>(a.turn_ends.size())))
+      fail(who + ": " + error + "; no request was admitted");
+    if (a.turn_ends.back() != a.prompt_length) {
+      fail(who + ": its last turn end " + std::to_string(a.turn_ends.back()) + " is not its prompt length " +
+           std::to_string(a.prompt_length) + "; no request was admitted");
+    }
+  }
+  if (state.find(a.request_id) != nullptr) {
+    fail(who + " is already admitted (release it first); no request was admitted");
+  }
+}
+
+// RoutingState::check_restore of one restoration, and its turn ends against its prompt length.
+void check_restoration(const ExpertParallelLayer::Restoration& r, const RoutingState& state) {
+  if (!r.turn_ends.empty() && r.turn_ends.back() != r.prompt_length) {
+    fail("restore_requests: request " + std::to_string(r.request_id) + ": its last turn end " +
+         std::to_string(r.turn_ends.back()) + " is not its prompt length " + std::to_string(r.prompt_length));
+  }
+  if (r.prompt_length == 0) {
+    state.check_restore(r.request_id, r.prompt_length, r.prefix);  // the named refusal
     return;
   }
-  const int P = comm_.size();
-  std::vector<size_t> counts(P), bytes(P);
-  comm_.all_gather_sizes(admitted.size(), counts);
-  size_t total = 0;
-  for (int r = 0; r < P; ++r) {
-    bytes[r] = counts[r] * 16;
-    total += counts[r];
-  }
-  // 16-byte records: request id, prompt length, 4 bytes of padding (zero).
-  std::vector<std::byte> mine(admitted.size() * 16), all(total * 16);
-  for (size_t i = 0; i < admitted.size(); ++i) {
-    std::memcpy(mine.data() + i * 16, &admitted[i].request_id, 8);
-    std::memcpy(mine.data() + i * 16 + 8, &admitted[i].prompt_length, 4);
-  }
-  comm_.all_gather_v(mine.data(), mine.size(), all.data(), bytes);
-  std::vector<Admission> requests(total);
-  for (size_t i = 0; i < total; ++i) {
-    std::memcpy(&requests[i].request_id, all.data() + i * 16, 8);
-    std::memcpy(&requests[i].prompt_length, all.data() + i * 16 + 8, 4);
-  }
-  std::vector<uint64_t> ids(total);
-  for (size_t i = 0; i < total; ++i) {
-    const Admission& a = requests[i];
-    if (a.prompt_length == 0) {
-      fail("admit_requests: request " + std::to_string(a.request_id) +
-           " has prompt length 0; no request was admitted");
-    }
-    if (state.find(a.request_id) != nullptr) {
-      fail("admit_requests: request " + std::to_string(a.request_id) +
-           " is already admitted (release it first); no request was admitted");
-    }
-    ids[i] = a.request_id;
-  }
+  state.check_restore(r.request_id, turns_of(r.prompt_length, r.turn_ends), r.prefix);
+}
+
+void refuse_twice(std::vector<uint64_t> ids) {
   std::sort(ids.begin(), ids.end());
   if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
     fail("admit_requests: request " + std::to_string(*dup) +
          " is admitted twice in one call; no request was admitted");
   }
-  for (const Admission& a : requests) state.admit(a.request_id, a.prompt_length);
+}
+
+}  // namespace
+
+void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, RoutingState& state) {
+  if (home_) {
+    local_lifecycle([&](bool dry) {
+      if (!dry) {
+        for (const Admission& a : admitted) state.admit(a.request_id, turns_of(a.prompt_length, a.turn_ends));
+        return;
+      }
+      std::vector<uint64_t> ids;
+      for (const Admission& a : admitted) {
+        check_admission(a, state);
+        ids.push_back(a.request_id);
+      }
+      refuse_twice(std::move(ids));
+    });
+    return;
+  }
+  // Per request: id, prompt length, the number of turn ends, the turn ends.
+  std::vector<uint8_t> mine;
+  for (const Admission& a : admitted) {
+    put_pod(mine, a.request_id);
+    put_pod(mine, a.prompt_length);
+    put_pod(mine, static_cast<uint64_t>(a.turn_ends.size()));
+    for (uint32_t end : a.turn_ends) put_pod(mine, end);
+  }
+  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
+  std::vector<Admission> requests;
+  std::vector<uint64_t> ids;
+  for (size_t at = 0; at < all.size();) {
+    Admission a;
+    a.request_id = get_pod<uint64_t>(all, at);
+    a.prompt_length = get_pod<uint32_t>(all, at);
+    const uint64_t n = get_pod<uint64_t>(all, at);
+    a.turn_ends.resize(n);
+    for (uint32_t& end : a.turn_ends) end = get_pod<uint32_t>(all, at);
+    ids.push_back(a.request_id);
+    requests.push_back(std::move(a));
+  }
+  for (const Admission& a : requests) check_admission(a, state);
+  refuse_twice(std::move(ids));
+  for (const Admission& a : requests) state.admit(a.request_id, turns_of(a.prompt_length, a.turn_ends));
 }
 
 void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored, RoutingState& state) {
@@ -181,19 +205,22 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
       }
       for (const Restoration& r : restored) {
         if (dry) {
-          state.check_restore(r.request_id, r.prompt_length, r.prefix);
+          check_restoration(r, state);
         } else {
-          state.restore(r.request_id, r.prompt_length, r.prefix);
+          state.restore(r.request_id, turns_of(r.prompt_length, r.turn_ends), r.prefix);
         }
       }
     });
     return;
   }
-  // Per request: id, prompt length, segment count, then each segment's byte length and bytes.
+  // Per request: id, prompt length, the number of turn ends and the turn ends, segment count, then each
+  // segment's byte length and bytes.
   std::vector<uint8_t> mine;
   for (const Restoration& r : restored) {
     put_pod(mine, r.request_id);
     put_pod(mine, r.prompt_length);
+    put_pod(mine, static_cast<uint64_t>(r.turn_ends.size()));
+    for (uint32_t end : r.turn_ends) put_pod(mine, end);
     put_pod(mine, static_cast<uint64_t>(r.prefix.size()));
     for (const RoutingSegment& s : r.prefix) {
       const std::vector<uint8_t> bytes = s.serialize();
@@ -208,6 +235,8 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
     Restoration r;
     r.request_id = get_pod<uint64_t>(all, at);
     r.prompt_length = get_pod<uint32_t>(all, at);
+    r.turn_ends.resize(get_pod<uint64_t>(all, at));
+    for (uint32_t& end : r.turn_ends) end = get_pod<uint32_t>(all, at);
     const uint64_t n = get_pod<uint64_t>(all, at);
     for (uint64_t i = 0; i < n; ++i) {
       const uint64_t len = get_pod<uint64_t>(all, at);
@@ -218,8 +247,9 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
     requests.push_back(std::move(r));
   }
   refuse_duplicates(ids, "restore_requests", "restored");
-  for (const Restoration& r : requests) state.check_restore(r.request_id, r.prompt_length, r.prefix);
-  for (const Restoration& r : requests) state.restore(r.request_id, r.prompt_length, r.prefix);
+  for (const Restoration& r : requests) check_restoration(r, state);
+  for (const Restoration& r : requests)
+    state.restore(r.request_id, turns_of(r.prompt_length, r.turn_ends), r.prefix);
 }
 
 void ExpertParallelLayer::rollback_requests(std::span<const Rollback> rollbacks, RoutingState& state) {

@@ -195,12 +195,16 @@ class ExpertParallelLayer final : public Layer {
   // Allocates (not a hot-path call). Throws std::invalid_argument on every rank alike, releasing nothing,
   // when `state` does not hold one of them.
   void release_requests(std::span<const uint64_t> finished, RoutingState& state);
-  // Collective: every rank passes the requests it admits (id, prompt length; any may pass none); every rank
-  // then admits the union into `state`. Throws std::invalid_argument on every rank alike, admitting nothing,
-  // for a prompt length of 0, a request `state` already holds or one admitted twice in the call.
+  // Collective: every rank passes the requests it admits (id, prompt length or a conversation's turn ends;
+  // any may pass none); every rank then admits the union into `state`. Throws std::invalid_argument on every
+  // rank alike, admitting nothing, for a prompt length of 0, invalid turn ends (or ones whose last is not the
+  // prompt length), a request `state` already holds or one admitted twice in the call.
+  // turn_ends: a conversation's turn (RoutingState::admit(id, turn_ends); the last one is prompt_length);
+  // empty for a single turn.
   struct Admission {
     uint64_t request_id = 0;
     uint32_t prompt_length = 0;
+    std::vector<uint32_t> turn_ends{};
   };
   void admit_requests(std::span<const Admission> admitted, RoutingState& state);
   // Collective: every rank passes the requests it restores from its prefix cache (id, prompt length, the
@@ -211,6 +215,7 @@ class ExpertParallelLayer final : public Layer {
     uint64_t request_id = 0;
     uint32_t prompt_length = 0;
     std::vector<RoutingSegment> prefix;
+    std::vector<uint32_t> turn_ends{};  // as Admission's
   };
   void restore_requests(std::span<const Restoration> restored, RoutingState& state);
   // Collective: every rank passes the requests it rolls back (id, position: RoutingState::rollback, e.g. a
