@@ -54,10 +54,8 @@ void Model::admit(uint64_t request_id, std::span<const uint32_t> turn_ends) {
     throw std::invalid_argument("Model::admit: request " + std::to_string(request_id) +
                                 " is already live (release it first)");
   }
-  if (!routing_.empty()) {  // every layer's state checks the same turn ends: the first one's check, first
-    routing_.front().admit(request_id, turn_ends);
-    for (size_t l = 1; l < routing_.size(); ++l) routing_[l].admit(request_id, turn_ends);
-  }
+  for (auto& state : routing_)
+    state.admit(request_id, turn_ends);  // the first refuses bad ends, changing nothing
   caches_.try_emplace(request_id);
 }
 
@@ -139,14 +137,13 @@ void Model::admit_cached(uint64_t request_id, std::span<const uint32_t> turn_end
       }
       prefix[l].push_back(seg);
       if (ignore_salt) {  // the segment taken as planned for this request
-        prefix[l].back().prompt_length = turn_ends.back();
+        prefix[l].back().prompt_length = turn_ends.empty() ? 0 : turn_ends.back();  // empty: refused below
         prefix[l].back().turn_ends.assign(turn_ends.begin(), turn_ends.end());
         if (turn_ends.size() == 1) prefix[l].back().turn_ends.clear();
       }
     }
     routing_[l].check_restore(request_id, turn_ends, prefix[l]);
   }
-  if (!stateful && !routing_.empty()) routing_.front().check_restore(request_id, turn_ends, {});
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (stateful) {
       routing_[l].restore(request_id, turn_ends, prefix[l]);

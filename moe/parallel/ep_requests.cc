@@ -112,6 +112,18 @@ std::span<const uint32_t> turns_of(const uint32_t& prompt_length, const std::vec
                            : std::span<const uint32_t>(turn_ends);
 }
 
+// A request's turn ends on the wire of the collective lifecycle calls: their count, then each.
+void put_turn_ends(std::vector<uint8_t>& out, const std::vector<uint32_t>& turn_ends) {
+  put_pod(out, static_cast<uint64_t>(turn_ends.size()));
+  for (uint32_t end : turn_ends) put_pod(out, end);
+}
+
+std::vector<uint32_t> get_turn_ends(const std::vector<uint8_t>& in, size_t& at) {
+  std::vector<uint32_t> turn_ends(get_pod<uint64_t>(in, at));
+  for (uint32_t& end : turn_ends) end = get_pod<uint32_t>(in, at);
+  return turn_ends;
+}
+
 // The checks of one admission that RoutingState::admit would make, before any request is admitted.
 void check_admission(const ExpertParallelLayer::Admission& a, const RoutingState& state) {
   const std::string who = "admit_requests: request " + std::to_string(a.request_id);
@@ -132,23 +144,15 @@ void check_admission(const ExpertParallelLayer::Admission& a, const RoutingState
 
 // RoutingState::check_restore of one restoration, and its turn ends against its prompt length.
 void check_restoration(const ExpertParallelLayer::Restoration& r, const RoutingState& state) {
-  if (!r.turn_ends.empty() && r.turn_ends.back() != r.prompt_length) {
+  if (r.turn_ends.empty()) {
+    state.check_restore(r.request_id, r.prompt_length, r.prefix);
+    return;
+  }
+  if (r.turn_ends.back() != r.prompt_length) {
     fail("restore_requests: request " + std::to_string(r.request_id) + ": its last turn end " +
          std::to_string(r.turn_ends.back()) + " is not its prompt length " + std::to_string(r.prompt_length));
   }
-  if (r.prompt_length == 0) {
-    state.check_restore(r.request_id, r.prompt_length, r.prefix);  // the named refusal
-    return;
-  }
-  state.check_restore(r.request_id, turns_of(r.prompt_length, r.turn_ends), r.prefix);
-}
-
-void refuse_twice(std::vector<uint64_t> ids) {
-  std::sort(ids.begin(), ids.end());
-  if (auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end()) {
-    fail("admit_requests: request " + std::to_string(*dup) +
-         " is admitted twice in one call; no request was admitted");
-  }
+  state.check_restore(r.request_id, r.turn_ends, r.prefix);
 }
 
 }  // namespace
@@ -165,7 +169,7 @@ void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, Ro
         check_admission(a, state);
         ids.push_back(a.request_id);
       }
-      refuse_twice(std::move(ids));
+      refuse_duplicates(std::move(ids), "admit_requests", "admitted");
     });
     return;
   }
@@ -174,8 +178,7 @@ void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, Ro
   for (const Admission& a : admitted) {
     put_pod(mine, a.request_id);
     put_pod(mine, a.prompt_length);
-    put_pod(mine, static_cast<uint64_t>(a.turn_ends.size()));
-    for (uint32_t end : a.turn_ends) put_pod(mine, end);
+    put_turn_ends(mine, a.turn_ends);
   }
   const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
   std::vector<Admission> requests;
@@ -184,14 +187,12 @@ void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, Ro
     Admission a;
     a.request_id = get_pod<uint64_t>(all, at);
     a.prompt_length = get_pod<uint32_t>(all, at);
-    const uint64_t n = get_pod<uint64_t>(all, at);
-    a.turn_ends.resize(n);
-    for (uint32_t& end : a.turn_ends) end = get_pod<uint32_t>(all, at);
+    a.turn_ends = get_turn_ends(all, at);
     ids.push_back(a.request_id);
     requests.push_back(std::move(a));
   }
   for (const Admission& a : requests) check_admission(a, state);
-  refuse_twice(std::move(ids));
+  refuse_duplicates(std::move(ids), "admit_requests", "admitted");
   for (const Admission& a : requests) state.admit(a.request_id, turns_of(a.prompt_length, a.turn_ends));
 }
 
@@ -219,8 +220,7 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
   for (const Restoration& r : restored) {
     put_pod(mine, r.request_id);
     put_pod(mine, r.prompt_length);
-    put_pod(mine, static_cast<uint64_t>(r.turn_ends.size()));
-    for (uint32_t end : r.turn_ends) put_pod(mine, end);
+    put_turn_ends(mine, r.turn_ends);
     put_pod(mine, static_cast<uint64_t>(r.prefix.size()));
     for (const RoutingSegment& s : r.prefix) {
       const std::vector<uint8_t> bytes = s.serialize();
@@ -235,8 +235,7 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
     Restoration r;
     r.request_id = get_pod<uint64_t>(all, at);
     r.prompt_length = get_pod<uint32_t>(all, at);
-    r.turn_ends.resize(get_pod<uint64_t>(all, at));
-    for (uint32_t& end : r.turn_ends) end = get_pod<uint32_t>(all, at);
+    r.turn_ends = get_turn_ends(all, at);
     const uint64_t n = get_pod<uint64_t>(all, at);
     for (uint64_t i = 0; i < n; ++i) {
       const uint64_t len = get_pod<uint64_t>(all, at);

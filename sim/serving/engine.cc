@@ -1,6 +1,7 @@
 #include "sim/serving/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -157,8 +158,7 @@ bool Engine::reserve_blocks(Live& l, uint32_t end, int64_t protect_started, Step
 }
 
 void Engine::take_arrivals() {
-  auto later = [](const auto& a, const auto& b) { return a > b; };  // due_ is a min-heap
-  if (waiting_.empty() && running_.empty()) {                       // nothing to run: skip the idle steps
+  if (waiting_.empty() && running_.empty()) {  // nothing to run: skip the idle steps
     int64_t next = INT64_MAX;
     if (next_arrival_ < first_follower_) next = requests_[next_arrival_].arrival_step;
     if (!due_.empty()) next = std::min(next, std::get<0>(due_.front()));
@@ -174,7 +174,7 @@ void Engine::take_arrivals() {
       index = next_arrival_++;
     } else if (followed) {
       index = std::get<2>(due_.front());
-      std::pop_heap(due_.begin(), due_.end(), later);
+      std::pop_heap(due_.begin(), due_.end(), std::greater<>());  // due_ is a min-heap
       due_.pop_back();
     } else {
       break;
@@ -365,7 +365,7 @@ void Engine::complete_span(const Pending& span, uint32_t accepted, Step& step) {
     if (auto it = followers_.find(id); it != followers_.end()) {
       for (size_t index : it->second) {
         due_.emplace_back(now_ + requests_[index].think_steps, requests_[index].id, index);
-        std::push_heap(due_.begin(), due_.end(), [](const auto& a, const auto& b) { return a > b; });
+        std::push_heap(due_.begin(), due_.end(), std::greater<>());
       }
     }
     free_slots_.push_back(span.slot);
