@@ -59,7 +59,6 @@ struct Ops512 {
     return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
 
-  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static VF cvt(VI a) { return _mm512_cvtepi32_ps(a); }
   static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
   static VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
@@ -164,11 +163,12 @@ struct Fp8Tables {
   }
 };
 
-// R rows x NP panels (panel k at panels + k * panel_bytes, its first n[k] outputs stored): one dependent
-// vdpbf16ps chain per row, panel and scale block (the contract's P), so that R x NP chains are in flight.
+// R rows x NP panels of one strip (panel k at panels + 64 k, its first n[k] outputs stored; `strip` the
+// strip's start): one dependent vdpbf16ps chain per row, panel and scale block (the contract's P), so that
+// R x NP chains are in flight.
 template <int R, int NP>
-void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, const std::byte* xb,
-                size_t stride, float* y, int64_t y_stride) {
+void fp8_panels(const QuantPanels& p, const std::byte* strip, const std::byte* panels, const int* n,
+                const std::byte* xb, size_t stride, float* y, int64_t y_stride) {
   static const Fp8Tables tables;
   const __m512i lo0 = _mm512_load_si512(tables.lo), lo1 = _mm512_load_si512(tables.lo + 64);
   const __m512i hi0 = _mm512_load_si512(tables.hi), hi1 = _mm512_load_si512(tables.hi + 64);
@@ -180,7 +180,6 @@ void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, con
   };
   // The bf16 pairs of a step's two pairs: 16 outputs each, pair-interleaved.
   const auto widen = [&](const std::byte* ws, __m512bh* w0, __m512bh* w1) {
-    _mm_prefetch(reinterpret_cast<const char*>(ws + quant_simd::kPrefetchBytes), _MM_HINT_T0);
     const __m512i codes = _mm512_load_si512(ws);
     const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
     // The high byte with the code's sign bit: hi | (codes & 0x80).
@@ -195,6 +194,8 @@ void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, con
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[k][r] = _mm512_setzero_ps();
   }
+  const size_t step_stride = p.fp8_step_stride();
+  quant_simd::StreamPrefetch prefetch(strip);
   for (int64_t c = 0; c < p.scale_blocks; ++c) {
     const int64_t p0 = c * p.block_pairs, np = std::min(p.pairs, p0 + p.block_pairs) - p0;
     const size_t group = static_cast<size_t>(c) * p.group_bytes;
@@ -205,11 +206,12 @@ void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, con
       for (int r = 0; r < R; ++r) dot[k][r] = _mm512_setzero_ps();
     }
     for (int64_t i = 0; i < np; i += 2) {
-      const size_t step = group + static_cast<size_t>(i / 2) * p.step_weight_bytes;
+      const size_t step = group + static_cast<size_t>(i / 2) * step_stride;
+      prefetch.through(strip + step + step_stride);
 #pragma GCC unroll 16
       for (int k = 0; k < NP; ++k) {
         __m512bh w0, w1;
-        widen(panels + static_cast<size_t>(k) * p.panel_bytes + step, &w0, &w1);
+        widen(panels + 64 * k + step, &w0, &w1);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) dot[k][r] = _mm512_dpbf16_ps(dot[k][r], pair(r, p0 + i), w0);
         if (i + 1 < np) {
@@ -220,8 +222,8 @@ void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, con
     }
 #pragma GCC unroll 16
     for (int k = 0; k < NP; ++k) {
-      const __m512 scale = _mm512_load_ps(reinterpret_cast<const float*>(
-          panels + static_cast<size_t>(k) * p.panel_bytes + group + p.block_steps * p.step_weight_bytes));
+      const __m512 scale =
+          _mm512_load_ps(reinterpret_cast<const float*>(panels + 64 * k + group + p.fp8_scales_offset()));
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[k][r] = _mm512_fmadd_ps(dot[k][r], scale, acc[k][r]);
     }
@@ -240,22 +242,28 @@ void fp8_panels(const QuantPanels& p, const std::byte* panels, const int* n, con
   }
 }
 
-// Rows [0, rows) (at xb) of panels [j0, j1): NP panels at a time, then one by one.
+// Rows [0, rows) (at xb) of panels [j0, j1): NP panels of a strip at a time where the range allows (NP
+// divides the strip's panels, so they share it), then fewer.
 template <int R, int NP>
 void fp8_rows(const QuantPanels& p, int64_t j0, int64_t j1, const std::byte* xb, size_t stride, float* y,
               int64_t y_stride) {
+  static_assert(kFp8StripPanels % NP == 0);
   int n[NP];
-  int64_t j = j0;
   const auto count = [&](int64_t jj) {
     return static_cast<int>(std::min<int64_t>(kQuantPanelOutputs, p.out - jj * kQuantPanelOutputs));
   };
-  for (; j + NP <= j1; j += NP) {
-    for (int k = 0; k < NP; ++k) n[k] = count(j + k);
-    fp8_panels<R, NP>(p, p.panel(j), n, xb, stride, y + j * kQuantPanelOutputs, y_stride);
-  }
-  for (; j < j1; ++j) {
+  for (int64_t j = j0; j < j1;) {
+    if constexpr (NP > 1) {
+      if (j % NP == 0 && j + NP <= j1) {
+        for (int k = 0; k < NP; ++k) n[k] = count(j + k);
+        fp8_panels<R, NP>(p, p.strip_of(j), p.panel(j), n, xb, stride, y + j * kQuantPanelOutputs, y_stride);
+        j += NP;
+        continue;
+      }
+    }
     n[0] = count(j);
-    fp8_panels<R, 1>(p, p.panel(j), n, xb, stride, y + j * kQuantPanelOutputs, y_stride);
+    fp8_panels<R, 1>(p, p.strip_of(j), p.panel(j), n, xb, stride, y + j * kQuantPanelOutputs, y_stride);
+    ++j;
   }
 }
 

@@ -204,13 +204,14 @@ std::unique_ptr<QuantPanels> pack_panels(const MatrixView& w, QuantKernel k) {
   }
   if (w.dtype == DType::kFP8) {
     p->steps = p->scale_blocks * p->block_steps;  // the last block's unused steps are zero padding
-    p->group_bytes = static_cast<size_t>(p->block_steps) * p->step_weight_bytes + p->step_scale_bytes;
-    p->panel_bytes = static_cast<size_t>(p->scale_blocks) * p->group_bytes;
+    p->strip_panels = kFp8StripPanels;
+    p->group_bytes = static_cast<size_t>(p->block_steps + 1) * p->fp8_step_stride();
+    p->strip_bytes = static_cast<size_t>(p->scale_blocks) * p->group_bytes;
   } else {
     p->steps = w.cols / block_elems(w.dtype);
     const int64_t group = int64_t{1} << p->group_shift;
     p->group_bytes = align64(static_cast<size_t>(group) * (p->step_weight_bytes + p->step_scale_bytes));
-    p->panel_bytes = static_cast<size_t>((p->steps + group - 1) / group) * p->group_bytes;
+    p->strip_bytes = static_cast<size_t>((p->steps + group - 1) / group) * p->group_bytes;
   }
   const size_t total = std::max<size_t>(p->bytes(), 64);
   p->data.reset(static_cast<std::byte*>(::operator new(total, std::align_val_t(64))));
@@ -230,11 +231,11 @@ std::unique_ptr<QuantPanels> pack_panels(const MatrixView& w, QuantKernel k) {
       const float* scales = w.scales + (row / w.scale_block_rows) * w.scale_stride;
       for (int64_t c = 0; c < p->scale_blocks; ++c) {
         std::byte* group = panel + static_cast<size_t>(c) * p->group_bytes;
-        std::memcpy(group + p->block_steps * p->step_weight_bytes + 4 * o, scales + c, 4);
+        std::memcpy(group + p->fp8_scales_offset() + 4 * o, scales + c, 4);
         const int64_t p0 = c * p->block_pairs, p1 = std::min(p->pairs, p0 + p->block_pairs);
         for (int64_t pair = p0; pair < p1; ++pair) {
           const int64_t step = (pair - p0) / 2, second = (pair - p0) % 2;
-          auto* chunk = reinterpret_cast<uint8_t*>(group + 64 * step);
+          auto* chunk = reinterpret_cast<uint8_t*>(group + p->fp8_step_stride() * static_cast<size_t>(step));
           for (int e = 0; e < 2; ++e) {
             const int64_t i = 2 * pair + e;
             chunk[16 * (o / 4) + 8 * second + 2 * (o % 4) + e] = i < w.cols ? q[i] : 0;

@@ -3,12 +3,14 @@
 //
 // The packed layout (QuantPanels; one layout for the AVX-512 and the AVX-VNNI kernels, which read 16 outputs
 // as one zmm or two ymm). The outputs are cut into panels of 16 (the last one padded with zero codes and zero
-// scales; its padding lanes are computed and never stored). Panel j is `panel_bytes` bytes, 64-byte aligned,
-// a sequence of groups of `group_bytes`: each group holds 2^group_shift consecutive steps' weights
-// (`step_weight_bytes` each), then their scales (`step_scale_bytes` each), padded to 64 bytes, so that a
-// one-row product reads the whole matrix as one ascending stream (with the scales in a region of their own
-// per panel, each panel began a second stream that the hardware prefetcher caught late). A "chunk" below is
-// 64 bytes whose 4-byte lane o belongs to output 16 j + o.
+// scales; its padding lanes are computed and never stored). The panels are stored in strips of
+// `strip_panels` panels (1 for the integer types, kFp8StripPanels for FP8; the last strip padded with zero
+// panels), each `strip_bytes` bytes, 64-byte aligned: a sequence of groups of `group_bytes`. For the integer
+// types (a strip is a panel) each group holds 2^group_shift consecutive steps' weights (`step_weight_bytes`
+// each), then their scales (`step_scale_bytes` each), padded to 64 bytes, so that a one-row product reads
+// the whole matrix as one ascending stream (with the scales in a region of their own per panel, each panel
+// began a second stream that the hardware prefetcher caught late). A "chunk" below is 64 bytes whose 4-byte
+// lane o belongs to output 16 j + o.
 //
 //   Q8_0  step = block (32 elements), 2 a group. Weights: 8 chunks, chunk k lane o = the codes qs[4k .. 4k+3]
 //         of o, each + 128 (as uint8: vpdpbusd's unsigned operand). Scales: 16 fp16 d (32 bytes).
@@ -26,10 +28,13 @@
 //         four elements is rebuilt from them in registers). Scales (288 bytes): d[16] fp16, sc[16][16] int8.
 //   FP8   step = 2 pairs (4 elements) of one scale block; a group is one scale block (group_shift unused):
 //         its P pairs take block_steps = ceil(block_pairs / 2) steps (the last one half used when P is odd),
-//         then 16 fp32 scales. A step's chunk holds the e4m3 codes of pairs p, p + 1: byte 16 (o / 4) + 2 (o
-//         % 4) + e = w[o][2p + e], byte 16 (o / 4) + 8 + 2 (o % 4) + e = w[o][2p + 2 + e] (a zero code past
-//         an odd `in`), the order in which vpunpck{l,h}bw of the bf16 bytes yields the pair-interleaved
-//         dwords of p and p + 1.
+//         then the scales. The strip's 4 panels are interleaved chunk by chunk: a group is block_steps rows
+//         of 4 chunks (row i: step i of panels 4s, 4s + 1, 4s + 2, 4s + 3), then 4 x 16 fp32 scales (panel
+//         k's at 64 k), so that a one-row product runs the 4 panels' dependent chains side by side from one
+//         stream (4 panels in 4 streams of their own streamed at 53-57 % of the bandwidth, 91-99 % from one).
+//         A step's chunk holds the e4m3 codes of pairs p, p + 1: byte 16 (o / 4) + 2 (o % 4) + e = w[o][2p
+//         + e], byte 16 (o / 4) + 8 + 2 (o % 4) + e = w[o][2p + 2 + e] (a zero code past an odd `in`), the
+//         order in which vpunpck{l,h}bw of the bf16 bytes yields the pair-interleaved dwords of p and p + 1.
 // The integer parts of the contract are exact in any order, so these layouts change no bits: each kernel
 // still runs the header's fp32 chain per output, blocks ascending.
 #pragma once
@@ -56,13 +61,19 @@ struct QuantLinear::Packed {
 namespace detail {
 
 inline constexpr int64_t kQuantPanelOutputs = 16;
+// FP8 panels per strip: a one-row product runs four panels' chains side by side, reading one stream.
+inline constexpr int64_t kFp8StripPanels = 4;
 
 // The panels described above.
 struct QuantPanels final : QuantLinear::Packed {
   int64_t panels = 0;
   int64_t steps = 0;  // per panel: blocks (Q8_0, MXFP4), super-blocks (Q4_K, Q6_K), 2-pair steps (FP8)
-  size_t step_weight_bytes = 0, step_scale_bytes = 0, group_bytes = 0, panel_bytes = 0;
+  size_t step_weight_bytes = 0, step_scale_bytes = 0, group_bytes = 0;
   int group_shift = 0;
+  // Panels are stored in strips of strip_panels (1, or 4 for FP8) of strip_bytes each; panel j begins 64 (j %
+  // strip_panels) bytes into strip j / strip_panels.
+  int64_t strip_panels = 1;
+  size_t strip_bytes = 0;
   // FP8: the scale blocks along the columns (block c, group c: pairs [c * block_pairs, min(pairs, (c + 1) *
   // block_pairs)), in block_steps steps).
   int64_t pairs = 0, block_pairs = 0, block_steps = 0, scale_blocks = 0;
@@ -77,9 +88,29 @@ struct QuantPanels final : QuantLinear::Packed {
            static_cast<size_t>(b & ((int64_t{1} << group_shift) - 1)) * step_scale_bytes;
   }
 
-  const std::byte* panel(int64_t j) const { return data.get() + static_cast<size_t>(j) * panel_bytes; }
-  std::byte* panel(int64_t j) { return data.get() + static_cast<size_t>(j) * panel_bytes; }
-  size_t bytes() const override { return static_cast<size_t>(panels) * panel_bytes; }
+  // The end of the group holding step b (its last scale's padding included).
+  const std::byte* group_end(const std::byte* panel, int64_t b) const {
+    return panel + static_cast<size_t>((b >> group_shift) + 1) * group_bytes;
+  }
+
+  // FP8: bytes from a panel's step to its next one, and from its group's start to its scales.
+  size_t fp8_step_stride() const { return 64 * static_cast<size_t>(strip_panels); }
+  size_t fp8_scales_offset() const { return static_cast<size_t>(block_steps) * fp8_step_stride(); }
+
+  int64_t strips() const { return (panels + strip_panels - 1) / strip_panels; }
+  const std::byte* panel(int64_t j) const {
+    return data.get() + static_cast<size_t>(j / strip_panels) * strip_bytes +
+           64 * static_cast<size_t>(j % strip_panels);
+  }
+  std::byte* panel(int64_t j) {
+    return data.get() + static_cast<size_t>(j / strip_panels) * strip_bytes +
+           64 * static_cast<size_t>(j % strip_panels);
+  }
+  // The start of the strip holding panel j.
+  const std::byte* strip_of(int64_t j) const {
+    return data.get() + static_cast<size_t>(j / strip_panels) * strip_bytes;
+  }
+  size_t bytes() const override { return static_cast<size_t>(strips()) * strip_bytes; }
 
   struct Free {
     void operator()(std::byte* p) const;
