@@ -195,7 +195,7 @@ void fp8_panels(const QuantPanels& p, const std::byte* strip, const std::byte* p
     for (int r = 0; r < R; ++r) acc[k][r] = _mm512_setzero_ps();
   }
   const size_t step_stride = p.fp8_step_stride();
-  quant_simd::StreamPrefetch prefetch(strip);
+  StreamPrefetch prefetch(strip);
   for (int64_t c = 0; c < p.scale_blocks; ++c) {
     const int64_t p0 = c * p.block_pairs, np = std::min(p.pairs, p0 + p.block_pairs) - p0;
     const size_t group = static_cast<size_t>(c) * p.group_bytes;

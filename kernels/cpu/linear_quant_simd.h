@@ -31,41 +31,6 @@
 
 namespace moe::kernels::detail::quant_simd {
 
-// How far ahead of their reads the kernels ask for the weights. A one-row product reads a panel's strip as
-// one ascending stream (linear_quant_pack.h) and asks for every line of it up to kPrefetchBytes past what
-// it is about to read, scales' lines included: the integer kernels in one burst at the start of each
-// group, the FP8 kernel at each step. Measured on the AMD Zen 5 development VM, Qwen3-30B-A3B-shaped
-// layer at T = 1 on one thread, % of the streaming bandwidth (interleaved runs in one process): Q4_K 77 %
-// with the former prefetch of one line 4 KB ahead of each weight load (which the compiler gathered at the
-// top of the unrolled group, and which never asked for the scales' lines), 58 % without software prefetch,
-// and with the group bursts 85 / 91 / 95 / 96 / 93 % at 2 / 4 / 6 / 8 / 12 KB, but 67 % asking line by
-// line at each load; FP8 (4 panels side by side) 53-57 % with bursts, 91-99 % asking at each step of its
-// 4-panel strips; Q8_0, Q6_K and MXFP4 92-98 % either way.
-inline constexpr size_t kPrefetchBytes = 8192;
-
-// Asks for the line at p into the L1 cache (prefetcht0). An asm statement, not _mm_prefetch: GCC 12 deletes
-// a loop whose only statements are __builtin_prefetch calls.
-[[gnu::always_inline]] inline void prefetch_line(const void* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-}
-
-// The prefetch frontier of one stream.
-class StreamPrefetch {
- public:
-  StreamPrefetch() = default;
-  // A stream from `start`, whose first kPrefetchBytes are read without asking (the previous panel's stream
-  // asked for them, or the hardware prefetcher does).
-  explicit StreamPrefetch(const std::byte* start) : next_(start + kPrefetchBytes) {}
-  // Asks for every line not asked for yet below end + kPrefetchBytes.
-  [[gnu::always_inline]] void through(const std::byte* end) {
-    const std::byte* target = end + kPrefetchBytes;
-    for (; next_ < target; next_ += 64) prefetch_line(next_);
-  }
-
- private:
-  const std::byte* next_ = nullptr;
-};
-
 // A group of rows of the quantized input (quant_row_layout) and each row's integer corrections:
 //   int8/32 (Q8_0, MXFP4): corr[b] = -128 (B_2b + B_2b+1), removing the + 128 of the unsigned codes;
 //   Q6_K: corr[g] = -32 B_g per 16-element group, removing the + 32 of the codes;
