@@ -145,6 +145,42 @@ TEST(QuantLinearInvariant, EveryKernelEqualsTheEmulation) {
   }
 }
 
+// forward_quantized_panels over any cut of the panels (what a caller splitting the outputs over its own
+// threads runs, as the quantized FFN does) gives forward_quantized's bits; FP8's ranges that begin or end
+// inside a strip of 4 panels take its one-panel path.
+TEST(QuantLinearInvariant, PanelRangesEqualTheWholeProduct) {
+  ThreadPool pool(1);
+  for (DType t : kQuantTypes) {
+    const int64_t in = in_for(t, 256), out = 16 * 9 + 5, rows = 5;  // 10 panels: strips 4 + 4 + 2 (FP8)
+    SCOPED_TRACE(to_string(t));
+    const QuantWeights qw(t, out, in, 31);
+    const QuantLinear w(qw.view, "w");
+    ASSERT_EQ(w.panels(), 10);
+    const std::vector<float> x = special_rows(in, rows, 17);
+    std::vector<std::byte> xq(w.workspace_bytes(rows) + 64);
+    std::byte* xa = xq.data();
+    while (reinterpret_cast<uintptr_t>(xa) % 64 != 0) ++xa;
+    quantize_rows(w.rule(), x.data(), rows, in, in, xa, pool);
+    for (int64_t m : {int64_t{1}, rows}) {
+      std::vector<float> whole(static_cast<size_t>(m * out)), cut(whole.size());
+      w.forward_quantized(xa, m, whole.data(), out, pool);
+      for (int64_t a = 0; a <= w.panels(); ++a) {
+        for (int64_t b = a; b <= w.panels(); ++b) {
+          std::fill(cut.begin(), cut.end(), -1.0f);
+          w.forward_quantized_panels(xa, m, 0, a, cut.data(), out);
+          w.forward_quantized_panels(xa, m, a, b, cut.data(), out);
+          w.forward_quantized_panels(xa, m, b, w.panels(), cut.data(), out);
+          ASSERT_EQ(std::memcmp(cut.data(), whole.data(), whole.size() * sizeof(float)), 0)
+              << "rows " << m << ", cuts at panels " << a << " and " << b;
+        }
+      }
+    }
+    std::vector<float> y(static_cast<size_t>(out));
+    EXPECT_THROW(w.forward_quantized_panels(xa, 1, 3, 11, y.data(), out), std::invalid_argument);
+    EXPECT_THROW(w.forward_quantized_panels(xa, 1, 4, 3, y.data(), out), std::invalid_argument);
+  }
+}
+
 // --- mutation check --------------------------------------------------------------------------------------
 
 // The (I, s) terms of one Q8_0 output (I exact, s = f16(d) * dx), written here from the formats' definitions.

@@ -426,8 +426,7 @@ void QuantLinear::forward_quantized_with(QuantKernel k, const std::byte* xq, int
     return;
   }
   // Threads take contiguous ranges of whole 16-output panels; never the reduction.
-  const int64_t panels = (out() + 15) / 16;
-  const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
+  const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels()));
   std::unique_ptr<Packed> repacked;
   const Packed* packed = packed_.get();
   if (k != QuantKernel::kPortable && (packed == nullptr || packed->kernel != k)) {
@@ -437,14 +436,38 @@ void QuantLinear::forward_quantized_with(QuantKernel k, const std::byte* xq, int
   if (packed == nullptr) k = QuantKernel::kPortable;  // a type k runs by the emulation (pack_quant)
   pool.parallel_for(tasks, [&](int64_t task, int) {
     int64_t j0 = 0, j1 = 0;
-    ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);
-    if (j1 <= j0) return;
-    if (k == QuantKernel::kPortable) {
-      detail::quant_outputs_portable(w_, xq, rows, j0 * 16, std::min(out(), j1 * 16), y, y_stride);
-    } else {
-      detail::quant_panels(*packed, k, xq, rows, j0, j1, y, y_stride);
-    }
+    ThreadPool::task_range(panels(), tasks, static_cast<int>(task), &j0, &j1);
+    run_panels(k, packed, xq, rows, j0, j1, y, y_stride);
   });
+}
+
+void QuantLinear::run_panels(QuantKernel k, const Packed* packed, const std::byte* xq, int64_t rows,
+                             int64_t j0, int64_t j1, float* y, int64_t y_stride) const {
+  if (j1 <= j0) return;
+  if (k == QuantKernel::kPortable) {
+    detail::quant_outputs_portable(w_, xq, rows, j0 * 16, std::min(out(), j1 * 16), y, y_stride);
+  } else {
+    detail::quant_panels(*packed, k, xq, rows, j0, j1, y, y_stride);
+  }
+}
+
+void QuantLinear::forward_quantized_panels(const std::byte* xq, int64_t rows, int64_t j_begin, int64_t j_end,
+                                           float* y, int64_t y_stride) const {
+  check_forward("QuantLinear::forward_quantized_panels", xq, rows, out(), y, y_stride);
+  if (j_begin < 0 || j_end > panels() || j_begin > j_end) {
+    throw std::invalid_argument("QuantLinear::forward_quantized_panels: panels [" + std::to_string(j_begin) +
+                                ", " + std::to_string(j_end) + ") are not within [0, " +
+                                std::to_string(panels()) + ")");
+  }
+  if (rows == 0 || j_begin == j_end) return;
+  if (in() == 0) {
+    const int64_t o1 = std::min(out(), j_end * 16);
+    for (int64_t r = 0; r < rows; ++r)
+      std::fill(y + r * y_stride + j_begin * 16, y + r * y_stride + o1, 0.0f);
+    return;
+  }
+  const Packed* packed = packed_.get();
+  run_panels(packed ? packed->kernel : QuantKernel::kPortable, packed, xq, rows, j_begin, j_end, y, y_stride);
 }
 
 void linear_quant_reference_f64(const float* x, int64_t rows, const MatrixView& w, bool quantize_input,

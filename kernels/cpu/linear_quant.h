@@ -132,12 +132,22 @@ class QuantLinear {
   // The same with a given implementation (tests and benchmarks); std::invalid_argument if unavailable.
   void forward_quantized_with(QuantKernel k, const std::byte* xq, int64_t rows, float* y, int64_t y_stride,
                               ThreadPool& pool) const;
+  // Outputs are computed in panels of 16 (the last one partial); forward_quantized splits whole panels over
+  // its pool's threads. This runs panels [j_begin, j_end) (outputs [16 j_begin, min(out, 16 j_end)), their
+  // columns of y) on the calling thread, with the same bits: for callers that split the work themselves.
+  // std::invalid_argument for a range outside [0, panels()) and as forward_quantized.
+  int64_t panels() const { return (out() + 15) / 16; }
+  void forward_quantized_panels(const std::byte* xq, int64_t rows, int64_t j_begin, int64_t j_end, float* y,
+                                int64_t y_stride) const;
 
   const MatrixView& view() const { return w_; }
 
   struct Packed;  // the SIMD kernels' panels (linear_quant_pack.h)
 
  private:
+  void run_panels(QuantKernel k, const Packed* packed, const std::byte* xq, int64_t rows, int64_t j0,
+                  int64_t j1, float* y, int64_t y_stride) const;
+
   MatrixView w_;
   std::unique_ptr<Packed> packed_;
 };
