@@ -19,7 +19,8 @@
 #   GGML_COMMIT    ggml's commit for the record, where GGML_DIR is not a git work tree
 # Each (shape, type) runs ggml's graph, then our layer_bench rows of the same shape and type (dropless, as
 # ggml's graph: the deterministic preset's invariant kernels, capacity scope none), so that both see the
-# machine in the same minutes. Output under BUILD/bench/: ggml_peer.jsonl
+# machine in the same minutes. layer_bench runs with LAYER_BENCH_STREAM=0: like ggml's harness, it then
+# reads no stream between its calls (its stream read evicts the caches the next calls would find warm). Output under BUILD/bench/: ggml_peer.jsonl
 # (ggml), ggml_peer_ours_<shape>_<type>.json (layer_bench), peak.json (peak_bench, when absent),
 # ggml_results.md.
 set -euo pipefail
@@ -140,7 +141,7 @@ for shape in "${shape_list[@]}"; do
       continue
     fi
     echo "== $shape $type: ours (layer_bench BM_Layer/$name)" >&2
-    "$build/bin/layer_bench" --benchmark_filter="$filter" --benchmark_min_time="$min_time" \
+    LAYER_BENCH_STREAM=0 "$build/bin/layer_bench" --benchmark_filter="$filter" --benchmark_min_time="$min_time" \
       --benchmark_repetitions="$reps" --benchmark_enable_random_interleaving=true --benchmark_format=json \
       --benchmark_out="$out/ggml_peer_ours_${shape}_${type}.json" --benchmark_out_format=json > /dev/null
   done

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -128,8 +129,15 @@ void BM_Layer(benchmark::State& state, Shape shape, std::string preset, kernels:
   size_t next = 0;
   // At T <= 16 (memory-bound), the streaming read bandwidth is measured in the same run, between
   // iterations (untimed), so that the ratio stream_ratio = weight_GBps / stream_GBps compares the two at the
-  // same moment: this VM's bandwidth drifts with its neighbours' load by tens of percent over a minute.
-  const bool measure_stream = T <= 16;
+  // same moment: this VM's bandwidth drifts with its neighbours' load by tens of percent over a minute. The
+  // read evicts the caches (the experts' lines and page-table entries) that the next calls then refill, as
+  // a decode step's other layers would; LAYER_BENCH_STREAM=0 leaves it out, so that a peer's harness that
+  // reads no stream between its calls (bench/ggml_peer.sh) is compared with calls timed the same way.
+  static const bool stream_enabled = [] {
+    const char* v = std::getenv("LAYER_BENCH_STREAM");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  const bool measure_stream = T <= 16 && stream_enabled;
   double stream_seconds = 0, stream_bytes = 0, forward_seconds = 0;
   int64_t iteration = 0;
   for (auto _ : state) {
