@@ -2,6 +2,7 @@
 // the ranks pass on every rank; kHome applies each rank's own, after agreeing on the outcome of a dry run.
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,6 +50,26 @@ void refuse_duplicates(std::vector<uint64_t> ids, const char* call, const char* 
                                 std::to_string(*dup) + " is " + what + " twice in one call; nothing was " +
                                 what);
   }
+}
+
+// The request ids of a call's records.
+template <class Records>
+std::vector<uint64_t> ids_of(const Records& records) {
+  std::vector<uint64_t> ids;
+  for (const auto& r : records) ids.push_back(r.request_id);
+  return ids;
+}
+
+// Every rank's records, in rank order (a collective): each rank writes its own with put(bytes, record), and
+// get(bytes, at) reads one back.
+template <class Record, class Put, class Get>
+std::vector<Record> all_gather_records(Communicator& comm, std::span<const Record> mine, Put put, Get get) {
+  std::vector<uint8_t> bytes;
+  for (const Record& r : mine) put(bytes, r);
+  const std::vector<uint8_t> all = all_gather_bytes(comm, bytes);
+  std::vector<Record> records;
+  for (size_t at = 0; at < all.size();) records.push_back(get(all, at));
+  return records;
 }
 
 }  // namespace
@@ -124,6 +145,67 @@ std::vector<uint32_t> get_turn_ends(const std::vector<uint8_t>& in, size_t& at) 
   return turn_ends;
 }
 
+// The records on the wire. What an admission and a restoration both start with: id, prompt length, turn ends.
+template <class Record>
+void put_prompt(std::vector<uint8_t>& out, const Record& r) {
+  put_pod(out, r.request_id);
+  put_pod(out, r.prompt_length);
+  put_turn_ends(out, r.turn_ends);
+}
+
+template <class Record>
+Record get_prompt(const std::vector<uint8_t>& in, size_t& at) {
+  Record r;
+  r.request_id = get_pod<uint64_t>(in, at);
+  r.prompt_length = get_pod<uint32_t>(in, at);
+  r.turn_ends = get_turn_ends(in, at);
+  return r;
+}
+
+// An admission is that alone.
+void put_admission(std::vector<uint8_t>& out, const ExpertParallelLayer::Admission& a) {
+  put_prompt(out, a);
+}
+
+ExpertParallelLayer::Admission get_admission(const std::vector<uint8_t>& in, size_t& at) {
+  return get_prompt<ExpertParallelLayer::Admission>(in, at);
+}
+
+// A restoration then has the segment count, then each segment's byte length and bytes.
+void put_restoration(std::vector<uint8_t>& out, const ExpertParallelLayer::Restoration& r) {
+  put_prompt(out, r);
+  put_pod(out, static_cast<uint64_t>(r.prefix.size()));
+  for (const RoutingSegment& s : r.prefix) {
+    const std::vector<uint8_t> bytes = s.serialize();
+    put_pod(out, static_cast<uint64_t>(bytes.size()));
+    out.insert(out.end(), bytes.begin(), bytes.end());
+  }
+}
+
+ExpertParallelLayer::Restoration get_restoration(const std::vector<uint8_t>& in, size_t& at) {
+  auto r = get_prompt<ExpertParallelLayer::Restoration>(in, at);
+  const uint64_t n = get_pod<uint64_t>(in, at);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t len = get_pod<uint64_t>(in, at);
+    r.prefix.push_back(RoutingSegment::parse(std::span<const uint8_t>(in.data() + at, len)));
+    at += len;
+  }
+  return r;
+}
+
+// A rollback: id, position.
+void put_rollback(std::vector<uint8_t>& out, const ExpertParallelLayer::Rollback& r) {
+  put_pod(out, r.request_id);
+  put_pod(out, r.position);
+}
+
+ExpertParallelLayer::Rollback get_rollback(const std::vector<uint8_t>& in, size_t& at) {
+  ExpertParallelLayer::Rollback r;
+  r.request_id = get_pod<uint64_t>(in, at);
+  r.position = get_pod<uint32_t>(in, at);
+  return r;
+}
+
 // The checks of one admission that RoutingState::admit would make, before any request is admitted.
 void check_admission(const ExpertParallelLayer::Admission& a, const RoutingState& state) {
   const std::string who = "admit_requests: request " + std::to_string(a.request_id);
@@ -164,46 +246,21 @@ void ExpertParallelLayer::admit_requests(std::span<const Admission> admitted, Ro
         for (const Admission& a : admitted) state.admit(a.request_id, turns_of(a.prompt_length, a.turn_ends));
         return;
       }
-      std::vector<uint64_t> ids;
-      for (const Admission& a : admitted) {
-        check_admission(a, state);
-        ids.push_back(a.request_id);
-      }
-      refuse_duplicates(std::move(ids), "admit_requests", "admitted");
+      for (const Admission& a : admitted) check_admission(a, state);
+      refuse_duplicates(ids_of(admitted), "admit_requests", "admitted");
     });
     return;
   }
-  // Per request: id, prompt length, the number of turn ends, the turn ends.
-  std::vector<uint8_t> mine;
-  for (const Admission& a : admitted) {
-    put_pod(mine, a.request_id);
-    put_pod(mine, a.prompt_length);
-    put_turn_ends(mine, a.turn_ends);
-  }
-  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
-  std::vector<Admission> requests;
-  std::vector<uint64_t> ids;
-  for (size_t at = 0; at < all.size();) {
-    Admission a;
-    a.request_id = get_pod<uint64_t>(all, at);
-    a.prompt_length = get_pod<uint32_t>(all, at);
-    a.turn_ends = get_turn_ends(all, at);
-    ids.push_back(a.request_id);
-    requests.push_back(std::move(a));
-  }
+  const std::vector<Admission> requests = all_gather_records(comm_, admitted, put_admission, get_admission);
   for (const Admission& a : requests) check_admission(a, state);
-  refuse_duplicates(std::move(ids), "admit_requests", "admitted");
+  refuse_duplicates(ids_of(requests), "admit_requests", "admitted");
   for (const Admission& a : requests) state.admit(a.request_id, turns_of(a.prompt_length, a.turn_ends));
 }
 
 void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored, RoutingState& state) {
   if (home_) {
     local_lifecycle([&](bool dry) {
-      if (dry) {
-        std::vector<uint64_t> ids;
-        for (const Restoration& r : restored) ids.push_back(r.request_id);
-        refuse_duplicates(ids, "restore_requests", "restored");
-      }
+      if (dry) refuse_duplicates(ids_of(restored), "restore_requests", "restored");
       for (const Restoration& r : restored) {
         if (dry) {
           check_restoration(r, state);
@@ -214,38 +271,9 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
     });
     return;
   }
-  // Per request: id, prompt length, the number of turn ends and the turn ends, segment count, then each
-  // segment's byte length and bytes.
-  std::vector<uint8_t> mine;
-  for (const Restoration& r : restored) {
-    put_pod(mine, r.request_id);
-    put_pod(mine, r.prompt_length);
-    put_turn_ends(mine, r.turn_ends);
-    put_pod(mine, static_cast<uint64_t>(r.prefix.size()));
-    for (const RoutingSegment& s : r.prefix) {
-      const std::vector<uint8_t> bytes = s.serialize();
-      put_pod(mine, static_cast<uint64_t>(bytes.size()));
-      mine.insert(mine.end(), bytes.begin(), bytes.end());
-    }
-  }
-  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
-  std::vector<Restoration> requests;
-  std::vector<uint64_t> ids;
-  for (size_t at = 0; at < all.size();) {
-    Restoration r;
-    r.request_id = get_pod<uint64_t>(all, at);
-    r.prompt_length = get_pod<uint32_t>(all, at);
-    r.turn_ends = get_turn_ends(all, at);
-    const uint64_t n = get_pod<uint64_t>(all, at);
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t len = get_pod<uint64_t>(all, at);
-      r.prefix.push_back(RoutingSegment::parse(std::span<const uint8_t>(all.data() + at, len)));
-      at += len;
-    }
-    ids.push_back(r.request_id);
-    requests.push_back(std::move(r));
-  }
-  refuse_duplicates(ids, "restore_requests", "restored");
+  const std::vector<Restoration> requests =
+      all_gather_records(comm_, restored, put_restoration, get_restoration);
+  refuse_duplicates(ids_of(requests), "restore_requests", "restored");
   for (const Restoration& r : requests) check_restoration(r, state);
   for (const Restoration& r : requests)
     state.restore(r.request_id, turns_of(r.prompt_length, r.turn_ends), r.prefix);
@@ -254,11 +282,7 @@ void ExpertParallelLayer::restore_requests(std::span<const Restoration> restored
 void ExpertParallelLayer::rollback_requests(std::span<const Rollback> rollbacks, RoutingState& state) {
   if (home_) {
     local_lifecycle([&](bool dry) {
-      if (dry) {
-        std::vector<uint64_t> ids;
-        for (const Rollback& r : rollbacks) ids.push_back(r.request_id);
-        refuse_duplicates(ids, "rollback_requests", "rolled back");
-      }
+      if (dry) refuse_duplicates(ids_of(rollbacks), "rollback_requests", "rolled back");
       for (const Rollback& r : rollbacks) {
         if (dry) {
           state.check_rollback(r.request_id, r.position);
@@ -269,22 +293,8 @@ void ExpertParallelLayer::rollback_requests(std::span<const Rollback> rollbacks,
     });
     return;
   }
-  std::vector<uint8_t> mine;
-  for (const Rollback& r : rollbacks) {
-    put_pod(mine, r.request_id);
-    put_pod(mine, r.position);
-  }
-  const std::vector<uint8_t> all = all_gather_bytes(comm_, mine);
-  std::vector<Rollback> requests;
-  std::vector<uint64_t> ids;
-  for (size_t at = 0; at < all.size();) {
-    Rollback r;
-    r.request_id = get_pod<uint64_t>(all, at);
-    r.position = get_pod<uint32_t>(all, at);
-    ids.push_back(r.request_id);
-    requests.push_back(r);
-  }
-  refuse_duplicates(ids, "rollback_requests", "rolled back");
+  const std::vector<Rollback> requests = all_gather_records(comm_, rollbacks, put_rollback, get_rollback);
+  refuse_duplicates(ids_of(requests), "rollback_requests", "rolled back");
   for (const Rollback& r : requests) state.check_rollback(r.request_id, r.position);
   for (const Rollback& r : requests) state.rollback(r.request_id, r.position);
 }
