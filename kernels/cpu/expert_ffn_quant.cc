@@ -133,7 +133,7 @@ void ffn_quant_forward(const float* x, int64_t rows, int64_t x_stride, const Pac
       gemm(w.w3.get(), w.params.w3, w.kind, x, rows, x_stride, shared_x ? base + l.xq : base + l.x3q,
            shared_x, h3, ff, pool);
     }
-    const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), ff / 16 + 1));
+    const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), ff));
     pool.parallel_for(tasks, [&](int64_t task, int) {
       int64_t c0 = 0, c1 = 0;
       ThreadPool::task_range(ff, tasks, static_cast<int>(task), &c0, &c1);

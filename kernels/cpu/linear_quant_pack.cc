@@ -196,8 +196,6 @@ std::unique_ptr<QuantPanels> pack_panels(const MatrixView& w, QuantKernel k) {
       p->block_pairs = w.scale_block_cols / 2;
       p->block_steps = (p->block_pairs + 1) / 2;
       p->scale_blocks = fp8_scale_cols(w);
-      p->step_weight_bytes = 64;
-      p->step_scale_bytes = 64;  // per scale block
       break;
     default:
       return nullptr;

@@ -68,7 +68,8 @@ inline constexpr int64_t kFp8StripPanels = 4;
 struct QuantPanels final : QuantLinear::Packed {
   int64_t panels = 0;
   int64_t steps = 0;  // per panel: blocks (Q8_0, MXFP4), super-blocks (Q4_K, Q6_K), 2-pair steps (FP8)
-  size_t step_weight_bytes = 0, step_scale_bytes = 0, group_bytes = 0;
+  size_t step_weight_bytes = 0, step_scale_bytes = 0;  // the integer types (FP8: fp8_step_stride)
+  size_t group_bytes = 0;
   int group_shift = 0;
   // Panels are stored in strips of strip_panels (1, or 4 for FP8) of strip_bytes each; panel j begins 64 (j %
   // strip_panels) bytes into strip j / strip_panels.
