@@ -164,5 +164,88 @@ TEST(FfnBf16Invariant, RoundedEntryGivesTheSameBits) {
   }
 }
 
+// A range of panels on the calling thread writes the bits of the whole product, for every 3-way cut (what
+// the FFN's fused gate / up pass relies on); bad ranges and whole-product-only ops throw.
+TEST(LinearBf16Invariant, PanelRangesEqualTheWholeProduct) {
+  ThreadPool pool(1);
+  const int64_t in = 33, out = 4 * kBf16PanelOutputs + 5;  // 5 panels, the last one partial; odd `in`
+  const TestWeights tw(out, in, 1, 41);
+  const InvariantBf16Linear w(tw.view(DType::kBF16));
+  ASSERT_EQ(w.panels(), 5);
+  for (const int64_t rows : {int64_t{1}, int64_t{7}}) {
+    const auto x = random_floats(static_cast<size_t>(rows * in), 43, -2.0f, 2.0f);
+    const std::vector<uint16_t> xb = bf16_rows(x.data(), rows, in, pool);
+    std::vector<float> whole(static_cast<size_t>(rows * out)), cut(whole.size());
+    w.forward_rounded(xb.data(), rows, whole.data(), out, pool);
+    for (int64_t a = 0; a <= w.panels(); ++a) {
+      for (int64_t b = a; b <= w.panels(); ++b) {
+        std::fill(cut.begin(), cut.end(), -1.0f);
+        w.forward_rounded_panels(xb.data(), rows, 0, a, cut.data(), out);
+        w.forward_rounded_panels(xb.data(), rows, a, b, cut.data(), out);
+        w.forward_rounded_panels(xb.data(), rows, b, w.panels(), cut.data(), out);
+        ASSERT_EQ(0, std::memcmp(cut.data(), whole.data(), whole.size() * sizeof(float)))
+            << "rows " << rows << ", cuts at panels " << a << " and " << b;
+      }
+    }
+  }
+  const std::vector<uint16_t> xb(static_cast<size_t>(2 * bf16_pairs(in)), 0);
+  std::vector<float> y(static_cast<size_t>(out));
+  EXPECT_THROW(w.forward_rounded_panels(xb.data(), 1, 3, 6, y.data(), out), std::invalid_argument);
+  EXPECT_THROW(w.forward_rounded_panels(xb.data(), 1, 4, 3, y.data(), out), std::invalid_argument);
+  EXPECT_THROW(w.forward_rounded_panels(xb.data(), 1, -1, 2, y.data(), out), std::invalid_argument);
+  const auto fast = make_eigen_bf16_linear(tw.view(DType::kBF16));
+  EXPECT_EQ(fast->panels(), 0);
+  EXPECT_THROW(fast->forward_rounded_panels(xb.data(), 1, 0, 0, y.data(), out), std::invalid_argument);
+}
+
+// The invariant kernel behind an op that offers no panel ranges: the FFN then runs its gate and up products
+// whole and the activation after them, the path the fused pass replaces.
+class WholeProductsOnly final : public Bf16LinearOp {
+ public:
+  explicit WholeProductsOnly(const MatrixView& w) : op_(w) {}
+  KernelKind kind() const override { return KernelKind::kInvariant; }
+  int64_t out() const override { return op_.out(); }
+  int64_t in() const override { return op_.in(); }
+  size_t weight_bytes() const override { return op_.weight_bytes(); }
+  void forward_rounded(const uint16_t* xb, int64_t rows, float* y, int64_t y_stride,
+                       ThreadPool& pool) const override {
+    op_.forward_rounded(xb, rows, y, y_stride, pool);
+  }
+
+ private:
+  InvariantBf16Linear op_;
+};
+
+// The fused gate / up / activation pass gives the bits of the unfused one, with biases, an odd ff (the
+// zero pair element of the rounded hidden row) and every thread count's cut of the panels.
+TEST(FfnBf16Invariant, FusedGateUpPassEqualsTheUnfusedOne) {
+  const int64_t d = 40, ff = 3 * kBf16PanelOutputs + 11, rows = 9;
+  const TestWeights w1(ff, d, 0, 51), w3(ff, d, 0, 52), w2(d, ff, 0, 53);
+  const auto b1 = random_floats(static_cast<size_t>(ff), 54, -1.0f, 1.0f);
+  const auto b3 = random_floats(static_cast<size_t>(ff), 55, -1.0f, 1.0f);
+  const auto b2 = random_floats(static_cast<size_t>(d), 56, -1.0f, 1.0f);
+  const auto x = random_floats(static_cast<size_t>(rows * d), 57, -2.0f, 2.0f);
+  for (Activation act : {Activation::kSwiGLU, Activation::kClampedSwiGLU}) {
+    FfnWeights fw{w1.view(DType::kBF16), w3.view(DType::kBF16), w2.view(DType::kBF16)};
+    fw.b1 = b1.data();
+    fw.b3 = b3.data();
+    fw.b2 = b2.data();
+    const PackedFfnBf16 fused(act, fw);
+    const PackedFfnBf16 unfused(act, fw,
+                                [](const MatrixView& m) { return std::make_unique<WholeProductsOnly>(m); });
+    std::vector<float> scratch(ffn_bf16_scratch_floats(rows, d, ff));
+    std::vector<float> want(static_cast<size_t>(rows * d)), got(want.size());
+    ThreadPool one(1);
+    ffn_bf16_forward(x.data(), rows, d, unfused, want.data(), d, scratch.data(), one);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      std::fill(got.begin(), got.end(), -1.0f);
+      ffn_bf16_forward(x.data(), rows, d, fused, got.data(), d, scratch.data(), pool);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+          << (act == Activation::kSwiGLU ? "swiglu" : "clamped swiglu") << ", " << threads << " threads";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels

@@ -33,6 +33,15 @@ class Bf16LinearOp {
   // `pool`; safe to call from several threads at once on different pools.
   virtual void forward_rounded(const uint16_t* xb, int64_t rows, float* y, int64_t y_stride,
                                ThreadPool& pool) const = 0;
+  // Panels of kBf16PanelOutputs outputs that forward_rounded_panels can run one range at a time, or 0 when
+  // the op runs only whole products (the fast kinds: a library GEMM).
+  virtual int64_t panels() const { return 0; }
+  // Outputs [64 j0, min(out, 64 j1)) of every row (y row r at y + r * y_stride, as forward_rounded
+  // writes them, the same bits) on the calling thread, 0 <= j0 <= j1 <= panels(). Lets an FFN run the
+  // gate and up products of one range of panels and their activation in one task. Throws
+  // std::invalid_argument for a bad range (every range is bad when panels() is 0).
+  virtual void forward_rounded_panels(const uint16_t* xb, int64_t rows, int64_t j0, int64_t j1, float* y,
+                                      int64_t y_stride) const;
 };
 
 // Builds the op for one weight matrix (fp32 weights are rounded to bf16, RNE).
@@ -48,6 +57,9 @@ class InvariantBf16Linear final : public Bf16LinearOp {
   size_t weight_bytes() const override { return packed_.bytes(); }
   void forward_rounded(const uint16_t* xb, int64_t rows, float* y, int64_t y_stride,
                        ThreadPool& pool) const override;
+  int64_t panels() const override { return packed_.panels(); }
+  void forward_rounded_panels(const uint16_t* xb, int64_t rows, int64_t j0, int64_t j1, float* y,
+                              int64_t y_stride) const override;
   const PackedBf16Weights& packed() const { return packed_; }
 
  private:

@@ -85,24 +85,46 @@ void forward_from_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16&
   float* h1 = base + s.h1;
   float* h3 = base + s.h3;
   auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
-  w.w1->forward_rounded(xb, rows, h1, ff, pool);
-  if (is_gated(w.act)) w.w3->forward_rounded(xb, rows, h3, ff, pool);
-  // Elementwise biases, activation and rounding of h: each thread takes a contiguous block of rows.
   const int64_t hb_len = 2 * bf16_pairs(ff);
-  const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
-  pool.parallel_for(num_tasks, [&](int64_t task, int) {
-    int64_t r0 = 0, r1 = 0;
-    ThreadPool::task_range(rows, num_tasks, static_cast<int>(task), &r0, &r1);
-    for (int64_t r = r0; r < r1; ++r) {
-      float* hr = h1 + r * ff;
-      add_bias(hr, w.params.b1, ff);
-      if (is_gated(w.act)) add_bias(h3 + r * ff, w.params.b3, ff);
-      activate_row(w.act, w.params, hr, h3 + r * ff, hr, ff);
-      round_to_bf16_span(hr, ff, hb + r * hb_len);
-      if (hb_len > ff) hb[r * hb_len + ff] = 0;
+  // Columns [c0, c1) of every row: the biases, the activation and the rounding of h to bf16 (each is
+  // elementwise, so its bits do not depend on how the columns are cut), and the zero past an odd ff.
+  const auto activate = [&](int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float* g = h1 + r * ff + c0;
+      float* u = h3 + r * ff + c0;
+      if (w.params.b1 != nullptr) add_bias(g, w.params.b1 + c0, c1 - c0);
+      if (is_gated(w.act) && w.params.b3 != nullptr) add_bias(u, w.params.b3 + c0, c1 - c0);
+      activate_row(w.act, w.params, g, u, g, c1 - c0);
+      round_to_bf16_span(g, c1 - c0, hb + r * hb_len + c0);
+      if (c1 == ff && hb_len > ff) hb[r * hb_len + ff] = 0;
     }
-  });
+  };
+  const int64_t panels = w.w1->panels();
+  if (is_gated(w.act) && panels > 0 && w.w3->panels() == panels) {
+    // The gate and up products and the activation in one pass over the pool: each task computes the same
+    // panels of W1 and W3 and activates those columns (one synchronisation where there were three; at a few
+    // rows each product takes tens of microseconds).
+    const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
+    pool.parallel_for(tasks, [&](int64_t task, int) {
+      int64_t j0 = 0, j1 = 0;
+      ThreadPool::task_range(panels, tasks, static_cast<int>(task), &j0, &j1);
+      if (j1 <= j0) return;
+      w.w1->forward_rounded_panels(xb, rows, j0, j1, h1, ff);
+      w.w3->forward_rounded_panels(xb, rows, j0, j1, h3, ff);
+      activate(j0 * kBf16PanelOutputs, std::min(ff, j1 * kBf16PanelOutputs));
+    });
+  } else {
+    w.w1->forward_rounded(xb, rows, h1, ff, pool);
+    if (is_gated(w.act)) w.w3->forward_rounded(xb, rows, h3, ff, pool);
+    const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), ff));
+    pool.parallel_for(tasks, [&](int64_t task, int) {
+      int64_t c0 = 0, c1 = 0;
+      ThreadPool::task_range(ff, tasks, static_cast<int>(task), &c0, &c1);
+      if (c1 > c0) activate(c0, c1);
+    });
+  }
   w.w2->forward_rounded(hb, rows, y, y_stride, pool);
+  const int num_tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), rows));
   if (w.params.b2 != nullptr) {
     pool.parallel_for(num_tasks, [&](int64_t task, int) {
       int64_t r0 = 0, r1 = 0;

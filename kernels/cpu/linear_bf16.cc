@@ -186,6 +186,36 @@ void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weigh
   run(xb, rows, w, y, y_stride, pool);
 }
 
+void linear_bf16_rounded_panels(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j0,
+                                int64_t j1, float* y, int64_t y_stride) {
+  validate(xb, rows, w, y, y_stride, "linear_bf16_rounded_panels");
+  if (j0 < 0 || j1 < j0 || j1 > w.panels()) {
+    throw std::invalid_argument("linear_bf16_rounded_panels: panel range [" + std::to_string(j0) + ", " +
+                                std::to_string(j1) + ") is not within [0, " + std::to_string(w.panels()) +
+                                ")");
+  }
+  if (rows == 0 || j1 == j0) return;
+  if (w.in() == 0) {
+    const int64_t o0 = j0 * kBf16PanelOutputs, o1 = std::min(w.out(), j1 * kBf16PanelOutputs);
+    for (int64_t r = 0; r < rows; ++r) std::fill(y + r * y_stride + o0, y + r * y_stride + o1, 0.0f);
+    return;
+  }
+  run_panels(linear_bf16_kernel(), xb, rows, w, j0, j1, y, y_stride);
+}
+
+void InvariantBf16Linear::forward_rounded_panels(const uint16_t* xb, int64_t rows, int64_t j0, int64_t j1,
+                                                 float* y, int64_t y_stride) const {
+  linear_bf16_rounded_panels(xb, rows, packed_, j0, j1, y, y_stride);
+}
+
+void Bf16LinearOp::forward_rounded_panels(const uint16_t*, int64_t, int64_t j0, int64_t j1, float*,
+                                          int64_t) const {
+  throw std::invalid_argument("Bf16LinearOp::forward_rounded_panels: this " +
+                              std::string(kind() == KernelKind::kFast ? "fast" : "invariant") +
+                              " op runs whole products only (panel range [" + std::to_string(j0) + ", " +
+                              std::to_string(j1) + "))");
+}
+
 void InvariantBf16Linear::forward_rounded(const uint16_t* xb, int64_t rows, float* y, int64_t y_stride,
                                           ThreadPool& pool) const {
   linear_bf16_rounded(xb, rows, packed_, y, y_stride, pool);

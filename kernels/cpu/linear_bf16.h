@@ -59,6 +59,13 @@ void linear_bf16(const float* x, int64_t rows, int64_t x_stride, const PackedBf1
 void linear_bf16_rounded(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
                          int64_t y_stride, ThreadPool& pool);
 
+// Outputs [64 j0, min(out, 64 j1)) of linear_bf16_rounded (the same bits), on the calling thread only:
+// 0 <= j0 <= j1 <= w.panels() (panels of kBf16PanelOutputs outputs). y row r at y + r * y_stride holds
+// all w.out() outputs; only the range's are written. Throws std::invalid_argument for a bad range and as
+// linear_bf16_rounded.
+void linear_bf16_rounded_panels(const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j0,
+                                int64_t j1, float* y, int64_t y_stride);
+
 // The two accumulation orders of the contract above.
 enum class Bf16Contract : uint8_t { kPair, kTile };
 const char* to_string(Bf16Contract c);
