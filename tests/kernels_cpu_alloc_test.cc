@@ -1,15 +1,19 @@
 // "The hot path allocates nothing": after one warm-up call, linear() and ffn_forward() must not call
 // operator new again, for either kind, dtype or thread count. This executable links
 // tests/support/allocation_counter.cc, which replaces the global operator new/delete to count calls.
-// (Eigen's GEMM allocates with malloc, which this does not see; see linear.h.)
+// (Eigen's GEMM allocates with malloc, which this does not see; see linear.h.) Also the memory the weights
+// live in (kernels/weight_buffer.h).
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/expert_ffn.h"
 #include "kernels/cpu/expert_ffn_bf16.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/weight_buffer.h"
 #include "tests/support/allocation_counter.h"
 #include "tests/support/kernel_operands.h"
 
@@ -18,6 +22,43 @@ namespace {
 
 using test_util::random_floats;
 using test_util::TestWeights;
+
+// Every size gives zero-filled, writable, 64-byte aligned memory; from kHugePageBytes on a 2 MB-aligned
+// mapping advised for huge pages (on Linux), smaller sizes from operator new. Moves hand the memory over.
+TEST(WeightBuffer, ZeroFilledAlignedAndMovable) {
+  for (const size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, kHugePageBytes - 1, kHugePageBytes,
+                             kHugePageBytes + 4097, 3 * kHugePageBytes}) {
+    SCOPED_TRACE(bytes);
+    WeightBuffer b(bytes);
+    ASSERT_NE(b.data(), nullptr);
+    EXPECT_EQ(b.size(), bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+#if defined(__linux__)
+    EXPECT_EQ(b.huge_pages_advised(), bytes >= kHugePageBytes);
+    if (b.huge_pages_advised()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHugePageBytes, 0u);
+    }
+#endif
+    size_t nonzero = 0;
+    for (size_t i = 0; i < bytes; ++i) nonzero += b.data()[i] != std::byte{0};
+    EXPECT_EQ(nonzero, 0u);
+    if (bytes > 0) {
+      b.data()[0] = std::byte{1};
+      b.data()[bytes - 1] = std::byte{2};
+    }
+    std::byte* const p = b.data();
+    WeightBuffer moved(std::move(b));
+    EXPECT_EQ(moved.data(), p);
+    EXPECT_EQ(moved.size(), bytes);
+    EXPECT_EQ(b.data(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+    WeightBuffer assigned(64);
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned.data(), p);
+    if (bytes > 0) {
+      EXPECT_EQ(assigned.data()[bytes - 1], std::byte{2});
+    }
+  }
+}
 
 TEST(KernelsAlloc, NoOperatorNewAfterWarmUp) {
   const int64_t d = 96, ff = 1100, rows = 37;  // ff > 1024: the reduction is cut into pieces

@@ -31,19 +31,15 @@ inline __m256i round16(__m512 v) {
 
 }  // namespace
 
-void PackedBf16Weights::Free::operator()(uint32_t* p) const {
-  ::operator delete(p, std::align_val_t(64));
-}
-
 PackedBf16Weights::PackedBf16Weights(const MatrixView& w) {
   validate_weights(w, "PackedBf16Weights: w");
   out_ = w.rows;
   in_ = w.cols;
   const size_t words = static_cast<size_t>(panels() * panel_pairs() * kBf16PanelOutputs);
-  data_.reset(static_cast<uint32_t*>(::operator new(std::max<size_t>(words, 1) * 4, std::align_val_t(64))));
+  data_ = WeightBuffer(words * 4);
   const int64_t np = pairs(), rows = panel_pairs();
   for (int64_t j = 0; j < panels(); ++j) {
-    uint32_t* dst = data_.get() + j * rows * kBf16PanelOutputs;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(data_.data()) + j * rows * kBf16PanelOutputs;
     for (int64_t p = 0; p < rows; ++p) {
       for (int64_t c = 0; c < kBf16PanelOutputs; ++c) {
         const int64_t o = j * kBf16PanelOutputs + c;

@@ -6,8 +6,8 @@
 //   panel_pairs() x 64 dwords,  dword (p, o) = bf16(W[64 j + o][2p]) | bf16(W[64 j + o][2p + 1]) << 16
 // (an odd `in` is padded with a zero element; rows p >= pairs(in), up to the next multiple of 16 pairs, are
 // zero, so that an AMX tile of 16 pairs never reads past a panel). fp32 weights are rounded to bf16 (round to
-// nearest even, f32_to_bf16); bf16 weights are copied. Storage is 64-byte aligned; the object is movable, not
-// copyable, immutable after construction and safe to share between threads.
+// nearest even, f32_to_bf16); bf16 weights are copied. Storage is 64-byte aligned (a WeightBuffer); the
+// object is movable, not copyable, immutable after construction and safe to share between threads.
 //
 // The input operand is x rounded to bf16 with f32_to_bf16 (round to nearest even, subnormals kept, NaN kept
 // quiet), row-major with an even row length 2 * pairs(in) (the element past an odd `in` is zero), so that
@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/tensor.h"
+#include "kernels/weight_buffer.h"
 
 namespace moe::kernels {
 
@@ -43,17 +44,16 @@ class PackedBf16Weights {
   int64_t panel_pairs() const { return (pairs() + 15) / 16 * 16; }
   int64_t panels() const { return (out_ + kBf16PanelOutputs - 1) / kBf16PanelOutputs; }
   // Panel j: panel_pairs() x 64 dwords, 64-byte aligned; its first pairs() rows are the weights.
-  const uint32_t* panel(int64_t j) const { return data_.get() + j * panel_pairs() * kBf16PanelOutputs; }
+  const uint32_t* panel(int64_t j) const { return words() + j * panel_pairs() * kBf16PanelOutputs; }
   // Bytes of the weights' rows of the packed storage (what a one-row product streams).
   size_t bytes() const { return static_cast<size_t>(panels() * pairs() * kBf16PanelOutputs) * 4; }
   // The bf16 bits of W[o][i] as packed (zero beyond the matrix).
   uint16_t at(int64_t o, int64_t i) const;
 
  private:
-  struct Free {
-    void operator()(uint32_t* p) const;
-  };
-  std::unique_ptr<uint32_t[], Free> data_;
+  const uint32_t* words() const { return reinterpret_cast<const uint32_t*>(data_.data()); }
+
+  WeightBuffer data_;  // 2 MB pages where the system has them (kernels/weight_buffer.h)
   int64_t out_ = 0, in_ = 0;
 };
 

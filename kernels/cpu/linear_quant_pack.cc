@@ -84,10 +84,6 @@ void check_codes(const MatrixView& w, const std::string& what) {
   }
 }
 
-void QuantPanels::Free::operator()(std::byte* p) const {
-  ::operator delete(p, std::align_val_t(64));
-}
-
 namespace {
 
 size_t align64(size_t n) {
@@ -212,8 +208,7 @@ std::unique_ptr<QuantPanels> pack_panels(const MatrixView& w, QuantKernel k) {
     p->strip_bytes = static_cast<size_t>((p->steps + group - 1) / group) * p->group_bytes;
   }
   const size_t total = std::max<size_t>(p->bytes(), 64);
-  p->data.reset(static_cast<std::byte*>(::operator new(total, std::align_val_t(64))));
-  std::memset(p->data.get(), 0, total);
+  p->data = WeightBuffer(total);  // zero-filled
   for (int64_t j = 0; j < p->panels; ++j) {
     std::byte* panel = p->panel(j);
     if (w.dtype != DType::kFP8) {

@@ -46,6 +46,7 @@
 
 #include "kernels/cpu/linear_quant.h"
 #include "kernels/tensor.h"
+#include "kernels/weight_buffer.h"
 
 namespace moe::kernels {
 
@@ -100,23 +101,20 @@ struct QuantPanels final : QuantLinear::Packed {
 
   int64_t strips() const { return (panels + strip_panels - 1) / strip_panels; }
   const std::byte* panel(int64_t j) const {
-    return data.get() + static_cast<size_t>(j / strip_panels) * strip_bytes +
+    return data.data() + static_cast<size_t>(j / strip_panels) * strip_bytes +
            64 * static_cast<size_t>(j % strip_panels);
   }
   std::byte* panel(int64_t j) {
-    return data.get() + static_cast<size_t>(j / strip_panels) * strip_bytes +
+    return data.data() + static_cast<size_t>(j / strip_panels) * strip_bytes +
            64 * static_cast<size_t>(j % strip_panels);
   }
   // The start of the strip holding panel j.
   const std::byte* strip_of(int64_t j) const {
-    return data.get() + static_cast<size_t>(j / strip_panels) * strip_bytes;
+    return data.data() + static_cast<size_t>(j / strip_panels) * strip_bytes;
   }
   size_t bytes() const override { return static_cast<size_t>(strips()) * strip_bytes; }
 
-  struct Free {
-    void operator()(std::byte* p) const;
-  };
-  std::unique_ptr<std::byte[], Free> data;
+  WeightBuffer data;  // 2 MB pages where the system has them (kernels/weight_buffer.h)
 };
 
 // How far ahead of their reads the kernels ask for the weights. A one-row product reads a panel's strip as

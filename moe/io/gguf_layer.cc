@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/quant_formats.h"
+#include "kernels/weight_buffer.h"
 #include "moe/io/dtype_convert.h"
 #include "moe/io/gguf_names.h"
 #include "moe/io/memory.h"
@@ -26,7 +27,7 @@ namespace {
 // LayerWeights (weights_from_views' keep-alive), with the model whose mapping the other views point into.
 struct GgufLayerStorage {
   std::shared_ptr<const GgufModel> model;
-  std::vector<std::unique_ptr<std::byte[]>> buffers;
+  std::vector<kernels::WeightBuffer> buffers;
 };
 
 // The project's dtype of a GGUF tensor type, or nullopt for the types this project does not load.
@@ -266,8 +267,8 @@ class GgufLayerReader {
   }
 
   std::byte* alloc(uint64_t bytes) {
-    storage_->buffers.push_back(std::make_unique<std::byte[]>(std::max<uint64_t>(bytes, 1)));
-    return storage_->buffers.back().get();
+    storage_->buffers.emplace_back(static_cast<size_t>(bytes));
+    return storage_->buffers.back().data();
   }
 
   const GgufModel& m_;

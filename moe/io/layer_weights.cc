@@ -268,8 +268,8 @@ class LayerBuilder {
 
   // An owned, zero-initialised buffer of `bytes` bytes that lives as long as the LayerWeights.
   std::byte* alloc(size_t bytes) {
-    w_.owned_.push_back(std::make_unique<std::byte[]>(std::max<size_t>(bytes, 1)));
-    return w_.owned_.back().get();
+    w_.owned_.emplace_back(bytes);
+    return w_.owned_.back().data();
   }
 
   // Copies `src` (rows x cols of `from`, contiguous, any alignment) into an owned matrix of dtype `to`.

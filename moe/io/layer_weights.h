@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/tensor.h"
+#include "kernels/weight_buffer.h"
 #include "moe/io/checkpoint.h"
 #include "moe/io/quantized.h"
 #include "moe/io/safetensors.h"
@@ -210,7 +211,7 @@ class LayerWeights {
   std::optional<kernels::MatrixView> shared_gate_;
   bool zero_copy_ = false;
   std::shared_ptr<const Checkpoint> checkpoint_;
-  std::vector<std::unique_ptr<std::byte[]>> owned_;
+  std::vector<kernels::WeightBuffer> owned_;  // 2 MB pages where the system has them (weight_buffer.h)
 };
 
 // Loads layer `layer_index` of `checkpoint` with the Hugging Face names and layout of `arch` (P =
