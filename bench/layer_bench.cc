@@ -37,6 +37,7 @@
 #include "bench/layer_shapes.h"
 #include "bench/stream_read.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/weight_buffer.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe {
@@ -55,19 +56,21 @@ std::shared_ptr<const io::LayerWeights> WeightsFor(const Shape& shape, kernels::
 }
 
 // The streaming read of kStreamBytes (bench/stream_read.h: peak_bench's stream), in seconds; 0 on a CPU
-// without AVX-512.
+// without AVX-512. The buffer is a WeightBuffer, the memory the layer's weights live in (2 MB pages where the
+// system has them), so that stream_ratio compares like with like.
 constexpr size_t kStreamBytes = size_t{256} << 20;
 
 double StreamSeconds() {
   if (!kernels::cpu_has_avx512f()) return 0;
-  static std::unique_ptr<float[], void (*)(float*)> buffer = [] {
-    auto* p = static_cast<float*>(::operator new(kStreamBytes, std::align_val_t(64)));
+  static const kernels::WeightBuffer buffer = [] {
+    kernels::WeightBuffer b(kStreamBytes);
+    auto* p = reinterpret_cast<float*>(b.data());
     std::fill(p, p + kStreamBytes / sizeof(float), 1.0f);
-    return std::unique_ptr<float[], void (*)(float*)>(
-        p, [](float* q) { ::operator delete(q, std::align_val_t(64)); });
+    return b;
   }();
   const auto t0 = std::chrono::steady_clock::now();
-  benchmark::DoNotOptimize(bench::stream_sum(buffer.get(), kStreamBytes / sizeof(float)));
+  benchmark::DoNotOptimize(
+      bench::stream_sum(reinterpret_cast<const float*>(buffer.data()), kStreamBytes / sizeof(float)));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

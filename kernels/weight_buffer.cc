@@ -1,8 +1,10 @@
 #include "kernels/weight_buffer.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 #include <utility>
 
 #if defined(__linux__)
@@ -14,6 +16,15 @@ namespace moe::kernels {
 namespace {
 
 constexpr std::align_val_t kAlign{64};
+
+// MOE_HUGE_PAGES=0 in the environment turns the huge-page mappings off (read once per process).
+bool huge_pages_wanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("MOE_HUGE_PAGES");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return wanted;
+}
 
 #if defined(__linux__)
 // An anonymous mapping of `length` bytes (a multiple of the page size) starting on a 2 MB boundary, advised
@@ -39,7 +50,7 @@ std::byte* map_huge_aligned(size_t length) {
 
 WeightBuffer::WeightBuffer(size_t bytes) : bytes_(bytes) {
 #if defined(__linux__)
-  if (bytes >= kHugePageBytes) {
+  if (bytes >= kHugePageBytes && huge_pages_wanted()) {
     const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t length = (bytes + page - 1) / page * page;
     if (length >= bytes && (data_ = map_huge_aligned(length)) != nullptr) {  // >=: no wrap-around

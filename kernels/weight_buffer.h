@@ -8,7 +8,8 @@
 // and is advised MADV_HUGEPAGE, so that the kernel backs it with transparent huge pages where they are
 // enabled ("always" or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled); elsewhere it is ordinary
 // memory with the same contents. The tail past the last whole 2 MB is not rounded up (no memory is wasted).
-// Smaller buffers come from operator new. Either way the buffer is 64-byte aligned and zero-filled.
+// Smaller buffers, and every buffer when the environment has MOE_HUGE_PAGES=0 (read once per process), come
+// from operator new. Either way the buffer is 64-byte aligned and zero-filled.
 //
 // Movable (a moved-from buffer is empty: data() null, size() 0), not copyable; the destructor releases the
 // memory. Errors: std::bad_alloc when the memory cannot be had (the C API reports it as MOE_OUT_OF_MEMORY).
