@@ -53,7 +53,8 @@ WeightBuffer::WeightBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes >= kHugePageBytes && huge_pages_wanted()) {
     const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t length = (bytes + page - 1) / page * page;
-    if (length >= bytes && (data_ = map_huge_aligned(length)) != nullptr) {  // >=: no wrap-around
+    const bool fits = length >= bytes && length <= SIZE_MAX - kHugePageBytes;  // no wrap-around below
+    if (fits && (data_ = map_huge_aligned(length)) != nullptr) {
       mapped_ = length;
       return;
     }
