@@ -1,7 +1,6 @@
 #include "kernels/cpu/bf16_packed.h"
 
 #include <algorithm>
-#include <new>
 
 #include "kernels/bf16.h"
 #include "kernels/cpu/linear.h"

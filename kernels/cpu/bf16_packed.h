@@ -16,7 +16,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/tensor.h"

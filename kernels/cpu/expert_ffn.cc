@@ -65,6 +65,12 @@ void add_bias(float* y, const float* b, int64_t n) {
   for (int64_t c = 0; c < n; ++c) y[c] += b[c];
 }
 
+void bias_and_activate(Activation act, const FfnWeights& w, float* g, float* u, int64_t c0, int64_t n) {
+  if (w.b1 != nullptr) add_bias(g, w.b1 + c0, n);
+  if (is_gated(act) && w.b3 != nullptr) add_bias(u, w.b3 + c0, n);
+  activate_row(act, w, g, u, g, n);
+}
+
 void validate_ffn_weights(Activation act, const FfnWeights& w, int64_t* d, int64_t* ff,
                           bool allow_quantized) {
   validate_matrix(w.w1, "ffn: w1", allow_quantized);
@@ -137,11 +143,7 @@ void ffn_forward(KernelKind kind, Activation act, const float* x, int64_t rows, 
       swiglu(h1 + r0 * ff, h3 + r0 * ff, h1 + r0 * ff, (r1 - r0) * ff);
       return;
     }
-    for (int64_t r = r0; r < r1; ++r) {
-      add_bias(h1 + r * ff, w.b1, ff);
-      if (is_gated(act)) add_bias(h3 + r * ff, w.b3, ff);
-      activate_row(act, w, h1 + r * ff, h3 + r * ff, h1 + r * ff, ff);
-    }
+    for (int64_t r = r0; r < r1; ++r) bias_and_activate(act, w, h1 + r * ff, h3 + r * ff, 0, ff);
   });
   linear(kind, h1, rows, ff, w.w2, y, y_stride, pool);
   if (w.b2 != nullptr) {

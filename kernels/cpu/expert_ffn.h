@@ -36,6 +36,10 @@ struct FfnWeights {
 void activate_row(Activation act, const FfnWeights& w, float* h1, const float* h3, float* out, int64_t ff);
 // y[c] += b[c] for c < n, when b is not null.
 void add_bias(float* y, const float* b, int64_t n);
+// Columns [c0, c0 + n) of one row, in place: the gate g and up u (pointing at column c0 of the row's h1 and
+// h3) get their biases b1 and b3 (those that are set; u only for gated activations), then g = act(g, u).
+// Every step is elementwise, so a row done in column ranges gets the bits of the row done whole.
+void bias_and_activate(Activation act, const FfnWeights& w, float* g, float* u, int64_t c0, int64_t n);
 
 // Checks that the weights fit together for `act` and returns d (hidden size) and ff (intermediate
 // size). Throws std::invalid_argument naming the mismatching shapes, a null pointer or a bad dtype (with

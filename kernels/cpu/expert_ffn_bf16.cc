@@ -91,10 +91,7 @@ void forward_from_rounded(const uint16_t* xb, int64_t rows, const PackedFfnBf16&
   const auto activate = [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < rows; ++r) {
       float* g = h1 + r * ff + c0;
-      float* u = h3 + r * ff + c0;
-      if (w.params.b1 != nullptr) add_bias(g, w.params.b1 + c0, c1 - c0);
-      if (is_gated(w.act) && w.params.b3 != nullptr) add_bias(u, w.params.b3 + c0, c1 - c0);
-      activate_row(w.act, w.params, g, u, g, c1 - c0);
+      bias_and_activate(w.act, w.params, g, h3 + r * ff + c0, c0, c1 - c0);
       round_to_bf16_span(g, c1 - c0, hb + r * hb_len + c0);
       if (c1 == ff && hb_len > ff) hb[r * hb_len + ff] = 0;
     }

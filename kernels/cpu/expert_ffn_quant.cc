@@ -103,13 +103,8 @@ void ffn_quant_forward(const float* x, int64_t rows, int64_t x_stride, const Pac
   // Columns [c0, c0 + n) of every row: the biases, then the activation (elementwise: its bits do not depend
   // on how the columns are cut).
   const auto activate = [&](int64_t c0, int64_t n) {
-    for (int64_t r = 0; r < rows; ++r) {
-      float* g = h1 + r * ff + c0;
-      float* u = h3 + r * ff + c0;
-      if (w.params.b1 != nullptr) add_bias(g, w.params.b1 + c0, n);
-      if (is_gated(w.act) && w.params.b3 != nullptr) add_bias(u, w.params.b3 + c0, n);
-      activate_row(w.act, w.params, g, u, g, n);
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      bias_and_activate(w.act, w.params, h1 + r * ff + c0, h3 + r * ff + c0, c0, n);
   };
   if (is_gated(w.act) && w.w1 && w.w3 && w.w1->rule() == w.w3->rule()) {
     // The gate and up GEMMs and the activation in one pass over the pool: each thread computes the same

@@ -37,8 +37,15 @@ uint16_t* thread_workspace(size_t elems) {
   return buffer.data();
 }
 
+// Outputs [64 j0, min(out, 64 j1)) of every row by kernel k on the calling thread (zeros when in == 0, which
+// the kernels do not take).
 void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, int64_t j0,
                 int64_t j1, float* y, int64_t y_stride) {
+  if (w.in() == 0) {
+    const int64_t o0 = j0 * kBf16PanelOutputs, o1 = std::min(w.out(), j1 * kBf16PanelOutputs);
+    for (int64_t r = 0; r < rows; ++r) std::fill(y + r * y_stride + o0, y + r * y_stride + o1, 0.0f);
+    return;
+  }
   switch (k) {
 #if MOE_HAVE_AVX512_BF16_TARGET
     case Bf16Kernel::kAvx512Dpbf16:
@@ -64,10 +71,6 @@ void run_panels(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16
 
 void run(Bf16Kernel k, const uint16_t* xb, int64_t rows, const PackedBf16Weights& w, float* y,
          int64_t y_stride, ThreadPool& pool) {
-  if (w.in() == 0) {
-    for (int64_t r = 0; r < rows; ++r) std::fill_n(y + r * y_stride, w.out(), 0.0f);
-    return;
-  }
   // Threads take contiguous ranges of whole panels; never the reduction.
   const int64_t panels = w.panels();
   const int tasks = static_cast<int>(std::min<int64_t>(pool.num_threads(), panels));
@@ -195,11 +198,6 @@ void linear_bf16_rounded_panels(const uint16_t* xb, int64_t rows, const PackedBf
                                 ")");
   }
   if (rows == 0 || j1 == j0) return;
-  if (w.in() == 0) {
-    const int64_t o0 = j0 * kBf16PanelOutputs, o1 = std::min(w.out(), j1 * kBf16PanelOutputs);
-    for (int64_t r = 0; r < rows; ++r) std::fill(y + r * y_stride + o0, y + r * y_stride + o1, 0.0f);
-    return;
-  }
   run_panels(linear_bf16_kernel(), xb, rows, w, j0, j1, y, y_stride);
 }
 
